@@ -1,0 +1,20 @@
+"""Tensor kernels for MemForest, installed as ``memforest_gpu.kernels``.
+
+Plain, device-agnostic PyTorch: every function follows the device and dtype of its
+inputs, so the same code runs on CUDA and on CPU. Batched layouts are padded:
+``(T, n, D)`` points with a ``(T, n)`` validity mask, one row per independent problem
+(a tenant, or a tree), so many small problems run as one tensor op.
+"""
+from .padding import pack_segments, unpack_segments, size_buckets
+from .assign import best_match
+from .kmeans import kmeans, kmeans_plus_plus, lloyd_step, cluster_centres
+from .reassign import reassign_to_centres
+from .mst import spanning_forest, tree_degrees
+from .matching import greedy_matching, best_edge_per_tree
+from .agpr import agpr_rerank, dense_rank, topk_search
+
+__all__ = [
+    "pack_segments", "unpack_segments", "size_buckets", "best_match", "kmeans", "kmeans_plus_plus", "lloyd_step",
+    "cluster_centres", "reassign_to_centres", "spanning_forest", "tree_degrees", "greedy_matching",
+    "best_edge_per_tree", "agpr_rerank", "dense_rank", "topk_search",
+]

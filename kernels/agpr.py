@@ -1,0 +1,74 @@
+"""Retrieval scoring: plain top-k and Anchor-Guided Propagation Retrieval (SPEC section 4)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["topk_search", "dense_rank", "agpr_rerank", "n_anchors"]
+
+
+def n_anchors(k: int, lam: float) -> int:
+    """max(1, floor(lam * k + 0.5))"""
+    return max(1, int(math.floor(lam * k + 0.5)))
+
+
+def topk_search(Qe: torch.Tensor, X: torch.Tensor, c: int, *, valid: torch.Tensor | None = None):
+    """The ``c`` most similar rows of X per query, most similar first (ties: lower index).
+
+    Shape: Qe (Q, D), X (N, D), valid (Q, N) -> sims (Q, c'), index (Q, c') with c' = min(c, N);
+           index -1 (and sim -inf) where fewer valid rows exist
+    """
+    N = X.shape[0]
+    c = min(c, N)
+    S = Qe.float() @ X.float().T  # (Q, N)
+    if valid is not None:
+        S = S.masked_fill(~valid, float("-inf"))
+    # stable descending sort keeps lower indices first among equal similarities
+    vals, idx = torch.sort(S, dim=1, descending=True, stable=True)
+    vals, idx = vals[:, :c], idx[:, :c]
+    idx = torch.where(torch.isfinite(vals), idx, torch.full_like(idx, -1))
+    return vals, idx
+
+
+def dense_rank(t: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Dense rank of each row's values (equal values share a rank; invalid entries rank last).
+
+    Shape: t (Q, C), valid (Q, C) -> rank (Q, C) int64
+    """
+    big = torch.finfo(t.dtype).max
+    tt = torch.where(valid, t, torch.full_like(t, big))
+    srt, order = torch.sort(tt, dim=1, stable=True)
+    step = torch.zeros_like(order)
+    step[:, 1:] = (srt[:, 1:] != srt[:, :-1]).long()
+    r = torch.cumsum(step, 1)
+    rank = torch.empty_like(r)
+    rank.scatter_(1, order, r)
+    return rank
+
+
+def agpr_rerank(sims: torch.Tensor, times: torch.Tensor, valid: torch.Tensor, k: int, *, lam: float = 0.2,
+                gamma: float = 0.9):
+    """Re-rank candidates (sorted by similarity, best first) with AGPR and keep ``k``.
+
+    anchors = the first max(1, floor(lam*k + 0.5)) candidates; pos = dense time rank among
+    the candidates; p_j = mean_a exp(-|pos_j - pos_a|); v = gamma*s + (1-gamma)*p.
+    Ties: higher s, then lower candidate column (= lower index for equal s).
+
+    Shape: sims, times, valid (Q, C) -> order (Q, k') column indices into C, v (Q, k'), k' = min(k, C)
+    """
+    Q, C = sims.shape
+    A = min(n_anchors(k, lam), C)
+    pos = dense_rank(times, valid).to(sims.dtype)  # (Q, C)
+    pa = pos[:, :A]  # (Q, A)
+    a_ok = valid[:, :A]  # (Q, A)
+    prox = torch.exp(-(pos[:, :, None] - pa[:, None, :]).abs())  # (Q, C, A)
+    prox = prox * a_ok[:, None, :].to(sims.dtype)
+    p = prox.sum(-1) / a_ok.sum(-1, keepdim=True).clamp(min=1).to(sims.dtype)  # (Q, C)
+    v = gamma * sims + (1.0 - gamma) * p
+    v = torch.where(valid, v, torch.tensor(float("-inf"), dtype=v.dtype, device=v.device))
+    # tie order: v desc, then s desc, then column asc (stable sorts, last key first)
+    o1 = torch.argsort(sims.masked_fill(~valid, float("-inf")), dim=1, descending=True, stable=True)
+    o2 = torch.argsort(v.gather(1, o1), dim=1, descending=True, stable=True)
+    order = o1.gather(1, o2)[:, : min(k, C)]
+    return order, v.gather(1, order)

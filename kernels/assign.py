@@ -1,0 +1,53 @@
+"""Tiled best-match search: for every point, the best of its own problem's centres.
+
+Never materialises the full (n, K) score matrix: rows are processed in tiles sized so a
+tile's (T, rows, K) scores stay under ``budget`` elements, keeping a running argmax.
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["best_match", "MODES"]
+
+MODES = ("l2", "dot")
+
+
+def _rows_per_tile(T: int, n: int, K: int, budget: int) -> int:
+    return max(1, min(n, budget // max(1, T * K)))
+
+
+def best_match(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *, mode: str = "l2",
+               budget: int = 1 << 24) -> tuple[torch.Tensor, torch.Tensor]:
+    """Best centre per point, batched over independent problems.
+
+    mode "l2": nearest centre in Euclidean distance (score = 2 x.c - |c|^2, higher is better);
+    mode "dot": largest dot product. Ties go to the lowest centre index; invalid centres
+    never win. A problem with no valid centre gets index -1 and score -inf.
+
+    Shape: X (T, n, D), C (T, K, D), c_valid (T, K) -> score (T, n), index (T, n) int64
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
+    if X.ndim != 3 or C.ndim != 3 or X.shape[0] != C.shape[0] or X.shape[2] != C.shape[2]:
+        raise ValueError(f"X and C must be (T, n, D) and (T, K, D), got {tuple(X.shape)} and {tuple(C.shape)}")
+    T, n, D = X.shape
+    K = C.shape[1]
+    score = torch.full((T, n), float("-inf"), dtype=torch.float32, device=X.device)
+    index = torch.full((T, n), -1, dtype=torch.int64, device=X.device)
+    if K == 0 or n == 0:
+        return score, index
+    bias = torch.zeros(T, K, dtype=torch.float32, device=X.device)  # (T, K)
+    if mode == "l2":
+        bias = bias - (C.float() * C.float()).sum(-1)
+    bias = bias.masked_fill(~c_valid, float("-inf"))
+    scale = 2.0 if mode == "l2" else 1.0
+    Ct = C.transpose(1, 2)  # (T, D, K)
+    rows = _rows_per_tile(T, n, K, budget)
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        s = torch.baddbmm(bias[:, None, :], X[:, r0:r1], Ct, beta=1.0, alpha=scale)  # (T, rows, K)
+        v, j = s.max(dim=2)  # first index among ties
+        j = torch.where(torch.isfinite(v), j, torch.full_like(j, -1))
+        score[:, r0:r1] = v
+        index[:, r0:r1] = j
+    return score, index

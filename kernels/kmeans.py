@@ -1,0 +1,159 @@
+"""Batched k-means (Euclidean, k-means++ seeding, Lloyd steps) over padded problems.
+
+Each row of the batch is an independent problem (one tenant): its own points, its own
+number of clusters. Assignment uses the tiled :func:`best_match`, so no (n, K) matrix
+is ever held in full.
+"""
+from __future__ import annotations
+
+import torch
+
+from .assign import best_match
+
+__all__ = ["kmeans", "kmeans_plus_plus", "lloyd_step", "cluster_means", "cluster_centres"]
+
+
+def _uniforms(seed: int, steps: int, T: int, device) -> torch.Tensor:
+    g = torch.Generator(device="cpu").manual_seed(int(seed))
+    return torch.rand(steps, T, generator=g, dtype=torch.float64).to(device)  # (steps, T)
+
+
+def kmeans_plus_plus(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, seed: int = 0,
+                     uniforms: torch.Tensor | None = None) -> torch.Tensor:
+    """k-means++ seeding: first centre uniform, then D^2-weighted sampling.
+
+    Random numbers come from a CPU generator seeded with ``seed`` so CPU and CUDA draw
+    the same numbers; ``uniforms`` (Kmax, T) in [0, 1) overrides them (per-problem streams
+    make a problem's result independent of what else is in the batch). When every remaining point coincides with a centre, the first
+    valid point not yet chosen is taken.
+
+    Shape: X (T, n, D), valid (T, n), k (T,) -> seeds (T, Kmax) int64 point indices (-1 = unused)
+    """
+    T, n, _ = X.shape
+    dev = X.device
+    Kmax = int(k.max()) if T else 0
+    seeds = torch.full((T, Kmax), -1, dtype=torch.int64, device=dev)
+    if Kmax == 0:
+        return seeds
+    sizes = valid.sum(1)  # (T,)
+    u = _uniforms(seed, Kmax, T, dev) if uniforms is None else uniforms.to(device=dev, dtype=torch.float64)
+    rows = torch.arange(T, device=dev)
+    first = torch.clamp((u[0] * sizes).long(), max=(sizes - 1).clamp(min=0))  # valid points are a prefix
+    seeds[:, 0] = first
+    sq = (X.float() * X.float()).sum(-1)  # (T, n)
+    c = X[rows, first]  # (T, D)
+    d2 = (sq - 2 * torch.einsum("tnd,td->tn", X.float(), c.float()) + (c.float() * c.float()).sum(-1)[:, None])
+    d2 = d2.clamp(min=0).masked_fill(~valid, 0).double()  # (T, n)
+    chosen = torch.zeros(T, n, dtype=torch.bool, device=dev)
+    chosen[rows, first] = True
+    for s in range(1, Kmax):
+        active = k > s  # (T,)
+        w = d2.masked_fill(chosen, 0)
+        total = w.sum(1)  # (T,)
+        cdf = torch.cumsum(w, 1)  # (T, n)
+        pick = torch.searchsorted(cdf, (u[s] * total)[:, None], right=True)[:, 0]  # (T,)
+        pick = torch.minimum(pick, (sizes - 1).clamp(min=0))
+        # degenerate: no mass left (duplicates) -> first valid, unchosen point
+        fallback = (valid & ~chosen).float().argmax(1)
+        pick = torch.where(total > 0, pick, fallback)
+        # the cdf can land on a zero-weight point at the right edge; step back to one with mass
+        bad = (total > 0) & (w[rows, pick] <= 0)
+        if bool(bad.any()):
+            pick = torch.where(bad, (w > 0).float().argmax(1), pick)
+        pick = torch.where(active, pick, torch.full_like(pick, -1))
+        seeds[:, s] = pick
+        p = pick.clamp(min=0)
+        chosen[rows[active], p[active]] = True
+        c = X[rows, p].float()  # (T, D)
+        nd = (sq - 2 * torch.einsum("tnd,td->tn", X.float(), c) + (c * c).sum(-1)[:, None]).clamp(min=0)
+        d2 = torch.where(active[:, None], torch.minimum(d2, nd.double().masked_fill(~valid, 0)), d2)
+    return seeds
+
+
+def cluster_means(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, K: int):
+    """Per-cluster sums and counts. Shape: X (T, n, D), labels (T, n) -> means (T, K, D), counts (T, K)"""
+    T, n, D = X.shape
+    lab = labels.clamp(min=0)
+    w = valid.to(X.dtype)
+    sums = torch.zeros(T, K, D, dtype=torch.float32, device=X.device)
+    sums.scatter_add_(1, lab[:, :, None].expand(T, n, D), (X * w[:, :, None]).float())
+    counts = torch.zeros(T, K, dtype=torch.float32, device=X.device)
+    counts.scatter_add_(1, lab, w.float())
+    means = sums / counts.clamp(min=1)[:, :, None]
+    return means, counts
+
+
+def lloyd_step(X, valid, centroids, c_valid, *, budget: int = 1 << 24):
+    """One assignment: each point to its nearest valid centroid (ties: lowest index).
+
+    Shape: X (T, n, D), centroids (T, K, D), c_valid (T, K) -> labels (T, n) (-1 on padding), score (T, n)
+    """
+    score, labels = best_match(X, centroids, c_valid, mode="l2", budget=budget)
+    labels = labels.masked_fill(~valid, -1)
+    return labels, score
+
+
+def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: int = 30, seed: int = 0,
+           uniforms: torch.Tensor | None = None, budget: int = 1 << 24, progress=None):
+    """Batched k-means on padded problems.
+
+    Stops when no label changes or after ``max_iter`` assignments. An empty cluster is
+    re-seeded with the point farthest from its centroid (distinct points for distinct
+    empty clusters of one problem). Clusters still empty at the end are reported as
+    invalid in ``c_valid``.
+
+    Shape: X (T, n, D), valid (T, n), k (T,) -> labels (T, n), centroids (T, Kmax, D),
+           c_valid (T, Kmax), iterations (int)
+    """
+    T, n, D = X.shape
+    Kmax = int(k.max()) if T else 0
+    dev = X.device
+    seeds = kmeans_plus_plus(X, valid, k, seed=seed, uniforms=uniforms)  # (T, Kmax)
+    rows = torch.arange(T, device=dev)
+    c_valid = seeds >= 0
+    C = X[rows[:, None], seeds.clamp(min=0)].float()  # (T, Kmax, D)
+    prev = None
+    it = 0
+    for it in range(1, max_iter + 1):
+        labels, score = lloyd_step(X, valid, C, c_valid, budget=budget)
+        if progress is not None:
+            progress(it)
+        if prev is not None and bool((labels == prev).all()):
+            break
+        prev = labels
+        if it == max_iter:
+            break
+        C, counts = cluster_means(X, valid, labels, Kmax)
+        empty = c_valid & (counts == 0)  # (T, Kmax)
+        if bool(empty.any()):
+            # |x - c|^2 = |x|^2 - (2 x.c - |c|^2)
+            dist = ((X.float() * X.float()).sum(-1) - score).masked_fill(~valid, float("-inf"))
+            m = int(empty.sum(1).max())
+            far = torch.topk(dist, k=min(m, n), dim=1).indices  # (T, m) farthest first
+            rank = torch.cumsum(empty.long(), 1) - 1  # j-th empty cluster of its row
+            sel = empty & (rank < far.shape[1])
+            t_idx, k_idx = sel.nonzero(as_tuple=True)
+            p_idx = far[t_idx, rank[t_idx, k_idx]]
+            C[t_idx, k_idx] = X[t_idx, p_idx].float()
+    means, counts = cluster_means(X, valid, labels, Kmax)
+    c_valid = c_valid & (counts > 0)
+    return labels, means, c_valid, it
+
+
+def cluster_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, means: torch.Tensor,
+                    c_valid: torch.Tensor) -> torch.Tensor:
+    """The member closest to each cluster's mean (ties: lowest point index).
+
+    Shape: X (T, n, D), labels (T, n), means (T, K, D) -> centre (T, K) point index (-1 if empty)
+    """
+    T, n, D = X.shape
+    K = means.shape[1]
+    lab = labels.clamp(min=0)
+    own = means[torch.arange(T, device=X.device)[:, None], lab]  # (T, n, D)
+    d = ((X.float() - own) ** 2).sum(-1).masked_fill(~valid, float("inf"))  # (T, n)
+    best = torch.full((T, K), float("inf"), device=X.device).scatter_reduce(1, lab, d, "amin")
+    is_best = valid & (d == best.gather(1, lab))
+    idx = torch.arange(n, device=X.device).expand(T, n)
+    big = torch.full((T, K), n, dtype=torch.int64, device=X.device)
+    centre = big.scatter_reduce(1, lab, torch.where(is_best, idx, torch.full_like(idx, n)), "amin")
+    return torch.where(c_valid & (centre < n), centre, torch.full_like(centre, -1))

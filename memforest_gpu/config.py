@@ -1,0 +1,122 @@
+"""Frozen, keyword-only configuration dataclasses, one per stage (defaults: SPEC.md)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+__all__ = [
+    "PartitionConfig",
+    "TreeConfig",
+    "MergeConfig",
+    "RetrievalConfig",
+    "CompressConfig",
+    "SCHEDULES",
+    "DEGREE_NORMS",
+    "TREE_KINDS",
+]
+
+SCHEDULES = ("sequential", "matching")
+DEGREE_NORMS = ("none", "max")
+TREE_KINDS = ("max", "min", "random")
+
+
+def _check_range(name: str, value: float, lo: float, hi: float, *, lo_open=False, hi_open=False):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    bad_lo = value <= lo if lo_open else value < lo
+    bad_hi = value >= hi if hi_open else value > hi
+    if bad_lo or bad_hi:
+        rule = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+        raise ValueError(f"{name} must be in {rule}, got {value!r}")
+
+
+def _check_int(name: str, value: int, lo: int):
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+
+
+def _check_choice(name: str, value: str, valid: tuple[str, ...]):
+    if value not in valid:
+        raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionConfig:
+    """EventTree partitioning: k-means + semantic/temporal reassignment (SPEC section 1)."""
+
+    alpha: float = 0.05  # clusters per node: K = max(1, min(N, floor(alpha * N)))
+    beta: float = 0.8  # weight of the semantic term; 1 - beta weights the temporal window
+    window: int = 5  # temporal window, in positions (rank by (timestamp, index))
+    max_iter: int = 30  # at most this many Lloyd steps
+    seed: int = 0  # k-means++ seeding
+    use_semantic: bool = True  # ablation: False drops the cos term from the reassignment
+    use_temporal: bool = True  # ablation: False drops the window term from the reassignment
+
+    def __post_init__(self):
+        _check_range("alpha", self.alpha, 0.0, 1.0, lo_open=True)
+        _check_range("beta", self.beta, 0.0, 1.0)
+        _check_int("window", self.window, 0)
+        _check_int("max_iter", self.max_iter, 1)
+        _check_int("seed", self.seed, 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreeConfig:
+    """Spanning tree per EventTree and the degree-adjusted edge score (SPEC section 2)."""
+
+    eta: float = 0.99  # w' = eta * w - (1 - eta) * (deg_i + deg_j)
+    degree_norm: str = "none"  # "max": divide deg_i + deg_j by its largest value in the tree
+    kind: str = "max"  # ablations: "min" (minimum spanning tree), "random" (random merge order)
+
+    def __post_init__(self):
+        _check_range("eta", self.eta, 0.0, 1.0)
+        _check_choice("degree_norm", self.degree_norm, DEGREE_NORMS)
+        _check_choice("kind", self.kind, TREE_KINDS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MergeConfig:
+    """Progressive merging (SPEC section 3)."""
+
+    ratio: float = 0.5  # fraction of each tenant's nodes to remove, in (0, 1)
+    schedule: str = "sequential"  # "sequential" | "matching"
+    max_node_tokens: int | None = None  # None: the embedder's limit (no cap when it has none)
+    seed: int = 0  # only used by the "random" tree kind (ablation)
+
+    def __post_init__(self):
+        _check_range("ratio", self.ratio, 0.0, 1.0, lo_open=True, hi_open=True)
+        _check_choice("schedule", self.schedule, SCHEDULES)
+        if self.max_node_tokens is not None:
+            _check_int("max_node_tokens", self.max_node_tokens, 1)
+        _check_int("seed", self.seed, 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetrievalConfig:
+    """Plain top-k or Anchor-Guided Propagation Retrieval (SPEC section 4)."""
+
+    k: int = 10  # results per query
+    agpr: bool = False  # re-rank the L*k candidates with AGPR
+    L: int = 4  # candidate multiplier
+    lam: float = 0.2  # anchors = max(1, floor(lam * k + 0.5))
+    gamma: float = 0.9  # v = gamma * s + (1 - gamma) * p
+
+    def __post_init__(self):
+        _check_int("k", self.k, 1)
+        _check_int("L", self.L, 1)
+        _check_range("lam", self.lam, 0.0, 1.0)
+        _check_range("gamma", self.gamma, 0.0, 1.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompressConfig:
+    """Everything `compress` needs, one frozen config per stage."""
+
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
+    tree: TreeConfig = field(default_factory=TreeConfig)
+    merge: MergeConfig = field(default_factory=MergeConfig)
+
+    def __post_init__(self):
+        for name, cls in (("partition", PartitionConfig), ("tree", TreeConfig), ("merge", MergeConfig)):
+            if not isinstance(getattr(self, name), cls):
+                raise ValueError(f"{name} must be a {cls.__name__}, got {getattr(self, name)!r}")

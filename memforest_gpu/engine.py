@@ -1,0 +1,465 @@
+"""Progressive merging (SPEC sections 2-3): the orchestration around the kernels.
+
+One merge round, for every tree of every tenant at once:
+  spanning tree (batched Borůvka) -> degree-adjusted scores -> pick pairs (one per tree,
+  or a disjoint set) -> ONE merger call with all pairs -> ONE embedder call -> update.
+Trees of similar size share a padded batch with a cached similarity matrix (B, m, m);
+a merge rewrites one row/column of it instead of recomputing the matrix.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .config import CompressConfig
+from .device import resolve_device
+from .embedders import count_words
+from .kernels import (best_edge_per_tree, greedy_matching, pack_segments, size_buckets, spanning_forest,
+                      tree_degrees)
+from .kernels.mst import edge_key
+from .mergers.base import MemoryItem, MergePair
+from .mergers.extractive import ExtractiveMerger
+from .partition import partition
+from .quota import allocate, removal_target
+from .store import MemoryStore
+
+__all__ = ["compress", "CompressResult", "CompressReport", "merged_id"]
+
+log = logging.getLogger("memforest_gpu")
+
+DATE_TAG_TOKENS = 12  # upper bound on the word pieces the date tags of one merge add
+_DAY = 86400.0
+
+
+def merged_id(sources: list[str]) -> str:
+    """Content-addressed id of a merged node: stable across runs and machines."""
+    h = hashlib.sha1("\x1f".join(sorted(sources)).encode("utf-8")).hexdigest()[:16]
+    return f"mf-{h}"
+
+
+@dataclass
+class CompressReport:
+    """What a compression did. ``tenants`` has one dict per tenant."""
+
+    tenants: list[dict]
+    nodes_in: int
+    nodes_out: int
+    trees: int
+    rounds: int
+    merges: int
+    schedule: str
+    merger: str
+    embedder: str
+    max_node_tokens: int | None
+    seconds: dict = field(default_factory=dict)
+    fallbacks: int = 0
+    moved_by_reassignment: int = 0
+    kmeans_iterations: dict = field(default_factory=dict)
+
+    @property
+    def ratio_reached(self) -> float:
+        return 1.0 - self.nodes_out / self.nodes_in if self.nodes_in else 0.0
+
+    @property
+    def shortfall(self) -> int:
+        return sum(t["shortfall"] for t in self.tenants)
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["ratio_reached"] = self.ratio_reached
+        d["shortfall"] = self.shortfall
+        return d
+
+
+@dataclass
+class CompressResult:
+    store: MemoryStore
+    report: CompressReport
+    merges: list[dict]  # one per merge: round, tenant, a, b, into, similarity
+
+
+class _Nodes:
+    """The growing node table: originals 0..N-1, merged nodes appended."""
+
+    def __init__(self, store: MemoryStore, tokens: list[int] | None):
+        self.ids = list(store.ids)
+        self.texts = list(store.texts)
+        self.ts = store.timestamps.detach().cpu().tolist()
+        self.tenant = list(store.tenants)
+        self.sources = [list(s) for s in store.sources]
+        self.meta = [dict(m) for m in store.metadata]
+        self.first = list(range(len(store)))  # smallest original index inside, for output order
+        self.tokens = tokens
+        self.new_emb: list[torch.Tensor] = []
+
+    def add(self, a: int, b: int, text: str, emb: torch.Tensor, tokens: int | None) -> int:
+        src = self.sources[a] + self.sources[b]
+        j = len(self.ids)
+        self.ids.append(merged_id(src))
+        self.texts.append(text)
+        self.ts.append(max(self.ts[a], self.ts[b]))
+        self.tenant.append(self.tenant[a])
+        self.sources.append(src)
+        self.meta.append({**self.meta[a], **self.meta[b], "merged_from": [self.ids[a], self.ids[b]]})
+        self.first.append(min(self.first[a], self.first[b]))
+        if self.tokens is not None:
+            self.tokens.append(int(tokens))
+        self.new_emb.append(emb)
+        return j
+
+
+class _Bucket:
+    """Trees of similar size in one padded batch."""
+
+    def __init__(self, trees: torch.Tensor, slots: torch.Tensor, X: torch.Tensor, ts: torch.Tensor,
+                 tok: torch.Tensor | None):
+        self.trees = trees  # (B,) global tree id
+        self.slot = slots  # (B, m) node id, -1 = empty
+        self.X = X  # (B, m, D)
+        self.W = X @ X.transpose(1, 2)  # (B, m, m) cosine similarities
+        self.ts = ts  # (B, m) float64
+        self.tok = tok  # (B, m) int64 or None
+
+    @property
+    def active(self) -> torch.Tensor:
+        return self.slot >= 0
+
+
+def _pair_order(nodes: _Nodes, a: int, b: int) -> tuple[int, int]:
+    """(older, newer): by timestamp, then by the earliest original inside."""
+    ka, kb = (nodes.ts[a], nodes.first[a]), (nodes.ts[b], nodes.first[b])
+    return (a, b) if ka <= kb else (b, a)
+
+
+def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger=None, embedder=None,
+             device=None, progress: bool = False, on_round: Callable[[int, list[dict]], None] | None = None,
+             budget: int = 1 << 24) -> CompressResult:
+    """Compress ``store`` with MemForest.
+
+    Args:
+        config: stage configs (defaults: SPEC).
+        merger: any :class:`~memforest_gpu.mergers.Merger`; default the extractive merger.
+        embedder: re-embeds merged text (``None``: normalised mean of the two inputs).
+        device: where the tensor work runs (``None``: CUDA when present).
+        progress: show progress bars.
+        on_round: called after each round with (round, merges of the round).
+
+    Every tenant loses exactly ``round(ratio * N_t)`` nodes unless it cannot (report's
+    ``shortfall``); every original id ends in exactly one output node's ``sources``.
+    """
+    cfg = config or CompressConfig()
+    if not isinstance(cfg, CompressConfig):
+        raise ValueError(f"config must be a CompressConfig, got {type(cfg).__name__}")
+    if not isinstance(store, MemoryStore):
+        raise ValueError(f"store must be a MemoryStore, got {type(store).__name__}")
+    dev = resolve_device(device)
+    merger = merger if merger is not None else ExtractiveMerger()
+    fallback_merger = merger if isinstance(merger, ExtractiveMerger) else ExtractiveMerger()
+    if embedder is not None and embedder.dim != store.dim:
+        raise ValueError(
+            f"embedder dimension must match the store's ({store.dim}), got {embedder.dim} from {embedder.name!r}; "
+            "use the model that made the store's vectors, or no embedder (mean of the two vectors)")
+    times: dict[str, float] = {}
+    t0 = time.perf_counter()
+    emb = store.embeddings.to(dev)
+    ts_all = store.timestamps.to(dev)
+    names, codes = store.tenant_index()
+    codes = codes.to(dev)
+    N = len(store)
+
+    # ---- 1. partition
+    bar = _bar(progress, N, "partition")
+    part = partition(emb, ts_all, codes, names, cfg.partition, budget=budget,
+                     progress=(lambda n: bar.update(n)) if bar else None)
+    if bar:
+        bar.close()
+    times["partition"] = time.perf_counter() - t0
+
+    # ---- 2. quotas: exact per tenant, spread over trees by size
+    t1 = time.perf_counter()
+    n_trees = int(part.tree_tenant.shape[0])
+    tree_size = torch.bincount(part.tree, minlength=n_trees).cpu().numpy().astype(np.int64)
+    tree_tenant = part.tree_tenant.cpu().numpy()
+    ten_size = np.bincount(codes.cpu().numpy(), minlength=len(names))
+    target = np.array([removal_target(int(n), cfg.merge.ratio) for n in ten_size], dtype=np.int64)
+    quota = np.zeros(n_trees, dtype=np.int64)
+    shortfall = np.zeros(len(names), dtype=np.int64)
+    trees_of = [np.flatnonzero(tree_tenant == t) for t in range(len(names))]
+    for t, tr in enumerate(trees_of):
+        quota[tr] = allocate(int(target[t]), tree_size[tr], tree_size[tr] - 1)
+        shortfall[t] = target[t] - int(quota[tr].sum())
+    count = tree_size.copy()  # live nodes per tree
+    stuck = np.zeros(n_trees, dtype=bool)
+
+    # ---- token budget per node
+    cap = cfg.merge.max_node_tokens
+    if cap is None and embedder is not None:
+        cap = embedder.max_tokens
+    tokens = None
+    if cap is not None:
+        counter = getattr(embedder, "count_tokens", None) or count_words
+        tokens = counter(store.texts)
+
+    nodes = _Nodes(store, tokens)
+    buckets = _make_buckets(part.tree, tree_size, emb, store, tokens, dev)
+    times["setup"] = time.perf_counter() - t1
+    times["trees"] = times["merge"] = times["embed"] = 0.0
+
+    # ---- 3. progressive merging, all trees and tenants per round
+    total = int(quota.sum())
+    bar = _bar(progress, total, "merging")
+    merges_log: list[dict] = []
+    rounds = 0
+    fallbacks = 0
+    rng = np.random.default_rng(cfg.merge.seed)
+    while True:
+        t2 = time.perf_counter()
+        plan = []  # (bucket, row, slot_a, slot_b, similarity)
+        for bk in buckets:
+            rows = np.flatnonzero((quota[bk.trees_np] > 0) & ~stuck[bk.trees_np] & (count[bk.trees_np] >= 2))
+            if len(rows) == 0:
+                continue
+            picks = _plan_bucket(bk, rows, quota, cfg, cap, rng)
+            for r, pairs in picks:
+                tree = int(bk.trees_np[r])
+                if not pairs:
+                    stuck[tree] = True
+                for sa, sb, w in pairs:
+                    plan.append((bk, r, sa, sb, w))
+        times["trees"] += time.perf_counter() - t2
+        # stuck trees hand their leftover to other trees of the same tenant
+        _redistribute(stuck, quota, count, tree_tenant, trees_of, shortfall)
+        if not plan:
+            if ((quota > 0) & ~stuck & (count >= 2)).any():
+                continue  # quota just moved to trees that sat this round out
+            break
+        rounds += 1
+        # one merger call for every pair of the round
+        t3 = time.perf_counter()
+        pairs_nodes = []
+        batch = []
+        for bk, r, sa, sb, w in plan:
+            a, b = int(bk.slot[r, sa]), int(bk.slot[r, sb])
+            older, newer = _pair_order(nodes, a, b)
+            pairs_nodes.append((older, newer))
+            batch.append(MergePair(MemoryItem(nodes.ids[older], nodes.texts[older], nodes.ts[older]),
+                                   MemoryItem(nodes.ids[newer], nodes.texts[newer], nodes.ts[newer]),
+                                   nodes.tenant[older]))
+        texts, nfb = _run_merger(merger, fallback_merger, batch)
+        fallbacks += nfb
+        new_tok = None
+        if cap is not None:
+            counter = getattr(embedder, "count_tokens", None) or count_words
+            new_tok = counter(texts)
+            over = [j for j, c in enumerate(new_tok) if c > cap]
+            if over and merger is not fallback_merger:
+                fixed = fallback_merger.merge([batch[j] for j in over])
+                for j, tx in zip(over, fixed):
+                    texts[j] = tx
+                fixed_tok = counter(fixed)
+                for j, c in zip(over, fixed_tok):
+                    new_tok[j] = c
+                fallbacks += len(over)
+        times["merge"] += time.perf_counter() - t3
+        # one embedder call for every merged text
+        t4 = time.perf_counter()
+        if embedder is not None:
+            new_emb = embedder.embed(texts).to(dev, torch.float32)
+        else:
+            a_e = torch.stack([bk.X[r, sa] for bk, r, sa, sb, w in plan])
+            b_e = torch.stack([bk.X[r, sb] for bk, r, sa, sb, w in plan])
+            new_emb = torch.nn.functional.normalize(a_e + b_e, dim=1)
+        times["embed"] += time.perf_counter() - t4
+        t5 = time.perf_counter()
+        round_log = []
+        for j, ((bk, r, sa, sb, w), (older, newer)) in enumerate(zip(plan, pairs_nodes)):
+            new = nodes.add(older, newer, texts[j], new_emb[j], None if new_tok is None else new_tok[j])
+            keep, drop = min(sa, sb), max(sa, sb)
+            _update_slot(bk, r, keep, drop, new, new_emb[j], nodes)
+            tree = int(bk.trees_np[r])
+            quota[tree] -= 1
+            count[tree] -= 1
+            round_log.append({"round": rounds, "tenant": nodes.tenant[new], "a": nodes.ids[older],
+                              "b": nodes.ids[newer], "into": nodes.ids[new], "similarity": float(w),
+                              "a_index": older, "b_index": newer, "into_index": new})
+        merges_log.extend(round_log)
+        times["trees"] += time.perf_counter() - t5
+        if on_round is not None:
+            on_round(rounds, round_log)
+        if bar:
+            bar.update(len(plan))
+    if bar:
+        bar.close()
+
+    # ---- 4. output: live nodes, in order of their earliest original
+    t6 = time.perf_counter()
+    live = np.ones(len(nodes.ids), dtype=bool)
+    for rec in merges_log:
+        live[rec["a_index"]] = False
+        live[rec["b_index"]] = False
+    live_idx = np.flatnonzero(live)
+    live_idx = live_idx[np.argsort([nodes.first[i] for i in live_idx], kind="stable")]
+    all_emb = torch.cat([emb] + ([torch.stack(nodes.new_emb)] if nodes.new_emb else []), 0)
+    sel = torch.as_tensor(live_idx, dtype=torch.int64, device=dev)
+    out = MemoryStore(
+        [nodes.ids[i] for i in live_idx], [nodes.texts[i] for i in live_idx], all_emb[sel],
+        torch.tensor([nodes.ts[i] for i in live_idx], dtype=torch.float64, device=dev),
+        [nodes.tenant[i] for i in live_idx], [nodes.sources[i] for i in live_idx],
+        [nodes.meta[i] for i in live_idx], store.embedder,
+    )
+    times["output"] = time.perf_counter() - t6
+    times["total"] = time.perf_counter() - t0
+    out_per = {t: 0 for t in names}
+    for t in out.tenants:
+        out_per[t] += 1
+    ten_rows = []
+    for t, name in enumerate(names):
+        n_in = int(ten_size[t])
+        ten_rows.append({"tenant": name, "nodes_in": n_in, "nodes_out": out_per[name],
+                         "requested": int(target[t]), "removed": n_in - out_per[name],
+                         "ratio": (n_in - out_per[name]) / n_in, "shortfall": int(shortfall[t]),
+                         "trees": int(len(trees_of[t]))})
+    report = CompressReport(
+        tenants=ten_rows, nodes_in=N, nodes_out=len(out), trees=n_trees, rounds=rounds, merges=len(merges_log),
+        schedule=cfg.merge.schedule, merger=getattr(merger, "name", type(merger).__name__),
+        embedder=embedder.name if embedder is not None else "mean-of-inputs", max_node_tokens=cap,
+        seconds=times, fallbacks=fallbacks, moved_by_reassignment=part.moved,
+        kmeans_iterations=part.iterations,
+    )
+    return CompressResult(out, report, merges_log)
+
+
+# --------------------------------------------------------------------------- helpers
+def _bar(progress: bool, total: int, desc: str):
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="node" if desc == "partition" else "merge", leave=False)
+
+
+def _make_buckets(tree: torch.Tensor, tree_size: np.ndarray, emb: torch.Tensor, store: MemoryStore,
+                  tokens: list[int] | None, dev) -> list[_Bucket]:
+    n_trees = len(tree_size)
+    # slots in time order inside each tree, so a slot index is a stable tie key
+    order = torch.argsort(store.timestamps.to(dev), stable=True)
+    index, valid, sizes = pack_segments(tree, n_trees, order=order)
+    tok_all = torch.tensor(tokens, dtype=torch.int64, device=dev) if tokens is not None else None
+    out = []
+    for ids in size_buckets(sizes, min_size=2):
+        m = int(sizes[ids].max())
+        slots = index[ids][:, :m]  # (B, m)
+        val = slots >= 0
+        X = emb[slots.clamp(min=0)] * val[:, :, None]  # (B, m, D)
+        ts = store.timestamps.to(dev)[slots.clamp(min=0)]
+        tok = tok_all[slots.clamp(min=0)] if tok_all is not None else None
+        bk = _Bucket(ids, slots, X, ts, tok)
+        bk.trees_np = ids.cpu().numpy()
+        out.append(bk)
+    return out
+
+
+def _plan_bucket(bk: _Bucket, rows: np.ndarray, quota: np.ndarray, cfg: CompressConfig, cap, rng):
+    """Pairs to merge this round for the given rows of a bucket: [(row, [(slot_a, slot_b, w), ...])]."""
+    dev = bk.X.device
+    r = torch.as_tensor(rows, dtype=torch.int64, device=dev)
+    W = bk.W[r]  # (B', m, m)
+    act = bk.active[r]  # (B', m)
+    m = W.shape[1]
+    kind = cfg.tree.kind
+    if kind == "random":  # ablation: a random spanning tree, random merge order
+        Rw = torch.from_numpy(rng.random((len(rows), m, m))).to(dev, W.dtype)
+        Wt = torch.triu(Rw, 1) + torch.triu(Rw, 1).transpose(1, 2)
+        u, v, w, ok = spanning_forest(Wt, act, maximum=True)
+    else:
+        u, v, w, ok = spanning_forest(W, act, maximum=(kind == "max"))
+    deg = tree_degrees(u, v, ok, m)  # (B', m)
+    dsum = (deg.gather(1, u) + deg.gather(1, v)).to(w.dtype)  # (B', E)
+    if cfg.tree.degree_norm == "max":
+        dmax = torch.where(ok, dsum, torch.zeros_like(dsum)).amax(1, keepdim=True).clamp(min=1)
+        dsum = dsum / dmax
+    eta = cfg.tree.eta
+    score = eta * w - (1 - eta) * dsum  # (B', E)
+    key = edge_key(u, v, m)
+    eligible = ok
+    if cap is not None and bk.tok is not None:
+        tok = bk.tok[r]
+        ts = bk.ts[r]
+        day_u = torch.floor(ts.gather(1, u) / _DAY)
+        day_v = torch.floor(ts.gather(1, v) / _DAY)
+        est = tok.gather(1, u) + tok.gather(1, v) + DATE_TAG_TOKENS * (day_u != day_v).long()
+        eligible = ok & (est <= cap)
+    # the similarity reported for a pair is always the cosine, whatever tree was built
+    real_w = W[torch.arange(len(rows), device=dev)[:, None], u, v] if kind == "random" else w
+    out = []
+    if cfg.merge.schedule == "sequential":
+        best = best_edge_per_tree(score, key, eligible).cpu().numpy()
+        uu, vv, ww = u.cpu().numpy(), v.cpu().numpy(), real_w.cpu().numpy()
+        for j, row in enumerate(rows):
+            e = best[j]
+            out.append((int(row), [] if e < 0 else [(int(uu[j, e]), int(vv[j, e]), float(ww[j, e]))]))
+    else:
+        q = torch.as_tensor(quota[bk.trees_np[rows]], dtype=torch.int64, device=dev)
+        matched = greedy_matching(u, v, score, key, eligible, m, cap=q).cpu().numpy()
+        uu, vv, ww = u.cpu().numpy(), v.cpu().numpy(), real_w.cpu().numpy()
+        for j, row in enumerate(rows):
+            es = np.flatnonzero(matched[j])
+            out.append((int(row), [(int(uu[j, e]), int(vv[j, e]), float(ww[j, e])) for e in es]))
+    return out
+
+
+def _run_merger(merger, fallback, batch: list[MergePair]) -> tuple[list[str], int]:
+    """Call the merger once; anything unusable falls back to the extractive merger."""
+    n_fb = 0
+    try:
+        texts = list(merger.merge(batch))
+        if len(texts) != len(batch):
+            raise ValueError(f"merger must return one text per pair ({len(batch)}), got {len(texts)}")
+    except Exception as e:  # noqa: BLE001 - an LLM backend failing must never lose memories
+        if merger is fallback:
+            raise
+        log.warning("merger %r failed on a batch of %d pairs (%s); using the extractive merger",
+                    getattr(merger, "name", merger), len(batch), e)
+        return fallback.merge(batch), len(batch)
+    bad = [j for j, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
+    if bad:
+        fixed = fallback.merge([batch[j] for j in bad])
+        for j, t in zip(bad, fixed):
+            texts[j] = t
+        n_fb += len(bad)
+    return texts, n_fb
+
+
+def _update_slot(bk: _Bucket, r: int, keep: int, drop: int, new: int, e: torch.Tensor, nodes: _Nodes):
+    bk.slot[r, keep] = new
+    bk.slot[r, drop] = -1
+    bk.X[r, keep] = e
+    bk.X[r, drop] = 0
+    sims = bk.X[r] @ e  # (m,)
+    bk.W[r, keep, :] = sims
+    bk.W[r, :, keep] = sims
+    bk.ts[r, keep] = nodes.ts[new]
+    if bk.tok is not None and nodes.tokens is not None:
+        bk.tok[r, keep] = nodes.tokens[new]
+
+
+def _redistribute(stuck, quota, count, tree_tenant, trees_of, shortfall):
+    """Move the unmet quota of stuck trees to trees of the same tenant that can still merge."""
+    left = stuck & (quota > 0)
+    if not left.any():
+        return
+    for t in np.unique(tree_tenant[left]):
+        tr = trees_of[t]
+        give = int(quota[tr][stuck[tr]].sum())
+        quota[tr[stuck[tr]]] = 0
+        recv = tr[~stuck[tr]]
+        room = np.maximum(count[recv] - 1 - quota[recv], 0)
+        add = allocate(give, count[recv], room)
+        quota[recv] += add
+        shortfall[t] += give - int(add.sum())

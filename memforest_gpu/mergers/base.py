@@ -1,0 +1,41 @@
+"""The merger protocol: a batch of pairs in, one merged text per pair out.
+
+The engine sends every pair of a merge round (all trees, all tenants) in one call, so
+an LLM merger can batch them however it likes. A merger never decides what to merge,
+and never sees embeddings; it only writes text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence, runtime_checkable
+
+__all__ = ["MemoryItem", "MergePair", "Merger"]
+
+
+@dataclass(frozen=True)
+class MemoryItem:
+    """One side of a merge: a memory's id, text and timestamp (epoch seconds, UTC)."""
+
+    id: str
+    text: str
+    timestamp: float
+
+
+@dataclass(frozen=True)
+class MergePair:
+    """Two memories of one tenant to merge. ``older`` has the earlier timestamp
+    (ties: the one that came first in the store) and goes first in the merged text."""
+
+    older: MemoryItem
+    newer: MemoryItem
+    tenant: str = "default"
+
+
+@runtime_checkable
+class Merger(Protocol):
+    """``merge(pairs) -> texts``: ``len(texts) == len(pairs)``, each a non-empty string."""
+
+    name: str
+
+    def merge(self, pairs: Sequence[MergePair]) -> list[str]:  # pragma: no cover - protocol
+        ...

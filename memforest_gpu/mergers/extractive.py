@@ -1,0 +1,186 @@
+"""An extractive merger: the union of two memories' sentences, minus duplicates.
+
+No model, no network, deterministic. A merged memory carries one timestamp, so the
+dates live in the text: segments of different days are written with a date tag such
+as ``[8 May 2023]`` (the format of :func:`memforest_gpu.timeutil.format_date`), and
+tags written by an earlier merge are read back, so merging a merge keeps every date.
+
+Rules, in order:
+
+1. Each input is cut into segments at date tags ``[<day> <Month> <year>]`` (a tag
+   counts at the start of the text or after whitespace); text before the first tag
+   gets that input's own date. Each segment is split into sentences.
+2. Segments are sorted by date (stable: older input first on ties) and adjacent
+   segments of one date are coalesced.
+3. Sentences are kept in that order; one is dropped when its normalised tokens
+   (lowercase alphanumeric runs) equal a kept sentence's, or have Jaccard
+   >= ``near_duplicate`` with one (only if it brings no number the kept one lacks), or
+   (3+ tokens) are all contained in one kept sentence. A sentence whose negations
+   (not, no, never, n't ...) differ from the kept one's is never dropped as a near
+   duplicate.
+4. If every segment of both inputs has the same date, no tags are written; otherwise
+   every segment is written with its tag. Segments left empty by step 3 vanish.
+"""
+from __future__ import annotations
+
+import re
+from datetime import date
+from typing import Sequence
+
+from ..timeutil import format_date
+from .base import MergePair
+
+__all__ = ["ExtractiveMerger", "split_sentences", "normalize", "dedup_sentences"]
+
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+           "September", "October", "November", "December")
+_MONTH_NO = {m: i + 1 for i, m in enumerate(_MONTHS)}
+_TAG = re.compile(r"(?:^|(?<=\s))\[(\d{1,2}) (" + "|".join(_MONTHS) + r") (\d{4})\]")
+_TOKEN = re.compile(r"[a-z0-9]+")
+_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s)")
+_ABBREV = frozenset(
+    "mr mrs ms dr prof sr jr st vs etc e.g i.e cf approx fig vol dept est inc ltd co mt ft "
+    "gen col lt sgt capt rev hon a.m p.m u.s u.k "
+    "jan feb mar apr jun jul aug sep sept oct nov dec".split())
+_NEGATIONS = frozenset("not no never t nor neither none nobody nothing cannot without".split())
+
+
+def normalize(sentence: str) -> tuple[str, ...]:
+    """Lowercase alphanumeric token runs: ``"Mr. Smith's 2 dogs!" -> ('mr', 'smith', 's', '2', 'dogs')``."""
+    return tuple(_TOKEN.findall(sentence.lower()))
+
+
+def _no_split(text: str, m: re.Match) -> bool:
+    """True when the punctuation at ``m`` ends an abbreviation, an initial or a date,
+    or closes a quote that the sentence goes on after (``"Really?" she asked.``)."""
+    after = text[m.end():].lstrip()
+    nxt = after.split(None, 1)[0] if after else ""
+    if m.group()[-1] in "\"'\u201d\u2019" and nxt[:1].islower():
+        return True
+    if m.group().rstrip("\"'\u201d\u2019)]") != ".":
+        return False
+    word = text[:m.start()].rsplit(None, 1)[-1] if text[:m.start()].strip() else ""
+    word = word.lstrip("\"'\u201c\u2018([")
+    low = word.lower()
+    if low in _ABBREV or re.fullmatch(r"[A-Z]", word):
+        return True
+    if low == "no" and nxt[:1].isdigit():  # "No. 5"
+        return True
+    return word.isdigit() and nxt.rstrip(",.") in _MONTH_NO  # "8. May 2023"
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split on newlines and on ``. ! ?`` (plus closing quotes/brackets) before
+    whitespace, except after abbreviations ("Dr.", "e.g."), initials, "8. May" and a
+    closing quote the sentence goes on after (``"Hi!" she said.``).
+    Decimals ("3.5") never split since no whitespace follows the dot."""
+    out: list[str] = []
+    for line in text.splitlines():
+        start = 0
+        for m in _END.finditer(line):
+            if not _no_split(line, m):
+                out.append(line[start:m.end()].strip())
+                start = m.end()
+        out.append(line[start:].strip())
+    return [s for s in out if s]
+
+
+def _is_near_duplicate(tokens: tuple[str, ...], kept: tuple[str, ...], threshold: float) -> bool:
+    a, b = set(tokens), set(kept)
+    if not a or (a & _NEGATIONS) != (b & _NEGATIONS):
+        return False
+    if len(tokens) >= 3 and a <= b:
+        return True
+    if any(ch.isdigit() for t in a - b for ch in t):  # a new number is new information
+        return False
+    return len(a & b) / len(a | b) >= threshold
+
+
+def dedup_sentences(groups: Sequence[Sequence[str]], threshold: float = 0.9) -> list[list[str]]:
+    """Drop exact and near duplicates across ``groups`` (kept in order, first wins);
+    returns the groups with the same shape, possibly emptied."""
+    seen: set = set()
+    kept: list[tuple[str, ...]] = []
+    out: list[list[str]] = []
+    for group in groups:
+        cur: list[str] = []
+        for sent in group:
+            toks = normalize(sent)
+            key = toks or sent  # token-less text ("...", emoji) dedups verbatim
+            if key in seen or any(_is_near_duplicate(toks, k, threshold) for k in kept):
+                continue
+            seen.add(key)
+            kept.append(toks)
+            cur.append(sent)
+        out.append(cur)
+    return out
+
+
+def _segments(text: str, ts: float) -> list[tuple[date, str, list[str]]]:
+    """``[(day, 'D Month YYYY', sentences), ...]`` for one input, in text order."""
+    d0 = format_date(ts)
+    day, month, year = d0.split()
+    segs = [(date(int(year), _MONTH_NO[month], int(day)), d0, text)]
+    pos = 0
+    for m in _TAG.finditer(text):
+        try:
+            key = date(int(m.group(3)), _MONTH_NO[m.group(2)], int(m.group(1)))
+        except ValueError:  # "[31 February 2023]" is text, not a tag
+            continue
+        segs[-1] = (*segs[-1][:2], text[pos:m.start()])
+        segs.append((key, f"{key.day} {m.group(2)} {key.year}", text[m.end():]))
+        pos = m.end()
+    segs[-1] = (*segs[-1][:2], text[pos:])
+    return [(k, s, split_sentences(t)) for k, s, t in segs]
+
+
+class ExtractiveMerger:
+    """Merge two memories by keeping each distinct sentence once, with date tags.
+
+    Example::
+
+        >>> from memforest_gpu.mergers.base import MemoryItem, MergePair
+        >>> a = MemoryItem("a", "Caroline: I went to the support group.", 1683554160.0)  # 8 May 2023
+        >>> b = MemoryItem("b", "Melanie: I painted a lake.", 1683640560.0)  # 9 May 2023
+        >>> ExtractiveMerger().merge([MergePair(a, b)])
+        ['[8 May 2023] Caroline: I went to the support group. [9 May 2023] Melanie: I painted a lake.']
+
+    ``near_duplicate`` is the token-set Jaccard at or above which a sentence counts as a
+    repeat of a kept one (1.0: only the same token set in another order).
+    """
+
+    name = "extractive"
+
+    def __init__(self, *, near_duplicate: float = 0.9) -> None:
+        value = near_duplicate
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise ValueError(f"near_duplicate must be in (0, 1], got {value!r}")
+        self.near_duplicate = float(value)
+
+    def __repr__(self) -> str:
+        return f"ExtractiveMerger(near_duplicate={self.near_duplicate})"
+
+    def merge(self, pairs: Sequence[MergePair]) -> list[str]:
+        """One merged, non-empty text per pair, in the order of ``pairs``."""
+        return [self._merge_one(p) for p in pairs]
+
+    def _merge_one(self, pair: MergePair) -> str:
+        segs = [s for item in (pair.older, pair.newer)
+                for s in _segments(item.text, item.timestamp) if s[2]]
+        segs.sort(key=lambda s: s[0])  # stable: older input first on equal dates
+        merged: list[tuple[str, list[str]]] = []
+        for _, label, sents in segs:
+            if merged and merged[-1][0] == label:
+                merged[-1][1].extend(sents)
+            else:
+                merged.append((label, list(sents)))
+        groups = dedup_sentences([s for _, s in merged], self.near_duplicate)
+        tagged = len(merged) > 1
+        parts = [(f"[{label}] " if tagged else "") + " ".join(g)
+                 for (label, _), g in zip(merged, groups) if g]
+        out = " ".join(parts)
+        if out:
+            return out
+        # Nothing but tags/whitespace in both inputs: keep the raw text, never "".
+        raw = " ".join(t for t in (pair.older.text.strip(), pair.newer.text.strip()) if t)
+        return raw or f"[{format_date(pair.older.timestamp)}]"

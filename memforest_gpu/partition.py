@@ -1,0 +1,106 @@
+"""EventTree partitioning (SPEC section 1): k-means + semantic/temporal reassignment,
+run for all tenants at once (tenants of similar size share one padded batch)."""
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .config import PartitionConfig
+from .kernels import cluster_centres, kmeans, pack_segments, reassign_to_centres, size_buckets
+
+__all__ = ["Partition", "partition", "time_order", "n_clusters", "tenant_uniforms"]
+
+
+@dataclass
+class Partition:
+    """Result of partitioning. ``tree`` (N,) global tree id per node; ``tree_tenant`` (T,)
+    tenant code per tree; ``centre`` (T,) node index of each tree's centre node;
+    ``kmeans_labels`` (N,) cluster before reassignment (same id space as ``tree``)."""
+
+    tree: torch.Tensor
+    tree_tenant: torch.Tensor
+    centre: torch.Tensor
+    kmeans_tree: torch.Tensor
+    iterations: dict
+    moved: int
+
+
+def n_clusters(n: int, alpha: float) -> int:
+    """K = max(1, min(n, floor(alpha * n)))"""
+    return max(1, min(n, int(math.floor(alpha * n))))
+
+
+def time_order(codes: torch.Tensor, timestamps: torch.Tensor) -> torch.Tensor:
+    """Node indices sorted by (tenant, timestamp, index). Shape: (N,), (N,) -> (N,)"""
+    o = torch.argsort(timestamps, stable=True)
+    return o[torch.argsort(codes[o], stable=True)]
+
+
+def tenant_uniforms(names: list[str], k: list[int], seed: int, device) -> torch.Tensor:
+    """Per-tenant random streams for k-means++: tenant ``t`` draws from a generator
+    seeded with (seed, crc32(name)), so its clusters never depend on other tenants.
+    Shape: -> (Kmax, T) float64"""
+    Kmax = max(k) if k else 0
+    u = np.zeros((Kmax, len(names)), dtype=np.float64)
+    for j, (name, kk) in enumerate(zip(names, k)):
+        u[:kk, j] = np.random.default_rng([int(seed), zlib.crc32(name.encode("utf-8"))]).random(kk)
+    return torch.from_numpy(u).to(device)
+
+
+def partition(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: torch.Tensor, names: list[str],
+              cfg: PartitionConfig, *, budget: int = 1 << 24, progress=None) -> Partition:
+    """Split every tenant's nodes into EventTrees.
+
+    Shape: embeddings (N, D) normalised, timestamps (N,), codes (N,) tenant code in
+           [0, len(names)) -> Partition with tree (N,)
+    """
+    N, D = embeddings.shape
+    dev = embeddings.device
+    n_ten = len(names)
+    order = time_order(codes, timestamps)
+    index, valid, sizes = pack_segments(codes, n_ten, order=order)  # (S, n): column = position
+    tree_local = torch.full((N,), -1, dtype=torch.int64, device=dev)
+    km_local = torch.full((N,), -1, dtype=torch.int64, device=dev)
+    centre_node: dict[int, torch.Tensor] = {}
+    kmax_per_tenant = torch.zeros(n_ten, dtype=torch.int64)
+    iters: dict[str, int] = {}
+    moved = 0
+    for bucket in size_buckets(sizes):
+        idx = index[bucket]  # (Tb, n)
+        n_b = int(sizes[bucket].max())
+        idx, val = idx[:, :n_b], valid[bucket][:, :n_b]
+        X = embeddings[idx.clamp(min=0)] * val[:, :, None]  # (Tb, n, D)
+        ks = [n_clusters(int(s), cfg.alpha) for s in sizes[bucket].tolist()]
+        k = torch.tensor(ks, dtype=torch.int64, device=dev)
+        u = tenant_uniforms([names[t] for t in bucket.tolist()], ks, cfg.seed, dev)
+        labels, means, c_valid, it = kmeans(X, val, k, max_iter=cfg.max_iter, uniforms=u, budget=budget)
+        centre = cluster_centres(X, val, labels, means, c_valid)  # (Tb, K) column index
+        new = reassign_to_centres(X, val, labels, centre, beta=cfg.beta, window=cfg.window,
+                                  use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal, budget=budget)
+        moved += int(((new != labels) & val).sum())
+        tree_local[idx[val]] = new[val]
+        km_local[idx[val]] = labels[val]
+        for j, t in enumerate(bucket.tolist()):
+            centre_node[t] = torch.where(c_valid[j], idx[j][centre[j].clamp(min=0)], torch.full_like(centre[j], -1))
+            kmax_per_tenant[t] = centre.shape[1]
+        iters[f"n<={n_b}"] = it
+        if progress is not None:
+            progress(int(val.sum()))
+    # global tree ids: (tenant, local cluster) -> consecutive ids over clusters that have members
+    stride = int(kmax_per_tenant.max()) if n_ten else 1
+    gid = codes * stride + tree_local  # (N,)
+    gkm = codes * stride + km_local
+    uniq, tree = torch.unique(gid, return_inverse=True)  # sorted: tenant-major, then cluster id
+    km_tree = torch.searchsorted(uniq, gkm)
+    tree_tenant = uniq // stride
+    centre = torch.full((uniq.shape[0],), -1, dtype=torch.int64, device=dev)
+    for t, cn in centre_node.items():
+        lab = torch.arange(cn.shape[0], device=dev) + t * stride
+        ok = cn >= 0
+        pos = torch.searchsorted(uniq, lab[ok])
+        centre[pos] = cn[ok]
+    return Partition(tree, tree_tenant, centre, km_tree, iters, moved)

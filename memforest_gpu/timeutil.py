@@ -1,0 +1,59 @@
+"""Timestamps: parse ISO 8601 / epoch seconds, and format a date for memory text.
+
+All timestamps inside the package are float epoch seconds (UTC). Naive ISO strings
+are read as UTC so that the same file gives the same numbers on every machine.
+"""
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = ["parse_timestamp", "format_date", "same_day"]
+
+
+def parse_timestamp(value: Any, *, where: str = "timestamp") -> float:
+    """Return epoch seconds (float) for an ISO 8601 string, a number, or a datetime.
+
+    Raises ``ValueError`` naming ``where`` and the value when it cannot be read.
+    """
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"{where} must be ISO 8601 or epoch seconds, got {value!r}")
+    if isinstance(value, (int, float)):
+        out = float(value)
+    elif isinstance(value, datetime):
+        dt = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        out = dt.timestamp()
+    elif isinstance(value, str):
+        s = value.strip()
+        try:
+            out = float(s)
+        except ValueError:
+            try:
+                dt = datetime.fromisoformat(s.replace("Z", "+00:00") if s.endswith("Z") else s)
+            except ValueError:
+                raise ValueError(
+                    f"{where} must be ISO 8601 or epoch seconds, got {value!r}"
+                ) from None
+            if dt.tzinfo is None:
+                dt = dt.replace(tzinfo=timezone.utc)
+            out = dt.timestamp()
+    else:
+        try:  # numpy scalars and the like
+            out = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where} must be ISO 8601 or epoch seconds, got {value!r}") from None
+    if not math.isfinite(out):
+        raise ValueError(f"{where} must be finite, got {value!r}")
+    return out
+
+
+def format_date(ts: float) -> str:
+    """Format epoch seconds as a day, e.g. ``1683554160.0 -> '8 May 2023'`` (UTC)."""
+    dt = datetime.fromtimestamp(float(ts), tz=timezone.utc)
+    return f"{dt.day} {dt:%B} {dt.year}"
+
+
+def same_day(a: float, b: float) -> bool:
+    """True when two epoch-second timestamps fall on the same UTC calendar day."""
+    return format_date(a) == format_date(b)

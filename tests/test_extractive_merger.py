@@ -1,0 +1,223 @@
+"""ExtractiveMerger: dedup, dates as tags, re-merge, splitting, and a length bound."""
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from memforest_gpu.mergers.base import MemoryItem, MergePair, Merger
+from memforest_gpu.mergers.extractive import ExtractiveMerger, normalize, split_sentences
+
+DAY = 86400.0
+T0 = 1683554160.0  # 8 May 2023, 13:56 UTC
+TAG = re.compile(r"\[(\d{1,2}) ([A-Z][a-z]+) (\d{4})\]")
+
+
+def item(text: str, days: float = 0.0, id: str = "x") -> MemoryItem:
+    return MemoryItem(id, text, T0 + days * DAY)
+
+
+def merge1(older: MemoryItem, newer: MemoryItem, **kw) -> str:
+    (out,) = ExtractiveMerger(**kw).merge([MergePair(older, newer)])
+    return out
+
+
+def tags(text: str) -> list[str]:
+    return [" ".join(m.groups()) for m in TAG.finditer(text)]
+
+
+def test_protocol_and_name():
+    m = ExtractiveMerger()
+    assert isinstance(m, Merger)
+    assert m.name == "extractive"
+
+
+def test_identical_inputs_give_one_copy():
+    text = "Caroline went to the LGBTQ support group. She felt accepted."
+    assert merge1(item(text), item(text, 0.1)) == text
+
+
+def test_identical_inputs_on_different_days_keep_the_first_date():
+    text = "Caroline went to the support group."
+    assert merge1(item(text), item(text, 1)) == "[8 May 2023] " + text
+
+
+def test_near_duplicate_dropped():
+    a = "Melanie painted a lake at sunrise last weekend with her kids."
+    b = "Melanie painted a lake at sunrise last weekend with her kids!"  # same tokens
+    c = "melanie painted a lake at sunrise last weekend with her two kids"  # Jaccard 11/12
+    assert merge1(item(a), item(b)) == a
+    assert merge1(item(a), item(c), near_duplicate=0.9) == a
+    assert merge1(item(a), item(c), near_duplicate=1.0) == f"{a} {c}"
+
+
+def test_contained_sentence_dropped_but_short_one_kept():
+    a = "Caroline went to the support group on Friday."
+    assert merge1(item(a), item("Caroline went to the support group.")) == a
+    # fewer than 3 tokens: only exact repeats are dropped
+    assert merge1(item(a), item("Caroline went.")) == f"{a} Caroline went."
+
+
+def test_different_numbers_kept():
+    out = merge1(item("I have 2 kids."), item("I have 3 kids."))
+    assert out == "I have 2 kids. I have 3 kids."
+    # even above the Jaccard threshold, a new number is never dropped
+    long = "we bought " + " ".join(f"w{i}" for i in range(30))
+    out = merge1(item(long + " and 2 cats."), item(long + " and 3 cats."), near_duplicate=0.5)
+    assert "2 cats" in out and "3 cats" in out
+
+
+def test_negation_is_not_a_duplicate():
+    out = merge1(item("I do not like cats."), item("I like cats."))
+    assert out == "I do not like cats. I like cats."
+
+
+def test_same_day_inputs_have_no_tags():
+    out = merge1(item("Caroline: hi there."), item("Melanie: hello back.", 0.3))
+    assert out == "Caroline: hi there. Melanie: hello back."
+    # existing tags equal to the common date are stripped
+    out = merge1(item("[8 May 2023] Caroline: hi there."), item("Melanie: hello back.", 0.3))
+    assert out == "Caroline: hi there. Melanie: hello back."
+
+
+def test_different_days_are_tagged_in_order():
+    out = merge1(item("Caroline: I went to the support group."), item("Melanie: I painted a lake.", 1))
+    assert out == ("[8 May 2023] Caroline: I went to the support group. "
+                   "[9 May 2023] Melanie: I painted a lake.")
+
+
+def test_older_item_with_later_tag_is_sorted_chronologically():
+    older = item("[8 May 2023] Caroline went hiking. [10 June 2023] Caroline adopted a dog.")
+    newer = item("Melanie ran a marathon.", 2)  # 10 May 2023
+    out = merge1(older, newer)
+    assert out == ("[8 May 2023] Caroline went hiking. [10 May 2023] Melanie ran a marathon. "
+                   "[10 June 2023] Caroline adopted a dog.")
+    # chronological, not alphabetical: "10 June" < "2 December", and years count
+    out = merge1(item("[2 December 2022] Old news here."), item("Fresh news here.", 0))
+    assert tags(out) == ["2 December 2022", "8 May 2023"]
+
+
+def test_same_date_segments_coalesce():
+    older = item("[8 May 2023] First thing. [9 May 2023] Second thing.")
+    newer = item("[8 May 2023] Third thing. [9 May 2023] Fourth thing.", 1)
+    assert merge1(older, newer) == ("[8 May 2023] First thing. Third thing. "
+                                    "[9 May 2023] Second thing. Fourth thing.")
+
+
+def test_repeat_on_later_date_dropped():
+    older = item("Caroline went hiking. She saw a bear.")
+    newer = item("She saw a bear. Melanie baked bread.", 1)
+    assert merge1(older, newer) == ("[8 May 2023] Caroline went hiking. She saw a bear. "
+                                    "[9 May 2023] Melanie baked bread.")
+
+
+def test_remerge_keeps_three_dates():
+    a = item("Caroline went to the support group.", 0, "a")
+    b = item("Melanie painted a lake. She has 2 kids.", 1, "b")
+    c = item("Caroline moved to Sweden 4 years ago.", 3, "c")
+    m = ExtractiveMerger()
+    (ab,) = m.merge([MergePair(a, b)])
+    (abc,) = m.merge([MergePair(MemoryItem("ab", ab, b.timestamp), c)])
+    assert tags(abc) == ["8 May 2023", "9 May 2023", "11 May 2023"]
+    assert abc == ("[8 May 2023] Caroline went to the support group. "
+                   "[9 May 2023] Melanie painted a lake. She has 2 kids. "
+                   "[11 May 2023] Caroline moved to Sweden 4 years ago.")
+    # and the other way round: an older single memory merged with a later merge
+    (c_ab,) = m.merge([MergePair(MemoryItem("c", c.text, T0 - DAY), MemoryItem("ab", ab, b.timestamp))])
+    assert tags(c_ab) == ["7 May 2023", "8 May 2023", "9 May 2023"]
+
+
+def test_abbreviations_and_decimals_not_split():
+    text = ("Dr. Smith met Mr. Jones at 3.5 km e.g. near the lake on 8. May 2023. "
+            "They walked! \"Really?\" she asked.\nNew line here")
+    assert split_sentences(text) == [
+        "Dr. Smith met Mr. Jones at 3.5 km e.g. near the lake on 8. May 2023.",
+        "They walked!", "\"Really?\" she asked.", "New line here"]
+    assert split_sentences("J. K. Rowling wrote it. Ref No. 5 is done.") == [
+        "J. K. Rowling wrote it.", "Ref No. 5 is done."]
+    assert normalize("Mr. Smith's 2 DOGS!") == ("mr", "smith", "s", "2", "dogs")
+
+
+def test_non_tag_brackets_and_invalid_dates_are_text():
+    out = merge1(item("See [31 February 2023] and [note] here."), item("Other text.", 1))
+    assert out == "[8 May 2023] See [31 February 2023] and [note] here. [9 May 2023] Other text."
+
+
+def test_batch_order_preserved_and_empty():
+    m = ExtractiveMerger()
+    assert m.merge([]) == []
+    pairs = [MergePair(item(f"Older fact {i}."), item(f"Newer fact {i}.", 0.1), "t") for i in range(5)]
+    assert m.merge(pairs) == [f"Older fact {i}. Newer fact {i}." for i in range(5)]
+
+
+def test_never_empty():
+    assert merge1(item("[9 May 2023]"), item("   ")) == "[9 May 2023]"
+    assert merge1(item(" "), item("\n")) == "[8 May 2023]"
+
+
+@pytest.mark.parametrize("bad", [0, 0.0, -0.1, 1.01, 2, float("nan"), "0.5", True, None])
+def test_invalid_near_duplicate(bad):
+    with pytest.raises(ValueError, match=r"near_duplicate must be in \(0, 1\], got"):
+        ExtractiveMerger(near_duplicate=bad)
+
+
+def test_keyword_only():
+    with pytest.raises(TypeError):
+        ExtractiveMerger(0.5)  # type: ignore[misc]
+
+
+WORDS = ("caroline melanie went painted lake group support kids dog sweden hiking bread "
+         "bear friday school music the a to and with her his at on").split()
+ABBREV = ("Dr.", "Mr.", "e.g.", "approx.", "3.5", "St.")
+
+
+def _sentence(rng: random.Random) -> str:
+    words = [rng.choice(WORDS) for _ in range(rng.randint(1, 9))]
+    if rng.random() < 0.4:
+        words.insert(rng.randrange(len(words) + 1), str(rng.randint(0, 20)))
+    if rng.random() < 0.2:
+        words.insert(rng.randrange(len(words)), rng.choice(ABBREV))
+    words[0] = words[0].capitalize()
+    return " ".join(words) + rng.choice(".!?")
+
+
+def _body(text: str) -> str:
+    return TAG.sub(" ", text)
+
+
+def test_random_pairs_length_bound_and_no_lost_numbers():
+    rng = random.Random(1234)
+    m = ExtractiveMerger(near_duplicate=0.6)
+    pool = [_sentence(rng) for _ in range(40)]
+    memories: list[MemoryItem] = []
+    for trial in range(400):
+        def fresh() -> MemoryItem:
+            if memories and rng.random() < 0.3:  # re-merge an earlier output
+                return rng.choice(memories)
+            text = ("\n" if rng.random() < 0.2 else " ").join(
+                rng.choice(pool) for _ in range(rng.randint(1, 5)))
+            return MemoryItem(str(trial), text, T0 + rng.randint(0, 4) * DAY + rng.random() * 3600)
+        a, b = fresh(), fresh()
+        older, newer = (a, b) if a.timestamp <= b.timestamp else (b, a)
+        (out,) = m.merge([MergePair(older, newer)])
+        assert out and out == out.strip()
+        n_in = len(older.text.split()) + len(newer.text.split())
+        added = max(0, len(tags(out)) - len(tags(older.text)) - len(tags(newer.text)))
+        assert len(out.split()) <= n_in + 3 * added
+        # no number (or any token) of the inputs' sentences is lost by the Jaccard rule
+        in_nums = {t for t in normalize(_body(older.text) + " " + _body(newer.text)) if t.isdigit()}
+        assert in_nums <= set(normalize(_body(out)))
+        # tags are in chronological order and only from the inputs' dates
+        dates = [(int(y), n, int(d)) for d, n, y in TAG.findall(out)]
+        months = {n: i for i, n in enumerate(("January February March April May June July "
+                                               "August September October November December").split())}
+        keys = [(y, months[n], d) for y, n, d in dates]
+        assert keys == sorted(keys) and len(set(keys)) == len(keys)
+        memories.append(MemoryItem(f"m{trial}", out, newer.timestamp))
+    assert len(memories) == 400
+
+
+def test_deterministic():
+    pairs = [MergePair(item("A b c. D e f."), item("D e f. G h i.", 1))]
+    assert ExtractiveMerger().merge(pairs) == ExtractiveMerger().merge(pairs)
