@@ -1,2 +1,22 @@
-"""memforest-gpu: GPU-accelerated MemForest compression of LLM-agent memory stores."""
+"""memforest-gpu: GPU-accelerated MemForest compression of LLM-agent memory stores.
+
+>>> from memforest_gpu import MemoryStore, compress, CompressConfig, MergeConfig
+>>> result = compress(store, CompressConfig(merge=MergeConfig(ratio=0.5)))
+>>> result.store, result.report
+"""
+from .config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
+from .embedders import SentenceTransformerEmbedder
+from .engine import CompressReport, CompressResult, compress
+from .io import read_store, write_store
+from .mergers import ExtractiveMerger, MemoryItem, MergePair, Merger
+from .retrieval import Retriever, SearchResult, search
+from .store import MemoryStore
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "MemoryStore", "read_store", "write_store", "compress", "CompressResult", "CompressReport",
+    "CompressConfig", "PartitionConfig", "TreeConfig", "MergeConfig", "RetrievalConfig",
+    "SentenceTransformerEmbedder", "Merger", "MergePair", "MemoryItem", "ExtractiveMerger",
+    "Retriever", "SearchResult", "search",
+]

@@ -280,14 +280,13 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         round_log = []
         for j, ((bk, r, sa, sb, w), (older, newer)) in enumerate(zip(plan, pairs_nodes)):
             new = nodes.add(older, newer, texts[j], new_emb[j], None if new_tok is None else new_tok[j])
-            keep, drop = min(sa, sb), max(sa, sb)
-            _update_slot(bk, r, keep, drop, new, new_emb[j], nodes)
             tree = int(bk.trees_np[r])
             quota[tree] -= 1
             count[tree] -= 1
             round_log.append({"round": rounds, "tenant": nodes.tenant[new], "a": nodes.ids[older],
                               "b": nodes.ids[newer], "into": nodes.ids[new], "similarity": float(w),
                               "a_index": older, "b_index": newer, "into_index": new})
+        _apply_round(plan, [rec["into_index"] for rec in round_log], new_emb, nodes)
         merges_log.extend(round_log)
         times["trees"] += time.perf_counter() - t5
         if on_round is not None:
@@ -436,17 +435,29 @@ def _run_merger(merger, fallback, batch: list[MergePair]) -> tuple[list[str], in
     return texts, n_fb
 
 
-def _update_slot(bk: _Bucket, r: int, keep: int, drop: int, new: int, e: torch.Tensor, nodes: _Nodes):
-    bk.slot[r, keep] = new
-    bk.slot[r, drop] = -1
-    bk.X[r, keep] = e
-    bk.X[r, drop] = 0
-    sims = bk.X[r] @ e  # (m,)
-    bk.W[r, keep, :] = sims
-    bk.W[r, :, keep] = sims
-    bk.ts[r, keep] = nodes.ts[new]
-    if bk.tok is not None and nodes.tokens is not None:
-        bk.tok[r, keep] = nodes.tokens[new]
+def _apply_round(plan, new_nodes: list[int], new_emb: torch.Tensor, nodes: _Nodes):
+    """Write a round's merges into the bucket tensors, one scatter per bucket: the merged
+    node takes the lower slot, the other slot empties, and the similarity row/column
+    of the merged node is recomputed against its tree."""
+    by_bucket: dict[int, tuple] = {}
+    for j, (bk, r, sa, sb, w) in enumerate(plan):
+        by_bucket.setdefault(id(bk), (bk, []))[1].append((j, r, min(sa, sb), max(sa, sb)))
+    for bk, items in by_bucket.values():
+        dev = bk.X.device
+        j, r, keep, drop = (torch.as_tensor(c, dtype=torch.int64, device=dev) for c in zip(*items))
+        new = torch.as_tensor([new_nodes[i] for i in j.tolist()], dtype=torch.int64, device=dev)
+        E = new_emb[j].to(bk.X.dtype)  # (P, D)
+        bk.slot[r, keep] = new
+        bk.slot[r, drop] = -1
+        bk.X[r, keep] = E
+        bk.X[r, drop] = 0
+        sims = torch.einsum("pmd,pd->pm", bk.X[r], E)  # (P, m), after all of the round's writes
+        bk.W[r, keep, :] = sims
+        bk.W[r, :, keep] = sims
+        bk.ts[r, keep] = torch.as_tensor([nodes.ts[i] for i in new.tolist()], dtype=bk.ts.dtype, device=dev)
+        if bk.tok is not None and nodes.tokens is not None:
+            bk.tok[r, keep] = torch.as_tensor([nodes.tokens[i] for i in new.tolist()], dtype=torch.int64,
+                                              device=dev)
 
 
 def _redistribute(stuck, quota, count, tree_tenant, trees_of, shortfall):

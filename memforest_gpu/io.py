@@ -33,6 +33,7 @@ target only once it is complete and synced.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -42,7 +43,7 @@ import numpy as np
 
 from .store import MemoryStore
 
-__all__ = ["read_store", "write_store", "detect_format", "FORMATS"]
+__all__ = ["read_store", "write_store", "detect_format", "FORMATS", "atomic_open", "atomic_write_text"]
 
 FORMATS = ("parquet", "jsonl")
 
@@ -362,19 +363,28 @@ def write_store(store: MemoryStore, path: str | os.PathLike, *, format: str | No
     """
     path = os.fspath(path)
     fmt = detect_format(path, format)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
     if fmt == "parquet":
         table = _to_arrow_table(store)  # build before touching the disk
+    with atomic_open(path) as f:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, f, compression="zstd")
+        else:
+            _write_jsonl(store, f)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike):
+    """Open a binary file that appears at ``path`` only when the block succeeds
+    (temp file in the same folder, fsync, ``os.replace``); on error nothing changes."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
     tmp, fd = _create_temp(directory, os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
-            if fmt == "parquet":
-                import pyarrow.parquet as pq
-
-                pq.write_table(table, f, compression="zstd")
-            else:
-                _write_jsonl(store, f)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         try:  # keep the mode of a file being replaced
@@ -389,6 +399,12 @@ def write_store(store: MemoryStore, path: str | os.PathLike, *, format: str | No
             pass
         raise
     _fsync_dir(directory)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write a text file atomically (see :func:`atomic_open`)."""
+    with atomic_open(path) as f:
+        f.write(text.encode("utf-8"))
 
 
 def _create_temp(directory: str, base: str) -> tuple[str, int]:
