@@ -139,7 +139,7 @@ def _pair_order(nodes: _Nodes, a: int, b: int) -> tuple[int, int]:
 
 def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger=None, embedder=None,
              device=None, progress: bool = False, on_round: Callable[[int, list[dict]], None] | None = None,
-             budget: int = 1 << 24) -> CompressResult:
+             plan_only: bool = False, budget: int = 1 << 24) -> CompressResult:
     """Compress ``store`` with MemForest.
 
     Args:
@@ -149,6 +149,8 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         device: where the tensor work runs (``None``: CUDA when present).
         progress: show progress bars.
         on_round: called after each round with (round, merges of the round).
+        plan_only: stop before the first merge: ``merges`` lists the first round's planned
+            pairs (a, b, similarity, texts) and ``store`` is the input, unchanged (a dry run).
 
     Every tenant loses exactly ``round(ratio * N_t)`` nodes unless it cannot (report's
     ``shortfall``); every original id ends in exactly one output node's ``sources``.
@@ -239,6 +241,14 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
             if ((quota > 0) & ~stuck & (count >= 2)).any():
                 continue  # quota just moved to trees that sat this round out
             break
+        if plan_only:
+            merges_log = []
+            for bk, r, sa, sb, w in plan:
+                older, newer = _pair_order(nodes, int(bk.slot[r, sa]), int(bk.slot[r, sb]))
+                merges_log.append({"round": 1, "tenant": nodes.tenant[older], "a": nodes.ids[older],
+                                   "b": nodes.ids[newer], "similarity": float(w), "a_text": nodes.texts[older],
+                                   "b_text": nodes.texts[newer]})
+            break
         rounds += 1
         # one merger call for every pair of the round
         t3 = time.perf_counter()
@@ -295,6 +305,15 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
             bar.update(len(plan))
     if bar:
         bar.close()
+
+    if plan_only:
+        times["total"] = time.perf_counter() - t0
+        report = CompressReport(
+            tenants=[], nodes_in=N, nodes_out=N, trees=n_trees, rounds=0, merges=0, schedule=cfg.merge.schedule,
+            merger=getattr(merger, "name", type(merger).__name__),
+            embedder=embedder.name if embedder is not None else "mean-of-inputs", max_node_tokens=cap,
+            seconds=times, moved_by_reassignment=part.moved, kmeans_iterations=part.iterations)
+        return CompressResult(store, report, merges_log)
 
     # ---- 4. output: live nodes, in order of their earliest original
     t6 = time.perf_counter()
