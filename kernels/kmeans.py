@@ -10,7 +10,7 @@ import torch
 
 from .assign import best_match
 
-__all__ = ["kmeans", "kmeans_plus_plus", "lloyd_step", "cluster_means", "cluster_centres"]
+__all__ = ["kmeans", "kmeans_plus_plus", "kmeans_plus_plus_dense", "lloyd_step", "cluster_means", "cluster_centres"]
 
 
 def _uniforms(seed: int, steps: int, T: int, device) -> torch.Tensor:
@@ -18,9 +18,100 @@ def _uniforms(seed: int, steps: int, T: int, device) -> torch.Tensor:
     return torch.rand(steps, T, generator=g, dtype=torch.float64).to(device)  # (steps, T)
 
 
+def _sample_step(d2, chosen, valid, sizes, u_s, active, rows):
+    """One D^2-weighted draw per problem (see :func:`kmeans_plus_plus`). Shape: (T, n) -> (T,)"""
+    w = d2.masked_fill(chosen, 0)
+    total = w.sum(1, dtype=torch.float64)  # (T,)
+    cdf = torch.cumsum(w, 1, dtype=torch.float64)  # (T, n)
+    pick = torch.searchsorted(cdf, (u_s * total)[:, None], right=True)[:, 0]  # (T,)
+    pick = torch.minimum(pick, (sizes - 1).clamp(min=0))
+    empty = total <= 0
+    if bool(empty.any()):  # degenerate: no mass left (duplicates) -> first valid, unchosen point
+        pick = torch.where(empty, (valid & ~chosen).float().argmax(1), pick)
+    # the cdf can land on a zero-weight point at the right edge; step back to one with mass
+    bad = ~empty & (w[rows, pick] <= 0)
+    if bool(bad.any()):
+        pick = torch.where(bad, (w > 0).float().argmax(1), pick)
+    return torch.where(active, pick, torch.full_like(pick, -1))
+
+
 def kmeans_plus_plus(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, seed: int = 0,
-                     uniforms: torch.Tensor | None = None) -> torch.Tensor:
+                     uniforms: torch.Tensor | None = None, dense_fraction: float = 0.35) -> torch.Tensor:
     """k-means++ seeding: first centre uniform, then D^2-weighted sampling.
+
+    Random numbers come from a CPU generator seeded with ``seed`` so CPU and CUDA draw
+    the same numbers; ``uniforms`` (Kmax, T) in [0, 1) overrides them (per-problem streams
+    make a problem's result independent of what else is in the batch). When every
+    remaining point coincides with a centre, the first valid point not yet chosen is taken.
+
+    Each step only re-measures the points the new centre can win: a point whose
+    nearest centre c_j satisfies |c_new - c_j| >= 2 d(x) cannot get closer (triangle
+    inequality), so late steps touch a small fraction of the points. When more than
+    ``dense_fraction`` of the points are candidates the step runs dense instead.
+    Same seeds as :func:`kmeans_plus_plus_dense` up to float rounding.
+
+    Shape: X (T, n, D), valid (T, n), k (T,) -> seeds (T, Kmax) int64 point indices (-1 = unused)
+    """
+    T, n, D = X.shape
+    dev = X.device
+    Kmax = int(k.max()) if T else 0
+    seeds = torch.full((T, Kmax), -1, dtype=torch.int64, device=dev)
+    if Kmax == 0:
+        return seeds
+    Xf = X.float()
+    sizes = valid.sum(1)  # (T,)
+    u = _uniforms(seed, Kmax, T, dev) if uniforms is None else uniforms.to(device=dev, dtype=torch.float64)
+    rows = torch.arange(T, device=dev)
+    first = torch.clamp((u[0] * sizes).long(), max=(sizes - 1).clamp(min=0))  # valid points are a prefix
+    seeds[:, 0] = first
+    sq = (Xf * Xf).sum(-1)  # (T, n)
+    cent = torch.zeros(T, Kmax, D, dtype=torch.float32, device=dev)  # chosen centres so far
+    cnorm = torch.zeros(T, Kmax, dtype=torch.float32, device=dev)  # their squared norms
+    c = Xf[rows, first]  # (T, D)
+    cent[:, 0] = c
+    cnorm[:, 0] = (c * c).sum(-1)
+    Xflat = Xf.reshape(T * n, D)
+    d2 = (sq - 2 * torch.bmm(Xf, c[:, :, None])[:, :, 0] + (c * c).sum(-1)[:, None])
+    d2 = d2.clamp(min=0).masked_fill(~valid, 0)  # (T, n) squared distance to the nearest centre
+    near = torch.zeros(T, n, dtype=torch.int64, device=dev)  # which centre that is
+    chosen = torch.zeros(T, n, dtype=torch.bool, device=dev)
+    chosen[rows, first] = True
+    d2[rows, first] = 0
+    for s in range(1, Kmax):
+        active = k > s  # (T,)
+        pick = _sample_step(d2, chosen, valid, sizes, u[s], active, rows)
+        seeds[:, s] = pick
+        p = pick.clamp(min=0)
+        ra = rows[active]
+        chosen[ra, p[active]] = True
+        c = Xf[rows, p]  # (T, D)
+        cent[:, s] = c
+        csq = (c * c).sum(-1)  # (T,)
+        cnorm[:, s] = csq
+        cc = cnorm[:, :s] - 2 * torch.bmm(cent[:, :s], c[:, :, None])[:, :, 0] + csq[:, None]  # (T, s)
+        cand = valid & active[:, None] & (4.0 * d2 * (1 + 1e-5) + 1e-6 >= cc.gather(1, near))  # (T, n)
+        n_cand = int(cand.sum())
+        if n_cand > dense_fraction * int(valid[active].sum()):
+            nd = (sq - 2 * torch.bmm(Xf, c[:, :, None])[:, :, 0] + csq[:, None]).clamp(min=0)
+            win = cand & (nd < d2)
+            d2 = torch.where(win, nd, d2)
+            near = torch.where(win, torch.full_like(near, s), near)
+        elif n_cand:
+            ti, ni = cand.nonzero(as_tuple=True)
+            flat = ti * n + ni
+            nd = (sq.view(-1)[flat] - 2 * (Xflat.index_select(0, flat) * c[ti]).sum(-1) + csq[ti]).clamp(min=0)
+            win = nd < d2[ti, ni]
+            ti, ni = ti[win], ni[win]
+            d2[ti, ni] = nd[win]
+            near[ti, ni] = s
+        d2[ra, p[active]] = 0
+    return seeds
+
+
+def kmeans_plus_plus_dense(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, seed: int = 0,
+                     uniforms: torch.Tensor | None = None) -> torch.Tensor:
+    """Reference k-means++: every step updates every point's distance (O(K n D) memory
+    traffic). :func:`kmeans_plus_plus` computes the same seeds with pruning.
 
     Random numbers come from a CPU generator seeded with ``seed`` so CPU and CUDA draw
     the same numbers; ``uniforms`` (Kmax, T) in [0, 1) overrides them (per-problem streams
