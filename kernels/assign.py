@@ -5,6 +5,8 @@ tile's (T, rows, K) scores stay under ``budget`` elements, keeping a running arg
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 __all__ = ["best_match", "MODES"]
@@ -16,16 +18,41 @@ def _rows_per_tile(T: int, n: int, K: int, budget: int) -> int:
     return max(1, min(n, budget // max(1, T * K)))
 
 
+_TRITON_FAILED = False
+
+
 def best_match(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *, mode: str = "l2",
-               budget: int = 1 << 24) -> tuple[torch.Tensor, torch.Tensor]:
+               budget: int = 1 << 24, backend: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
     """Best centre per point, batched over independent problems.
 
     mode "l2": nearest centre in Euclidean distance (score = 2 x.c - |c|^2, higher is better);
     mode "dot": largest dot product. Ties go to the lowest centre index; invalid centres
     never win. A problem with no valid centre gets index -1 and score -inf.
 
+    ``backend``: "torch" (this function, the reference), "triton" (the fused kernel of
+    :mod:`.triton_assign`), or "auto": Triton on CUDA when it is installed (set
+    ``MEMFOREST_TRITON=0`` to turn it off), falling back to torch if it fails to build.
+
     Shape: X (T, n, D), C (T, K, D), c_valid (T, K) -> score (T, n), index (T, n) int64
     """
+    global _TRITON_FAILED
+    if backend not in ("auto", "torch", "triton"):
+        raise ValueError(f"backend must be one of ['auto', 'torch', 'triton'], got {backend!r}")
+    if backend != "torch" and mode in MODES:
+        from .triton_assign import best_match_triton, triton_available
+
+        use = backend == "triton" or (X.is_cuda and not _TRITON_FAILED and os.environ.get("MEMFOREST_TRITON") != "0"
+                                      and triton_available(X.device))
+        if use:
+            try:
+                return best_match_triton(X, C, c_valid, mode=mode)
+            except Exception as e:  # noqa: BLE001 - a kernel that fails to build must not stop the run
+                if backend == "triton":
+                    raise
+                _TRITON_FAILED = True
+                import logging
+
+                logging.getLogger("memforest_gpu").warning("Triton best_match failed (%s); using PyTorch", e)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
     if X.ndim != 3 or C.ndim != 3 or X.shape[0] != C.shape[0] or X.shape[2] != C.shape[2]:

@@ -16,13 +16,17 @@ TIE_TOL = 1e-6  # a point keeps its k-means label when that centre's score is wi
 
 def reassign_to_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, centre: torch.Tensor, *,
                         beta: float = 0.8, window: int = 5, use_semantic: bool = True,
-                        use_temporal: bool = True, budget: int = 1 << 24) -> torch.Tensor:
+                        use_temporal: bool = True, budget: int = 1 << 24,
+                        semantic: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Move each non-centre point to the centre maximising
     ``u = beta * cos(x, c) + (1 - beta) * [|pos_x - pos_c| <= window]``.
 
     Ties: keep the k-means label if its centre is among the best (within ``TIE_TOL``),
     else the lowest cluster id. Centres stay in their own cluster. Rows of X must be
     L2-normalised and in time order (column = position).
+
+    ``semantic``: a precomputed (cos, cluster) of each point's most similar centre, for
+    callers that search centres approximately (two-level partitioning); default exact.
 
     Shape: X (T, n, D), valid (T, n), labels (T, n), centre (T, K) point index or -1
            -> labels (T, n)
@@ -38,8 +42,8 @@ def reassign_to_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tens
 
     # (a) best centre by the semantic term alone (tiled running argmax)
     if sem_w > 0:
-        s1, j1 = best_match(X, Cx, c_valid, mode="dot", budget=budget)  # (T, n)
-        u1 = sem_w * s1
+        s1, j1 = semantic if semantic is not None else best_match(X, Cx, c_valid, mode="dot", budget=budget)
+        u1 = sem_w * s1  # (T, n)
     else:  # every centre scores 0: the lowest valid cluster id
         j1 = c_valid.float().argmax(1)[:, None].expand(T, n).clone()
         u1 = torch.zeros(T, n, device=dev)

@@ -13,11 +13,13 @@ __all__ = [
     "SCHEDULES",
     "DEGREE_NORMS",
     "TREE_KINDS",
+    "KMEANS_METHODS",
 ]
 
 SCHEDULES = ("sequential", "matching")
 DEGREE_NORMS = ("none", "max")
 TREE_KINDS = ("max", "min", "random")
+KMEANS_METHODS = ("exact", "two-level")
 
 
 def _check_range(name: str, value: float, lo: float, hi: float, *, lo_open=False, hi_open=False):
@@ -51,8 +53,12 @@ class PartitionConfig:
     seed: int = 0  # k-means++ seeding
     use_semantic: bool = True  # ablation: False drops the cos term from the reassignment
     use_temporal: bool = True  # ablation: False drops the window term from the reassignment
+    kmeans: str = "exact"  # "two-level": coarse cells, then k-means inside each (sub-quadratic)
+    two_level_min_nodes: int = 20000  # tenants smaller than this always use exact k-means
 
     def __post_init__(self):
+        _check_choice("kmeans", self.kmeans, KMEANS_METHODS)
+        _check_int("two_level_min_nodes", self.two_level_min_nodes, 1)
         _check_range("alpha", self.alpha, 0.0, 1.0, lo_open=True)
         _check_range("beta", self.beta, 0.0, 1.0)
         _check_int("window", self.window, 0)

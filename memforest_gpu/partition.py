@@ -11,6 +11,7 @@ import torch
 
 from .config import PartitionConfig
 from .kernels import cluster_centres, kmeans, pack_segments, reassign_to_centres, size_buckets
+from .two_level import two_level_clusters
 
 __all__ = ["Partition", "partition", "time_order", "n_clusters", "tenant_uniforms"]
 
@@ -69,7 +70,30 @@ def partition(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: torch.T
     kmax_per_tenant = torch.zeros(n_ten, dtype=torch.int64)
     iters: dict[str, int] = {}
     moved = 0
-    for bucket in size_buckets(sizes):
+    two_level = torch.zeros(n_ten, dtype=torch.bool)
+    if cfg.kmeans == "two-level":
+        two_level = (sizes.cpu() >= cfg.two_level_min_nodes) & (
+            torch.tensor([n_clusters(int(x), cfg.alpha) for x in sizes.tolist()]) >= 4)
+    for t in torch.nonzero(two_level).flatten().tolist():
+        n_t = int(sizes[t])
+        idx = index[t, :n_t]  # (n_t,) node ids in time order
+        X = embeddings[idx]
+        labels, centre, _, _, _, sem = two_level_clusters(
+            X, n_clusters(n_t, cfg.alpha), name=names[t], seed=cfg.seed, max_iter=cfg.max_iter, budget=budget)
+        val = torch.ones(1, n_t, dtype=torch.bool, device=dev)
+        new = reassign_to_centres(X[None], val, labels[None], centre[None], beta=cfg.beta, window=cfg.window,
+                                  use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal, budget=budget,
+                                  semantic=(sem[0][None], sem[1][None]))[0]
+        moved += int((new != labels).sum())
+        tree_local[idx] = new
+        km_local[idx] = labels
+        centre_node[t] = idx[centre]
+        kmax_per_tenant[t] = centre.shape[0]
+        iters[f"two-level n={n_t}"] = cfg.max_iter
+        if progress is not None:
+            progress(n_t)
+    exact_sizes = sizes.masked_fill(two_level.to(sizes.device), 0)
+    for bucket in size_buckets(exact_sizes):
         idx = index[bucket]  # (Tb, n)
         n_b = int(sizes[bucket].max())
         idx, val = idx[:, :n_b], valid[bucket][:, :n_b]
