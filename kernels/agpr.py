@@ -62,9 +62,11 @@ def agpr_rerank(sims: torch.Tensor, times: torch.Tensor, valid: torch.Tensor, k:
     pos = dense_rank(times, valid).to(sims.dtype)  # (Q, C)
     pa = pos[:, :A]  # (Q, A)
     a_ok = valid[:, :A]  # (Q, A)
-    prox = torch.exp(-(pos[:, :, None] - pa[:, None, :]).abs())  # (Q, C, A)
-    prox = prox * a_ok[:, None, :].to(sims.dtype)
-    p = prox.sum(-1) / a_ok.sum(-1, keepdim=True).clamp(min=1).to(sims.dtype)  # (Q, C)
+    dist = (pos[:, :, None] - pa[:, None, :]).abs()  # (Q, C, A)
+    dist = torch.where(a_ok[:, None, :], dist, torch.full_like(dist, float("inf")))  # exp(-inf) = 0
+    # sum in a canonical order, so candidates with the same distances get the same p exactly
+    prox = torch.exp(-torch.sort(dist, dim=-1).values.double())
+    p = (prox.sum(-1) / a_ok.sum(-1, keepdim=True).clamp(min=1)).to(sims.dtype)  # (Q, C)
     v = gamma * sims + (1.0 - gamma) * p
     v = torch.where(valid, v, torch.tensor(float("-inf"), dtype=v.dtype, device=v.device))
     # tie order: v desc, then s desc, then column asc (stable sorts, last key first)

@@ -122,7 +122,9 @@ class _Bucket:
         self.trees = trees  # (B,) global tree id
         self.slot = slots  # (B, m) node id, -1 = empty
         self.X = X  # (B, m, D)
-        self.W = X @ X.transpose(1, 2)  # (B, m, m) cosine similarities
+        # (B, m, m) cosine similarities, accumulated in float64 so a value never depends on the
+        # batch it was computed in (other tenants' trees share the batch; ties must stay ties)
+        self.W = (X.double() @ X.double().transpose(1, 2)).to(X.dtype)
         self.ts = ts  # (B, m) float64
         self.tok = tok  # (B, m) int64 or None
 
@@ -470,7 +472,7 @@ def _apply_round(plan, new_nodes: list[int], new_emb: torch.Tensor, nodes: _Node
         bk.slot[r, drop] = -1
         bk.X[r, keep] = E
         bk.X[r, drop] = 0
-        sims = torch.einsum("pmd,pd->pm", bk.X[r], E)  # (P, m), after all of the round's writes
+        sims = torch.einsum("pmd,pd->pm", bk.X[r].double(), E.double()).to(bk.W.dtype)  # (P, m), after all writes
         bk.W[r, keep, :] = sims
         bk.W[r, :, keep] = sims
         bk.ts[r, keep] = torch.as_tensor([nodes.ts[i] for i in new.tolist()], dtype=bk.ts.dtype, device=dev)

@@ -31,6 +31,11 @@ def as_embedding_tensor(x: Any, *, device: torch.device | None = None, what: str
         t = torch.from_numpy(x)
     elif hasattr(x, "__dlpack__") and type(x).__module__.split(".")[0] in ("cupy", "jax", "jaxlib"):
         t = torch.from_dlpack(x)  # zero-copy on the array's own device
+    elif isinstance(x, (list, tuple)) and x and all(isinstance(r, torch.Tensor) for r in x):
+        dims = {tuple(r.shape) for r in x}
+        if len(dims) > 1 or len(next(iter(dims))) != 1:
+            raise ValueError(f"{what} must all be 1-D vectors of one dimension, got shapes {sorted(dims)}")
+        t = torch.stack(list(x))
     elif isinstance(x, (list, tuple)):
         dims = {len(row) if isinstance(row, (list, tuple, np.ndarray)) else -1 for row in x}
         if len(dims) > 1:
@@ -59,14 +64,14 @@ def _normalise_checked(e: torch.Tensor, ids: Sequence[str], what: str = "embeddi
     if not bool(finite.all()):
         i = int((~finite).nonzero()[0])
         raise ValueError(f"{what} of node {ids[i]!r} must be finite, got NaN or inf")
-    norms = e.norm(dim=1)  # (N,)
+    norms = e.double().norm(dim=1)  # (N,) in float64: a large finite vector must not overflow to inf
     zero = norms <= 1e-12
     if bool(zero.any()):
         i = int(zero.nonzero()[0])
         raise ValueError(f"{what} of node {ids[i]!r} must have non-zero norm, got norm 0")
     if bool(((norms - 1.0).abs() <= 1e-6).all()):
         return e  # already unit length: keep the exact values (a load/save round trip is bit-exact)
-    return e / norms[:, None]
+    return (e.double() / norms[:, None]).to(torch.float32)
 
 
 @dataclass(eq=False)

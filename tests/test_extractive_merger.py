@@ -221,3 +221,10 @@ def test_random_pairs_length_bound_and_no_lost_numbers():
 def test_deterministic():
     pairs = [MergePair(item("A b c. D e f."), item("D e f. G h i.", 1))]
     assert ExtractiveMerger().merge(pairs) == ExtractiveMerger().merge(pairs)
+
+
+def test_swapped_numbers_are_not_duplicates():
+    """Same words, numbers in other places: a different fact, both kept."""
+    out = ExtractiveMerger().merge([MergePair(MemoryItem("a", "Alice paid 10 dollars to Bob on day 3.", 0.0),
+                                              MemoryItem("b", "Alice paid 3 dollars to Bob on day 10.", 60.0))])[0]
+    assert "10 dollars" in out and "3 dollars" in out

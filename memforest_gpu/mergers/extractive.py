@@ -85,9 +85,18 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in out if s]
 
 
+def _numbers_in_order(tokens: tuple[str, ...], kept: tuple[str, ...]) -> bool:
+    """The numbers of ``tokens`` occur in ``kept`` in the same order ("paid 10 on day 3"
+    is not a duplicate of "paid 3 on day 10")."""
+    it = iter(t for t in kept if any(ch.isdigit() for ch in t))
+    return all(any(n == m for m in it) for n in (t for t in tokens if any(ch.isdigit() for ch in t)))
+
+
 def _is_near_duplicate(tokens: tuple[str, ...], kept: tuple[str, ...], threshold: float) -> bool:
     a, b = set(tokens), set(kept)
     if not a or (a & _NEGATIONS) != (b & _NEGATIONS):
+        return False
+    if not _numbers_in_order(tokens, kept):
         return False
     if len(tokens) >= 3 and a <= b:
         return True

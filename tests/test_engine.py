@@ -1,0 +1,816 @@
+"""Tests for memforest_gpu.engine.compress: the invariants of progressive merging.
+
+Small synthetic stores (dim 16-64) on the CPU, so the whole file runs in well under a
+minute. Invariants checked on every compression (``check_invariants``):
+
+- each tenant loses exactly round(ratio * N_t) nodes, unless the report's per-tenant
+  ``shortfall`` says it could not (and then only when it really could not);
+- every original id ends in exactly one output node's ``sources``, never across tenants;
+- timestamps are the max of the sources', ids unique and content-addressed;
+- report fields agree with the output and the merges log.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+import torch
+
+from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
+from memforest_gpu.embedders import count_words
+from memforest_gpu.engine import DATE_TAG_TOKENS, CompressResult, compress, merged_id
+from memforest_gpu.mergers.base import MergePair
+from memforest_gpu.mergers.extractive import ExtractiveMerger
+from memforest_gpu.partition import partition
+from memforest_gpu.quota import removal_target
+from memforest_gpu.store import MemoryStore
+from memforest_gpu.synthetic import synthetic_store
+
+CPU = "cpu"
+DAY = 86400.0
+NAMES = ["bob", "alice", "carol", "dave", "erin", "frank", "gina", "hank"]
+
+
+# --------------------------------------------------------------------------- helpers
+def build_store(sizes, *, dim=32, seed=0, shuffle=True) -> MemoryStore:
+    """One synthetic tenant per size (tenants named from NAMES), rows shuffled so that
+    tenants are interleaved and row order is not time order."""
+    ids, texts, ts, ten, embs = [], [], [], [], []
+    for j, n in enumerate(sizes):
+        s = synthetic_store(n, dim=dim, seed=seed * 101 + j)
+        ids += [f"{NAMES[j]}-{i}" for i in s.ids]
+        texts += s.texts
+        ts += s.timestamps.tolist()
+        ten += [NAMES[j]] * n
+        embs.append(s.embeddings)
+    st = MemoryStore.from_columns(ids=ids, texts=texts, timestamps=ts, embeddings=torch.cat(embs), tenants=ten)
+    if shuffle:
+        perm = np.random.default_rng(seed).permutation(len(st)).tolist()
+        st = st.take(perm)
+    return st
+
+
+def cfg_of(ratio=0.5, schedule="sequential", **merge_kw) -> CompressConfig:
+    return CompressConfig(merge=MergeConfig(ratio=ratio, schedule=schedule, **merge_kw))
+
+
+def run(store, config=None, **kw) -> CompressResult:
+    return compress(store, config, device=CPU, **kw)
+
+
+def check_invariants(store: MemoryStore, res: CompressResult, ratio: float, *, capped: bool = False):
+    """``store`` may itself be compressed: its nodes' sources are the originals."""
+    out, rep = res.store, res.report
+    owner = {x: j for j, s in enumerate(store.sources) for x in s}  # original id -> input row
+    in_ts = store.timestamps.tolist()
+    names = store.tenant_names()
+    n_in = Counter(store.tenants)
+    n_out = Counter(out.tenants)
+
+    # ids unique, content-addressed for merged nodes, untouched nodes unchanged
+    assert len(set(out.ids)) == len(out.ids)
+    rows_of = []
+    for j, (i, src, meta) in enumerate(zip(out.ids, out.sources, out.metadata)):
+        rows = sorted({owner[x] for x in src})
+        rows_of.append(rows)
+        if len(rows) == 1:
+            (r,) = rows
+            assert i == store.ids[r] and out.texts[j] == store.texts[r] and src == store.sources[r]
+            assert torch.equal(out.embeddings[j], store.embeddings[r])
+            assert meta == store.metadata[r]
+        else:
+            assert i == merged_id(src)
+            assert isinstance(meta.get("merged_from"), list) and len(meta["merged_from"]) == 2
+        assert out.texts[j].strip()
+
+    # every original in exactly one output node, never across tenants
+    seen = Counter(x for s in out.sources for x in s)
+    assert set(seen) == set(owner)
+    assert all(c == 1 for c in seen.values())
+    for t, rows, ts in zip(out.tenants, rows_of, out.timestamps.tolist()):
+        assert {store.tenants[r] for r in rows} == {t}
+        assert ts == max(in_ts[r] for r in rows)
+
+    # output order: by earliest input row
+    firsts = [rows[0] for rows in rows_of]
+    assert firsts == sorted(firsts)
+
+    # embeddings stay unit length
+    torch.testing.assert_close(out.embeddings.norm(dim=1), torch.ones(len(out)), atol=1e-5, rtol=0)
+
+    # per-tenant counts and report rows
+    assert [r["tenant"] for r in rep.tenants] == names
+    for row in rep.tenants:
+        t = row["tenant"]
+        N = n_in[t]
+        req = removal_target(N, ratio)
+        assert req == math.floor(ratio * N + 0.5)
+        assert row["nodes_in"] == N and row["nodes_out"] == n_out[t]
+        assert row["requested"] == req
+        assert row["removed"] == N - n_out[t]
+        assert 0 <= row["shortfall"] <= req
+        assert n_out[t] == N - req + row["shortfall"]
+        if not capped:
+            # without a token cap a tenant falls short only when every tree is down to one node
+            reachable = N - row["trees"]
+            assert row["shortfall"] == max(0, req - reachable), row
+            if row["shortfall"] > 0:
+                assert n_out[t] == row["trees"]
+    assert sum(r["trees"] for r in rep.tenants) == rep.trees
+    assert rep.nodes_in == len(store) and rep.nodes_out == len(out)
+    assert rep.merges == rep.nodes_in - rep.nodes_out == len(res.merges)
+    assert rep.shortfall == sum(r["shortfall"] for r in rep.tenants)
+    assert rep.ratio_reached == pytest.approx(1 - len(out) / len(store))
+    if rep.merges:
+        assert rep.rounds >= 1
+        assert [m["round"] for m in res.merges] == sorted(m["round"] for m in res.merges)
+        assert res.merges[-1]["round"] == rep.rounds
+        assert {m["round"] for m in res.merges} == set(range(1, rep.rounds + 1))
+
+    # the merges log replays to the output
+    sources = {i: list(s) for i, s in zip(store.ids, store.sources)}
+    tenant = dict(zip(store.ids, store.tenants))
+    live = set(store.ids)
+    for m in res.merges:
+        assert m["a"] in live and m["b"] in live and m["a"] != m["b"]
+        src = sources[m["a"]] + sources[m["b"]]
+        assert m["into"] == merged_id(src)
+        assert m["tenant"] == tenant[m["a"]] == tenant[m["b"]]
+        live -= {m["a"], m["b"]}
+        live.add(m["into"])
+        sources[m["into"]] = src
+        tenant[m["into"]] = m["tenant"]
+    assert live == set(out.ids)
+    for i, s in zip(out.ids, out.sources):
+        assert sorted(s) == sorted(sources[i])
+    # a round never uses a node twice
+    per_round = defaultdict(list)
+    for m in res.merges:
+        per_round[m["round"]] += [m["a"], m["b"]]
+    for r, used in per_round.items():
+        assert len(used) == len(set(used)), r
+
+
+def tree_of_originals(store: MemoryStore, cfg: CompressConfig) -> dict[str, int]:
+    names, codes = store.tenant_index()
+    p = partition(store.embeddings, store.timestamps, codes, names, cfg.partition)
+    return {i: int(t) for i, t in zip(store.ids, p.tree.tolist())}
+
+
+def same_output(a: MemoryStore, b: MemoryStore) -> bool:
+    return (a.ids == b.ids and a.texts == b.texts and a.sources == b.sources and a.tenants == b.tenants
+            and torch.equal(a.embeddings, b.embeddings) and torch.equal(a.timestamps, b.timestamps))
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """These tensors are tiny: one intra-op thread is faster, and immune to a busy machine
+    (two OpenMP threads on a loaded 2-core box made this file ~10x slower)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+SIZES = [1400, 800, 450, 340, 3, 2, 1]  # ~3,000 nodes, 7 tenants, tiny ones included
+
+
+@pytest.fixture(scope="module")
+def big_store():
+    return build_store(SIZES, dim=32, seed=0)
+
+
+@pytest.fixture(scope="module")
+def small_store():
+    return build_store([260, 150, 90, 3, 2, 1], dim=16, seed=1)
+
+
+# --------------------------------------------------------------------------- invariants
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+@pytest.mark.parametrize("ratio", [0.3, 0.5, 0.7])
+def test_invariants_many_tenants(big_store, ratio, schedule):
+    assert len(big_store) == sum(SIZES)
+    res = run(big_store, cfg_of(ratio, schedule))
+    check_invariants(big_store, res, ratio)
+    rows = {r["tenant"]: r for r in res.report.tenants}
+    # big tenants always reach the target exactly
+    for t in NAMES[:4]:
+        assert rows[t]["shortfall"] == 0
+        assert rows[t]["nodes_out"] == rows[t]["nodes_in"] - removal_target(rows[t]["nodes_in"], ratio)
+    # a one-node tenant cannot lose anything
+    assert rows["gina"]["nodes_out"] == 1
+    assert rows["gina"]["shortfall"] == removal_target(1, ratio)
+    assert res.report.schedule == schedule
+    assert res.report.merger == "extractive"
+    assert res.report.embedder == "mean-of-inputs"
+    assert res.report.max_node_tokens is None
+    assert res.report.fallbacks == 0
+
+
+def test_input_store_not_modified(small_store):
+    before = (list(small_store.ids), list(small_store.texts), small_store.embeddings.clone(),
+              small_store.timestamps.clone(), [list(s) for s in small_store.sources],
+              [dict(m) for m in small_store.metadata])
+    run(small_store, cfg_of(0.6))
+    assert small_store.ids == before[0] and small_store.texts == before[1]
+    assert torch.equal(small_store.embeddings, before[2]) and torch.equal(small_store.timestamps, before[3])
+    assert small_store.sources == before[4] and small_store.metadata == before[5]
+
+
+def test_compress_a_compressed_store(small_store):
+    """Sources of already merged nodes are carried along, metadata is merged."""
+    first = run(small_store, cfg_of(0.4))
+    second = run(first.store, cfg_of(0.5))
+    check_invariants(first.store, second, 0.5)
+    seen = Counter(x for s in second.store.sources for x in s)
+    assert set(seen) == set(small_store.ids) and set(seen.values()) == {1}
+
+
+def test_defaults_and_bad_arguments(small_store):
+    res = compress(small_store.select_tenant("bob"), device=CPU)  # config=None: SPEC defaults
+    check_invariants(small_store.select_tenant("bob"), res, 0.5)
+    with pytest.raises(ValueError, match="CompressConfig"):
+        compress(small_store, MergeConfig(ratio=0.5), device=CPU)
+    with pytest.raises(ValueError, match="MemoryStore"):
+        compress(small_store.records(), cfg_of(0.5), device=CPU)
+
+
+# --------------------------------------------------------------------------- determinism
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_deterministic(small_store, schedule):
+    cfg = cfg_of(0.5, schedule)
+    a, b = run(small_store, cfg), run(small_store, cfg)
+    assert same_output(a.store, b.store)
+    assert a.store.metadata == b.store.metadata
+    assert a.merges == b.merges
+    assert a.report.rounds == b.report.rounds
+
+
+def test_partition_seed_changes_output(small_store):
+    base = run(small_store, cfg_of(0.5))
+    outs = []
+    for seed in (1, 2, 3):
+        cfg = CompressConfig(partition=PartitionConfig(seed=seed), merge=MergeConfig(ratio=0.5))
+        res = run(small_store, cfg)
+        check_invariants(small_store, res, 0.5)
+        outs.append(sorted(map(sorted, res.store.sources)))
+    base_groups = sorted(map(sorted, base.store.sources))
+    assert any(o != base_groups for o in outs)
+
+
+# --------------------------------------------------------------------------- tenant independence
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_tenant_independence(schedule):
+    # tenants of similar size share padded batches in partitioning and merging
+    st = build_store([400, 300, 260, 3, 2, 1], dim=32, seed=2)
+    cfg = cfg_of(0.5, schedule)
+    full = run(st, cfg)
+    for t in st.tenant_names():
+        alone = run(st.select_tenant(t), cfg)
+        part = full.store.select_tenant(t)
+        assert alone.store.ids == part.ids, t
+        assert alone.store.texts == part.texts, t
+        assert alone.store.sources == part.sources, t
+        assert torch.equal(alone.store.embeddings, part.embeddings), t
+        row = next(r for r in full.report.tenants if r["tenant"] == t)
+        assert alone.report.tenants[0] == row
+
+
+def test_tenant_names_do_not_matter_for_other_tenants():
+    """Renaming one tenant never changes another tenant's result."""
+    st = build_store([200, 180], dim=16, seed=3, shuffle=False)
+    renamed = MemoryStore.from_columns(ids=st.ids, texts=st.texts, timestamps=st.timestamps,
+                                       embeddings=st.embeddings,
+                                       tenants=["zed" if t == "bob" else t for t in st.tenants])
+    a = run(st, cfg_of(0.5)).store.select_tenant("alice")
+    b = run(renamed, cfg_of(0.5)).store.select_tenant("alice")
+    assert same_output(a, b)
+
+
+# --------------------------------------------------------------------------- schedules
+def test_sequential_rounds(small_store):
+    cfg = cfg_of(0.5, "sequential")
+    seq = run(small_store, cfg)
+    mat = run(small_store, cfg_of(0.5, "matching"))
+    check_invariants(small_store, seq, 0.5)
+    check_invariants(small_store, mat, 0.5)
+    rows = seq.report.tenants
+    lower = max(math.ceil((r["nodes_in"] - r["nodes_out"]) / r["trees"]) for r in rows)
+    assert seq.report.rounds >= lower
+    assert mat.report.rounds < seq.report.rounds
+
+    # exact: one merge per tree per round, rounds == the largest number of merges any tree makes
+    tree = tree_of_originals(small_store, cfg)
+    sources = {i: [i] for i in small_store.ids}
+    per_tree = Counter()
+    per_round_tree = Counter()
+    for m in seq.merges:
+        src = sources[m["a"]] + sources[m["b"]]
+        sources[m["into"]] = src
+        trees = {tree[x] for x in src}
+        assert len(trees) == 1, "a merge crossed two EventTrees"
+        (t,) = trees
+        per_tree[t] += 1
+        per_round_tree[(m["round"], t)] += 1
+    assert max(per_round_tree.values()) == 1
+    assert seq.report.rounds == max(per_tree.values())
+    assert seq.report.trees == len(set(tree.values()))
+
+
+def test_matching_merges_stay_inside_trees(small_store):
+    cfg = cfg_of(0.7, "matching")
+    res = run(small_store, cfg)
+    tree = tree_of_originals(small_store, cfg)
+    sources = {i: [i] for i in small_store.ids}
+    for m in res.merges:
+        src = sources[m["a"]] + sources[m["b"]]
+        sources[m["into"]] = src
+        assert len({tree[x] for x in src}) == 1
+
+
+# --------------------------------------------------------------------------- token cap
+def capped_store(seed=0, dim=24):
+    """Short texts (2-7 words + punctuation), a few long ones, spread over days."""
+    rng = np.random.default_rng(seed)
+    words = "red blue green cat dog tea jazz hike paris book bike cake".split()
+    ids, texts, ts, ten = [], [], [], []
+    for t, n in (("ann", 120), ("ben", 60), ("cy", 2)):
+        for i in range(n):
+            k = 60 if i % 25 == 7 else int(rng.integers(2, 8))  # some originals already over the cap
+            texts.append(" ".join(rng.choice(words, k)) + f" #{t}{i}.")
+            ids.append(f"{t}{i}")
+            ts.append(1.68e9 + DAY * float(rng.integers(0, 10)) + 60.0 * i)
+            ten.append(t)
+    emb = rng.standard_normal((len(ids), dim)).astype(np.float32)
+    return MemoryStore.from_columns(ids=ids, texts=texts, timestamps=ts, embeddings=emb, tenants=ten)
+
+
+def _mst_edges(E: np.ndarray) -> list[tuple[int, int]]:
+    """Kruskal maximum spanning tree of cos similarities (ties by (i, j))."""
+    n = len(E)
+    W = E @ E.T
+    edges = sorted(((-W[i, j], i, j) for i in range(n) for j in range(i + 1, n)))
+    parent = list(range(n))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    out = []
+    for _, i, j in edges:
+        ri, rj = find(i), find(j)
+        if ri != rj:
+            parent[ri] = rj
+            out.append((i, j))
+    return out
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_token_cap(schedule):
+    cap = 40
+    st = capped_store()
+    cfg = CompressConfig(merge=MergeConfig(ratio=0.7, schedule=schedule, max_node_tokens=cap))
+    res = run(st, cfg)  # embedder=None: tokens counted with count_words
+    check_invariants(st, res, 0.7, capped=True)
+    assert res.report.max_node_tokens == cap
+    orig_tokens = dict(zip(st.ids, count_words(st.texts)))
+    over_orig = {i for i, c in orig_tokens.items() if c > cap}
+    assert over_orig, "the store must hold originals over the cap"
+    for i, text, src in zip(res.store.ids, res.store.texts, res.store.sources):
+        n = count_words([text])[0]
+        if n > cap:
+            assert len(src) == 1 and src[0] in over_orig, (i, n, text)
+    # an original over the cap can never be merged
+    for x in over_orig:
+        assert x in res.store.ids
+    # the cap costs removals, and the report says so
+    assert res.report.shortfall > 0
+    rows = {r["tenant"]: r for r in res.report.tenants}
+    for t, row in rows.items():
+        assert row["nodes_out"] == row["nodes_in"] - row["requested"] + row["shortfall"]
+    # a tenant falls short only when none of its trees has a spanning-tree edge under the cap
+    tree = tree_of_originals(st, cfg)
+    for t, row in rows.items():
+        if row["shortfall"] == 0:
+            continue
+        groups = defaultdict(list)
+        for j, (tt, src) in enumerate(zip(res.store.tenants, res.store.sources)):
+            if tt == t:
+                groups[tree[src[0]]].append(j)
+        for g in groups.values():
+            if len(g) < 2:
+                continue
+            E = res.store.embeddings[g].numpy().astype(np.float64)
+            tok = count_words([res.store.texts[j] for j in g])
+            day = [math.floor(res.store.timestamps[j].item() / DAY) for j in g]
+            for a, b in _mst_edges(E):
+                est = tok[a] + tok[b] + DATE_TAG_TOKENS * (day[a] != day[b])
+                assert est > cap, (t, res.store.ids[g[a]], res.store.ids[g[b]], est)
+
+
+def test_token_cap_with_verbose_merger():
+    """A merger whose texts exceed the cap is replaced by the extractive merger for those pairs."""
+    cap = 40
+
+    class Verbose:
+        name = "verbose"
+
+        def merge(self, pairs):
+            return [(p.older.text + " " + p.newer.text + " ") * 4 for p in pairs]
+
+    st = capped_store(seed=1)
+    res = run(st, CompressConfig(merge=MergeConfig(ratio=0.5, max_node_tokens=cap)), merger=Verbose())
+    check_invariants(st, res, 0.5, capped=True)
+    assert res.report.fallbacks > 0
+    orig_tokens = dict(zip(st.ids, count_words(st.texts)))
+    for text, src in zip(res.store.texts, res.store.sources):
+        if count_words([text])[0] > cap:
+            assert len(src) == 1 and orig_tokens[src[0]] > cap
+
+
+# --------------------------------------------------------------------------- embeddings
+def test_mean_embedding_fallback(small_store):
+    res = run(small_store, cfg_of(0.5))
+    emb = {i: small_store.embeddings[j] for j, i in enumerate(small_store.ids)}
+    n_pairs = 0
+    for m in res.merges:
+        expect = torch.nn.functional.normalize(emb[m["a"]] + emb[m["b"]], dim=0)
+        emb[m["into"]] = expect
+    for j, (i, src) in enumerate(zip(res.store.ids, res.store.sources)):
+        if len(src) > 1:
+            torch.testing.assert_close(res.store.embeddings[j], emb[i], atol=1e-6, rtol=0)
+        if len(src) == 2:  # a merge of two originals
+            a, b = (small_store.ids.index(x) for x in src)
+            e = torch.nn.functional.normalize(small_store.embeddings[a] + small_store.embeddings[b], dim=0)
+            torch.testing.assert_close(res.store.embeddings[j], e, atol=1e-6, rtol=0)
+            n_pairs += 1
+    assert n_pairs > 0
+
+
+class FakeEmbedder:
+    """Deterministic hash embeddings; records every call."""
+
+    def __init__(self, dim, max_tokens=None, name="fake-embedder"):
+        self.name = name
+        self.dim = dim
+        self.max_tokens = max_tokens
+        self.calls: list[list[str]] = []
+        self.count_calls: list[list[str]] = []
+
+    def vector(self, text):
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        v = torch.from_numpy(np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32))
+        return v / v.norm()
+
+    def embed(self, texts):
+        texts = list(texts)
+        self.calls.append(texts)
+        return torch.stack([self.vector(t) for t in texts]) if texts else torch.empty(0, self.dim)
+
+    def count_tokens(self, texts):
+        self.count_calls.append(list(texts))
+        return count_words(texts)
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_embedder_called_once_per_round(small_store, schedule):
+    fe = FakeEmbedder(small_store.dim)
+    res = run(small_store, cfg_of(0.5, schedule), embedder=fe)
+    check_invariants(small_store, res, 0.5)
+    assert len(fe.calls) == res.report.rounds
+    assert sum(map(len, fe.calls)) == res.report.merges
+    assert fe.count_calls == []  # no cap: tokens never counted
+    assert res.report.embedder == "fake-embedder" and res.report.max_node_tokens is None
+    assert [len(c) for c in fe.calls] == _round_sizes(res)
+    # merged nodes carry the embedder's vector of their own text
+    embedded = {t for c in fe.calls for t in c}
+    for j, (text, src) in enumerate(zip(res.store.texts, res.store.sources)):
+        if len(src) > 1:
+            assert text in embedded
+            assert torch.equal(res.store.embeddings[j], fe.vector(text))
+
+
+def test_embedder_max_tokens_is_the_default_cap():
+    st = capped_store(seed=2, dim=16)
+    fe = FakeEmbedder(st.dim, max_tokens=30)
+    res = run(st, cfg_of(0.5), embedder=fe)
+    check_invariants(st, res, 0.5, capped=True)
+    assert res.report.max_node_tokens == 30
+    assert fe.count_calls, "the embedder's own token counter must be used"
+    assert len(fe.calls) == res.report.rounds
+    # an explicit max_node_tokens wins over the embedder's limit
+    fe2 = FakeEmbedder(st.dim, max_tokens=30)
+    res2 = run(st, cfg_of(0.5, max_node_tokens=1000), embedder=fe2)
+    assert res2.report.max_node_tokens == 1000
+    assert res2.report.shortfall == 0
+
+
+def test_embedder_dim_mismatch(small_store):
+    with pytest.raises(ValueError, match=str(small_store.dim)) as e:
+        run(small_store, cfg_of(0.5), embedder=FakeEmbedder(small_store.dim + 1))
+    assert str(small_store.dim + 1) in str(e.value)
+
+
+# --------------------------------------------------------------------------- mergers
+class RecordingMerger:
+    name = "recording"
+
+    def __init__(self, fn=None):
+        self.calls: list[list[MergePair]] = []
+        self.fn = fn
+
+    def merge(self, pairs):
+        pairs = list(pairs)
+        self.calls.append(pairs)
+        if self.fn is not None:
+            return self.fn(pairs)
+        return [f"{p.older.text} + {p.newer.text}" for p in pairs]
+
+
+def _round_sizes(res):
+    c = Counter(m["round"] for m in res.merges)
+    return [c[r] for r in range(1, res.report.rounds + 1)]
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_merger_called_once_per_round_with_all_pairs(small_store, schedule):
+    m = RecordingMerger()
+    res = run(small_store, cfg_of(0.5, schedule), merger=m)
+    check_invariants(small_store, res, 0.5)
+    assert len(m.calls) == res.report.rounds
+    assert [len(c) for c in m.calls] == _round_sizes(res)
+    assert res.report.merger == "recording" and res.report.fallbacks == 0
+    tenant = dict(zip(small_store.ids, small_store.tenants))
+    by_round = defaultdict(list)
+    for rec in res.merges:
+        by_round[rec["round"]].append((rec["a"], rec["b"]))
+    for r, call in enumerate(m.calls, start=1):
+        assert [(p.older.id, p.newer.id) for p in call] == by_round[r]
+        for p in call:
+            assert p.older.timestamp <= p.newer.timestamp
+            assert p.tenant in tenant.values()
+    # the merged texts are the merger's
+    merged_texts = {f"{p.older.text} + {p.newer.text}" for c in m.calls for p in c}
+    for text, src in zip(res.store.texts, res.store.sources):
+        if len(src) > 1:
+            assert text in merged_texts
+
+
+def test_merge_pairs_are_older_first_and_single_tenant(small_store):
+    m = RecordingMerger()
+    res = run(small_store, cfg_of(0.5), merger=m)
+    tenant_of = dict(zip(small_store.ids, small_store.tenants))
+    for rec in res.merges:
+        tenant_of[rec["into"]] = rec["tenant"]
+    for call in m.calls:
+        for p in call:
+            assert tenant_of[p.older.id] == tenant_of[p.newer.id] == p.tenant
+            assert p.older.timestamp <= p.newer.timestamp
+
+
+def _raise(pairs):
+    raise RuntimeError("LLM backend down")
+
+
+def _some_empty(pairs):
+    return ["" if j % 2 == 0 else f"{p.older.text} | {p.newer.text}" for j, p in enumerate(pairs)]
+
+
+def _some_bad(pairs):
+    return [None if j % 3 == 0 else ("   " if j % 3 == 1 else p.newer.text + " " + p.older.text)
+            for j, p in enumerate(pairs)]
+
+
+def _one_short(pairs):
+    return [p.older.text for p in pairs][:-1]
+
+
+def _one_long(pairs):
+    return [p.older.text for p in pairs] + ["extra"]
+
+
+@pytest.mark.parametrize("fn, whole_batch", [(_raise, True), (_some_empty, False), (_some_bad, False),
+                                             (_one_short, True), (_one_long, True)],
+                         ids=["raises", "empty", "none-or-blank", "too-few", "too-many"])
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_merger_robustness(small_store, fn, whole_batch, schedule):
+    m = RecordingMerger(fn)
+    res = run(small_store, cfg_of(0.5, schedule), merger=m)
+    check_invariants(small_store, res, 0.5)
+    assert res.report.fallbacks > 0
+    assert len(m.calls) == res.report.rounds
+    assert [len(c) for c in m.calls] == _round_sizes(res)
+    if whole_batch:
+        assert res.report.fallbacks == res.report.merges
+        # every text then comes from the extractive merger: same output as the default merger
+        ref = run(small_store, cfg_of(0.5, schedule))
+        assert same_output(res.store, ref.store)
+    else:
+        expect = sum(len(c) - len([t for t in fn(c) if isinstance(t, str) and t.strip()]) for c in m.calls)
+        assert res.report.fallbacks == expect
+
+
+def test_extractive_merger_errors_are_not_swallowed(small_store):
+    class Broken(ExtractiveMerger):
+        def merge(self, pairs):
+            raise RuntimeError("boom")
+
+    # a custom merger gets an extractive fallback; a failure of the fallback itself surfaces
+    with pytest.raises(RuntimeError, match="boom"):
+        run(small_store, cfg_of(0.5), merger=Broken())
+
+
+# --------------------------------------------------------------------------- on_round
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_on_round(small_store, schedule):
+    seen = []
+    res = run(small_store, cfg_of(0.5, schedule), on_round=lambda r, merges: seen.append((r, list(merges))))
+    assert [r for r, _ in seen] == list(range(1, res.report.rounds + 1))
+    assert [m for _, ms in seen for m in ms] == res.merges
+    assert all(ms and all(m["round"] == r for m in ms) for r, ms in seen)
+
+
+def test_nothing_to_merge():
+    st = build_store([1, 1, 1], dim=16, seed=4)
+    calls = []
+    res = run(st, cfg_of(0.5), on_round=lambda r, m: calls.append(r))
+    assert res.report.rounds == 0 and res.report.merges == 0 and calls == []
+    assert same_output(res.store, st)
+    assert res.report.shortfall == 3
+
+
+def test_token_cap_below_every_text(small_store):
+    """No merge fits: nothing is merged, every tenant reports its whole target as shortfall."""
+    res = run(small_store, cfg_of(0.5, max_node_tokens=1))
+    check_invariants(small_store, res, 0.5, capped=True)
+    assert res.report.merges == 0 and res.report.rounds == 0
+    assert all(r["shortfall"] == r["requested"] for r in res.report.tenants)
+    assert same_output(res.store, small_store)
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_memory_budget_does_not_change_the_result(small_store, schedule):
+    """A small ``budget`` tiles the large tensor ops; the result must not move."""
+    ref = run(small_store, cfg_of(0.5, schedule))
+    tiled = run(small_store, cfg_of(0.5, schedule), budget=1 << 10)
+    assert same_output(ref.store, tiled.store)
+
+
+def test_progress_bars(small_store):
+    ref = run(small_store, cfg_of(0.5))
+    res = run(small_store, cfg_of(0.5), progress=True)
+    assert same_output(ref.store, res.store)
+
+
+# --------------------------------------------------------------------------- config validation
+@pytest.mark.parametrize("ratio", [0, 1, 1.5, -0.1, 0.0, 1.0])
+def test_bad_ratio(ratio):
+    with pytest.raises(ValueError, match="ratio") as e:
+        MergeConfig(ratio=ratio)
+    assert repr(ratio) in str(e.value)
+
+
+@pytest.mark.parametrize("ratio", [float("nan"), float("inf"), "0.5", None, True])
+def test_ratio_must_be_a_number(ratio):
+    with pytest.raises(ValueError, match="ratio"):
+        MergeConfig(ratio=ratio)
+
+
+@pytest.mark.parametrize("make, name, value", [
+    (lambda: PartitionConfig(alpha=0), "alpha", 0),
+    (lambda: PartitionConfig(alpha=1.5), "alpha", 1.5),
+    (lambda: PartitionConfig(beta=-0.1), "beta", -0.1),
+    (lambda: PartitionConfig(beta=1.1), "beta", 1.1),
+    (lambda: PartitionConfig(window=-1), "window", -1),
+    (lambda: PartitionConfig(max_iter=0), "max_iter", 0),
+    (lambda: PartitionConfig(seed=-1), "seed", -1),
+    (lambda: TreeConfig(eta=2), "eta", 2),
+    (lambda: TreeConfig(eta=-0.5), "eta", -0.5),
+    (lambda: RetrievalConfig(gamma=1.5), "gamma", 1.5),
+    (lambda: RetrievalConfig(k=0), "k", 0),
+    (lambda: RetrievalConfig(L=0), "L", 0),
+    (lambda: RetrievalConfig(lam=-0.2), "lam", -0.2),
+    (lambda: MergeConfig(max_node_tokens=0), "max_node_tokens", 0),
+    (lambda: MergeConfig(seed=-3), "seed", -3),
+])
+def test_bad_values(make, name, value):
+    with pytest.raises(ValueError) as e:
+        make()
+    msg = str(e.value)
+    assert name in msg and repr(value) in msg
+
+
+def test_unknown_schedule():
+    with pytest.raises(ValueError) as e:
+        MergeConfig(schedule="parallel")
+    msg = str(e.value)
+    assert "'parallel'" in msg and "sequential" in msg and "matching" in msg
+
+
+def test_unknown_degree_norm_and_kind():
+    with pytest.raises(ValueError) as e:
+        TreeConfig(degree_norm="sum")
+    assert "'sum'" in str(e.value) and "none" in str(e.value) and "max" in str(e.value)
+    with pytest.raises(ValueError) as e:
+        TreeConfig(kind="maximum")
+    assert "'maximum'" in str(e.value) and "random" in str(e.value)
+
+
+def test_compress_config_checks_types():
+    with pytest.raises(ValueError, match="merge"):
+        CompressConfig(merge=TreeConfig())
+    with pytest.raises(ValueError, match="partition"):
+        CompressConfig(partition={"alpha": 0.1})
+
+
+def test_configs_are_frozen():
+    c = MergeConfig()
+    with pytest.raises(Exception):
+        c.ratio = 0.9  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- ablations
+ABLATIONS = {
+    "min-tree": CompressConfig(tree=TreeConfig(kind="min")),
+    "random-order": CompressConfig(tree=TreeConfig(kind="random")),
+    "degree-max": CompressConfig(tree=TreeConfig(degree_norm="max", eta=0.9)),
+    "no-degree": CompressConfig(tree=TreeConfig(eta=1.0)),
+    "no-semantic": CompressConfig(partition=PartitionConfig(use_semantic=False)),
+    "no-temporal": CompressConfig(partition=PartitionConfig(use_temporal=False)),
+    "neither": CompressConfig(partition=PartitionConfig(use_semantic=False, use_temporal=False)),
+    "one-cluster": CompressConfig(partition=PartitionConfig(alpha=1e-6)),
+    "all-clusters": CompressConfig(partition=PartitionConfig(alpha=1.0)),
+}
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+@pytest.mark.parametrize("name", list(ABLATIONS))
+def test_ablations_keep_invariants(small_store, name, schedule):
+    base = ABLATIONS[name]
+    cfg = CompressConfig(partition=base.partition, tree=base.tree, merge=MergeConfig(ratio=0.6, schedule=schedule))
+    res = run(small_store, cfg)
+    check_invariants(small_store, res, 0.6)
+    if name == "all-clusters":  # every node its own tree: nothing can merge
+        assert res.report.merges == 0
+    if name == "one-cluster":
+        assert res.report.trees == len(small_store.tenant_names())
+
+
+def test_ablations_change_the_result(small_store):
+    ref = sorted(map(sorted, run(small_store, cfg_of(0.5)).store.sources))
+    for name in ("min-tree", "random-order", "no-temporal"):
+        base = ABLATIONS[name]
+        cfg = CompressConfig(partition=base.partition, tree=base.tree, merge=MergeConfig(ratio=0.5))
+        assert sorted(map(sorted, run(small_store, cfg).store.sources)) != ref, name
+
+
+def test_random_order_is_seeded(small_store):
+    def go(seed):
+        cfg = CompressConfig(tree=TreeConfig(kind="random"), merge=MergeConfig(ratio=0.5, seed=seed))
+        return run(small_store, cfg).store
+
+    a, b, c = go(0), go(0), go(7)
+    assert same_output(a, b)
+    assert sorted(map(sorted, a.sources)) != sorted(map(sorted, c.sources))
+
+
+def test_min_tree_merges_dissimilar_pairs(small_store):
+    """The minimum spanning tree ablation merges far less similar pairs than the maximum one."""
+    sim = lambda res: np.mean([m["similarity"] for m in res.merges])  # noqa: E731
+    mx = run(small_store, cfg_of(0.3))
+    mn = run(small_store, CompressConfig(tree=TreeConfig(kind="min"), merge=MergeConfig(ratio=0.3)))
+    assert sim(mn) < sim(mx)
+
+
+# --------------------------------------------------------------------------- known bug
+def _dup_store(parts):
+    ids, texts, ts, ten, embs = [], [], [], [], []
+    for name, e in parts:
+        for i in range(len(e)):
+            ids.append(f"{name}{i}")
+            texts.append(f"{name} fact {i}.")
+            ts.append(1.6e9 + 3600.0 * i)
+            ten.append(name)
+        embs.append(e)
+    return MemoryStore.from_columns(ids=ids, texts=texts, timestamps=ts, embeddings=np.concatenate(embs), tenants=ten)
+
+
+def test_tenant_independence_with_duplicate_embeddings():
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.001), merge=MergeConfig(ratio=0.5))  # 1 tree/tenant
+    diffs = []
+    for D, na, nb, seed in ((16, 20, 30, 1), (16, 20, 30, 2), (64, 40, 60, 1), (64, 40, 60, 2)):
+        rng = np.random.default_rng(seed)
+        base = rng.standard_normal((3, D)).astype(np.float32)
+        a = base[rng.integers(0, 3, na)]  # tenant "a": only 3 distinct vectors (repeated facts)
+        b = rng.standard_normal((nb, D)).astype(np.float32)  # tenant "b": anything
+        alone = run(_dup_store([("a", a)]), cfg).store
+        both = run(_dup_store([("a", a), ("b", b)]), cfg).store.select_tenant("a")
+        if alone.ids != both.ids or alone.sources != both.sources:
+            diffs.append((D, na, nb, seed))
+    assert diffs == []
