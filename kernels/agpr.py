@@ -36,7 +36,7 @@ def dense_rank(t: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
     Shape: t (Q, C), valid (Q, C) -> rank (Q, C) int64
     """
-    big = torch.finfo(t.dtype).max
+    big = torch.finfo(t.dtype).max if t.is_floating_point() else torch.iinfo(t.dtype).max
     tt = torch.where(valid, t, torch.full_like(t, big))
     srt, order = torch.sort(tt, dim=1, stable=True)
     step = torch.zeros_like(order)

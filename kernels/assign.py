@@ -9,9 +9,10 @@ import os
 
 import torch
 
-__all__ = ["best_match", "MODES"]
+__all__ = ["best_match", "MODES", "TIE_EPS"]
 
 MODES = ("l2", "dot")
+TIE_EPS = 1e-6  # scores this close to the best are ties (lowest index wins)
 
 
 def _rows_per_tile(T: int, n: int, K: int, budget: int) -> int:
@@ -26,8 +27,10 @@ def best_match(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *, mode:
     """Best centre per point, batched over independent problems.
 
     mode "l2": nearest centre in Euclidean distance (score = 2 x.c - |c|^2, higher is better);
-    mode "dot": largest dot product. Ties go to the lowest centre index; invalid centres
-    never win. A problem with no valid centre gets index -1 and score -inf.
+    mode "dot": largest dot product. Ties go to the lowest centre index, where scores
+    within ``TIE_EPS`` of the best count as tied (identical centres get scores a few ulps
+    apart out of a matrix multiply); invalid centres never win. A problem with no valid
+    centre gets index -1 and score -inf.
 
     ``backend``: "torch" (this function, the reference), "triton" (the fused kernel of
     :mod:`.triton_assign`), or "auto": Triton on CUDA when it is installed (set
@@ -73,7 +76,9 @@ def best_match(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *, mode:
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
         s = torch.baddbmm(bias[:, None, :], X[:, r0:r1], Ct, beta=1.0, alpha=scale)  # (T, rows, K)
-        v, j = s.max(dim=2)  # first index among ties
+        v = s.max(dim=2).values  # (T, rows)
+        # lowest index within TIE_EPS of the best: duplicate centres score a few ulps apart
+        j = (s >= (v - TIE_EPS)[:, :, None]).to(torch.uint8).argmax(dim=2)
         j = torch.where(torch.isfinite(v), j, torch.full_like(j, -1))
         score[:, r0:r1] = v
         index[:, r0:r1] = j

@@ -196,6 +196,8 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
     Shape: X (T, n, D), valid (T, n), k (T,) -> labels (T, n), centroids (T, Kmax, D),
            c_valid (T, Kmax), iterations (int)
     """
+    if max_iter < 1:
+        raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
     T, n, D = X.shape
     Kmax = int(k.max()) if T else 0
     dev = X.device

@@ -36,6 +36,7 @@ def spanning_forest(W: torch.Tensor, active: torch.Tensor, *, maximum: bool = Tr
     if B == 0 or m <= 1:
         z = torch.zeros(B, E, dtype=torch.int64, device=dev)
         return z, z.clone(), torch.zeros(B, E, dtype=W.dtype, device=dev), torch.zeros(B, E, dtype=torch.bool, device=dev)
+    W = torch.maximum(W, W.transpose(1, 2))  # exactly symmetric, or Borůvka could cycle forever
     Wd = W if maximum else -W
     neg_inf = torch.tensor(float("-inf"), dtype=W.dtype, device=dev)
     pair_ok = active[:, :, None] & active[:, None, :] & ~torch.eye(m, dtype=torch.bool, device=dev)[None]
@@ -45,7 +46,7 @@ def spanning_forest(W: torch.Tensor, active: torch.Tensor, *, maximum: bool = Tr
     idx = torch.arange(m, device=dev)
     brow = torch.arange(B, device=dev)[:, None]
     keys = []
-    while True:
+    for _round in range(2 * max(1, m).bit_length() + 2):  # Borůvka halves the components each round
         same = comp[:, :, None] == comp[:, None, :]  # (B, m, m)
         best_w, best_j = torch.where(same, neg_inf, Wd).max(dim=2)  # (B, m); lowest j among ties
         has = active & torch.isfinite(best_w)
@@ -74,6 +75,8 @@ def spanning_forest(W: torch.Tensor, active: torch.Tensor, *, maximum: bool = Tr
                 break
             parent = nxt
         comp = parent.gather(1, comp)
+    else:
+        raise AssertionError("spanning_forest did not converge; W must be symmetric and finite")
     allk = torch.cat(keys, dim=1) if keys else torch.full((B, 1), big, dtype=torch.int64, device=dev)
     allk, _ = torch.sort(allk, dim=1)
     allk = allk[:, :E] if allk.shape[1] >= E else torch.cat(

@@ -11,7 +11,7 @@ from .assign import best_match
 
 __all__ = ["reassign_to_centres", "TIE_TOL"]
 
-TIE_TOL = 1e-6  # a point keeps its k-means label when that centre's score is within this of the best
+TIE_TOL = 1e-6  # scores within this are ties; a point keeps its k-means label when tied for the best
 
 
 def reassign_to_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, centre: torch.Tensor, *,
@@ -73,11 +73,12 @@ def reassign_to_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tens
                 continue
             cos = (X * X[:, nbc]).sum(-1)  # (T, n)
             u = sem_w * cos + tmp_w
-            better = has & ((u > u2) | ((u == u2) & (c_at < j2)))
+            better = has & ((u > u2 + TIE_TOL) | ((u >= u2 - TIE_TOL) & (c_at < j2)))
             u2 = torch.where(better, u, u2)
             j2 = torch.where(better, c_at, j2)
 
-    take2 = (u2 > u1) | ((u2 == u1) & (j2 < j1))
+    # window and semantic candidates compare with the same tolerance as best_match's ties
+    take2 = (u2 > u1 + TIE_TOL) | ((u2 >= u1 - TIE_TOL) & (j2 < j1))
     best_u = torch.where(take2, u2, u1)
     best_j = torch.where(take2, j2, j1)
     keep = own_u >= best_u - TIE_TOL

@@ -1,8 +1,10 @@
 """Fused best-match in Triton: similarity + running argmax without writing the (n, K) scores.
 
 Same contract as :func:`memforest_gpu.kernels.best_match` (its PyTorch reference and
-fallback): for every point of every problem, the best valid centre, ties to the lowest
-centre index. One program handles BLOCK_N points of one problem and walks all centres
+fallback): for every point of every problem, the best valid centre, ties (scores within
+``TIE_EPS``) to the lowest centre index. The kernel resolves ties per centre tile as it
+walks them, so it can differ from the reference only for a chain of distinct scores
+spread wider than ``TIE_EPS`` around the best, never for duplicate centres. One program handles BLOCK_N points of one problem and walks all centres
 in BLOCK_K tiles, keeping the best score and index in registers.
 
 Runs on CUDA, or anywhere under the Triton interpreter (``TRITON_INTERPRET=1``), which
@@ -38,7 +40,7 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def best_match_kernel(X, C, BIAS, OUT_V, OUT_I, n, K, D, scale,
+    def best_match_kernel(X, C, BIAS, OUT_V, OUT_I, n, K, D, scale, tie_eps,
                           sxt, sxn, sct, sck, sbt, sot,
                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr):
         t = tl.program_id(0)
@@ -62,11 +64,11 @@ def _kernel():
             b = tl.load(BIAS + t * sbt + cols, mask=cmask, other=float("-inf"))  # (BLOCK_K,)
             s = acc * scale + b[None, :]
             v = tl.max(s, axis=1)
-            # first column reaching the max (lowest index on ties)
-            is_max = s == v[:, None]
+            # first column within tie_eps of the max (lowest index on ties)
+            is_max = s >= v[:, None] - tie_eps
             i = tl.min(tl.where(is_max, cols[None, :], K + BLOCK_K), axis=1).to(tl.int64)
-            upd = v > best_v  # strict: an earlier tile keeps its tie
-            best_v = tl.where(upd, v, best_v)
+            upd = v > best_v + tie_eps  # an earlier tile keeps a tie
+            best_v = tl.where(upd, v, tl.maximum(best_v, v))
             best_i = tl.where(upd, i, best_i)
         tl.store(OUT_V + t * sot + rows, best_v, mask=rmask)
         tl.store(OUT_I + t * sot + rows, best_i, mask=rmask)
@@ -98,7 +100,9 @@ def best_match_triton(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *
     if n == 0 or K == 0 or T == 0:
         return out_v, out_i
     grid = (T, triton.cdiv(n, block_n))
-    _kernel()[grid](Xc, Cc, bias, out_v, out_i, n, K, D, 2.0 if mode == "l2" else 1.0,
+    from .assign import TIE_EPS
+
+    _kernel()[grid](Xc, Cc, bias, out_v, out_i, n, K, D, 2.0 if mode == "l2" else 1.0, TIE_EPS,
                     Xc.stride(0), Xc.stride(1), Cc.stride(0), Cc.stride(1), bias.stride(0), out_v.stride(0),
                     BLOCK_N=block_n, BLOCK_K=block_k, BLOCK_D=block_d)
     out_i = torch.where(torch.isfinite(out_v), out_i, torch.full_like(out_i, -1))

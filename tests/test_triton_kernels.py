@@ -46,3 +46,19 @@ def test_best_match_triton_all_invalid_row(device):
     assert (i[0] == -1).all() and torch.isinf(v[0]).all()
     v_ref, i_ref = best_match(X, C, c_valid)
     torch.testing.assert_close(i, i_ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_best_match_triton_duplicate_centres_in_other_tiles(device):
+    """Identical centres in different K tiles: both paths pick the lowest index."""
+    g = torch.Generator().manual_seed(5)
+    X = torch.nn.functional.normalize(torch.randn(1, 40, 64, generator=g), dim=-1).to(device)
+    C = torch.nn.functional.normalize(torch.randn(1, 50, 64, generator=g), dim=-1).to(device)
+    C[:, 40] = C[:, 2]
+    C[:, 20] = C[:, 2]
+    X[:, :10] = C[:, 2]  # these points sit exactly on the triplicated centre
+    cv = torch.ones(1, 50, dtype=torch.bool, device=device)
+    _, i_ref = best_match(X, C, cv, mode="dot")
+    _, i = best_match_triton(X, C, cv, mode="dot", block_n=16, block_k=16, block_d=16)
+    assert (i_ref[0, :10] == 2).all()
+    torch.testing.assert_close(i, i_ref, rtol=0, atol=0)
