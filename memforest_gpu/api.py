@@ -8,10 +8,11 @@ from .config import CompressConfig
 from .embedders import SentenceTransformerEmbedder, get_embedder
 from .engine import CompressResult, compress
 from .io import read_store, write_store
+from .journal import JournaledMerger, journal_path, run_fingerprint
 from .mergers import get_merger
 from .store import MemoryStore
 
-__all__ = ["load_store", "compress_file", "resolve_embedder"]
+__all__ = ["load_store", "compress_file", "plan_file", "resolve_embedder"]
 
 log = logging.getLogger("memforest_gpu")
 
@@ -36,11 +37,63 @@ def load_store(path: str | Path, *, embedder: str = "auto", device=None, format:
 
 
 def compress_file(src: str | Path, dst: str | Path, config: CompressConfig, *, embedder: str = "auto",
-                  merger: str = "extractive", device=None, progress: bool = True, format: str | None = None,
-                  out_format: str | None = None) -> CompressResult:
-    """Read ``src``, compress, write ``dst`` atomically. Nothing is written on any error."""
+                  merger="extractive", merger_options: dict | None = None, device=None, progress: bool = True,
+                  format: str | None = None, out_format: str | None = None, resume: bool = False,
+                  journal: bool = True) -> CompressResult:
+    """Read ``src``, compress, write ``dst`` atomically.
+
+    ``merger``: a name for :func:`~memforest_gpu.mergers.get_merger` (with
+    ``merger_options``) or a merger object (its ``stats`` then hold the LLM counters and,
+    on a resumed run, ``replayed``: the merges taken from the journal).
+
+    With ``journal`` (default) every finished merge is appended to ``dst + ".journal.jsonl"``;
+    the journal is deleted once ``dst`` is written. After a crash, ``resume=True``
+    continues from it (see :mod:`memforest_gpu.journal`); without ``resume`` an existing
+    journal is an error. ``dst`` itself is only ever written whole, at the end.
+
+    An LLM merger whose every request of a round failed (server down, bad key) stops the run
+    after that round with a ``ValueError``; the merges made so far stay journaled.
+    """
+    if isinstance(merger, str):
+        merger = get_merger(merger, **(merger_options or {}))
+    elif merger_options:
+        raise ValueError(f"merger_options must be empty when merger is an object, got {sorted(merger_options)}")
     store = load_store(src, embedder=embedder, device=device, format=format)
     emb = resolve_embedder(embedder, store.embedder, device=device)
-    result = compress(store, config, merger=get_merger(merger), embedder=emb, device=device, progress=progress)
-    write_store(result.store, dst, format=out_format)
+    run_merger = merger
+    if journal:
+        fp = run_fingerprint(src, config, merger, emb.name if emb is not None else "mean-of-inputs")
+        run_merger = JournaledMerger(merger, journal_path(dst), fingerprint=fp, resume=resume)
+    load = getattr(merger, "load", None)
+    if callable(load):
+        load()  # a model that cannot load fails here, not as fallbacks inside the engine
+
+    def stop_if_broken(rnd: int, merges: list[dict]) -> None:
+        err = getattr(merger, "fatal", None)
+        if err:
+            where = f"; the {run_merger.stats['journaled']} merges before it are journaled in " \
+                    f"{run_merger.path!r}, rerun with --resume once it is fixed" if journal else ""
+            raise ValueError(f"the {merger.name} merger failed on every request of round {rnd}: {err}; "
+                             f"stopped{where}")
+
+    try:
+        result = compress(store, config, merger=run_merger, embedder=emb, device=device, progress=progress,
+                          on_round=stop_if_broken)
+        write_store(result.store, dst, format=out_format)
+    finally:
+        if journal:
+            run_merger.close()
+    if journal:
+        run_merger.finish()
+        if isinstance(getattr(merger, "stats", None), dict):
+            merger.stats["replayed"] = run_merger.stats["replayed"]
     return result
+
+
+def plan_file(src: str | Path, config: CompressConfig, *, embedder: str = "auto", device=None,
+              format: str | None = None) -> CompressResult:
+    """A dry run: the first round's planned merges (``result.merges``: tenant, a, b,
+    similarity, texts). Merges nothing and writes nothing."""
+    store = load_store(src, embedder=embedder, device=device, format=format)
+    emb = resolve_embedder(embedder, store.embedder, device=device)
+    return compress(store, config, embedder=emb, device=device, progress=False, plan_only=True)

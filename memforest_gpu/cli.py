@@ -33,11 +33,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common_partition(c)
     c.add_argument("--embedder", default="auto",
                    help="auto (the store's recorded model) | default (all-MiniLM-L6-v2) | none (mean) | PATH")
-    c.add_argument("--merger", default="extractive", help="extractive")
+    c.add_argument("--merger", default="extractive",
+                   help="who writes merged text: extractive (no model) | transformers (local model dir or .gguf) | "
+                        "vllm (in-process, GPU) | openai (any OpenAI-compatible server)")
+    c.add_argument("--model", default=None, help="LLM mergers: model directory, .gguf file, or served model name")
+    c.add_argument("--base-url", default=None, help="openai: endpoint, e.g. http://127.0.0.1:8000/v1")
+    c.add_argument("--api-key-env", default=None, help="openai: environment variable holding the API key "
+                                                       "(default OPENAI_API_KEY; none sent when unset)")
+    c.add_argument("--max-concurrency", type=int, default=None, help="openai: requests in flight (default 16)")
+    c.add_argument("--timeout", type=float, default=None, help="openai: seconds per request (default 120)")
+    c.add_argument("--max-retries", type=int, default=None, help="openai: retries per request (default 3)")
+    c.add_argument("--max-tokens", type=int, default=None, help="LLM mergers: tokens per merged text (default 256)")
+    c.add_argument("--batch-size", type=int, default=None, help="transformers: prompts per generate (default 8)")
+    c.add_argument("--dtype", default=None, help="transformers/vllm: auto | float16 | bfloat16 | float32")
+    c.add_argument("--tensor-parallel-size", type=int, default=None, help="vllm: GPUs per model (default 1)")
+    c.add_argument("--gpu-memory-utilization", type=float, default=None,
+                   help="vllm: fraction of GPU memory for the model and KV cache (default 0.85)")
     c.add_argument("--max-node-tokens", type=int, default=None, help="cap on merged node length (default: embedder's)")
     c.add_argument("--format", default=None, help="input format: parquet | jsonl (default: from the suffix)")
     c.add_argument("--out-format", default=None, help="output format (default: from the suffix)")
     c.add_argument("--report", default=None, help="also write the run report as JSON to this path")
+    c.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run from OUTPUT.journal.jsonl without redoing its merges")
+    c.add_argument("--dry-run", action="store_true",
+                   help="print the first round's planned merges (pairs, similarity) and write nothing")
     c.add_argument("--quiet", action="store_true", help="no progress bars")
 
     s = sub.add_parser("search", help="search a store")
@@ -61,9 +80,33 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+_MERGER_FLAGS = {  # option name -> the mergers that take it (the flag is its dashed form)
+    "model": ("transformers", "vllm", "openai"), "base_url": ("openai",), "api_key_env": ("openai",),
+    "max_concurrency": ("openai",), "timeout": ("openai",), "max_retries": ("openai",),
+    "max_tokens": ("transformers", "vllm", "openai"), "batch_size": ("transformers",),
+    "dtype": ("transformers", "vllm"), "tensor_parallel_size": ("vllm",), "gpu_memory_utilization": ("vllm",),
+}
+
+
+def _merger_options(a) -> dict:
+    opts = {}
+    for name, mergers in _MERGER_FLAGS.items():
+        value = getattr(a, name)
+        if value is None:
+            continue
+        if a.merger not in mergers:
+            raise ValueError(f"--{name.replace('_', '-')} applies to the {' / '.join(mergers)} merger(s), "
+                             f"got --merger {a.merger}")
+        opts[name] = value
+    if a.merger == "transformers" and a.device is not None:
+        opts["device"] = a.device
+    return opts
+
+
 def _compress(a) -> int:
-    from .api import compress_file
+    from .api import compress_file, plan_file
     from .config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+    from .mergers import get_merger
     from .report import format_report
 
     cfg = CompressConfig(
@@ -71,15 +114,67 @@ def _compress(a) -> int:
         tree=TreeConfig(eta=a.eta, degree_norm=a.degree_norm),
         merge=MergeConfig(ratio=a.ratio, schedule=a.schedule, max_node_tokens=a.max_node_tokens, seed=a.seed),
     )
-    res = compress_file(a.input, a.output, cfg, embedder=a.embedder, merger=a.merger, device=a.device,
-                        progress=not a.quiet and sys.stderr.isatty(), format=a.format, out_format=a.out_format)
+    merger = get_merger(a.merger, **_merger_options(a))  # bad options fail before any work
+    if a.dry_run:
+        res = plan_file(a.input, cfg, embedder=a.embedder, device=a.device, format=a.format)
+        print(_format_plan(res.merges))
+        print("dry run: nothing merged, nothing written")
+        return 0
+    res = compress_file(a.input, a.output, cfg, embedder=a.embedder, merger=merger, device=a.device,
+                        progress=not a.quiet and sys.stderr.isatty(), format=a.format, out_format=a.out_format,
+                        resume=a.resume)
     print(format_report(res.report))
+    stats = merger.summary() if hasattr(merger, "summary") else None
+    if stats:
+        print(_format_merger_stats(merger.name, stats))
+    total = res.report.seconds.get("total", 0.0)
+    if res.report.merges and total > 0:
+        print(f"throughput: {res.report.merges} merges in {res.report.rounds} rounds, "
+              f"{res.report.merges / total:.1f} merges/s overall")
     print(f"wrote {a.output}")
     if a.report:
         from .io import atomic_write_text
 
-        atomic_write_text(a.report, json.dumps(res.report.to_dict(), indent=2))
+        d = res.report.to_dict()
+        if stats:
+            d["merger_stats"] = stats
+        atomic_write_text(a.report, json.dumps(d, indent=2, default=str))
     return 0
+
+
+def _format_merger_stats(name: str, st: dict) -> str:
+    reasons = ", ".join(f"{k}: {v}" for k, v in sorted(st["fallback_reasons"].items(), key=lambda kv: -kv[1]))
+    line = (f"merger {name}: {st['pairs']} merges in {st['calls']} calls; {st['accepted']} accepted, "
+            f"{st['retries']} retried ({st['retry_accepted']} accepted on retry), {st['fallbacks']} fell back to "
+            f"the extractive merger" + (f" ({reasons})" if reasons else ""))
+    line += f"\nmerger speed: {st['merges_per_s']:.2f} merges/s"
+    if st["completion_tokens"]:
+        line += (f", {st['completion_tokens_per_s']:.0f} generated tokens/s ({st['tokens_per_s']:.0f} tokens/s "
+                 f"prompt + generated; {st['prompt_tokens']} + {st['completion_tokens']} tokens)")
+    if st.get("http_retries"):
+        line += f"; {st['http_retries']} HTTP retries"
+    if st.get("replayed"):
+        line += f"\nresumed: {st['replayed']} merges replayed from the journal (not sent to the merger)"
+    return line
+
+
+def _format_plan(merges: list[dict], width: int = 48) -> str:
+    if not merges:
+        return "first round: no merge planned (nothing to remove at this ratio)"
+    sims = sorted(m["similarity"] for m in merges)
+    tenants = len({m["tenant"] for m in merges})
+    lines = [f"first round: {len(merges)} merges planned over {tenants} tenant(s); similarity "
+             f"min {sims[0]:.3f}, median {sims[len(sims) // 2]:.3f}, max {sims[-1]:.3f}",
+             f"{'tenant':<16} {'sim':>6}  {'older':<16} {'newer':<16} texts"]
+
+    def short(t):
+        t = " ".join(t.split())
+        return t if len(t) <= width else t[:width - 3] + "..."
+
+    for m in merges:
+        lines.append(f"{m['tenant'][:16]:<16} {m['similarity']:>6.3f}  {m['a'][:16]:<16} {m['b'][:16]:<16} "
+                     f"{short(m['a_text'])!r} + {short(m['b_text'])!r}")
+    return "\n".join(lines)
 
 
 def _search(a) -> int:
