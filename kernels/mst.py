@@ -22,7 +22,8 @@ def spanning_forest(W: torch.Tensor, active: torch.Tensor, *, maximum: bool = Tr
     """Spanning tree over the active vertices of each graph in the batch.
 
     Args:
-        W: edge weights (symmetric; the diagonal is ignored). ``maximum=False`` builds
+        W: edge weights, exactly symmetric (the diagonal is ignored). Asymmetric input
+           can make components choose each other in a cycle; the round cap then raises. ``maximum=False`` builds
            the minimum spanning tree instead (an ablation).
         active: which vertices of each graph exist.
 
@@ -36,7 +37,6 @@ def spanning_forest(W: torch.Tensor, active: torch.Tensor, *, maximum: bool = Tr
     if B == 0 or m <= 1:
         z = torch.zeros(B, E, dtype=torch.int64, device=dev)
         return z, z.clone(), torch.zeros(B, E, dtype=W.dtype, device=dev), torch.zeros(B, E, dtype=torch.bool, device=dev)
-    W = torch.maximum(W, W.transpose(1, 2))  # exactly symmetric, or Borůvka could cycle forever
     Wd = W if maximum else -W
     neg_inf = torch.tensor(float("-inf"), dtype=W.dtype, device=dev)
     pair_ok = active[:, :, None] & active[:, None, :] & ~torch.eye(m, dtype=torch.bool, device=dev)[None]
@@ -76,7 +76,7 @@ def spanning_forest(W: torch.Tensor, active: torch.Tensor, *, maximum: bool = Tr
             parent = nxt
         comp = parent.gather(1, comp)
     else:
-        raise AssertionError("spanning_forest did not converge; W must be symmetric and finite")
+        raise ValueError("spanning_forest did not converge: W must be exactly symmetric")
     allk = torch.cat(keys, dim=1) if keys else torch.full((B, 1), big, dtype=torch.int64, device=dev)
     allk, _ = torch.sort(allk, dim=1)
     allk = allk[:, :E] if allk.shape[1] >= E else torch.cat(
