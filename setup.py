@@ -1,4 +1,4 @@
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="memforest-gpu",
@@ -9,7 +9,7 @@ setup(
     python_requires=">=3.10",
     # `kernels/` is installed as `memforest_gpu.kernels` so it never collides with
     # the unrelated PyPI package named `kernels`.
-    packages=["memforest_gpu", "memforest_gpu.mergers", "memforest_gpu.kernels"],
+    packages=find_packages(include=["memforest_gpu", "memforest_gpu.*"]) + ["memforest_gpu.kernels"],
     package_dir={"memforest_gpu.kernels": "kernels"},
     package_data={"memforest_gpu": ["data/*.jsonl"]},
     install_requires=[
@@ -26,6 +26,7 @@ setup(
         "vllm": ["vllm>=0.6.4"],
         "bench": ["matplotlib>=3.5"],
         "faiss": ["faiss-cpu>=1.7"],
+        "mem0": ["mem0ai>=2.2", "qdrant-client>=1.9", "pyyaml>=6"],
     },
     entry_points={"console_scripts": ["memforest=memforest_gpu.cli:main"]},
 )

@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--ratio", type=float, default=0.5)
     d.add_argument("--out", default=None, help="also write the sample and its compressed form here")
     d.add_argument("--device", default=None)
+
+    from .adapters.cli import add_parser as add_adapter_commands
+
+    add_adapter_commands(sub)  # mem0 compress|restore, graph compress
     return ap
 
 
@@ -239,12 +243,22 @@ def _demo(a) -> int:
     return 0
 
 
+def _adapters(a) -> int:
+    from .adapters.cli import run
+
+    return run(a)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
     try:
-        return {"compress": _compress, "search": _search, "info": _info, "demo": _demo}[args.cmd](args)
-    except (ValueError, FileNotFoundError, ImportError) as e:
+        commands = {"compress": _compress, "search": _search, "info": _info, "demo": _demo,
+                    "mem0": _adapters, "graph": _adapters}
+        return commands[args.cmd](args)
+    except BrokenPipeError:  # `memforest ... | head`
+        return 0
+    except (ValueError, FileNotFoundError, ImportError, RuntimeError) as e:
         print(f"memforest {args.cmd}: error: {e}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,21 @@
+"""Adapters to real memory systems.
+
+- :mod:`.mem0`: compress a Mem0 store in place (Qdrant or FAISS vector store), with a
+  backup first (:mod:`.backup`) and a restore that puts the scope back exactly
+  (:mod:`.restore`); :mod:`.mem0_client` opens Mem0, :mod:`.vectors` reads and writes
+  its vector store natively.
+- :mod:`.cli`: ``memforest mem0 compress|restore`` and ``memforest graph compress``.
+
+Graph memories (M3-Agent style) live in :mod:`memforest_gpu.graph`. Nothing heavy is
+imported with this package (the CLI stays quick); the names below load on first use.
+"""
+__all__ = ["Scope", "load_memory", "close_memory", "compress_mem0", "restore_mem0", "format_plan",
+           "Mem0CompressResult"]
+
+
+def __getattr__(name):
+    if name in __all__:
+        from . import mem0
+
+        return getattr(mem0, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,80 @@
+"""Backups of a Mem0 scope: one Parquet file with every point's id, vector, sparse vectors
+and payload, written atomically before memforest changes anything.
+
+Columns: ``collection`` (``"memories"``, or ``"entities"`` for Mem0's entity store),
+``id`` string, ``vector`` list<float32>, ``sparse`` JSON string or null, ``payload`` JSON
+string (the payload exactly as read, key order kept). The schema metadata key
+``memforest.mem0.backup`` holds a JSON object: version, provider, collection,
+entity_collection (null when the store has none), scope (the filters), created (ISO 8601),
+count, entities, dim.
+"""
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+
+import numpy as np
+
+from ..io import atomic_open
+from .vectors import Point
+
+__all__ = ["write_backup", "read_backup", "BACKUP_KEY", "payload_json"]
+
+BACKUP_KEY = b"memforest.mem0.backup"
+VERSION = 1
+
+
+def payload_json(payload: dict) -> str:
+    """The canonical text of a payload: JSON, key order kept, non-ASCII kept."""
+    return json.dumps(payload, ensure_ascii=False, allow_nan=False)
+
+
+def write_backup(path: str | os.PathLike, points: list[Point], *, provider: str, collection: str,
+                 scope: dict, entities: list[Point] = (), entity_collection: str | None = None) -> dict:
+    """Write ``points`` (and the scope's ``entities``) to ``path`` (Parquet) atomically;
+    returns the header written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    dim = int(points[0].vector.shape[0]) if points else 0
+    header = {"version": VERSION, "provider": provider, "collection": collection,
+              "entity_collection": entity_collection, "scope": dict(scope),
+              "created": datetime.now(timezone.utc).isoformat(), "count": len(points), "entities": len(entities),
+              "dim": dim}
+    rows = [("memories", p) for p in points] + [("entities", p) for p in entities]
+    table = pa.table({
+        "collection": pa.array([c for c, _ in rows], pa.string()),
+        "id": pa.array([p.id for _, p in rows], pa.string()),
+        "vector": pa.array([p.vector.astype(np.float32) for _, p in rows], pa.list_(pa.float32())),
+        "sparse": pa.array([None if p.sparse is None else json.dumps(p.sparse) for _, p in rows], pa.string()),
+        "payload": pa.array([payload_json(p.payload) for _, p in rows], pa.string()),
+    })
+    table = table.replace_schema_metadata({BACKUP_KEY: json.dumps(header).encode("utf-8")})
+    with atomic_open(path) as f:
+        pq.write_table(table, f, compression="zstd")
+    return header
+
+
+def read_backup(path: str | os.PathLike) -> tuple[dict, list[Point], list[Point]]:
+    """(header, memories, entities) of a backup written by :func:`write_backup`."""
+    import pyarrow.parquet as pq
+
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"backup file not found: {path!r}")
+    try:
+        table = pq.read_table(path)
+    except Exception as e:  # noqa: BLE001 - arrow raises many types for a bad file
+        raise ValueError(f"{path}: cannot read as Parquet: {e}") from None
+    raw = (table.schema.metadata or {}).get(BACKUP_KEY)
+    if raw is None:
+        raise ValueError(f"{path}: not a memforest Mem0 backup (no {BACKUP_KEY.decode()!r} header)")
+    header = json.loads(raw)
+    if header.get("version") != VERSION:
+        raise ValueError(f"{path}: backup version must be {VERSION}, got {header.get('version')!r}")
+    cols = [table.column(c).to_pylist() for c in ("collection", "id", "vector", "sparse", "payload")]
+    out: dict[str, list[Point]] = {"memories": [], "entities": []}
+    for c, i, v, s, p in zip(*cols):
+        out[c].append(Point(i, np.asarray(v, dtype=np.float32), json.loads(p), None if s is None else json.loads(s)))
+    return header, out["memories"], out["entities"]

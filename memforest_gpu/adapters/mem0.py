@@ -1,0 +1,294 @@
+"""Compress a Mem0 memory store in place, safely, and put it back from a backup.
+
+    memory = load_memory("mem0.yaml")                  # Mem0's own config, as YAML or JSON
+    res = compress_mem0(memory, Scope(user_id="alice"), CompressConfig(), backup="alice.parquet")
+    restore_mem0(memory, "alice.parquet")             # the scope exactly as before
+
+What :func:`compress_mem0` does, in order:
+
+1. reads every memory of the scope with its vector from the vector store itself
+   (:mod:`.vectors`: Qdrant scroll, FAISS reconstruct);
+2. compresses them with MemForest. Tenants are Mem0 scopes: memories with different
+   ``user_id`` / ``agent_id`` / ``run_id`` (or ``actor_id``) never merge. Merged text is
+   embedded with Mem0's own embedder. Memories with an ``expiration_date`` and procedural
+   memories are left as they are;
+3. (dry run: stops here and returns the plan)
+4. writes a backup of the whole scope (Parquet: ids, vectors, payloads; :mod:`.backup`);
+5. adds every merged memory through Mem0's API (``add(..., infer=False)``, so Mem0's
+   history table records it) with ``metadata.merged_from`` = the original ids, the newest
+   original's ``created_at``, the scope ids, the shared ``actor_id``/``role`` and the other
+   metadata of its originals (newer wins);
+6. checks that every merged memory is stored and found by a vector search in its scope,
+   and links it to every entity of Mem0's entity store that one of its originals links to;
+7. only then deletes the memories they replace, through Mem0's API (history: DELETE; Mem0
+   unlinks them from their entities, which keep the merged memory).
+
+A failure before step 7 leaves every original in place (plus, possibly, some merged
+memories); :func:`restore_mem0` then removes those and the store is as before.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable
+
+import numpy as np
+
+from ..config import CompressConfig
+from ..engine import CompressReport, compress
+from ..store import MemoryStore
+from ..timeutil import parse_timestamp
+from .backup import write_backup
+from .mem0_client import Mem0Embedder, close_memory, entity_store, load_config, load_memory
+from .restore import restore_mem0
+from .vectors import Point, provider_of, read_points
+
+__all__ = ["Scope", "compress_mem0", "restore_mem0", "format_plan", "MergeGroup", "Mem0CompressResult", "tenant_of",
+           "default_backup_path", "load_config", "load_memory", "close_memory", "entity_store", "Mem0Embedder"]
+
+log = logging.getLogger("memforest_gpu")
+
+SCOPE_KEYS = ("user_id", "agent_id", "run_id")
+# payload keys Mem0 manages itself; the rest is the caller's metadata and is carried over
+_RESERVED = {"data", "hash", "created_at", "updated_at", "text_lemmatized", *SCOPE_KEYS, "actor_id", "role",
+             "merged_from", "merged_by", "expiration_date", "memory_type"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scope:
+    """Which memories: those with all the given ids, or ``all_tenants`` (the whole collection)."""
+
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    all_tenants: bool = False
+
+    def __post_init__(self):
+        ids = {k: getattr(self, k) for k in SCOPE_KEYS if getattr(self, k) is not None}
+        for k, v in ids.items():
+            if not isinstance(v, str) or not v.strip():
+                raise ValueError(f"{k} must be a non-empty string, got {v!r}")
+        if self.all_tenants and ids:
+            raise ValueError(f"scope must be either ids or all_tenants, got all_tenants with {sorted(ids)}")
+        if not self.all_tenants and not ids:
+            raise ValueError("scope must name at least one of user_id, agent_id, run_id, or all_tenants=True, "
+                             "got none")
+
+    @property
+    def filters(self) -> dict:
+        return {k: getattr(self, k) for k in SCOPE_KEYS if getattr(self, k) is not None}
+
+    def describe(self) -> str:
+        return "all tenants" if self.all_tenants else ", ".join(f"{k}={v}" for k, v in self.filters.items())
+
+
+def tenant_of(payload: dict) -> str:
+    """The tenant of a memory: its scope ids (and actor), e.g. ``user_id=alice&run_id=r1``."""
+    parts = [f"{k}={payload[k]}" for k in (*SCOPE_KEYS, "actor_id") if payload.get(k)]
+    return "&".join(parts) or "unscoped"
+
+
+# --------------------------------------------------------------------------- compress
+@dataclass
+class MergeGroup:
+    """One merged memory: the memories it replaces (older first) and what is written."""
+
+    tenant: str
+    members: list[str]  # memory ids it replaces
+    originals: list[str]  # original ids inside (metadata.merged_from)
+    text: str
+    new_id: str | None = None  # set once written
+
+
+@dataclass
+class Mem0CompressResult:
+    scope: Scope
+    n_in: int  # memories in the scope
+    groups: list[MergeGroup]
+    deleted: list[str]  # memory ids removed (empty on a dry run)
+    left_alone: dict = field(default_factory=dict)  # reason -> count (expiring, procedural, no text)
+    report: CompressReport | None = None
+    backup: str | None = None
+    dry_run: bool = False
+    previews: dict = field(default_factory=dict)  # memory id -> (created_at, text) of the scope's memories
+    relinked: int = 0  # entities of Mem0's entity store linked to a merged memory
+
+
+def default_backup_path(scope: Scope) -> str:
+    slug = "all" if scope.all_tenants else "-".join(f"{v}" for v in scope.filters.values())
+    slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in slug)[:60]
+    return f"mem0-backup-{slug}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.parquet"
+
+
+def _eligible(p: Point) -> str | None:
+    """Why a memory is left out of compression, or None."""
+    if not isinstance(p.payload.get("data"), str) or not p.payload["data"].strip():
+        return "no text"
+    if p.payload.get("expiration_date"):
+        return "has an expiration_date"
+    if p.payload.get("memory_type") == "procedural_memory":
+        return "procedural memory"
+    return None
+
+
+def _timestamp(p: Point) -> float:
+    for key in ("created_at", "updated_at"):
+        if p.payload.get(key):
+            return parse_timestamp(p.payload[key], where=f"{key} of memory {p.id!r}")
+    raise ValueError(f"memory {p.id!r} must have a created_at or updated_at, got neither")
+
+
+def _store_of(points: list[Point], embedder_name: str) -> MemoryStore:
+    sources = []
+    for p in points:
+        mf = p.payload.get("merged_from")
+        ok = isinstance(mf, list) and mf and all(isinstance(x, str) for x in mf)
+        sources.append(list(mf) if ok else [p.id])
+    return MemoryStore.from_columns(
+        ids=[p.id for p in points], texts=[p.payload["data"] for p in points],
+        timestamps=[_timestamp(p) for p in points], embeddings=np.stack([p.vector for p in points]),
+        tenants=[tenant_of(p.payload) for p in points], sources=sources, embedder=embedder_name)
+
+
+def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *, merger=None, backup=None,
+                  dry_run: bool = False, device=None, progress: bool = False, verify_k: int = 20,
+                  after_write: Callable[[list[MergeGroup]], None] | None = None) -> Mem0CompressResult:
+    """Compress the memories of ``scope`` in ``memory`` (see the module docstring).
+
+    ``backup``: where the scope's backup goes (default :func:`default_backup_path`).
+    ``after_write``: called once every merged memory is stored and verified, before any
+    original is deleted (a failure there leaves every original in place).
+    """
+    provider = provider_of(memory)
+    points = read_points(memory, scope.filters)
+    why = {p.id: _eligible(p) for p in points}
+    left: dict[str, int] = {}
+    for r in why.values():
+        if r:
+            left[r] = left.get(r, 0) + 1
+    todo = [p for p in points if why[p.id] is None]
+    previews = {p.id: (p.payload.get("created_at"), p.payload.get("data")) for p in todo}
+    result = Mem0CompressResult(scope, len(points), [], [], left, dry_run=dry_run, previews=previews)
+    if not todo:
+        return result
+    emb = Mem0Embedder(memory, device=device)
+    store = _store_of(todo, emb.name)
+    res = compress(store, config, merger=merger, embedder=emb, device=device, progress=progress)
+    result.report = res.report
+    by_id = {p.id: p for p in todo}
+    pos = {i: j for j, i in enumerate(store.ids)}
+    members = {i: [i] for i in store.ids}
+    for m in res.merges:
+        members[m["into"]] = members.pop(m["a"]) + members.pop(m["b"])
+    out_emb = {}
+    for j, (i, text, src, ten) in enumerate(zip(res.store.ids, res.store.texts, res.store.sources,
+                                                res.store.tenants)):
+        if i in by_id:
+            continue
+        mem = sorted(members[i], key=lambda x: (float(store.timestamps[pos[x]]), pos[x]))
+        result.groups.append(MergeGroup(ten, mem, list(src), text))
+        out_emb[id(result.groups[-1])] = res.store.embeddings[j].detach().cpu().float().numpy()
+    if dry_run or not result.groups:
+        return result
+
+    # ---- backup, then merged memories, then (only then) deletions
+    result.backup = os.fspath(backup) if backup is not None else default_backup_path(scope)
+    es = entity_store(memory)
+    ents = read_points(memory, scope.filters, store=es) if es is not None else []
+    write_backup(result.backup, points, provider=provider, collection=memory.vector_store.collection_name,
+                 scope=scope.filters, entities=ents, entity_collection=es.collection_name if es is not None else None)
+    for g in result.groups:
+        g.new_id = _add_merged(memory, g, [by_id[x] for x in g.members])
+    for g in result.groups:
+        _verify(memory, g, out_emb[id(g)], by_id[g.members[0]].payload, verify_k, result.backup)
+    result.relinked = _relink(es, ents, result.groups)
+    if after_write is not None:
+        after_write(result.groups)
+    for g in result.groups:
+        for x in g.members:
+            memory.delete(x)
+            result.deleted.append(x)
+    return result
+
+
+def _add_merged(memory, g: MergeGroup, members: list[Point]) -> str:
+    first = members[0].payload
+    newest = members[-1].payload  # members are in time order
+    meta: dict = {}
+    for p in members:
+        meta.update({k: v for k, v in p.payload.items() if k not in _RESERVED})
+    meta["merged_from"] = list(g.originals)
+    meta["merged_by"] = "memforest"
+    if newest.get("created_at"):
+        meta["created_at"] = newest["created_at"]
+    roles = {p.payload.get("role") for p in members}
+    msg = {"role": roles.pop() if len(roles) == 1 and None not in roles else "user", "content": g.text}
+    if first.get("actor_id"):
+        msg["name"] = first["actor_id"]  # same for all: actor_id is part of the tenant
+    ids = {k: first[k] for k in SCOPE_KEYS if first.get(k)}
+    out = memory.add([msg], **ids, metadata=meta, infer=False)
+    rows = out.get("results", []) if isinstance(out, dict) else out
+    if len(rows) != 1 or not rows[0].get("id"):
+        raise RuntimeError(f"Mem0 add must return one new memory for a merged text, got {out!r}; no original "
+                           "was deleted")
+    return str(rows[0]["id"])
+
+
+def _relink(es, ents: list[Point], groups: list[MergeGroup]) -> int:
+    """Link each merged memory to every entity one of its originals links to."""
+    owner = {x: g.new_id for g in groups for x in g.members}
+    n = 0
+    for e in ents:
+        linked = e.payload.get("linked_memory_ids")
+        if not isinstance(linked, list):
+            continue
+        add = list(dict.fromkeys(owner[x] for x in linked if x in owner and owner[x] not in linked))
+        if add:
+            es.update(vector_id=e.id, vector=None, payload={**e.payload, "linked_memory_ids": linked + add})
+            n += 1
+    return n
+
+
+def _verify(memory, g: MergeGroup, vector: np.ndarray, payload: dict, k: int, backup: str) -> None:
+    got = memory.get(g.new_id)
+    if got is None or got.get("memory") != g.text:
+        raise RuntimeError(f"merged memory {g.new_id} is not stored as written; no original was deleted "
+                           f"(restore with: memforest mem0 restore {backup})")
+    vs = memory.vector_store
+    if provider_of(memory) == "qdrant":  # a filtered search, as Mem0 runs it
+        flt = {key: payload[key] for key in SCOPE_KEYS if payload.get(key)}
+        found = g.new_id in {str(h.id) for h in vs.search(query=g.text, vectors=vector.tolist(), top_k=k, filters=flt)}
+    else:  # Mem0's FAISS filters after a global top-2k, so check the flat index itself
+        pos = [i for i, x in vs.index_to_id.items() if x == g.new_id]
+        v = vs.index.reconstruct(int(pos[-1])) if pos else None
+        found = v is not None and float(np.dot(v, vector) / (np.linalg.norm(v) * np.linalg.norm(vector))) > 0.99
+    if not found:
+        raise RuntimeError(f"merged memory {g.new_id} is stored but not found by a search in its scope; no "
+                           f"original was deleted (restore with: memforest mem0 restore {backup})")
+
+
+# --------------------------------------------------------------------------- plan text
+def format_plan(res: Mem0CompressResult, *, width: int = 72, max_groups: int | None = 50) -> str:
+    """Which memories merge, with previews: one block per merged memory."""
+    def short(t):
+        t = " ".join(str(t).split())
+        return t if len(t) <= width else t[: width - 3] + "..."
+
+    n_merged_away = sum(len(g.members) for g in res.groups)
+    lines = [f"scope {res.scope.describe()}: {res.n_in} memories; {n_merged_away} merge into {len(res.groups)} "
+             f"-> {res.n_in - n_merged_away + len(res.groups)} memories"]
+    for why, n in sorted(res.left_alone.items()):
+        lines.append(f"  left alone: {n} ({why})")
+    shown = res.groups if max_groups is None else res.groups[:max_groups]
+    for g in shown:
+        lines.append(f"[{g.tenant}] {len(g.members)} memories -> 1"
+                     + (f" (new id {g.new_id})" if g.new_id else ""))
+        for m in g.members:
+            created, text = res.previews.get(m, (None, ""))
+            lines.append(f"    - {m}  {str(created or '')[:10]}  {short(text)}")
+        lines.append(f"    = {short(g.text)}")
+    if len(shown) < len(res.groups):
+        lines.append(f"... and {len(res.groups) - len(shown)} more merged memories")
+    return "\n".join(lines)

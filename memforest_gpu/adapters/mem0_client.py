@@ -1,0 +1,119 @@
+"""Opening a Mem0 store for memforest: its config, the ``Memory``, its entity store, and
+its embedding model as a memforest embedder."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import torch
+
+from .vectors import provider_of
+
+__all__ = ["load_config", "load_memory", "close_memory", "entity_store", "Mem0Embedder"]
+
+
+def load_config(path: str | os.PathLike) -> dict:
+    """Mem0's config dict from YAML or JSON (optionally under a top-level ``mem0:`` key)."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Mem0 config not found: {path!r}")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if path.endswith(".json"):
+        cfg = json.loads(text)
+    else:
+        try:
+            import yaml
+        except ImportError:
+            raise ImportError("reading a YAML config needs pyyaml: pip install 'memforest-gpu[mem0]'") from None
+        cfg = yaml.safe_load(text)
+    if isinstance(cfg, dict) and isinstance(cfg.get("mem0"), dict):
+        cfg = cfg["mem0"]
+    if not isinstance(cfg, dict) or "vector_store" not in cfg:
+        raise ValueError(f"{path}: Mem0 config must be a mapping with a 'vector_store' section, got "
+                         f"{sorted(cfg) if isinstance(cfg, dict) else type(cfg).__name__}")
+    return cfg
+
+
+def load_memory(config: dict | str | os.PathLike):
+    """A Mem0 ``Memory`` from a config dict or file. Telemetry is off unless
+    ``MEM0_TELEMETRY`` says otherwise. memforest never calls Mem0's LLM (adds use
+    ``infer=False``); a config without an ``llm`` section gets a placeholder so that Mem0
+    starts without an API key."""
+    cfg = dict(load_config(config) if not isinstance(config, dict) else config)
+    os.environ.setdefault("MEM0_TELEMETRY", "False")
+    try:
+        from mem0 import Memory
+    except ImportError:
+        raise ImportError("the Mem0 adapter needs mem0ai: pip install 'memforest-gpu[mem0]'") from None
+    cfg.setdefault("llm", {"provider": "openai", "config": {"api_key": "unused-by-memforest", "model": "unused"}})
+    try:
+        return Memory.from_config(cfg)
+    except RuntimeError as e:
+        if "already accessed" in str(e):
+            raise ValueError(f"the Qdrant folder is open in another process ({e}); stop the application that "
+                             "uses it, or point Mem0 at a Qdrant server") from None
+        raise
+
+
+def close_memory(memory) -> None:
+    """Release a ``Memory``: its history database and its vector store client (an embedded
+    Qdrant folder stays locked until then)."""
+    memory.close()
+    close = getattr(getattr(memory.vector_store, "client", None), "close", None)
+    if callable(close):
+        close()
+
+
+def entity_store(memory):
+    """Mem0's entity store (``<collection>_entities``) when the store has one, else None;
+    never creates it."""
+    if getattr(memory, "_entity_store", None) is not None:
+        return memory._entity_store
+    vs = memory.vector_store
+    name = f"{vs.collection_name}_entities"
+    if provider_of(memory) == "qdrant":
+        exists = vs.client.collection_exists(name)
+    else:
+        exists = bool(vs.path) and os.path.exists(os.path.join(vs.path, f"{name}.faiss"))
+    return memory.entity_store if exists else None
+
+
+class Mem0Embedder:
+    """Mem0's embedding model as a memforest embedder, so merged text gets the vectors Mem0
+    itself would store. ``embed(texts) -> (N, D)`` float32, rows L2-normalised."""
+
+    def __init__(self, memory, *, device=None):
+        self.model = memory.embedding_model
+        ec = memory.config.embedder
+        self.name = f"mem0:{ec.provider}:{getattr(self.model.config, 'model', None)}"
+        self._dim = getattr(memory.config.vector_store.config, "embedding_model_dims", None)
+        st = getattr(self.model, "model", None)  # the sentence-transformers model of the huggingface provider
+        self._tok = getattr(st, "tokenizer", None)
+        self.max_tokens = int(st.max_seq_length) if getattr(st, "max_seq_length", None) else None
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._dim = int(self.embed(["dimension probe"]).shape[1])
+        return int(self._dim)
+
+    def count_tokens(self, texts):
+        if self._tok is None:
+            from ..embedders import count_words
+
+            return count_words(texts)
+        enc = self._tok(list(texts), add_special_tokens=False, truncation=False, verbose=False)
+        return [len(x) for x in enc["input_ids"]]
+
+    def embed(self, texts) -> torch.Tensor:
+        """Shape: (N,) texts -> (N, D)"""
+        texts = list(texts)
+        if not texts:
+            return torch.empty(0, self._dim or 0, device=self.device)
+        batch = getattr(self.model, "embed_batch", None)
+        rows = batch(texts, "add") if batch is not None else [self.model.embed(t, "add") for t in texts]
+        e = torch.as_tensor(np.asarray(rows, dtype=np.float32), device=self.device)
+        return torch.nn.functional.normalize(e, dim=1)

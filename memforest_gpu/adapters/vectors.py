@@ -1,0 +1,126 @@
+"""Native access to the vector store behind a Mem0 ``Memory``: read every point of a scope
+with its vector, write points back exactly (id, vector, payload). Mem0's own ``get_all``
+returns no vectors and pages badly, so reads go to the store itself.
+
+Supported: Qdrant (embedded ``path=`` or a server; ``scroll(with_vectors=True)`` paged)
+and FAISS (Mem0's docstore + ``reconstruct``). Writes that Mem0's API can do (add,
+delete) go through Mem0, so its history table records them; only restore writes here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Point", "STORES", "read_points", "write_points", "provider_of"]
+
+STORES = ("qdrant", "faiss")
+
+
+@dataclass
+class Point:
+    """One stored memory: ``vector`` (D,) float32, ``payload`` as stored, ``sparse``: extra
+    named sparse vectors (Qdrant's ``bm25``) as ``{name: {"indices": [...], "values": [...]}}``."""
+
+    id: str
+    vector: np.ndarray
+    payload: dict
+    sparse: dict | None = None
+
+
+def provider_of(memory) -> str:
+    p = memory.config.vector_store.provider
+    if p not in STORES:
+        raise ValueError(f"vector_store.provider must be one of {list(STORES)} for memforest's Mem0 adapter, "
+                         f"got {p!r}")
+    return p
+
+
+def _matches(payload: dict, filters: dict) -> bool:
+    return all(payload.get(k) == v for k, v in filters.items())
+
+
+def read_points(memory, filters: dict, *, store=None, page: int = 512) -> list[Point]:
+    """Every point whose payload has all ``filters`` (key == value), with its vector; ``{}``:
+    the whole collection. ``store``: another Mem0 vector store of the same provider (the
+    entity store); default the memories. Order: Qdrant's id order / FAISS insertion order."""
+    vs = store if store is not None else memory.vector_store
+    if provider_of(memory) == "qdrant":
+        return _qdrant_read(vs, filters, page)
+    return _faiss_read(vs, filters)
+
+
+def write_points(memory, points: list[Point], *, replace: set[str] = frozenset(), store=None) -> None:
+    """Store ``points`` exactly as given (ids kept). ``replace``: ids already in the store
+    (FAISS cannot overwrite in place, so those are deleted first)."""
+    if not points:
+        return
+    vs = store if store is not None else memory.vector_store
+    if provider_of(memory) == "qdrant":
+        _qdrant_write(vs, points)
+    else:
+        _faiss_write(vs, points, replace)
+
+
+# --------------------------------------------------------------------------- qdrant
+def _qdrant_read(vs, filters: dict, page: int) -> list[Point]:
+    from qdrant_client import models
+
+    flt = None
+    if filters:
+        flt = models.Filter(must=[models.FieldCondition(key=k, match=models.MatchValue(value=v))
+                                  for k, v in filters.items()])
+    out: list[Point] = []
+    offset = None
+    while True:
+        recs, offset = vs.client.scroll(collection_name=vs.collection_name, scroll_filter=flt, limit=page,
+                                        offset=offset, with_payload=True, with_vectors=True)
+        for r in recs:
+            v = r.vector
+            sparse = None
+            if isinstance(v, dict):
+                dense = v.get("")
+                sparse = {k: {"indices": list(s.indices), "values": list(s.values)} for k, s in v.items()
+                          if k != "" and s is not None} or None
+            else:
+                dense = v
+            if dense is None:
+                raise ValueError(f"memory {r.id!s} has no dense vector in collection {vs.collection_name!r}")
+            out.append(Point(str(r.id), np.asarray(dense, dtype=np.float32), dict(r.payload or {}), sparse))
+        if offset is None:
+            return out
+
+
+def _qdrant_write(vs, points: list[Point]) -> None:
+    from qdrant_client import models
+
+    structs = []
+    for p in points:
+        vec: dict = {"": p.vector.astype(np.float32).tolist()}
+        for name, s in (p.sparse or {}).items():
+            vec[name] = models.SparseVector(indices=list(s["indices"]), values=list(s["values"]))
+        structs.append(models.PointStruct(id=p.id, vector=vec, payload=p.payload))
+    for i in range(0, len(structs), 256):
+        vs.client.upsert(collection_name=vs.collection_name, points=structs[i:i + 256], wait=True)
+
+
+# --------------------------------------------------------------------------- faiss
+def _faiss_read(vs, filters: dict) -> list[Point]:
+    if vs.index is None:
+        return []
+    out = []
+    for pos in sorted(vs.index_to_id):
+        mid = vs.index_to_id[pos]
+        payload = vs.docstore.get(mid)
+        if payload is None or not _matches(payload, filters):
+            continue
+        out.append(Point(str(mid), np.asarray(vs.index.reconstruct(int(pos)), dtype=np.float32), dict(payload)))
+    return out
+
+
+def _faiss_write(vs, points: list[Point], replace: set[str]) -> None:
+    for p in points:
+        if p.id in replace:
+            vs.delete(p.id)
+    vs.insert([p.vector.astype(np.float32).tolist() for p in points], [dict(p.payload) for p in points],
+              [p.id for p in points])

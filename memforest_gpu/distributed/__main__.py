@@ -1,0 +1,146 @@
+"""``torchrun --nproc-per-node N -m memforest_gpu.distributed compress IN OUT [options]``
+
+Without torchrun (``python -m memforest_gpu.distributed compress ...``) it runs as one rank.
+Each flag maps to a config field, as in ``memforest compress``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+__all__ = ["main", "build_parser", "parse_options"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="torchrun --nproc-per-node N -m memforest_gpu.distributed",
+                                 description="Compress one memory store with several processes (one per GPU).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compress", help="compress IN into OUT; rank 0 writes OUT")
+    c.add_argument("input")
+    c.add_argument("output")
+    c.add_argument("--ratio", type=float, default=0.5, help="fraction of each tenant's nodes to remove")
+    c.add_argument("--schedule", default="sequential", help="sequential | matching")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--alpha", type=float, default=0.05, help="clusters per node (K = floor(alpha*N))")
+    c.add_argument("--beta", type=float, default=0.8, help="semantic weight in the reassignment")
+    c.add_argument("--window", type=int, default=5, help="temporal window, in positions")
+    c.add_argument("--eta", type=float, default=0.99, help="similarity weight in the degree-adjusted score")
+    c.add_argument("--max-iter", type=int, default=30, help="at most this many Lloyd steps")
+    c.add_argument("--degree-norm", default="none", help="none | max")
+    c.add_argument("--max-node-tokens", type=int, default=None, help="cap on merged node length")
+    c.add_argument("--embedder", default="auto", help="auto | default | none | PATH (as in memforest compress)")
+    c.add_argument("--merger", default="extractive", help="merger name (each rank builds its own)")
+    c.add_argument("--merger-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the merger, e.g. model=/models/qwen (VALUE read as JSON when it parses)")
+    c.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
+    c.add_argument("--backend", default="auto", help="auto (nccl on CUDA, else gloo) | nccl | gloo")
+    c.add_argument("--no-pin-gpu", action="store_true",
+                   help="do not restrict each rank to GPU LOCAL_RANK (CUDA_VISIBLE_DEVICES)")
+    c.add_argument("--split-above", type=int, default=None,
+                   help="spread the trees of tenants larger than this over ranks (default: tenants whose cost "
+                        "alone exceeds a fair share)")
+    c.add_argument("--format", default=None, help="input format: parquet | jsonl (default: from the suffix)")
+    c.add_argument("--out-format", default=None, help="output format (default: from the suffix)")
+    c.add_argument("--report", default=None, help="also write the run report (with the per-rank plan) as JSON")
+    c.add_argument("--quiet", action="store_true", help="no progress bars")
+    return ap
+
+
+def parse_options(pairs: list[str]) -> dict:
+    """``["model=/m", "max_tokens=128"]`` -> ``{"model": "/m", "max_tokens": 128}``"""
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            raise ValueError(f"--merger-option must be KEY=VALUE, got {p!r}")
+        k, v = p.split("=", 1)
+        try:
+            out[k.strip().replace("-", "_")] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k.strip().replace("-", "_")] = v
+    return out
+
+
+def _pin_gpu() -> None:
+    """Give rank LOCAL_RANK only its own GPU, before anything touches CUDA, so that a
+    per-rank model (one vLLM engine per GPU) lands on its GPU."""
+    local = os.environ.get("LOCAL_RANK")
+    if local is None:
+        return
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devs = [d for d in vis.split(",") if d.strip()] if vis else None
+    if devs == []:
+        return  # no GPU visible: CPU run
+    os.environ["CUDA_VISIBLE_DEVICES"] = devs[int(local) % len(devs)] if devs else str(local)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.no_pin_gpu and args.device != "cpu":
+        _pin_gpu()
+    import torch
+    import torch.distributed as dist
+
+    from ..api import load_store, resolve_embedder
+    from ..config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+    from ..io import atomic_write_text, write_store
+    from ..mergers import get_merger
+    from ..report import format_report
+    from .runner import compress_distributed
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    cuda = torch.cuda.is_available() and args.device != "cpu"
+    backend = args.backend if args.backend != "auto" else ("nccl" if cuda else "gloo")
+    if backend not in ("nccl", "gloo"):
+        print(f"error: backend must be one of ['auto', 'nccl', 'gloo'], got {args.backend!r}", file=sys.stderr)
+        return 2
+    device = args.device or ("cuda" if cuda else "cpu")
+    if device.startswith("cuda") and cuda:
+        torch.cuda.set_device(0 if os.environ.get("LOCAL_RANK") and not args.no_pin_gpu
+                              else int(os.environ.get("LOCAL_RANK", "0")))
+        device = f"cuda:{torch.cuda.current_device()}"
+    if world > 1:
+        dist.init_process_group(backend)
+    try:
+        cfg = CompressConfig(
+            partition=PartitionConfig(alpha=args.alpha, beta=args.beta, window=args.window, max_iter=args.max_iter,
+                                      seed=args.seed),
+            tree=TreeConfig(eta=args.eta, degree_norm=args.degree_norm),
+            merge=MergeConfig(ratio=args.ratio, schedule=args.schedule, max_node_tokens=args.max_node_tokens,
+                              seed=args.seed))
+        options = parse_options(args.merger_option)
+        get_merger(args.merger, **options)  # bad names and options fail here, on every rank, before any work
+        store = load_store(args.input, embedder=args.embedder, device=device, format=args.format)
+        emb = resolve_embedder(args.embedder, store.embedder, device=device)
+        res = compress_distributed(store, cfg, merger_factory=lambda: get_merger(args.merger, **options),
+                                   embedder=emb, device=device, split_above=args.split_above,
+                                   progress=not args.quiet and rank == 0 and sys.stderr.isatty())
+        if rank == 0:
+            write_store(res.store, args.output, format=args.out_format)
+            print(format_report(res.report))
+            if res.split:
+                print(f"trees of {len(res.split)} tenant(s) spread over ranks: {', '.join(res.split[:5])}"
+                      + (" ..." if len(res.split) > 5 else ""))
+            print(f"{world} rank(s), backend {backend if world > 1 else 'none'}: "
+                  + ", ".join(f"rank {r} {len(p)} item(s)" for r, p in enumerate(res.plan)))
+            print(f"wrote {args.output}")
+            if args.report:
+                d = res.report.to_dict()
+                d["plan"], d["split"] = res.plan, res.split
+                atomic_write_text(args.report, json.dumps(d, indent=2, default=str))
+        if world > 1:
+            dist.barrier()
+        return 0
+    except (ValueError, FileNotFoundError, ImportError) as e:
+        where = f"[rank {rank}] " if world > 1 else ""
+        print(f"{where}memforest_gpu.distributed {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""Compress one store on all ranks of a torch.distributed group; every rank gets the result.
+
+Tenants never interact (SPEC: every stage runs per tenant, with per-tenant random
+streams), so a rank that compresses a subset of whole tenants produces exactly the rows
+the single-process run produces for them. Work is therefore handed out as
+
+- whole tenants, balanced over ranks by cost (n^2), and
+- for a tenant too large for one rank: its EventTrees, computed by all ranks together
+  (:func:`.kmeans.partition_tenant`), then whole trees balanced over ranks. Each tree
+  loses the share the single-process run gives it (round(ratio * n_t) split over the
+  tenant's trees by largest remainder).
+
+Rank 0 of the caller writes the gathered store; its rows are put in the single-process
+order (by the earliest original each node holds).
+
+Until the engine accepts a ready partition (see the report of issue 6), a rank merges
+its trees of a split tenant through ``compress`` on one pseudo-tenant per tree, with a
+single cluster (``alpha`` below 1/n) and a ratio that gives each tree exactly its quota;
+trees whose quotas one ratio can serve share a call (:func:`ratio_groups`, usually one or
+two calls per rank). This matches the single-process result except when a tree cannot
+reach its quota (``max_node_tokens``): the single-process engine then hands the rest to
+another tree of the tenant, a lone tree cannot, and the tenant reports a shortfall.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..config import CompressConfig
+from ..engine import CompressReport, compress
+from ..quota import allocate, removal_target
+from ..store import MemoryStore
+from .kmeans import _world, partition_tenant
+from .plan import WorkItem, balance, tenants_to_split
+
+__all__ = ["compress_distributed", "DistributedResult", "ratio_groups"]
+
+log = logging.getLogger("memforest_gpu")
+
+_SEP = "\x1f"  # pseudo-tenant of one tree: "<tenant>\x1f<tree>"
+
+
+@dataclass
+class DistributedResult:
+    store: MemoryStore
+    report: CompressReport
+    merges: list[dict]  # every rank's merge log, each record with its "rank"
+    plan: list[list[dict]] = field(default_factory=list)  # per rank: the work items it did
+    split: list[str] = field(default_factory=list)  # tenants whose trees were spread over ranks
+
+
+def ratio_groups(trees: list[tuple[object, int, int]]) -> list[tuple[float, list]]:
+    """Group trees ``(key, n, quota)`` so that one ratio ``r`` per group gives every tree of
+    it exactly its quota in the engine (``floor(r * n + 0.5) == quota``, i.e. r in
+    [(q - 1/2) / n, (q + 1/2) / n)): fewest groups by interval stabbing (greedy on the right
+    end), r the middle of the group's common interval. Groups in increasing r.
+    """
+    iv = sorted((((q - 0.5) / n, (q + 0.5) / n, key, n, q) for key, n, q in trees), key=lambda x: (x[1], x[0]))
+    groups: list[tuple[float, list]] = []
+    lo_max = hi_min = None
+    members: list = []
+    for lo, hi, key, n, q in iv:
+        if members and lo < hi_min - 1e-12:
+            lo_max = max(lo_max, lo)
+            members.append((key, n, q))
+            continue
+        if members:
+            groups.append(((lo_max + hi_min) / 2, members))
+        lo_max, hi_min, members = lo, hi, [(key, n, q)]
+    if members:
+        groups.append(((lo_max + hi_min) / 2, members))
+    out = []
+    for r, mem in groups:
+        ok = [key for key, n, q in mem if int(r * n + 0.5) == q]
+        out += [(r, ok)] if ok else []
+        out += [(q / n, [key]) for key, n, q in mem if int(r * n + 0.5) != q]  # float edge: a call of its own
+    return out
+
+
+def _splittable(cfg: CompressConfig, n: int) -> bool:
+    p = cfg.partition
+    two_level = getattr(p, "kmeans", "exact") == "two-level" and n >= getattr(p, "two_level_min_nodes", n + 1)
+    return not two_level and cfg.tree.kind != "random"
+
+
+def compress_distributed(store: MemoryStore, config: CompressConfig | None = None, *,
+                         merger_factory: Callable[[], object] | None = None, embedder=None, device=None,
+                         split_above: int | None = None, group=None,
+                         progress: bool = False) -> DistributedResult | None:
+    """Compress ``store`` with every rank of ``group`` (all ranks pass the same store and
+    config; each its own merger, from ``merger_factory``, and embedder). Without an
+    initialised process group this is a one-rank run of the same code. Returns the result
+    on rank 0 (the only rank that holds the whole output) and ``None`` on the others.
+
+    ``split_above``: tenants with more nodes than this have their trees spread over ranks;
+    ``None``: tenants whose n^2 cost alone exceeds total / world_size.
+    """
+    cfg = config or CompressConfig()
+    rank, world = _world(group)
+    t0 = time.perf_counter()
+    names = store.tenant_names()
+    rows_of: dict[str, list[int]] = {t: [] for t in names}
+    for i, t in enumerate(store.tenants):
+        rows_of[t].append(i)
+    sizes = {t: len(r) for t, r in rows_of.items()}
+    split = [t for t in tenants_to_split(sizes, world, split_above) if _splittable(cfg, sizes[t])]
+
+    # trees of the split tenants, computed by all ranks together
+    items = [WorkItem(t, sizes[t]) for t in names if t not in split]
+    tree_rows: dict[tuple[str, int], list[int]] = {}
+    quota: dict[tuple[str, int], int] = {}
+    for t in split:
+        rows = torch.as_tensor(rows_of[t], dtype=torch.int64, device=store.device)
+        tree, _ = partition_tenant(store.embeddings[rows], store.timestamps[rows], t, cfg.partition, group=group)
+        tree = tree.cpu().numpy()
+        ids = np.unique(tree)  # the engine's tree order inside a tenant
+        size = np.array([(tree == c).sum() for c in ids], dtype=np.int64)
+        q = allocate(removal_target(sizes[t], cfg.merge.ratio), size, size - 1)
+        for c, s, qq in zip(ids.tolist(), size.tolist(), q.tolist()):
+            tree_rows[(t, c)] = [rows_of[t][j] for j in np.flatnonzero(tree == c).tolist()]
+            quota[(t, c)] = qq
+            items.append(WorkItem(t, s, tree=c))
+    plan = balance(items, world)
+    mine = plan[rank]
+
+    merger = merger_factory() if merger_factory is not None and mine else None
+    load = getattr(merger, "load", None)
+    if callable(load):
+        load()  # a model that cannot load fails here, not as fallbacks inside the engine
+    outputs: list[tuple[MemoryStore, dict[str, str]]] = []  # (result store, pseudo tenant -> tenant)
+    merges: list[dict] = []
+    reports: list[CompressReport] = []
+    whole = sorted(i for it in mine if it.tree is None for i in rows_of[it.tenant])
+    if whole:
+        res = compress(store.take(whole), cfg, merger=merger, embedder=embedder, device=device, progress=progress)
+        outputs.append((res.store, {}))
+        merges += res.merges
+        reports.append(res.report)
+    mine_trees = []
+    for it in mine:
+        if it.tree is not None:
+            key = (it.tenant, it.tree)
+            if quota[key] == 0:  # nothing to remove: the tree passes through
+                outputs.append((store.take(tree_rows[key]), {}))
+            else:
+                mine_trees.append((key, it.size, quota[key]))
+    for r, keys in ratio_groups(mine_trees):
+        rows = sorted(i for key in keys for i in tree_rows[key])
+        pseudo = {i: f"{t}{_SEP}{c}" for (t, c) in keys for i in tree_rows[(t, c)]}
+        sub = store.take(rows)
+        sub.tenants = [pseudo[i] for i in rows]
+        one_tree = dataclasses.replace(cfg, partition=dataclasses.replace(cfg.partition, alpha=0.5 / (len(rows) + 1)),
+                                       merge=dataclasses.replace(cfg.merge, ratio=r))
+        res = compress(sub, one_tree, merger=merger, embedder=embedder, device=device, progress=progress)
+        back = {p: p.rsplit(_SEP, 1)[0] for p in set(sub.tenants)}
+        outputs.append((res.store, back))
+        merges += [{**m, "tenant": back[m["tenant"]]} for m in res.merges]
+        reports.append(res.report)
+
+    # ---- gather every rank's rows on rank 0; order them as the single-process engine does
+    first_of = {}
+    for i, src in enumerate(store.sources):
+        for s in src:
+            first_of[s] = i
+    chunks = []
+    for out, back in outputs:
+        chunks.append({"first": [min(first_of[s] for s in src) for src in out.sources], "ids": out.ids,
+                       "texts": out.texts, "emb": out.embeddings.detach().cpu(),
+                       "ts": out.timestamps.detach().cpu(), "tenants": [back.get(t, t) for t in out.tenants],
+                       "sources": out.sources, "metadata": out.metadata})
+    mine_info = {"chunks": chunks, "merges": [{**m, "rank": rank} for m in merges],
+                 "trees": {row["tenant"]: row["trees"] for r in reports[:1] if whole for row in r.tenants},
+                 "rounds": sum(r.rounds for r in reports), "fallbacks": sum(r.fallbacks for r in reports),
+                 "seconds": time.perf_counter() - t0, "merger": getattr(merger, "name", None),
+                 "embedder": reports[0].embedder if reports else None,
+                 "max_node_tokens": reports[0].max_node_tokens if reports else None}
+    if world > 1:
+        gathered: list | None = [None] * world if rank == 0 else None
+        dist.gather_object(mine_info, gathered, dst=0, group=group)
+        if rank != 0:
+            return None
+    else:
+        gathered = [mine_info]
+    return _assemble(store, cfg, gathered, plan, split, sizes, time.perf_counter() - t0)
+
+
+def _assemble(store, cfg, gathered, plan, split, sizes, seconds) -> DistributedResult:
+    chunks = [c for g in gathered for c in g["chunks"]]
+    first = np.array([f for c in chunks for f in c["first"]], dtype=np.int64)
+    order = np.argsort(first, kind="stable").tolist()
+
+    def col(key):
+        flat = [x for c in chunks for x in c[key]]
+        return [flat[i] for i in order]
+
+    dev = store.device
+    o = torch.as_tensor(order, dtype=torch.int64)
+    emb = torch.cat([c["emb"] for c in chunks])[o].to(dev) if chunks else store.embeddings[:0]
+    ts = torch.cat([c["ts"] for c in chunks])[o].to(dev) if chunks else store.timestamps[:0]
+    out = MemoryStore(col("ids"), col("texts"), emb, ts, col("tenants"), [list(s) for s in col("sources")],
+                      [dict(m) for m in col("metadata")], store.embedder)
+    per = {t: 0 for t in sizes}
+    for t in out.tenants:
+        per[t] += 1
+    trees = {t: sum(1 for p in plan for it in p if it.tenant == t) for t in split}
+    for g in gathered:
+        trees.update(g["trees"])
+    tenants = []
+    for t, n in sizes.items():
+        req = removal_target(n, cfg.merge.ratio)
+        tenants.append({"tenant": t, "nodes_in": n, "nodes_out": per[t], "requested": req, "removed": n - per[t],
+                        "ratio": (n - per[t]) / n, "shortfall": req - (n - per[t]), "trees": trees[t]})
+    merges = [m for g in gathered for m in g["merges"]]
+    name = next((g["merger"] for g in gathered if g["merger"]), "extractive")
+    emb_name = next((g["embedder"] for g in gathered if g["embedder"]), "mean-of-inputs")
+    cap = next((g["max_node_tokens"] for g in gathered if g["max_node_tokens"] is not None), None)
+    report = CompressReport(
+        tenants=tenants, nodes_in=len(store), nodes_out=len(out), trees=sum(trees.values()),
+        rounds=max(g["rounds"] for g in gathered),
+        merges=len(merges), schedule=cfg.merge.schedule, merger=name, embedder=emb_name, max_node_tokens=cap,
+        seconds={"total": seconds, **{f"rank{r}": g["seconds"] for r, g in enumerate(gathered)}},
+        fallbacks=sum(g["fallbacks"] for g in gathered))
+    plan_d = [[{"tenant": it.tenant, "tree": it.tree, "nodes": it.size} for it in p] for p in plan]
+    return DistributedResult(out, report, merges, plan_d, split)

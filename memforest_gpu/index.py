@@ -1,0 +1,209 @@
+"""Vector indexes for retrieval: exact torch search (default) or faiss (flat, IVF).
+
+An index gives each query its ``C`` most similar rows of one tenant, best first; AGPR
+then re-ranks those candidates exactly as with the torch search, so the choice of index
+only changes how candidates are found, never how they are scored.
+
+=============  =================================================================  =========
+kind           what                                                               needs
+=============  =================================================================  =========
+torch          exact (Q, N) matmul + sort on the store's device (the default)      -
+faiss-flat     exact inner product, ``IndexFlatIP``                                faiss
+faiss-ivf      inverted lists, ``IndexIVFFlat`` (inner product); ``nprobe`` lists  faiss
+               per query; ``nprobe >= nlist`` searches every list (exact)
+=============  =================================================================  =========
+
+faiss runs on the GPU when the store is on CUDA and faiss-gpu sees a GPU (``gpu=None``),
+else on the CPU. Tenants smaller than ``ivf_min_nodes`` get a flat index: inverted
+lists over a few hundred vectors cost more than they save.
+
+>>> r = IndexedRetriever(store, IndexConfig(kind="faiss-ivf", nprobe=16))
+>>> r.search(query_embeddings, tenants="alice", config=RetrievalConfig(k=10, agpr=True))
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .config import RetrievalConfig
+from .kernels import agpr_rerank, topk_search
+from .retrieval import Retriever, SearchResult
+from .store import MemoryStore
+
+__all__ = ["IndexConfig", "INDEXES", "build_index", "default_nlist", "IndexedRetriever", "TorchIndex", "FaissIndex"]
+
+INDEXES = ("torch", "faiss-flat", "faiss-ivf")
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexConfig:
+    """Which vector index finds retrieval candidates."""
+
+    kind: str = "torch"  # one of INDEXES
+    nlist: int | None = None  # IVF lists per tenant; None: round(4 * sqrt(N_t)), at most N_t // 39 (faiss's
+    #                           minimum of 39 training points per list)
+    nprobe: int = 8  # IVF lists searched per query; >= nlist is exact
+    ivf_min_nodes: int = 1000  # tenants with fewer nodes get a flat index instead of IVF
+    gpu: bool | None = None  # faiss on the GPU; None: when the vectors are on CUDA and faiss-gpu sees one
+
+    def __post_init__(self):
+        if self.kind not in INDEXES:
+            raise ValueError(f"index must be one of {list(INDEXES)}, got {self.kind!r}")
+        if self.nlist is not None and (isinstance(self.nlist, bool) or not isinstance(self.nlist, int)
+                                       or self.nlist < 1):
+            raise ValueError(f"nlist must be an integer >= 1 or None, got {self.nlist!r}")
+        for name in ("nprobe", "ivf_min_nodes"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+
+
+def default_nlist(n: int) -> int:
+    """round(4 * sqrt(n)) inverted lists, at most n // 39 (faiss trains each on >= 39 points)."""
+    return max(1, min(int(round(4 * math.sqrt(n))), n // 39))
+
+
+def _import_faiss():
+    try:
+        import faiss
+    except ImportError:
+        raise ImportError("the faiss indexes need faiss: pip install faiss-cpu (or faiss-gpu), "
+                          "or pip install 'memforest-gpu[faiss]'") from None
+    return faiss
+
+
+def _sort_candidates(sims: torch.Tensor, idx: torch.Tensor):
+    """Best first with the torch path's tie rule (higher sim, then lower index); -1 last.
+
+    Shape: (Q, C), (Q, C) -> (Q, C), (Q, C)
+    """
+    sims = torch.where(idx >= 0, sims, torch.full_like(sims, float("-inf")))
+    key = torch.where(idx >= 0, idx, torch.full_like(idx, torch.iinfo(torch.int64).max))
+    o1 = torch.argsort(key, dim=1, stable=True)
+    o2 = torch.argsort(sims.gather(1, o1), dim=1, descending=True, stable=True)
+    o = o1.gather(1, o2)
+    return sims.gather(1, o), idx.gather(1, o)
+
+
+class TorchIndex:
+    """Exact search with :func:`memforest_gpu.kernels.topk_search`. Shape: X (N, D)"""
+
+    kind = "torch"
+
+    def __init__(self, X: torch.Tensor):
+        self.X = X
+
+    def search(self, Qe: torch.Tensor, c: int):
+        """Shape: Qe (Q, D) -> sims (Q, c'), index (Q, c'), c' = min(c, N); -1 / -inf past the end"""
+        return topk_search(Qe, self.X, c)
+
+
+class FaissIndex:
+    """A faiss inner-product index over one tenant's normalised vectors. Shape: X (N, D)"""
+
+    def __init__(self, X: torch.Tensor, config: IndexConfig):
+        faiss = _import_faiss()
+        self.device = X.device
+        N, D = X.shape
+        xb = np.ascontiguousarray(X.detach().to("cpu", torch.float32).numpy())
+        self.N = N
+        self.nlist = 0
+        if config.kind == "faiss-ivf" and N >= config.ivf_min_nodes:
+            nlist = config.nlist if config.nlist is not None else default_nlist(N)
+            self.nlist = max(1, min(nlist, N))
+            quantizer = faiss.IndexFlatIP(D)
+            index = faiss.IndexIVFFlat(quantizer, D, self.nlist, faiss.METRIC_INNER_PRODUCT)
+            index.train(xb)
+            index.add(xb)
+            index.nprobe = min(config.nprobe, self.nlist)
+            self._quantizer = quantizer  # the IVF index does not own it
+            self.kind = "faiss-ivf"
+        else:
+            index = faiss.IndexFlatIP(D)
+            index.add(xb)
+            self.kind = "faiss-flat"
+        use_gpu = config.gpu
+        if use_gpu is None:
+            use_gpu = X.is_cuda and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+        if use_gpu:
+            if not hasattr(faiss, "StandardGpuResources") or faiss.get_num_gpus() == 0:
+                raise ValueError("gpu must be False or None when faiss sees no GPU (install faiss-gpu on a CUDA "
+                                 f"machine), got gpu={config.gpu!r}")
+            self._res = faiss.StandardGpuResources()
+            dev_id = X.device.index if X.is_cuda and X.device.index is not None else 0
+            index = faiss.index_cpu_to_gpu(self._res, dev_id, index)
+            self.kind += "-gpu"
+        self.index = index
+
+    def search(self, Qe: torch.Tensor, c: int):
+        """Shape: Qe (Q, D) -> sims (Q, c'), index (Q, c'), c' = min(c, N); -1 / -inf where fewer found"""
+        c = min(c, self.N)
+        q = np.ascontiguousarray(Qe.detach().to("cpu", torch.float32).numpy())
+        D, I = self.index.search(q, c)  # (Q, c) each
+        sims = torch.from_numpy(D).to(self.device)
+        idx = torch.from_numpy(I).to(self.device, torch.int64)
+        return _sort_candidates(sims, idx)
+
+
+def build_index(X: torch.Tensor, config: IndexConfig | str = "torch"):
+    """An index over the rows of ``X`` (one tenant). Shape: X (N, D) normalised"""
+    cfg = IndexConfig(kind=config) if isinstance(config, str) else config
+    if not isinstance(cfg, IndexConfig):
+        raise ValueError(f"index must be one of {list(INDEXES)} or an IndexConfig, got {config!r}")
+    if cfg.kind == "torch":
+        return TorchIndex(X)
+    return FaissIndex(X, cfg)
+
+
+class IndexedRetriever(Retriever):
+    """:class:`~memforest_gpu.retrieval.Retriever` with a choice of vector index per tenant.
+    With ``index="torch"`` it returns exactly what ``Retriever`` returns.
+
+    >>> r = IndexedRetriever(store, "faiss-flat")
+    >>> res = r.search(q, tenants=["alice"] * len(q), config=RetrievalConfig(k=10, agpr=True))
+    """
+
+    def __init__(self, store: MemoryStore, index: IndexConfig | str = "torch"):
+        super().__init__(store)
+        self.index_config = IndexConfig(kind=index) if isinstance(index, str) else index
+        self.indexes = {t: build_index(e, self.index_config) for t, e in self._emb.items()}
+
+    def search(self, queries: torch.Tensor, *, tenants: str | Sequence[str] | None = None,
+               config: RetrievalConfig | None = None) -> SearchResult:
+        """Shape: queries (Q, D) -> SearchResult with (Q, k) tensors (same layout as ``Retriever``)."""
+        cfg = config or RetrievalConfig()
+        if queries.ndim != 2 or queries.shape[1] != self.store.dim:
+            raise ValueError(f"queries must be (Q, {self.store.dim}), got shape {tuple(queries.shape)}")
+        Q = queries.shape[0]
+        tens = self._resolve_tenants(tenants, Q)
+        dev = self.store.device
+        queries = torch.nn.functional.normalize(queries.to(dev, torch.float32), dim=1)
+        k = cfg.k
+        index = torch.full((Q, k), -1, dtype=torch.int64, device=dev)
+        score = torch.full((Q, k), float("-inf"), device=dev)
+        simil = torch.full((Q, k), float("-inf"), device=dev)
+        by_t: dict[str, list[int]] = {}
+        for q, t in enumerate(tens):
+            by_t.setdefault(t, []).append(q)
+        for t, qs in by_t.items():
+            qi = torch.as_tensor(qs, dtype=torch.int64, device=dev)
+            C = cfg.L * k if cfg.agpr else k
+            sims, cand = self.indexes[t].search(queries[qi], C)  # (Q_t, C')
+            if cfg.agpr:
+                valid = cand >= 0
+                times = self._ts[t][cand.clamp(min=0)]
+                order, v = agpr_rerank(sims, times, valid, k, lam=cfg.lam, gamma=cfg.gamma)
+                cand, s_sel = cand.gather(1, order), sims.gather(1, order)
+                v = torch.where(cand >= 0, v, torch.full_like(v, float("-inf")))
+            else:
+                s_sel, v = sims, sims
+            kk = cand.shape[1]
+            rows = self._rows[t][cand.clamp(min=0)]
+            index[qi, :kk] = torch.where(cand >= 0, rows, torch.full_like(rows, -1))
+            score[qi, :kk] = v.float()
+            simil[qi, :kk] = s_sel.float()
+        return SearchResult(index, score, simil)
