@@ -25,6 +25,7 @@ setup(
         "transformers": ["transformers>=4.56", "accelerate>=0.26", "gguf>=0.10"],
         "vllm": ["vllm>=0.6.4"],
         "bench": ["matplotlib>=3.5"],
+        "eval": ["matplotlib>=3.5"],
         "faiss": ["faiss-cpu>=1.7"],
         "mem0": ["mem0ai>=2.2", "qdrant-client>=1.9", "pyyaml>=6"],
     },

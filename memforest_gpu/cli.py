@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .adapters.cli import add_parser as add_adapter_commands
 
     add_adapter_commands(sub)  # mem0 compress|restore, graph compress
+    from .evaluation.cli import add_parser as add_eval_command
+
+    add_eval_command(sub)  # eval
     return ap
 
 
@@ -243,6 +246,12 @@ def _demo(a) -> int:
     return 0
 
 
+def _eval(a) -> int:
+    from .evaluation.cli import run
+
+    return run(a)
+
+
 def _adapters(a) -> int:
     from .adapters.cli import run
 
@@ -254,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
     try:
         commands = {"compress": _compress, "search": _search, "info": _info, "demo": _demo,
-                    "mem0": _adapters, "graph": _adapters}
+                    "mem0": _adapters, "graph": _adapters, "eval": _eval}
         return commands[args.cmd](args)
     except BrokenPipeError:  # `memforest ... | head`
         return 0

@@ -73,11 +73,17 @@ class TreeConfig:
     eta: float = 0.99  # w' = eta * w - (1 - eta) * (deg_i + deg_j)
     degree_norm: str = "none"  # "max": divide deg_i + deg_j by its largest value in the tree
     kind: str = "max"  # ablations: "min" (minimum spanning tree), "random" (random merge order)
+    # local time on the tree's edges too: w = (1 - time_weight) * cos + time_weight * [gap <= time_window],
+    # gap = positions between two nodes' spans (1 for neighbouring turns); 0 = the paper (cosine only)
+    time_weight: float = 0.0
+    time_window: int = 1  # in positions, as the partition's window
 
     def __post_init__(self):
         _check_range("eta", self.eta, 0.0, 1.0)
         _check_choice("degree_norm", self.degree_norm, DEGREE_NORMS)
         _check_choice("kind", self.kind, TREE_KINDS)
+        _check_range("time_weight", self.time_weight, 0.0, 1.0)
+        _check_int("time_window", self.time_window, 1)
 
 
 @dataclass(frozen=True, kw_only=True)

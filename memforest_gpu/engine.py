@@ -25,7 +25,7 @@ from .kernels import (best_edge_per_tree, greedy_matching, pack_segments, size_b
 from .kernels.mst import edge_key
 from .mergers.base import MemoryItem, MergePair
 from .mergers.extractive import ExtractiveMerger
-from .partition import partition
+from .partition import partition, time_order
 from .quota import allocate, removal_target
 from .store import MemoryStore
 
@@ -124,9 +124,16 @@ class _Bucket:
         self.X = X  # (B, m, D)
         # (B, m, m) cosine similarities, accumulated in float64 so a value never depends on the
         # batch it was computed in (other tenants' trees share the batch; ties must stay ties)
-        self.W = (X.double() @ X.double().transpose(1, 2)).to(X.dtype)
+        B, m, _ = X.shape
+        self.W = torch.empty(B, m, m, dtype=X.dtype, device=X.device)
+        step = max(1, (1 << 25) // max(1, m * m))  # float64 temporaries of at most ~256 MB at a time
+        for b0 in range(0, B, step):
+            Xd = X[b0:b0 + step].double()
+            W = Xd @ Xd.transpose(1, 2)
+            self.W[b0:b0 + step] = ((W + W.transpose(1, 2)) * 0.5).to(X.dtype)  # exactly symmetric
         self.ts = ts  # (B, m) float64
         self.tok = tok  # (B, m) int64 or None
+        self.lo = self.hi = None  # (B, m) float: first and last position of each slot's originals
 
     @property
     def active(self) -> torch.Tensor:
@@ -371,6 +378,9 @@ def _make_buckets(tree: torch.Tensor, tree_size: np.ndarray, emb: torch.Tensor, 
     order = torch.argsort(store.timestamps.to(dev), stable=True)
     index, valid, sizes = pack_segments(tree, n_trees, order=order)
     tok_all = torch.tensor(tokens, dtype=torch.int64, device=dev) if tokens is not None else None
+    pos = torch.empty(len(store), dtype=emb.dtype, device=dev)  # rank by (tenant, time, index)
+    pos[time_order(store.tenant_index()[1].to(dev), store.timestamps.to(dev))] = torch.arange(
+        len(store), dtype=emb.dtype, device=dev)
     out = []
     for ids in size_buckets(sizes, min_size=2):
         m = int(sizes[ids].max())
@@ -380,6 +390,8 @@ def _make_buckets(tree: torch.Tensor, tree_size: np.ndarray, emb: torch.Tensor, 
         ts = store.timestamps.to(dev)[slots.clamp(min=0)]
         tok = tok_all[slots.clamp(min=0)] if tok_all is not None else None
         bk = _Bucket(ids, slots, X, ts, tok)
+        bk.lo = pos[slots.clamp(min=0)]
+        bk.hi = bk.lo.clone()
         bk.trees_np = ids.cpu().numpy()
         out.append(bk)
     return out
@@ -396,9 +408,20 @@ def _plan_bucket(bk: _Bucket, rows: np.ndarray, quota: np.ndarray, cfg: Compress
     if kind == "random":  # ablation: a random spanning tree, random merge order
         Rw = torch.from_numpy(rng.random((len(rows), m, m))).to(dev, W.dtype)
         Wt = torch.triu(Rw, 1) + torch.triu(Rw, 1).transpose(1, 2)
-        u, v, w, ok = spanning_forest(Wt, act, maximum=True)
     else:
-        u, v, w, ok = spanning_forest(W, act, maximum=(kind == "max"))
+        Wt = W
+        tw = cfg.tree.time_weight
+        if tw > 0:  # local time on the edges: neighbouring spans of positions get the bonus
+            lo, hi = bk.lo[r], bk.hi[r]  # (B', m)
+            gap = torch.maximum(lo[:, :, None], lo[:, None, :]) - torch.minimum(hi[:, :, None], hi[:, None, :])
+            Wt = (1 - tw) * W + tw * (gap <= cfg.tree.time_window).to(W.dtype)  # (B', m, m)
+    if cap is not None and bk.tok is not None:
+        # a pair whose merge would pass the cap is no edge: the tree spans the pairs that fit,
+        # so a full node drops out of its tree instead of blocking it (SPEC: "the next best edge")
+        tok_r, day_r = bk.tok[r], torch.floor(bk.ts[r] / _DAY)
+        est_all = tok_r[:, :, None] + tok_r[:, None, :] + DATE_TAG_TOKENS * (day_r[:, :, None] != day_r[:, None, :]).long()
+        Wt = Wt.masked_fill(est_all > cap, float("inf") if kind == "min" else float("-inf"))  # (B', m, m)
+    u, v, w, ok = spanning_forest(Wt, act, maximum=(kind != "min"))
     deg = tree_degrees(u, v, ok, m)  # (B', m)
     dsum = (deg.gather(1, u) + deg.gather(1, v)).to(w.dtype)  # (B', E)
     if cfg.tree.degree_norm == "max":
@@ -416,7 +439,7 @@ def _plan_bucket(bk: _Bucket, rows: np.ndarray, quota: np.ndarray, cfg: Compress
         est = tok.gather(1, u) + tok.gather(1, v) + DATE_TAG_TOKENS * (day_u != day_v).long()
         eligible = ok & (est <= cap)
     # the similarity reported for a pair is always the cosine, whatever tree was built
-    real_w = W[torch.arange(len(rows), device=dev)[:, None], u, v] if kind == "random" else w
+    real_w = W[torch.arange(len(rows), device=dev)[:, None], u, v] if Wt is not W else w
     out = []
     if cfg.merge.schedule == "sequential":
         best = best_edge_per_tree(score, key, eligible).cpu().numpy()
@@ -442,8 +465,8 @@ def _run_merger(merger, fallback, batch: list[MergePair]) -> tuple[list[str], in
         if len(texts) != len(batch):
             raise ValueError(f"merger must return one text per pair ({len(batch)}), got {len(texts)}")
     except Exception as e:  # noqa: BLE001 - an LLM backend failing must never lose memories
-        if merger is fallback:
-            raise
+        if merger is fallback or getattr(merger, "fatal", False):
+            raise  # the extractive merger itself, or a backend that is down as a whole: stop, don't guess
         log.warning("merger %r failed on a batch of %d pairs (%s); using the extractive merger",
                     getattr(merger, "name", merger), len(batch), e)
         return fallback.merge(batch), len(batch)
@@ -476,6 +499,8 @@ def _apply_round(plan, new_nodes: list[int], new_emb: torch.Tensor, nodes: _Node
         bk.W[r, keep, :] = sims
         bk.W[r, :, keep] = sims
         bk.ts[r, keep] = torch.as_tensor([nodes.ts[i] for i in new.tolist()], dtype=bk.ts.dtype, device=dev)
+        bk.lo[r, keep] = torch.minimum(bk.lo[r, keep], bk.lo[r, drop])
+        bk.hi[r, keep] = torch.maximum(bk.hi[r, keep], bk.hi[r, drop])
         if bk.tok is not None and nodes.tokens is not None:
             bk.tok[r, keep] = torch.as_tensor([nodes.tokens[i] for i in new.tolist()], dtype=torch.int64,
                                               device=dev)

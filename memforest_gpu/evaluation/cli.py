@@ -1,0 +1,167 @@
+"""``memforest eval``: a thin layer over :func:`.harness.run_grid`; each flag maps to a config field.
+
+Register in the main CLI with ``evaluation.cli.add_parser(sub)`` and dispatch ``"eval"`` to
+``evaluation.cli.run``; standalone: ``python -m memforest_gpu.evaluation.cli --benchmark ... --out ...``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+
+__all__ = ["add_parser", "run", "main"]
+
+
+def _floats(s: str) -> list[float]:
+    return [float(x) for x in s.split(",") if x.strip()]
+
+
+def _ints(s: str) -> list[int]:
+    return [int(x) for x in s.split(",") if x.strip()]
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--benchmark", required=True,
+                   help="benchmark folder (nodes.jsonl|parquet + questions.jsonl) or a LoCoMo .json file")
+    p.add_argument("--out", default=None, help="output folder: results.json, per_question.npz, results.md, retention.png")
+    p.add_argument("--methods", default="default",
+                   help="comma list of NAME[:SCHEDULE]; 'default' (baselines + memforest, both schedules), "
+                        "'ablations', or 'all'")
+    p.add_argument("--ratios", default="0.3,0.5,0.7", help="fractions of nodes removed")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--cache", default=None, help="embedding cache folder (default: OUT/.cache)")
+    p.add_argument("--embedder", default="default", help="default (all-MiniLM-L6-v2) | model PATH")
+    p.add_argument("--merger", default="extractive", help="extractive")
+    p.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
+    g = p.add_argument_group("retrieval and cuts")
+    g.add_argument("-k", "--k", type=int, default=10, help="nodes at the @k cut")
+    g.add_argument("--budget", type=int, default=256, help="whitespace tokens at the @B cut")
+    g.add_argument("--L", type=int, default=4, help="AGPR candidate multiplier")
+    g.add_argument("--lam", type=float, default=0.2, help="AGPR anchor fraction")
+    g.add_argument("--gamma", type=float, default=0.9, help="AGPR similarity weight")
+    g = p.add_argument_group("MemForest config (ablations override their own field)")
+    g.add_argument("--alpha", type=float, default=None)
+    g.add_argument("--beta", type=float, default=None)
+    g.add_argument("--window", type=int, default=None)
+    g.add_argument("--max-iter", type=int, default=None)
+    g.add_argument("--eta", type=float, default=None)
+    g.add_argument("--degree-norm", default=None, help="none | max")
+    g.add_argument("--time-weight", type=float, default=None,
+                   help="weight of local time on tree edges (0: cosine only, the paper)")
+    g.add_argument("--time-window", type=int, default=None, help="positions that count as neighbours on edges")
+    g.add_argument("--max-node-tokens", type=int, default=None, help="node length cap (default: embedder's)")
+    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument("--reference", default=None,
+                   help="the method every other one is compared with (paired bootstrap; default memforest:sequential)")
+    p.add_argument("--export", default=None, help="only write the benchmark in the nodes + questions format here")
+    p.add_argument("--report-only", action="store_true", help="redo tables and plot from OUT's results")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: the grid's tensor ops are small; 0 = torch's default)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``eval`` sub-command to a ``memforest`` sub-parser set."""
+    p = subparsers.add_parser("eval", help="measure compression quality on a benchmark (EVAL.md)",
+                              description="Run methods x ratios x seeds on a benchmark and write results.")
+    _add_arguments(p)
+    return p
+
+
+def _methods(spec: str) -> list[str]:
+    from .methods import ABLATION_METHODS, DEFAULT_METHODS, parse_method
+
+    out: list[str] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part in ("default", "all", "ablations"):
+            out += list(DEFAULT_METHODS) * (part != "ablations") + list(ABLATION_METHODS) * (part != "default")
+        else:
+            out.append(parse_method(part).label)
+    return list(dict.fromkeys(parse_method(m).label for m in out))
+
+
+def _config(a):
+    from dataclasses import replace
+
+    from ..config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+
+    part = {k: v for k, v in (("alpha", a.alpha), ("beta", a.beta), ("window", a.window),
+                               ("max_iter", a.max_iter)) if v is not None}
+    tree = {k: v for k, v in (("eta", a.eta), ("degree_norm", a.degree_norm), ("time_weight", a.time_weight),
+                               ("time_window", a.time_window)) if v is not None}
+    merge = {"max_node_tokens": a.max_node_tokens} if a.max_node_tokens is not None else {}
+    c = CompressConfig()
+    return replace(c, partition=replace(c.partition, **part), tree=replace(c.tree, **tree),
+                   merge=replace(c.merge, **merge))
+
+
+def run(a) -> int:
+    """Run ``memforest eval`` from parsed arguments; returns the exit status."""
+    from .benchmark import load_benchmark, write_benchmark
+
+    if a.export:
+        bench = load_benchmark(a.benchmark)
+        write_benchmark(bench, a.export)
+        print(f"wrote {a.export}/nodes.jsonl and questions.jsonl: {json.dumps(bench.summary())}")
+        return 0
+    if not a.out:
+        raise ValueError("--out is required (unless --export)")
+    from .report import load_result, write_outputs
+
+    if a.report_only:
+        paths = write_outputs(load_result(a.out), a.out, bootstrap=a.bootstrap, reference=a.reference)
+        print("\n".join(f"wrote {p}" for p in paths.values()))
+        return 0
+    import torch
+
+    from ..embedders import SentenceTransformerEmbedder
+    from ..mergers import get_merger
+    from .cache import CachedEmbedder
+    from .harness import EvalConfig, run_grid
+
+    methods = _methods(a.methods)
+    ratios, seeds = _floats(a.ratios), _ints(a.seeds)
+    cfg = _config(a)
+    ecfg = EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma)
+    if not ratios or not seeds:
+        raise ValueError(f"ratios and seeds must be non-empty, got {a.ratios!r} and {a.seeds!r}")
+    for r in ratios:
+        if not 0 < r < 1:
+            raise ValueError(f"ratio must be in (0, 1), got {r!r}")
+    bench = load_benchmark(a.benchmark)
+    inner = SentenceTransformerEmbedder(None if a.embedder == "default" else a.embedder, device=a.device)
+    emb = CachedEmbedder(inner, a.cache or os.path.join(a.out, ".cache"))
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    t0 = time.perf_counter()
+    res = run_grid(bench, methods, ratios, seeds, embedder=emb, merger=get_merger(a.merger), base_config=cfg,
+                   eval_config=ecfg, device=a.device, progress=not a.quiet)
+    emb.flush()
+    paths = write_outputs(res, a.out, bootstrap=a.bootstrap, reference=a.reference)
+    print(f"{len(methods)} methods x {len(ratios)} ratios x {len(seeds)} seeds in {time.perf_counter() - t0:.0f}s "
+          f"(embedding cache: {emb.hits} hits, {emb.misses} new)")
+    print("\n".join(f"wrote {p}" for p in paths.values()))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="memforest eval", description="Measure compression quality (EVAL.md).")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    _add_arguments(ap)
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
+    try:
+        return run(a)
+    except (ValueError, FileNotFoundError, ImportError) as e:
+        print(f"memforest eval: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""The evaluation grid: methods x ratios x seeds, each scored with plain top-k and AGPR.
+
+Per cell: compress the uncompressed store, build one :class:`~memforest_gpu.retrieval.Retriever`
+for the result, rank every question's candidates in one batched search per retriever,
+score them (:mod:`.metrics`), and time the search against the uncompressed store in the
+same loop. Questions are embedded once; merged text goes through the caller's embedder
+(wrap it in :class:`~.cache.CachedEmbedder` so a re-run never re-embeds).
+
+A cell whose output cannot depend on the seed (ToMe; MemForest when every tenant is a
+single k-means cluster) is compressed once and scored for every seed.
+
+Ranking for the cuts: a ranked list of ``C = L * k`` candidates. Plain: the top ``C`` by
+cosine (its first ``k`` are the top-k). AGPR: the ``C`` candidates of a top-``k`` AGPR
+search (anchors ``max(1, floor(lam*k + 0.5))``) ordered by AGPR's score ``v``; its first
+``k`` are exactly what ``Retriever.search`` returns with ``k``. ``@B`` reads as far down
+that list as its budget needs.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..config import CompressConfig, RetrievalConfig
+from ..kernels.agpr import n_anchors
+from ..partition import n_clusters
+from ..retrieval import Retriever
+from ..store import MemoryStore
+from .benchmark import Benchmark
+from .methods import MethodSpec, compress_with, parse_method
+from .metrics import CUTS, NodeViews, answer_tokens, nanmean, score_ranked
+
+__all__ = ["EvalConfig", "EvalResult", "run_grid", "RETRIEVERS", "ranked_candidates"]
+
+RETRIEVERS = ("plain", "agpr")
+RETAINED = ("ansr", "evr")  # metrics that get a retention record
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalConfig:
+    """How retrieved context is cut and scored (EVAL.md defaults)."""
+
+    k: int = 10  # nodes at the @k cut; also the retriever's k
+    budget: int = 256  # whitespace tokens at the @B cut
+    L: int = 4  # AGPR candidate multiplier (also the depth of the ranked list: L * k)
+    lam: float = 0.2  # AGPR anchors: max(1, floor(lam * k + 0.5))
+    gamma: float = 0.9  # AGPR: v = gamma * s + (1 - gamma) * p
+    search_repeats: int = 5  # timed searches per store and retriever (median taken)
+
+    def __post_init__(self):
+        RetrievalConfig(k=self.k, L=self.L, lam=self.lam, gamma=self.gamma)  # validates
+        if self.budget < 1:
+            raise ValueError(f"budget must be an integer >= 1, got {self.budget!r}")
+        if self.search_repeats < 1:
+            raise ValueError(f"search_repeats must be an integer >= 1, got {self.search_repeats!r}")
+
+    def retrieval(self, retriever: str) -> RetrievalConfig:
+        """The top-k config a user would run (used for the timed searches)."""
+        return RetrievalConfig(k=self.k, agpr=retriever == "agpr", L=self.L, lam=self.lam, gamma=self.gamma)
+
+    def ranking(self, retriever: str) -> RetrievalConfig:
+        """A config whose output is the whole ranked candidate list (see module doc)."""
+        C = self.L * self.k
+        if retriever == "plain":
+            return RetrievalConfig(k=C)
+        return RetrievalConfig(k=C, agpr=True, L=1, lam=n_anchors(self.k, self.lam) / C, gamma=self.gamma)
+
+
+@dataclass
+class EvalResult:
+    """``records``: flat dicts; ``per_question``: {cell key: (Q,) float32}; ``meta``: run facts."""
+
+    records: list[dict]
+    per_question: dict[str, np.ndarray]
+    question_ids: list[str]
+    categories: list[str]
+    meta: dict = field(default_factory=dict)
+
+
+def cell_key(method: str, ratio: float, seed: int, retriever: str, cut: str, metric: str) -> str:
+    return f"{method}|{ratio:g}|{seed}|{retriever}|{cut}|{metric}"
+
+
+def ranked_candidates(retriever: Retriever, queries: torch.Tensor, tenants: list[str], cfg: EvalConfig,
+                      kind: str) -> np.ndarray:
+    """Shape: queries (Q, D) -> (Q, L*k) store rows, best first (-1 = none)."""
+    return retriever.search(queries, tenants=tenants, config=cfg.ranking(kind)).index.cpu().numpy()
+
+
+class _Questions:
+    """Questions, tokenised once."""
+
+    def __init__(self, bench: Benchmark, embedder, device):
+        qs = bench.questions
+        self.ids = [q.id for q in qs]
+        self.tenants = [q.tenant for q in qs]
+        self.categories = [q.category for q in qs]
+        self.answers = [answer_tokens(q.answer) for q in qs]
+        self.evidence = [frozenset(q.evidence) for q in qs]
+        self.emb = embedder.embed([q.question for q in qs]).to(device, torch.float32)  # (Q, D)
+        self.cats = sorted(set(self.categories), key=lambda c: (len(c), c))
+        self.cat_mask = {c: np.array([x == c for x in self.categories]) for c in self.cats}
+        self.cat_mask["all"] = np.ones(len(qs), dtype=bool)
+
+
+def _time_search(a: Retriever, b: Retriever, q: _Questions, rcfg: RetrievalConfig, repeats: int):
+    """Median seconds of the same batched search on two stores, interleaved."""
+    ta, tb = [], []
+    for _ in range(repeats):
+        for r, acc in ((a, ta), (b, tb)):
+            t0 = time.perf_counter()
+            res = r.search(q.emb, tenants=q.tenants, config=rcfg)
+            if res.index.is_cuda:
+                torch.cuda.synchronize()
+            acc.append(time.perf_counter() - t0)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def _score_store(store: MemoryStore, q: _Questions, cfg: EvalConfig, originals: dict[str, str]):
+    retr = Retriever(store)
+    views = NodeViews.build(store, originals)
+    out = {}
+    for kind in RETRIEVERS:
+        ranked = ranked_candidates(retr, q.emb, q.tenants, cfg, kind)
+        for (cut, metric), v in score_ranked(ranked, views, q.answers, q.evidence, k=cfg.k,
+                                             budget=cfg.budget).items():
+            out[kind, cut, metric] = v
+    return retr, out
+
+
+def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
+             base_config: CompressConfig | None = None, eval_config: EvalConfig | None = None, device=None,
+             progress: bool = False, on_cell=None) -> EvalResult:
+    """Score every (method, ratio, seed) cell of the grid plus the uncompressed store.
+
+    ``embedder`` embeds the originals, the questions and merged text (wrap it in a
+    :class:`~.cache.CachedEmbedder`; its ``flush`` is called after every cell).
+    ``on_cell(label, result)`` is called after each cell (for logs).
+    """
+    from ..device import resolve_device
+    from ..mergers.extractive import ExtractiveMerger
+
+    dev = resolve_device(device)
+    cfg = eval_config or EvalConfig()
+    base = base_config or CompressConfig()
+    merger = merger if merger is not None else ExtractiveMerger()
+    specs = [parse_method(m) if isinstance(m, str) else m for m in methods]
+    specs = [s for s in specs if s.name != "none"]
+    flush = getattr(embedder, "flush", lambda: 0)
+    t_start = time.perf_counter()
+
+    t0 = time.perf_counter()
+    store = bench.store(embedder, device=dev)
+    q = _Questions(bench, embedder, dev)
+    flush()
+    t_embed = time.perf_counter() - t0
+    originals = dict(zip(store.ids, store.texts))
+    name = bench.name
+    records: list[dict] = []
+    per_q: dict[str, np.ndarray] = {}
+
+    def emit(method, schedule, ratio, seed, retriever, cut, metric, category, value):
+        records.append({"benchmark": name, "method": method, "schedule": schedule, "ratio": ratio, "seed": seed,
+                        "retriever": retriever, "cut": cut, "metric": metric, "category": category,
+                        "value": None if value is None or (isinstance(value, float) and math.isnan(value))
+                        else float(value)})
+
+    def emit_scores(spec: MethodSpec, ratio, seed, scores, denom):
+        for (kind, cut, metric), v in scores.items():
+            per_q[cell_key(spec.label, ratio, seed, kind, cut, metric)] = v.astype(np.float32)
+            for cat, mask in q.cat_mask.items():
+                m = nanmean(v[mask])
+                emit(spec.name, spec.schedule, ratio, seed, kind, cut, metric, cat, m)
+                if metric in RETAINED:
+                    d = denom[cut, metric, cat]
+                    emit(spec.name, spec.schedule, ratio, seed, kind, cut, f"{metric}_retention", cat,
+                         m / d if d else None)
+
+    # ---- the uncompressed store: the denominators of every retention
+    none = MethodSpec("none")
+    base_retr, base_scores = _score_store(store, q, cfg, originals)
+    denom = {(cut, metric, cat): nanmean(base_scores["plain", cut, metric][mask])
+             for cut in CUTS for metric in RETAINED for cat, mask in q.cat_mask.items()}
+    emit_scores(none, 0.0, 0, base_scores, denom)
+    for kind in RETRIEVERS:
+        ta, _ = _time_search(base_retr, base_retr, q, cfg.retrieval(kind), cfg.search_repeats)
+        emit("none", "-", 0.0, 0, kind, "-", "search_ms", "all", 1e3 * ta)
+    emit("none", "-", 0.0, 0, "-", "-", "nodes", "all", len(store))
+
+    cells = [(s, r, sd) for r in ratios for s in specs for sd in seeds]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(cells), desc="eval grid", unit="cell")
+    timings = []
+    done: dict[tuple, tuple] = {}  # seed-free cells: (label, ratio, config) -> (result, seconds)
+    tenant_sizes = list(Counter(store.tenants).values())
+    for spec, ratio, seed in cells:
+        if bar is not None:
+            bar.set_postfix_str(f"{spec.label} @{ratio:g} seed {seed}")
+        c = spec.config(base, ratio=ratio, seed=seed)
+        key = (spec.label, ratio, _without_seeds(c)) if _seed_free(spec, c, tenant_sizes) else None
+        if key is not None and key in done:
+            res, t_comp = done[key]  # the same output whatever the seed: computed once
+        else:
+            t0 = time.perf_counter()
+            res = compress_with(spec, store, c, merger=merger, embedder=embedder, device=dev)
+            t_comp = time.perf_counter() - t0
+            flush()
+            if key is not None:
+                done[key] = (res, t_comp)
+        t1 = time.perf_counter()
+        retr, scores = _score_store(res.store, q, cfg, originals)
+        emit_scores(spec, ratio, seed, scores, denom)
+        for kind in RETRIEVERS:
+            ta, tb = _time_search(base_retr, retr, q, cfg.retrieval(kind), cfg.search_repeats)
+            emit(spec.name, spec.schedule, ratio, seed, kind, "-", "search_ms", "all", 1e3 * tb)
+            emit(spec.name, spec.schedule, ratio, seed, kind, "-", "search_speedup", "all", ta / tb)
+        rep = res.report
+        emit(spec.name, spec.schedule, ratio, seed, "-", "-", "nodes", "all", len(res.store))
+        emit(spec.name, spec.schedule, ratio, seed, "-", "-", "ratio_reached", "all", rep.ratio_reached)
+        emit(spec.name, spec.schedule, ratio, seed, "-", "-", "shortfall", "all", rep.shortfall)
+        emit(spec.name, spec.schedule, ratio, seed, "-", "-", "compress_s", "all", t_comp)
+        timings.append({"method": spec.label, "ratio": ratio, "seed": seed, "compress_s": t_comp,
+                        "score_s": time.perf_counter() - t1})
+        if on_cell is not None:
+            on_cell(spec.label, ratio, seed, res)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    meta = {
+        **bench.summary(),
+        "merger": getattr(merger, "name", type(merger).__name__),
+        "merger_kind": "non-LLM" if getattr(merger, "name", "") == "extractive" else "configured",
+        "embedder": getattr(embedder, "name", type(embedder).__name__),
+        "methods": [s.label for s in specs], "ratios": list(ratios), "seeds": list(seeds),
+        "eval": {"k": cfg.k, "budget": cfg.budget, "L": cfg.L, "lam": cfg.lam, "gamma": cfg.gamma},
+        "config": _config_dict(base),
+        "device": str(dev),
+        "seconds": {"embed_originals_and_questions": t_embed, "total": time.perf_counter() - t_start},
+        "cells": timings,
+        "cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},
+    }
+    return EvalResult(records, per_q, q.ids, q.categories, meta)
+
+
+def _seed_free(spec: MethodSpec, cfg: CompressConfig, tenant_sizes: list[int]) -> bool:
+    """True when the method's output cannot depend on the seed: ToMe (no randomness), and
+    MemForest when every tenant is one k-means cluster and the tree is not random."""
+    if spec.name == "tome":
+        return True
+    if spec.is_memforest:
+        return cfg.tree.kind != "random" and all(n_clusters(n, cfg.partition.alpha) == 1 for n in tenant_sizes)
+    return False
+
+
+def _without_seeds(c: CompressConfig) -> CompressConfig:
+    import dataclasses
+
+    return dataclasses.replace(c, partition=dataclasses.replace(c.partition, seed=0),
+                               merge=dataclasses.replace(c.merge, seed=0))
+
+
+def _config_dict(c: CompressConfig) -> dict:
+    import dataclasses
+
+    return {k: dataclasses.asdict(getattr(c, k)) for k in ("partition", "tree", "merge")}

@@ -1,0 +1,94 @@
+"""LoCoMo's JSON -> the benchmark format (EVAL.md, "LoCoMo to memory nodes").
+
+- tenant = ``sample_id``; one node per dialogue turn, id ``"{sample_id}:{dia_id}"``,
+  text ``"{speaker}: {text}"`` plus ``" [shares a photo: {blip_caption}]"`` when captioned;
+- timestamp = the session's ``session_N_date_time`` plus the turn's index in the session,
+  in seconds, so turns keep their order;
+- questions of categories 1-4 (5 is adversarial, without an answer); evidence ids cleaned
+  (:func:`clean_evidence`), ids matching no turn dropped, the question kept.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import datetime, timezone
+
+from .benchmark import Benchmark, Question
+
+__all__ = ["load_locomo", "clean_evidence", "parse_locomo_date", "CATEGORIES"]
+
+CATEGORIES = ("1", "2", "3", "4")
+_SESSION = re.compile(r"session_(\d+)")
+_EVID = re.compile(r"D:?(\d+):(\d+)")
+
+
+def parse_locomo_date(s: str) -> float:
+    """``"1:56 pm on 8 May, 2023"`` -> epoch seconds (UTC)."""
+    try:
+        dt = datetime.strptime(" ".join(s.split()), "%I:%M %p on %d %B, %Y")
+    except ValueError:
+        raise ValueError(f"session date must look like '1:56 pm on 8 May, 2023', got {s!r}") from None
+    return dt.replace(tzinfo=timezone.utc).timestamp()
+
+
+def clean_evidence(raw) -> list[str]:
+    """LoCoMo evidence strings -> dialogue ids ``D<session>:<turn>``.
+
+    Splits ``"D8:6; D9:17"`` and ``"D9:1 D4:4"``, reads ``"D:11:26"`` as ``"D11:26"`` and
+    ``"D30:05"`` as ``"D30:5"``; a fragment that is no dialogue id (``"D"``) is dropped.
+    """
+    items = [raw] if isinstance(raw, str) else list(raw or [])
+    out: list[str] = []
+    for item in items:
+        for frag in re.split(r"[;,\s]+", str(item)):
+            m = _EVID.fullmatch(frag.strip())
+            if m:
+                d = f"D{int(m.group(1))}:{int(m.group(2))}"
+                if d not in out:
+                    out.append(d)
+    return out
+
+
+def load_locomo(path: str, *, categories=CATEGORIES) -> Benchmark:
+    """Read LoCoMo's JSON (a list of samples) into a :class:`Benchmark`."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list) or not all(isinstance(s, dict) and "conversation" in s for s in data):
+        raise ValueError(f"{path}: LoCoMo JSON must be a list of samples with a 'conversation', got something else")
+    nodes: list[dict] = []
+    questions: list[Question] = []
+    dropped = 0
+    cats = {str(c) for c in categories}
+    for sample in data:
+        sid = str(sample["sample_id"])
+        conv = sample["conversation"]
+        sessions = sorted((int(m.group(1)), k) for k in conv if (m := _SESSION.fullmatch(k)))
+        turn_ids: set[str] = set()
+        for n, key in sessions:
+            date_key = f"{key}_date_time"
+            if date_key not in conv:
+                raise ValueError(f"{path}: sample {sid!r} has {key} without {date_key}")
+            t0 = parse_locomo_date(conv[date_key])
+            for i, turn in enumerate(conv[key]):
+                text = f"{turn['speaker']}: {turn['text']}"
+                if turn.get("blip_caption"):
+                    text += f" [shares a photo: {turn['blip_caption']}]"
+                nodes.append({"id": f"{sid}:{turn['dia_id']}", "text": text, "timestamp": t0 + i,
+                              "tenant": sid, "metadata": {"session": n, "speaker": turn["speaker"]}})
+                turn_ids.add(turn["dia_id"])
+        for j, qa in enumerate(sample.get("qa", [])):
+            cat = str(qa.get("category"))
+            if cat not in cats or "answer" not in qa:
+                continue
+            raw = qa.get("evidence", [])
+            ev = clean_evidence(raw)
+            kept = [e for e in ev if e in turn_ids]
+            frags = [f for r in ([raw] if isinstance(raw, str) else raw) for f in re.split(r"[;,\s]+", str(r)) if f]
+            dropped += len(frags) - len(kept)
+            questions.append(Question(f"{sid}:q{j}", sid, str(qa["question"]), str(qa["answer"]),
+                                      tuple(f"{sid}:{e}" for e in kept), cat))
+    name = os.path.splitext(os.path.basename(path))[0]
+    return Benchmark(name, nodes, questions, info={"evidence_ids_dropped": dropped})

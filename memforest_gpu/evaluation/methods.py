@@ -1,0 +1,111 @@
+"""Compression methods by name: ``none``, the baselines, MemForest and its ablations.
+
+A method spec is ``NAME[:SCHEDULE]``:
+
+- ``none`` (the uncompressed store), ``random_prune``, ``kmeans_prune``, ``dart``,
+  ``random_merge``, ``tome``;
+- ``memforest`` and its ablations ``memforest-<ablation>`` (:data:`ABLATIONS`), each with
+  an optional schedule: ``memforest:matching``, ``memforest-min-tree:sequential``;
+  ``memforest-paper`` runs the paper's partition and tree defaults whatever the base config.
+
+:func:`compress_with` runs one on a store with a :class:`~memforest_gpu.config.CompressConfig`
+(its ``merge.ratio`` and ``merge.seed`` drive every method; MemForest also reads the rest).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+from ..config import SCHEDULES, CompressConfig, PartitionConfig, TreeConfig
+from ..engine import CompressResult, compress
+from ..store import MemoryStore
+from .baselines import BASELINES, _report
+
+__all__ = ["MethodSpec", "parse_method", "compress_with", "ABLATIONS", "DEFAULT_METHODS", "ABLATION_METHODS",
+           "METHOD_NAMES"]
+
+
+def _replace(cfg: CompressConfig, stage: str, **kw) -> CompressConfig:
+    return dataclasses.replace(cfg, **{stage: dataclasses.replace(getattr(cfg, stage), **kw)})
+
+
+#: the paper's ablations, as config switches
+ABLATIONS: dict[str, Callable[[CompressConfig], CompressConfig]] = {
+    "no-semantic": lambda c: _replace(c, "partition", use_semantic=False),  # reassignment by time only
+    "no-temporal": lambda c: _replace(c, "partition", use_temporal=False),  # reassignment by meaning only
+    "random-order": lambda c: _replace(c, "tree", kind="random"),  # random merge order, not the spanning tree
+    "min-tree": lambda c: _replace(c, "tree", kind="min"),  # minimum instead of maximum spanning tree
+    "no-degree": lambda c: _replace(c, "tree", eta=1.0),  # w' = w: no degree term
+    "degree-max": lambda c: _replace(c, "tree", degree_norm="max", eta=0.9),  # the authors' code (their Mem0 eta)
+    "no-time-edges": lambda c: _replace(c, "tree", time_weight=0.0),  # cosine-only edges (the paper's tree)
+    # not an ablation: the paper's partition and tree defaults (SPEC), whatever the base config says
+    "paper": lambda c: dataclasses.replace(c, partition=PartitionConfig(seed=c.partition.seed), tree=TreeConfig()),
+}
+METHOD_NAMES = ("none", *BASELINES, "memforest", *(f"memforest-{a}" for a in ABLATIONS))
+DEFAULT_METHODS = ("random_prune", "kmeans_prune", "dart", "random_merge", "tome", "memforest:sequential",
+                   "memforest:matching")
+ABLATION_METHODS = tuple(f"memforest-{a}" for a in ABLATIONS if a != "paper")
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """``name`` as in :data:`METHOD_NAMES`; ``schedule`` ("-" for methods without one)."""
+
+    name: str
+    schedule: str = "-"
+
+    @property
+    def label(self) -> str:
+        return self.name if self.schedule == "-" else f"{self.name}:{self.schedule}"
+
+    @property
+    def is_memforest(self) -> bool:
+        return self.name.startswith("memforest")
+
+    def config(self, base: CompressConfig, *, ratio: float, seed: int) -> CompressConfig:
+        """``base`` with this method's ratio, seed, schedule and ablation applied."""
+        cfg = _replace(base, "merge", ratio=ratio, seed=seed)
+        if self.is_memforest:
+            cfg = _replace(cfg, "merge", schedule=self.schedule)
+            cfg = _replace(cfg, "partition", seed=seed)
+            abl = self.name[len("memforest-"):] if self.name != "memforest" else None
+            if abl:
+                cfg = ABLATIONS[abl](cfg)
+        return cfg
+
+
+def parse_method(spec: str) -> MethodSpec:
+    """``"memforest:matching"`` -> MethodSpec("memforest", "matching"); unknown names list the valid ones."""
+    name, _, schedule = spec.strip().partition(":")
+    if name not in METHOD_NAMES:
+        raise ValueError(f"method must be one of {list(METHOD_NAMES)} (memforest variants take ':SCHEDULE'), "
+                         f"got {spec!r}")
+    if name.startswith("memforest"):
+        schedule = schedule or "sequential"
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule of {name} must be one of {list(SCHEDULES)}, got {schedule!r}")
+        return MethodSpec(name, schedule)
+    if schedule:
+        raise ValueError(f"only memforest methods take a schedule, got {spec!r}")
+    return MethodSpec(name)
+
+
+def compress_with(method: str | MethodSpec, store: MemoryStore, config: CompressConfig | None = None, *,
+                  merger=None, embedder=None, device=None, progress: bool = False) -> CompressResult:
+    """Compress ``store`` with a named method (see module doc), under ``config``.
+
+    For MemForest specs, ``config`` is taken as is (apply :meth:`MethodSpec.config` first
+    for the spec's schedule and ablation); baselines read ``merge.ratio``, ``merge.seed``,
+    ``merge.max_node_tokens`` and ``partition.max_iter``.
+    """
+    spec = parse_method(method) if isinstance(method, str) else method
+    cfg = config or CompressConfig()
+    if spec.name == "none":
+        import time
+
+        t0 = time.perf_counter()
+        return CompressResult(store, _report(store, store, "none", t0), [])
+    if spec.is_memforest:
+        return compress(store, cfg, merger=merger, embedder=embedder, device=device, progress=progress)
+    return BASELINES[spec.name](store, cfg, merger=merger, embedder=embedder)

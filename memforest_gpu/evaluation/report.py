@@ -1,0 +1,296 @@
+"""Outputs of an evaluation: ``results.json``, ``per_question.npz``, ``results.md`` and
+``retention.png``.
+
+Means are over seeds; the spread (``±``) is the standard deviation over seeds. A
+method's difference from MemForest is a paired bootstrap over questions (per-question
+scores averaged over seeds first), in retention points; a difference is *called* only
+when its 95% interval excludes zero.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import defaultdict
+
+import numpy as np
+
+from ..io import atomic_open, atomic_write_text
+from .harness import EvalResult, cell_key
+
+__all__ = ["aggregate", "paired_bootstrap", "comparisons", "markdown", "plot", "write_outputs", "load_result",
+           "REFERENCE"]
+
+REFERENCE = "memforest:sequential"
+_BOOT_METRICS = (("B", "ansr"), ("k", "evr"))
+
+
+def _label(rec) -> str:
+    return rec["method"] if rec["schedule"] in ("-", None) else f"{rec['method']}:{rec['schedule']}"
+
+
+def aggregate(records: list[dict]) -> dict[tuple, tuple[float, float, int]]:
+    """{(label, ratio, retriever, cut, metric, category): (mean, std, n_seeds)} over seeds."""
+    groups = defaultdict(list)
+    for r in records:
+        if r.get("seed") == "mean" or r["value"] is None:
+            continue
+        groups[_label(r), r["ratio"], r["retriever"], r["cut"], r["metric"], r["category"]].append(r["value"])
+    out = {}
+    for k, v in groups.items():
+        a = np.asarray(v, dtype=np.float64)
+        out[k] = (float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else 0.0, len(a))
+    return out
+
+
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, n: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Mean of ``a - b`` over items where both are defined, and its 95% percentile
+    bootstrap interval. Shape: a, b (Q,) -> (mean, lo, hi)"""
+    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    d = d[~np.isnan(d)]
+    if len(d) == 0:
+        return math.nan, math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(d), size=(n, len(d)))
+    means = d[idx].mean(1)
+    return float(d.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def _seed_mean(res: EvalResult, label: str, ratio: float, retriever: str, cut: str, metric: str):
+    seeds = res.meta.get("seeds", [0])
+    rows = [res.per_question[k] for sd in seeds
+            if (k := cell_key(label, ratio, sd, retriever, cut, metric)) in res.per_question]
+    if not rows:
+        return None
+    with np.errstate(all="ignore"):
+        return np.nanmean(np.stack(rows).astype(np.float64), axis=0) if len(rows) > 1 else rows[0].astype(np.float64)
+
+
+def comparisons(res: EvalResult, *, reference: str = REFERENCE, n: int = 2000) -> list[dict]:
+    """Every method's paired-bootstrap difference from ``reference`` at each ratio and
+    retriever, in retention points (x100), for AnsR@B and EvR@k. Flat records."""
+    denom = {}
+    for r in res.records:
+        if r["method"] == "none" and r["retriever"] == "plain" and r["category"] == "all":
+            denom[r["cut"], r["metric"]] = r["value"]
+    labels = res.meta.get("methods", [])
+    if reference not in labels:
+        return []
+    out = []
+    for ratio in res.meta.get("ratios", []):
+        for retriever in ("plain", "agpr"):
+            for cut, metric in _BOOT_METRICS:
+                ref = _seed_mean(res, reference, ratio, retriever, cut, metric)
+                d = denom.get((cut, metric))
+                if ref is None or not d:
+                    continue
+                for label in labels:
+                    if label == reference:
+                        continue
+                    x = _seed_mean(res, label, ratio, retriever, cut, metric)
+                    if x is None:
+                        continue
+                    m, lo, hi = (100 * v / d for v in paired_bootstrap(x, ref, n=n))
+                    call = "n.s." if lo <= 0 <= hi else ("worse" if hi < 0 else "better")
+                    method, _, schedule = label.partition(":")
+                    base = {"benchmark": res.meta.get("benchmark"), "method": method, "schedule": schedule or "-",
+                            "ratio": ratio, "seed": "mean", "retriever": retriever, "cut": cut, "category": "all"}
+                    metric_name = f"{metric}_retention_diff_vs_{reference}"
+                    out += [{**base, "metric": metric_name, "value": m},
+                            {**base, "metric": metric_name + "_ci_lo", "value": lo},
+                            {**base, "metric": metric_name + "_ci_hi", "value": hi},
+                            {**base, "metric": metric_name + "_call", "value": {"n.s.": 0, "worse": -1, "better": 1}[call]}]
+    return out
+
+
+# ------------------------------------------------------------------ tables
+def _pm(agg, key, scale=100.0, digits=1) -> str:
+    v = agg.get(key)
+    if v is None:
+        return "–"
+    m, s, n = v
+    return f"{scale * m:.{digits}f}" + (f" ± {scale * s:.{digits}f}" if n > 1 else "")
+
+
+def _plain(agg, key, scale=100.0, digits=1) -> str:
+    v = agg.get(key)
+    return "–" if v is None else f"{scale * v[0]:.{digits}f}"
+
+
+def _calls(comp: list[dict], reference: str) -> dict:
+    out = {}
+    for r in comp:
+        if r["metric"].endswith("_call"):
+            label = r["method"] if r["schedule"] == "-" else f"{r['method']}:{r['schedule']}"
+            metric = r["metric"].split("_")[0]
+            out[label, r["ratio"], r["retriever"], r["cut"], metric] = {0: "n.s.", -1: "worse", 1: "better"}[r["value"]]
+    return out
+
+
+def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str = REFERENCE) -> str:
+    """The results in the paper's layout (methods as rows, one block per ratio), then a
+    retention summary, AGPR, the bootstrap calls and the search speedups."""
+    agg = aggregate(res.records)
+    meta = res.meta
+    cats = [c for c in sorted({c for c in res.categories}, key=lambda c: (len(c), c))]
+    labels = meta.get("methods", [])
+    ratios = meta.get("ratios", [])
+    ev = meta.get("eval", {})
+    k, B = ev.get("k", 10), ev.get("budget", 256)
+    comp = comp if comp is not None else []
+    calls = _calls(comp, reference)
+    L = []
+    L.append(f"# Evaluation: {meta.get('benchmark')}")
+    L.append("")
+    L.append(f"{meta.get('nodes')} nodes in {meta.get('tenants')} tenants, {meta.get('questions')} questions "
+             f"(categories {', '.join(f'{c}: {n}' for c, n in meta.get('categories', {}).items())}). "
+             f"Merger: **{meta.get('merger')}** ({meta.get('merger_kind')}); embedder {meta.get('embedder')}; "
+             f"seeds {meta.get('seeds')}; @k = top {k} nodes, @B = {B} whitespace tokens. "
+             f"Values are x100, mean ± std over seeds; % = retention against the uncompressed store "
+             f"with plain top-k.")
+    L.append("")
+    head = ["Method"] + [f"AnsR@B c{c}" for c in cats] + ["AnsR@B all", "%", f"EvR@{k}", "%", "EvR@B", "%",
+                                                           f"Ctx@{k}", "speedup"]
+    L.append("| " + " | ".join(head) + " |")
+    L.append("|" + "---|" * len(head))
+
+    def row(name, label, ratio, retriever):
+        key = (label, ratio, retriever)
+        cells = [_plain(agg, (*key, "B", "ansr", c)) for c in cats]
+        cells += [_pm(agg, (*key, "B", "ansr", "all")), _pm(agg, (*key, "B", "ansr_retention", "all")),
+                  _pm(agg, (*key, "k", "evr", "all")), _pm(agg, (*key, "k", "evr_retention", "all")),
+                  _pm(agg, (*key, "B", "evr", "all")), _pm(agg, (*key, "B", "evr_retention", "all")),
+                  _plain(agg, (*key, "k", "ctx", "all"), scale=1, digits=0),
+                  "–" if label == "none" else _plain(agg, (*key, "-", "search_speedup", "all"), scale=1, digits=2)]
+        L.append(f"| {name} | " + " | ".join(cells) + " |")
+
+    row("uncompressed", "none", 0.0, "plain")
+    row("+ AGPR", "none", 0.0, "agpr")
+    for ratio in ratios:
+        L.append(f"| **ratio {ratio:g} (↓{100 * ratio:.0f}%)** |" + " |" * (len(head) - 1))
+        for label in labels:
+            row(f"+ {label}", label, ratio, "plain")
+        for label in labels:
+            if label.startswith("memforest"):
+                row(f"+ {label} + AGPR", label, ratio, "agpr")
+    L.append("")
+    L.append(_summary(agg, labels, ratios, calls, "plain", k, reference))
+    L.append("")
+    L.append("### With AGPR")
+    L.append("")
+    L.append(_summary(agg, labels, ratios, calls, "agpr", k, reference))
+    if comp:
+        L.append("")
+        L.append(f"### Paired bootstrap vs {reference} (retention points, 95% interval over questions)")
+        L.append("")
+        L.append("| method | ratio | retriever | Δ AnsR@B | call | Δ EvR@k | call |")
+        L.append("|---|---|---|---|---|---|---|")
+        by = defaultdict(dict)
+        for r in comp:
+            label = r["method"] if r["schedule"] == "-" else f"{r['method']}:{r['schedule']}"
+            by[label, r["ratio"], r["retriever"]][r["metric"]] = r["value"]
+        for (label, ratio, retriever), d in by.items():
+            cells = []
+            for metric in ("ansr", "evr"):
+                base = f"{metric}_retention_diff_vs_{reference}"
+                if base not in d:
+                    cells += ["–", "–"]
+                    continue
+                cells.append(f"{d[base]:+.1f} [{d[base + '_ci_lo']:+.1f}, {d[base + '_ci_hi']:+.1f}]")
+                cells.append({0: "n.s.", -1: "reference ahead", 1: "reference behind"}[d[base + "_call"]])
+            L.append(f"| {label} | {ratio:g} | {retriever} | " + " | ".join(cells) + " |")
+    return "\n".join(L) + "\n"
+
+
+def _summary(agg, labels, ratios, calls, retriever, k, reference=REFERENCE) -> str:
+    """Method rows, per ratio 'AnsR@B % / EvR@k %' (the README table)."""
+    L = ["| method | " + " | ".join(f"ratio {r:g}: AnsR@B % / EvR@{k} %" for r in ratios) + " |",
+         "|---|" + "---|" * len(ratios)]
+    for label in labels:
+        cells = []
+        for r in ratios:
+            a = _pm(agg, (label, r, retriever, "B", "ansr_retention", "all"))
+            e = _pm(agg, (label, r, retriever, "k", "evr_retention", "all"))
+            mark = {"worse": "▼", "better": "▲"}.get(calls.get((label, r, retriever, "B", "ansr")), "")
+            mark_e = {"worse": "▼", "better": "▲"}.get(calls.get((label, r, retriever, "k", "evr")), "")
+            cells.append(f"{a}{mark} / {e}{mark_e}")
+        L.append(f"| {label} | " + " | ".join(cells) + " |")
+    L.append("")
+    L.append(f"▼ / ▲: below / above {reference} beyond the noise (paired bootstrap over questions, "
+             f"95% interval excludes zero); no mark: not distinguishable.")
+    return "\n".join(L)
+
+
+# ------------------------------------------------------------------ plot
+def plot(res: EvalResult, path: str, *, retriever: str = "plain") -> bool:
+    """Retention (AnsR@B and EvR@k) against ratio, one line per method. Returns False
+    (and writes nothing) when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    agg = aggregate(res.records)
+    ratios = res.meta.get("ratios", [])
+    k = res.meta.get("eval", {}).get("k", 10)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, (cut, metric, title) in zip(axes, (("B", "ansr_retention", "AnsR@B retention (%)"),
+                                               ("k", "evr_retention", f"EvR@{k} retention (%)"))):
+        for label in res.meta.get("methods", []):
+            xs, ys, es = [0.0], [100.0], [0.0]
+            for r in ratios:
+                v = agg.get((label, r, retriever, cut, metric, "all"))
+                if v is not None:
+                    xs.append(r)
+                    ys.append(100 * v[0])
+                    es.append(100 * v[1])
+            style = "-" if label.startswith("memforest") else "--"
+            lw = 2.4 if label == res.meta.get("reference", REFERENCE) else 1.3
+            ax.errorbar(xs, ys, yerr=es, label=label, linestyle=style, linewidth=lw, marker="o", markersize=3,
+                        capsize=2)
+        ax.set_xlabel("compression ratio (fraction of nodes removed)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="lower left")
+    fig.suptitle(f"{res.meta.get('benchmark')}: merger {res.meta.get('merger')}, {retriever} top-k, "
+                 f"mean ± std over seeds {res.meta.get('seeds')}", fontsize=9)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with atomic_open(path) as f:
+        fig.savefig(f, format="png", dpi=120)
+    plt.close(fig)
+    return True
+
+
+# ------------------------------------------------------------------ files
+def write_outputs(res: EvalResult, out_dir: str, *, bootstrap: int = 2000, reference: str | None = None) -> dict:
+    """Write every output; returns their paths. ``reference``: the method every other one
+    is compared with (default: the run's, else ``memforest:sequential``)."""
+    os.makedirs(out_dir, exist_ok=True)
+    reference = reference or res.meta.get("reference") or REFERENCE
+    res.meta["reference"] = reference
+    comp = comparisons(res, n=bootstrap, reference=reference)
+    paths = {"json": os.path.join(out_dir, "results.json"), "npz": os.path.join(out_dir, "per_question.npz"),
+             "md": os.path.join(out_dir, "results.md"), "png": os.path.join(out_dir, "retention.png")}
+    atomic_write_text(paths["json"], json.dumps({"meta": res.meta, "records": res.records + comp}, indent=1))
+    with atomic_open(paths["npz"]) as f:
+        np.savez_compressed(f, question_ids=np.array(res.question_ids), categories=np.array(res.categories),
+                            **{k: v for k, v in res.per_question.items()})
+    atomic_write_text(paths["md"], markdown(res, comp, reference=reference))
+    if not plot(res, paths["png"]):
+        paths.pop("png")
+    return paths
+
+
+def load_result(out_dir: str) -> EvalResult:
+    """Read back ``results.json`` + ``per_question.npz`` (to redo tables and plot)."""
+    with open(os.path.join(out_dir, "results.json"), encoding="utf-8") as f:
+        data = json.load(f)
+    recs = [r for r in data["records"] if r.get("seed") != "mean"]
+    with np.load(os.path.join(out_dir, "per_question.npz")) as z:
+        pq = {k: z[k] for k in z.files if k not in ("question_ids", "categories")}
+        qids = z["question_ids"].tolist()
+        cats = z["categories"].tolist()
+    return EvalResult(recs, pq, qids, cats, data["meta"])

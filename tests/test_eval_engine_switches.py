@@ -1,0 +1,95 @@
+"""Engine switches added for the quality work: local time on the tree's edges, and a cap
+that removes edges from the tree instead of blocking it."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+from memforest_gpu.engine import compress
+from memforest_gpu.quota import removal_target
+from memforest_gpu.store import MemoryStore
+from memforest_gpu.synthetic import synthetic_store
+
+
+def test_time_weight_is_validated():
+    assert TreeConfig().time_weight == 0.0 and TreeConfig().time_window == 1
+    with pytest.raises(ValueError, match=r"time_weight must be in \[0.0, 1.0\], got 1.5"):
+        TreeConfig(time_weight=1.5)
+    with pytest.raises(ValueError, match="time_window must be an integer >= 1"):
+        TreeConfig(time_window=0)
+
+
+def _two_topics(n=8, dim=8):
+    """Turns alternate between two topics (even: topic A, odd: topic B), a little noise."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.zeros(n, dim)
+    X[0::2, 0] = 1.0
+    X[1::2, 1] = 1.0
+    X = X + 0.05 * torch.rand(n, dim, generator=g)
+    ts = [1.6e9 + 60 * i for i in range(n)][::-1]  # rows in reverse time order: positions are by time
+    return MemoryStore.from_columns(ids=[f"n{i}" for i in range(n)][::-1], texts=[f"turn {i}." for i in range(n)][::-1],
+                                    timestamps=ts, embeddings=X.flip(0))
+
+
+def _cfg(time_weight, ratio=0.5, schedule="sequential"):
+    return CompressConfig(partition=PartitionConfig(alpha=0.01),
+                          tree=TreeConfig(eta=1.0, time_weight=time_weight, time_window=1),
+                          merge=MergeConfig(ratio=ratio, schedule=schedule))
+
+
+def _groups(res):
+    return sorted(sorted(int(x[1:]) for x in s) for s in res.store.sources)
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_time_weight_merges_neighbours(schedule):
+    st = _two_topics()
+    by_topic = _groups(compress(st, _cfg(0.0, schedule=schedule), device="cpu"))
+    assert all(len({i % 2 for i in g}) == 1 for g in by_topic)  # cosine only: same topic, far apart in time
+    by_time = _groups(compress(st, _cfg(0.6, schedule=schedule), device="cpu"))
+    # the bonus for neighbouring positions outweighs the topic: every merge joins neighbours in time
+    assert all(g == list(range(g[0], g[0] + len(g))) for g in by_time), by_time
+
+
+def test_time_weight_zero_is_the_paper():
+    st = _two_topics()
+    a = compress(st, _cfg(0.0), device="cpu")
+    b = compress(st, CompressConfig(partition=PartitionConfig(alpha=0.01), tree=TreeConfig(eta=1.0),
+                                    merge=MergeConfig(ratio=0.5)), device="cpu")
+    assert a.store.ids == b.store.ids and [m["similarity"] for m in a.merges] == [m["similarity"] for m in b.merges]
+
+
+def test_cap_removes_edges_instead_of_blocking_the_tree():
+    """One tree: a long node is every short node's nearest neighbour (a star), but no merge
+    with it fits the cap. Short nodes still merge with each other."""
+    dim = 8
+    hub = torch.zeros(dim)
+    hub[0] = 1.0
+    rows, texts = [hub], ["word " * 30]
+    for i in range(6):
+        v = torch.zeros(dim)
+        v[0], v[1 + i] = 1.0, 0.8  # close to the hub, less close to each other
+        rows.append(v)
+        texts.append(f"short note {i}.")
+    st = MemoryStore.from_columns(ids=[f"n{i}" for i in range(7)], texts=texts,
+                                  timestamps=[1.6e9 + i for i in range(7)], embeddings=torch.stack(rows))
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.01), merge=MergeConfig(ratio=0.4, max_node_tokens=20))
+    res = compress(st, cfg, device="cpu")
+    assert res.report.shortfall == 0 and len(res.store) == 7 - removal_target(7, 0.4)
+    assert "n0" in res.store.ids  # the long node is never merged
+    assert all(len(s) == 1 or "n0" not in s for s in res.store.sources)
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_time_weight_keeps_the_engine_invariants(schedule):
+    st = synthetic_store(120, tenants=3, dim=16, seed=4)
+    cfg = CompressConfig(tree=TreeConfig(time_weight=0.3, time_window=2),
+                         merge=MergeConfig(ratio=0.6, schedule=schedule))
+    res = compress(st, cfg, device="cpu")
+    n_in, n_out = Counter(st.tenants), Counter(res.store.tenants)
+    for t, n in n_in.items():
+        assert n - n_out[t] == removal_target(n, 0.6)
+    assert sorted(x for s in res.store.sources for x in s) == sorted(st.ids)

@@ -1,0 +1,109 @@
+"""The grid end to end on a synthetic benchmark whose right answers are known."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from eval_fixtures import BagOfWordsEmbedder, duplicate_facts_benchmark, fact_budget
+from memforest_gpu.evaluation import CachedEmbedder, EvalConfig, run_grid, write_outputs
+from memforest_gpu.evaluation.benchmark import write_benchmark
+from memforest_gpu.evaluation.cli import main
+from memforest_gpu.evaluation.report import load_result, markdown
+
+FIELDS = {"benchmark", "method", "schedule", "ratio", "seed", "retriever", "cut", "metric", "category", "value"}
+METHODS = ["memforest", "memforest:matching", "memforest-min-tree", "tome", "random_prune"]
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    out = tmp_path_factory.mktemp("eval")
+    inner = BagOfWordsEmbedder()
+    emb = CachedEmbedder(inner, out / ".cache")
+    res = run_grid(duplicate_facts_benchmark(), METHODS, [0.5], [0, 1], embedder=emb,
+                   eval_config=EvalConfig(k=2, budget=fact_budget(), search_repeats=1))
+    return out, res, inner
+
+
+def _value(res, method, metric, *, schedule=None, retriever="plain", cut="B", category="all", seed=0):
+    hits = [r["value"] for r in res.records
+            if r["method"] == method and r["metric"] == metric and r["retriever"] == retriever and r["cut"] == cut
+            and r["category"] == category and r["seed"] == seed and (schedule is None or r["schedule"] == schedule)]
+    assert len(hits) == 1, (method, metric, hits)
+    return hits[0]
+
+
+def test_records_are_flat_and_complete(grid):
+    _, res, _ = grid
+    assert all(set(r) == FIELDS for r in res.records)
+    labels = {(r["method"], r["schedule"]) for r in res.records}
+    assert ("memforest", "sequential") in labels and ("memforest", "matching") in labels
+    assert ("tome", "-") in labels and ("none", "-") in labels
+    metrics = {r["metric"] for r in res.records}
+    assert {"ansr", "evr", "ctx", "ansr_retention", "evr_retention", "search_speedup", "ratio_reached"} <= metrics
+    cats = {r["category"] for r in res.records if r["metric"] == "ansr"}
+    assert cats == {"1", "2", "all"}
+    # the uncompressed store finds every answer within a one-fact budget
+    assert _value(res, "none", "ansr") == 1.0
+    assert _value(res, "none", "ansr_retention") == 1.0
+    assert _value(res, "none", "ctx", cut="B") == fact_budget()
+
+
+def test_only_the_maximum_spanning_tree_keeps_every_answer(grid):
+    _, res, _ = grid
+    for seed in (0, 1):
+        assert _value(res, "memforest", "ansr_retention", schedule="sequential", seed=seed) == 1.0
+        assert _value(res, "memforest", "ansr_retention", schedule="matching", seed=seed) == 1.0
+        # each fact's two copies are its evidence: one fits the budget uncompressed, both once merged
+        assert _value(res, "none", "evr") == 0.5
+        assert _value(res, "memforest", "evr", schedule="sequential", seed=seed) == 1.0
+        assert _value(res, "memforest-min-tree", "ansr_retention", seed=seed) < 0.9
+        assert _value(res, "memforest", "ratio_reached", schedule="sequential", retriever="-", cut="-",
+                      seed=seed) == 0.5
+        assert _value(res, "memforest", "search_speedup", schedule="sequential", cut="-", seed=seed) > 0
+    # outputs that cannot depend on the seed (ToMe; MemForest with one cluster per tenant) are computed once
+    for method, schedule in (("tome", "-"), ("memforest", "sequential")):
+        t = [_value(res, method, "compress_s", schedule=schedule, retriever="-", cut="-", seed=s) for s in (0, 1)]
+        assert t[0] == t[1]
+    t = [_value(res, "random_prune", "compress_s", retriever="-", cut="-", seed=s) for s in (0, 1)]
+    assert t[0] != t[1]
+
+
+def test_outputs_and_cached_rerun(grid):
+    out, res, inner = grid
+    paths = write_outputs(res, str(out), bootstrap=200)
+    with open(paths["json"]) as f:
+        data = json.load(f)
+    assert data["meta"]["merger"] == "extractive" and data["meta"]["questions"] == 8
+    diffs = [r for r in data["records"] if r["metric"] == "ansr_retention_diff_vs_memforest:sequential"]
+    assert {(r["method"], r["schedule"]) for r in diffs} >= {("tome", "-"), ("memforest-min-tree", "sequential")}
+    assert all(set(r) == FIELDS for r in data["records"])
+    md = open(paths["md"]).read()
+    assert "ratio 0.5" in md and "memforest-min-tree" in md and "extractive" in md
+    back = load_result(str(out))
+    assert markdown(back).splitlines()[:8] == markdown(res).splitlines()[:8]
+    np.testing.assert_array_equal(back.per_question["memforest:sequential|0.5|0|plain|B|ansr"],
+                                  res.per_question["memforest:sequential|0.5|0|plain|B|ansr"])
+    # a second grid on the same cache embeds nothing
+    again = BagOfWordsEmbedder()
+    emb = CachedEmbedder(again, out / ".cache")
+    res2 = run_grid(duplicate_facts_benchmark(), METHODS, [0.5], [0, 1], embedder=emb,
+                    eval_config=EvalConfig(k=2, budget=fact_budget(), search_repeats=1))
+    assert inner.calls > 0 and again.calls == 0 and emb.misses == 0
+    strip = [{k: v for k, v in r.items()} for r in res.records if "search" not in r["metric"]]
+    strip2 = [{k: v for k, v in r.items()} for r in res2.records if "search" not in r["metric"]]
+    assert [r for r in strip if r["metric"] != "compress_s"] == [r for r in strip2 if r["metric"] != "compress_s"]
+
+
+def test_cli_export_and_report_only(tmp_path, grid):
+    out, res, _ = grid
+    bench = tmp_path / "bench"
+    write_benchmark(duplicate_facts_benchmark(), str(bench))
+    assert main(["--benchmark", str(bench), "--export", str(tmp_path / "copy")]) == 0
+    assert os.path.exists(tmp_path / "copy" / "questions.jsonl")
+    write_outputs(res, str(tmp_path / "rep"), bootstrap=50)
+    assert main(["--benchmark", str(bench), "--out", str(tmp_path / "rep"), "--report-only", "--bootstrap", "50"]) == 0
+    assert main(["--benchmark", str(bench), "--out", str(tmp_path / "x"), "--methods", "bogus"]) == 2
+    assert main(["--benchmark", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2
