@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections import defaultdict
 
 import numpy as np
@@ -62,8 +63,9 @@ def _seed_mean(res: EvalResult, label: str, ratio: float, retriever: str, cut: s
             if (k := cell_key(label, ratio, sd, retriever, cut, metric)) in res.per_question]
     if not rows:
         return None
-    with np.errstate(all="ignore"):
-        return np.nanmean(np.stack(rows).astype(np.float64), axis=0) if len(rows) > 1 else rows[0].astype(np.float64)
+    with warnings.catch_warnings():  # a question undefined in every seed (no evidence) stays NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(np.stack(rows).astype(np.float64), axis=0)
 
 
 def comparisons(res: EvalResult, *, reference: str = REFERENCE, n: int = 2000) -> list[dict]:
