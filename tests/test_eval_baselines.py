@@ -159,7 +159,7 @@ def test_method_specs():
         CompressConfig(tree=TreeConfig(time_weight=0.3), partition=PartitionConfig(alpha=0.2),
                        merge=MergeConfig(max_node_tokens=99)), ratio=0.5, seed=4)
     assert (p.tree, p.partition.alpha, p.partition.seed, p.merge.max_node_tokens, p.merge.schedule) == \
-        (TreeConfig(), 0.05, 4, 99, "matching")
+        (TreeConfig(), 0.05, 4, None, "matching")
     assert len(ABLATIONS) == 8 and "memforest:matching" in DEFAULT_METHODS
     st = _clusters()
     assert compress_with("none", st).store is st

@@ -6,7 +6,7 @@ A method spec is ``NAME[:SCHEDULE]``:
   ``random_merge``, ``tome``;
 - ``memforest`` and its ablations ``memforest-<ablation>`` (:data:`ABLATIONS`), each with
   an optional schedule: ``memforest:matching``, ``memforest-min-tree:sequential``;
-  ``memforest-paper`` runs the paper's partition and tree defaults whatever the base config.
+  ``memforest-paper`` runs SPEC's partition, tree and node-cap defaults whatever the base config.
 
 :func:`compress_with` runs one on a store with a :class:`~memforest_gpu.config.CompressConfig`
 (its ``merge.ratio`` and ``merge.seed`` drive every method; MemForest also reads the rest).
@@ -39,8 +39,9 @@ ABLATIONS: dict[str, Callable[[CompressConfig], CompressConfig]] = {
     "no-degree": lambda c: _replace(c, "tree", eta=1.0),  # w' = w: no degree term
     "degree-max": lambda c: _replace(c, "tree", degree_norm="max", eta=0.9),  # the authors' code (their Mem0 eta)
     "no-time-edges": lambda c: _replace(c, "tree", time_weight=0.0),  # cosine-only edges (the paper's tree)
-    # not an ablation: the paper's partition and tree defaults (SPEC), whatever the base config says
-    "paper": lambda c: dataclasses.replace(c, partition=PartitionConfig(seed=c.partition.seed), tree=TreeConfig()),
+    # not an ablation: SPEC's defaults for partition, tree and node cap, whatever the base config says
+    "paper": lambda c: dataclasses.replace(c, partition=PartitionConfig(seed=c.partition.seed), tree=TreeConfig(),
+                                           merge=dataclasses.replace(c.merge, max_node_tokens=None)),
 }
 METHOD_NAMES = ("none", *BASELINES, "memforest", *(f"memforest-{a}" for a in ABLATIONS))
 DEFAULT_METHODS = ("random_prune", "kmeans_prune", "dart", "random_merge", "tome", "memforest:sequential",
