@@ -77,6 +77,11 @@ class TreeConfig:
     # gap = positions between two nodes' spans (1 for neighbouring turns); 0 = the paper (cosine only)
     time_weight: float = 0.0
     time_window: int = 1  # in positions, as the partition's window
+    # size on the edges (ToMe's size weighting, for a fixed context budget): each edge loses
+    # size_weight * (tok_i + tok_j + date tags) / cap, the estimated length of the merged node in
+    # units of the node-token cap (max_node_tokens, else the embedder's limit, else 256 words), so
+    # short nodes (chit-chat, near duplicates) merge first and long ones late; 0 = the paper
+    size_weight: float = 0.0
 
     def __post_init__(self):
         _check_range("eta", self.eta, 0.0, 1.0)
@@ -84,6 +89,7 @@ class TreeConfig:
         _check_choice("kind", self.kind, TREE_KINDS)
         _check_range("time_weight", self.time_weight, 0.0, 1.0)
         _check_int("time_window", self.time_window, 1)
+        _check_range("size_weight", self.size_weight, 0.0, 1.0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,6 +34,7 @@ __all__ = ["compress", "CompressResult", "CompressReport", "merged_id"]
 log = logging.getLogger("memforest_gpu")
 
 DATE_TAG_TOKENS = 12  # upper bound on the word pieces the date tags of one merge add
+SIZE_SCALE = 256  # tokens: the size term's unit when no node-token cap is set
 _DAY = 86400.0
 
 
@@ -213,8 +214,8 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     if cap is None and embedder is not None:
         cap = embedder.max_tokens
     tokens = None
-    if cap is not None:
-        counter = getattr(embedder, "count_tokens", None) or count_words
+    counter = getattr(embedder, "count_tokens", None) or count_words
+    if cap is not None or cfg.tree.size_weight > 0:  # the size term needs lengths too
         tokens = counter(store.texts)
 
     nodes = _Nodes(store, tokens)
@@ -273,9 +274,9 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         texts, nfb = _run_merger(merger, fallback_merger, batch)
         fallbacks += nfb
         new_tok = None
-        if cap is not None:
-            counter = getattr(embedder, "count_tokens", None) or count_words
+        if tokens is not None:
             new_tok = counter(texts)
+        if cap is not None:
             over = [j for j, c in enumerate(new_tok) if c > cap]
             if over and merger is not fallback_merger:
                 fixed = fallback_merger.merge([batch[j] for j in over])
@@ -415,6 +416,13 @@ def _plan_bucket(bk: _Bucket, rows: np.ndarray, quota: np.ndarray, cfg: Compress
             lo, hi = bk.lo[r], bk.hi[r]  # (B', m)
             gap = torch.maximum(lo[:, :, None], lo[:, None, :]) - torch.minimum(hi[:, :, None], hi[:, None, :])
             Wt = (1 - tw) * W + tw * (gap <= cfg.tree.time_window).to(W.dtype)  # (B', m, m)
+    if cfg.tree.size_weight > 0 and kind != "random" and bk.tok is not None:
+        # size on the edges: the merged node's estimated length, in units of the cap
+        tok_r, day_r = bk.tok[r], torch.floor(bk.ts[r] / _DAY)
+        est_all = tok_r[:, :, None] + tok_r[:, None, :] + DATE_TAG_TOKENS * (day_r[:, :, None] != day_r[:, None, :]).long()
+        scale = float(cap) if cap is not None else float(SIZE_SCALE)
+        pen = cfg.tree.size_weight * est_all.to(W.dtype) / scale  # (B', m, m)
+        Wt = Wt + pen if kind == "min" else Wt - pen
     if cap is not None and bk.tok is not None:
         # a pair whose merge would pass the cap is no edge: the tree spans the pairs that fit,
         # so a full node drops out of its tree instead of blocking it (SPEC: "the next best edge")

@@ -93,3 +93,76 @@ def test_time_weight_keeps_the_engine_invariants(schedule):
     for t, n in n_in.items():
         assert n - n_out[t] == removal_target(n, 0.6)
     assert sorted(x for s in res.store.sources for x in s) == sorted(st.ids)
+
+
+# ---------------------------------------------------------------- size on the edges
+def test_size_weight_is_validated():
+    assert TreeConfig().size_weight == 0.0
+    with pytest.raises(ValueError, match=r"size_weight must be in \[0.0, 1.0\], got -0.1"):
+        TreeConfig(size_weight=-0.1)
+    with pytest.raises(ValueError, match="size_weight must be a finite number"):
+        TreeConfig(size_weight=float("nan"))
+
+
+def _long_and_short():
+    """Two long nodes that are the most similar pair, two short ones a little less similar."""
+    X = torch.zeros(4, 8)
+    X[0, 0] = 1.0
+    X[1, 0], X[1, 1] = 1.0, 0.3  # cos(n0, n1) ~ 0.96
+    X[2, 2] = 1.0
+    X[3, 2], X[3, 3] = 1.0, 0.5  # cos(n2, n3) ~ 0.89
+    texts = ["long " * 100 + "a.", "long " * 100 + "b.", "short c.", "short d."]
+    return MemoryStore.from_columns(ids=[f"n{i}" for i in range(4)], texts=texts,
+                                    timestamps=[1.6e9 + i for i in range(4)], embeddings=X)
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_size_weight_merges_short_nodes_first(schedule):
+    st = _long_and_short()
+
+    def cfg(sw):
+        return CompressConfig(partition=PartitionConfig(alpha=0.01), tree=TreeConfig(eta=1.0, size_weight=sw),
+                              merge=MergeConfig(ratio=0.25, schedule=schedule))
+
+    plain = compress(st, cfg(0.0), device="cpu")
+    assert _groups(plain) == [[0, 1], [2], [3]]  # cosine only: the two long nodes
+    sized = compress(st, cfg(0.5), device="cpu")
+    # 0.96 - 0.5 * 202/256 < 0.89 - 0.5 * 4/256: the short pair goes first
+    assert _groups(sized) == [[0], [1], [2, 3]]
+    assert sized.merges[0]["similarity"] == pytest.approx(float(st.embeddings[2] @ st.embeddings[3]), abs=1e-6)
+
+
+def test_size_weight_is_measured_against_the_cap():
+    """The same lengths weigh more under a smaller cap (the unit of the size term)."""
+    st = _long_and_short()
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.01), tree=TreeConfig(eta=1.0, size_weight=0.2),
+                         merge=MergeConfig(ratio=0.25, max_node_tokens=10000))
+    # 0.96 - 0.2 * 202/10000 > 0.89 - 0.2 * 4/10000: the long pair still wins under a loose cap ...
+    assert _groups(compress(st, cfg, device="cpu")) == [[0, 1], [2], [3]]
+    tight = CompressConfig(partition=cfg.partition, tree=cfg.tree, merge=MergeConfig(ratio=0.25, max_node_tokens=250))
+    # ... and loses under a cap close to its merged length: 0.96 - 0.2 * 202/250 < 0.89 - 0.2 * 4/250
+    assert _groups(compress(st, tight, device="cpu")) == [[0], [1], [2, 3]]
+
+
+def test_size_weight_zero_is_the_paper():
+    st = synthetic_store(90, tenants=2, dim=16, seed=1)
+    a = compress(st, CompressConfig(tree=TreeConfig(size_weight=0.0)), device="cpu")
+    b = compress(st, CompressConfig(), device="cpu")
+    assert a.store.ids == b.store.ids and [m["similarity"] for m in a.merges] == [m["similarity"] for m in b.merges]
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+@pytest.mark.parametrize("cap", [None, 40])
+def test_size_weight_keeps_the_engine_invariants(schedule, cap):
+    """Without a cap the lengths are tracked through merges all the same (progressive merging)."""
+    st = synthetic_store(120, tenants=3, dim=16, seed=4)
+    cfg = CompressConfig(tree=TreeConfig(time_weight=0.3, size_weight=0.4),
+                         merge=MergeConfig(ratio=0.6, schedule=schedule, max_node_tokens=cap))
+    res = compress(st, cfg, device="cpu")
+    n_in, n_out = Counter(st.tenants), Counter(res.store.tenants)
+    for t, n in n_in.items():
+        assert n - n_out[t] + next(r["shortfall"] for r in res.report.tenants if r["tenant"] == t) == \
+            removal_target(n, 0.6)
+    assert sorted(x for s in res.store.sources for x in s) == sorted(st.ids)
+    if cap is None:
+        assert res.report.shortfall == 0

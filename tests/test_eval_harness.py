@@ -107,3 +107,17 @@ def test_cli_export_and_report_only(tmp_path, grid):
     assert main(["--benchmark", str(bench), "--out", str(tmp_path / "rep"), "--report-only", "--bootstrap", "50"]) == 0
     assert main(["--benchmark", str(bench), "--out", str(tmp_path / "x"), "--methods", "bogus"]) == 2
     assert main(["--benchmark", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2
+
+
+def test_cli_maps_config_flags():
+    import argparse
+
+    from memforest_gpu.evaluation.cli import _add_arguments, _config
+
+    p = argparse.ArgumentParser()
+    _add_arguments(p)
+    c = _config(p.parse_args(["--benchmark", "b", "--size-weight", "0.3", "--time-weight", "0.5",
+                              "--max-node-tokens", "128"]))
+    assert (c.tree.size_weight, c.tree.time_weight, c.merge.max_node_tokens) == (0.3, 0.5, 128)
+    d = _config(p.parse_args(["--benchmark", "b"]))
+    assert d.tree.size_weight == 0.0 and d.tree == type(d.tree)()  # defaults: SPEC's
