@@ -155,11 +155,14 @@ def test_method_specs():
     assert (d.degree_norm, d.eta) == ("max", 0.9)
     assert parse_method("memforest-no-time-edges").config(
         CompressConfig(tree=TreeConfig(time_weight=0.3)), ratio=0.5, seed=0).tree.time_weight == 0.0
+    assert parse_method("memforest-no-size-edges").config(
+        CompressConfig(tree=TreeConfig(size_weight=0.3, time_weight=0.5)), ratio=0.5, seed=0).tree == \
+        TreeConfig(time_weight=0.5)
     p = parse_method("memforest-paper:matching").config(
-        CompressConfig(tree=TreeConfig(time_weight=0.3), partition=PartitionConfig(alpha=0.2),
+        CompressConfig(tree=TreeConfig(time_weight=0.3, size_weight=0.2), partition=PartitionConfig(alpha=0.2),
                        merge=MergeConfig(max_node_tokens=99)), ratio=0.5, seed=4)
     assert (p.tree, p.partition.alpha, p.partition.seed, p.merge.max_node_tokens, p.merge.schedule) == \
         (TreeConfig(), 0.05, 4, None, "matching")
-    assert len(ABLATIONS) == 8 and "memforest:matching" in DEFAULT_METHODS
+    assert len(ABLATIONS) == 9 and "memforest:matching" in DEFAULT_METHODS
     st = _clusters()
     assert compress_with("none", st).store is st

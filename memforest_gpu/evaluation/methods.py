@@ -39,6 +39,7 @@ ABLATIONS: dict[str, Callable[[CompressConfig], CompressConfig]] = {
     "no-degree": lambda c: _replace(c, "tree", eta=1.0),  # w' = w: no degree term
     "degree-max": lambda c: _replace(c, "tree", degree_norm="max", eta=0.9),  # the authors' code (their Mem0 eta)
     "no-time-edges": lambda c: _replace(c, "tree", time_weight=0.0),  # cosine-only edges (the paper's tree)
+    "no-size-edges": lambda c: _replace(c, "tree", size_weight=0.0),  # no size term on the edges (the paper's)
     # not an ablation: SPEC's defaults for partition, tree and node cap, whatever the base config says
     "paper": lambda c: dataclasses.replace(c, partition=PartitionConfig(seed=c.partition.seed), tree=TreeConfig(),
                                            merge=dataclasses.replace(c.merge, max_node_tokens=None)),
