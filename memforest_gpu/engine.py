@@ -503,7 +503,7 @@ def _apply_round(plan, new_nodes: list[int], new_emb: torch.Tensor, nodes: _Node
         bk.slot[r, drop] = -1
         bk.X[r, keep] = E
         bk.X[r, drop] = 0
-        sims = torch.einsum("pmd,pd->pm", bk.X[r].double(), E.double()).to(bk.W.dtype)  # (P, m), after all writes
+        sims = _row_sims(bk.X, r, E)  # (P, m), after all writes
         bk.W[r, keep, :] = sims
         bk.W[r, :, keep] = sims
         bk.ts[r, keep] = torch.as_tensor([nodes.ts[i] for i in new.tolist()], dtype=bk.ts.dtype, device=dev)
@@ -512,6 +512,35 @@ def _apply_round(plan, new_nodes: list[int], new_emb: torch.Tensor, nodes: _Node
         if bk.tok is not None and nodes.tokens is not None:
             bk.tok[r, keep] = torch.as_tensor([nodes.tokens[i] for i in new.tolist()], dtype=torch.int64,
                                               device=dev)
+
+
+def _row_sims(X: torch.Tensor, r: torch.Tensor, E: torch.Tensor, *, budget: int = 1 << 25) -> torch.Tensor:
+    """Similarity of each new vector to every slot of its tree, accumulated in float64.
+
+    Pairs of one tree share one gather of that tree (the matching schedule puts up to m/2
+    pairs in a tree, so gathering per pair would cost O(m^2 D) memory per tree); trees are
+    processed in chunks of at most ``budget`` float64 elements.
+
+    Shape: X (B, m, D), r (P,) row of each pair, E (P, D) -> (P, m) in X's dtype
+    """
+    P, D = E.shape
+    m = X.shape[1]
+    rows, inv = torch.unique(r, return_inverse=True)  # (R,), (P,)
+    R = rows.shape[0]
+    counts = torch.bincount(inv, minlength=R)
+    order = torch.argsort(inv, stable=True)
+    col = torch.empty_like(inv)
+    col[order] = torch.arange(P, device=r.device) - (torch.cumsum(counts, 0) - counts)[inv[order]]
+    pmax = int(counts.max())
+    Ep = torch.zeros(R, pmax, D, dtype=torch.float64, device=E.device)
+    Ep[inv, col] = E.double()  # (R, pmax, D): each tree's new vectors
+    out = torch.empty(P, m, dtype=X.dtype, device=X.device)
+    step = max(1, budget // max(1, m * (D + pmax)))
+    for c0 in range(0, R, step):
+        S = torch.bmm(X[rows[c0:c0 + step]].double(), Ep[c0:c0 + step].transpose(1, 2))  # (Rc, m, pmax)
+        sel = (inv >= c0) & (inv < c0 + step)
+        out[sel] = S[inv[sel] - c0, :, col[sel]].to(X.dtype)
+    return out
 
 
 def _redistribute(stuck, quota, count, tree_tenant, trees_of, shortfall):

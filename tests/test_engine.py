@@ -814,3 +814,15 @@ def test_tenant_independence_with_duplicate_embeddings():
         if alone.ids != both.ids or alone.sources != both.sources:
             diffs.append((D, na, nb, seed))
     assert diffs == []
+
+
+def test_row_sims_matches_per_pair_einsum_with_repeated_rows_and_chunks():
+    from memforest_gpu.engine import _row_sims
+
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(7, 9, 5, generator=g)
+    r = torch.tensor([4, 0, 4, 4, 2, 0, 6])  # several pairs in one tree, trees out of order
+    E = torch.randn(7, 5, generator=g)
+    want = torch.einsum("pmd,pd->pm", X[r].double(), E.double()).float()
+    for budget in (1, 50, 1 << 25):  # one tree per chunk, a few, all at once
+        assert torch.equal(_row_sims(X, r, E, budget=budget), want)
