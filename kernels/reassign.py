@@ -69,13 +69,15 @@ def reassign_to_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tens
             nbc = nb.clamp(0, n - 1)
             c_at = cluster_at[:, nbc]  # (T, n)
             has = ok[None, :] & (c_at >= 0) & valid
-            if not bool(has.any()):
+            ti, ni = has.nonzero(as_tuple=True)  # only points with a centre at offset d (a few %)
+            if ti.numel() == 0:
                 continue
-            cos = (X * X[:, nbc]).sum(-1)  # (T, n)
+            cos = (X[ti, ni] * X[ti, nbc[ni]]).sum(-1)  # (P,)
             u = sem_w * cos + tmp_w
-            better = has & ((u > u2 + TIE_TOL) | ((u >= u2 - TIE_TOL) & (c_at < j2)))
-            u2 = torch.where(better, u, u2)
-            j2 = torch.where(better, c_at, j2)
+            c, cur_u, cur_j = c_at[ti, ni], u2[ti, ni], j2[ti, ni]
+            better = (u > cur_u + TIE_TOL) | ((u >= cur_u - TIE_TOL) & (c < cur_j))
+            u2[ti[better], ni[better]] = u[better]
+            j2[ti[better], ni[better]] = c[better]
 
     # window and semantic candidates compare with the same tolerance as best_match's ties
     take2 = (u2 > u1 + TIE_TOL) | ((u2 >= u1 - TIE_TOL) & (j2 < j1))
