@@ -190,7 +190,8 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
            uniforms: torch.Tensor | None = None, budget: int = 1 << 24, progress=None):
     """Batched k-means on padded problems.
 
-    Stops when no label changes or after ``max_iter`` assignments. An empty cluster is
+    Each problem stops when none of its labels changes (later steps skip it, so a problem's
+    result never depends on its batch-mates) or after ``max_iter`` assignments. An empty cluster is
     re-seeded with the point farthest from its centroid (distinct points for distinct
     empty clusters of one problem). Clusters still empty at the end are reported as
     invalid in ``c_valid``.
@@ -207,29 +208,35 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
     rows = torch.arange(T, device=dev)
     c_valid = seeds >= 0
     C = X[rows[:, None], seeds.clamp(min=0)].float()  # (T, Kmax, D)
-    prev = None
+    labels = torch.full((T, n), -1, dtype=torch.int64, device=dev)
+    score = torch.zeros(T, n, dtype=torch.float32, device=dev)
+    act = rows  # problems still iterating: each stops when its own labels stop changing
     it = 0
     for it in range(1, max_iter + 1):
-        labels, score = lloyd_step(X, valid, C, c_valid, budget=budget)
+        whole = act.shape[0] == T
+        Xa, va = (X, valid) if whole else (X[act], valid[act])
+        la, sa = lloyd_step(Xa, va, C if whole else C[act], c_valid if whole else c_valid[act], budget=budget)
+        changed = (la != labels[act]).any(1) if it > 1 else torch.ones(act.shape[0], dtype=torch.bool, device=dev)
+        labels[act], score[act] = la, sa.to(score.dtype)
         if progress is not None:
             progress(it)
-        if prev is not None and bool((labels == prev).all()):
+        if it == max_iter or not bool(changed.any()):
             break
-        prev = labels
-        if it == max_iter:
-            break
-        C, counts = cluster_means(X, valid, labels, Kmax)
-        empty = c_valid & (counts == 0)  # (T, Kmax)
+        if not bool(changed.all()):
+            act, Xa, va, la, sa = act[changed], Xa[changed], va[changed], la[changed], sa[changed]
+        Ca, counts = cluster_means(Xa, va, la, Kmax)
+        empty = c_valid[act] & (counts == 0)  # (Ta, Kmax)
         if bool(empty.any()):
             # |x - c|^2 = |x|^2 - (2 x.c - |c|^2)
-            dist = ((X.float() * X.float()).sum(-1) - score).masked_fill(~valid, float("-inf"))
+            dist = ((Xa.float() * Xa.float()).sum(-1) - sa).masked_fill(~va, float("-inf"))
             m = int(empty.sum(1).max())
-            far = torch.topk(dist, k=min(m, n), dim=1).indices  # (T, m) farthest first
+            far = torch.topk(dist, k=min(m, n), dim=1).indices  # (Ta, m) farthest first
             rank = torch.cumsum(empty.long(), 1) - 1  # j-th empty cluster of its row
             sel = empty & (rank < far.shape[1])
             t_idx, k_idx = sel.nonzero(as_tuple=True)
             p_idx = far[t_idx, rank[t_idx, k_idx]]
-            C[t_idx, k_idx] = X[t_idx, p_idx].float()
+            Ca[t_idx, k_idx] = Xa[t_idx, p_idx].float()
+        C[act] = Ca
     means, counts = cluster_means(X, valid, labels, Kmax)
     c_valid = c_valid & (counts > 0)
     return labels, means, c_valid, it
