@@ -79,7 +79,7 @@ class TreeConfig:
     time_window: int = 1  # in positions, as the partition's window
     # size on the edges (ToMe's size weighting, for a fixed context budget): each edge loses
     # size_weight * (tok_i + tok_j + date tags) / cap, the estimated length of the merged node in
-    # units of the node-token cap (max_node_tokens, else the embedder's limit, else 256 words), so
+    # units of the node-token cap (max_node_tokens, else the embedder's limit, else 256 tokens), so
     # short nodes (chit-chat, near duplicates) merge first and long ones late; 0 = the paper
     size_weight: float = 0.0
 
