@@ -9,7 +9,7 @@ import time
 
 import torch
 
-__all__ = ["hardware", "sync", "Timer", "peak_rss_mb", "write_records", "print_hardware"]
+__all__ = ["hardware", "sync", "Timer", "peak_rss_mb", "reset_peak", "write_records", "print_hardware"]
 
 
 def hardware() -> dict:
@@ -41,8 +41,25 @@ class Timer:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far (MB)."""
+    """Peak resident memory of this process (MB) since the start or the last :func:`reset_peak`."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def reset_peak() -> bool:
+    """Start a new peak-memory window (Linux: clears VmHWM); False where not supported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def write_records(path: str, records: list[dict]) -> None:

@@ -1,0 +1,66 @@
+"""What two-level k-means costs in quality: exact against two-level partitioning of one
+tenant, time and k-means objective (sum of squared distances of points to their
+cluster's mean, over the k-means labels before the temporal reassignment).
+
+    python bench/partition_quality.py --sizes 30000,100000 --out runs/partition_quality.json
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import Timer, peak_rss_mb, print_hardware, write_records  # noqa: E402
+
+from memforest_gpu import PartitionConfig  # noqa: E402
+from memforest_gpu.partition import partition  # noqa: E402
+from memforest_gpu.synthetic import synthetic_store  # noqa: E402
+
+
+def kmeans_objective(X: torch.Tensor, labels: torch.Tensor) -> float:
+    """Sum over points of |x - mean(cluster)|^2, in float64. Shape: X (n, D), labels (n,)"""
+    Xd = X.double()
+    k = int(labels.max()) + 1
+    sums = torch.zeros(k, X.shape[1], dtype=torch.float64, device=X.device).index_add_(0, labels, Xd)
+    counts = torch.bincount(labels, minlength=k).clamp(min=1).double()
+    means = sums / counts[:, None]
+    return float(((Xd - means[labels]) ** 2).sum())
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="30000,100000")
+    ap.add_argument("--dim", type=int, default=384)
+    ap.add_argument("--alpha", type=float, default=0.05)
+    ap.add_argument("--methods", default="exact,two-level")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--out", default="runs/partition_quality.json")
+    a = ap.parse_args(argv)
+    print_hardware()
+    records = []
+    for n in [int(x) for x in a.sizes.split(",")]:
+        store = synthetic_store(n, dim=a.dim, seed=n, device=a.device)
+        names, codes = store.tenant_index()
+        exact = None
+        for method in a.methods.split(","):
+            cfg = PartitionConfig(alpha=a.alpha, kmeans=method, two_level_min_nodes=1)
+            with Timer() as t:
+                part = partition(store.embeddings, store.timestamps, codes.to(store.embeddings.device), names, cfg)
+            obj = kmeans_objective(store.embeddings, part.kmeans_tree)
+            exact = obj if method == "exact" else exact
+            rec = {"bench": "partition_quality", "n": n, "dim": a.dim, "alpha": a.alpha, "kmeans": method,
+                   "seconds": t.seconds, "objective": obj, "clusters": int(part.kmeans_tree.max()) + 1,
+                   "trees": int(part.tree_tenant.shape[0]), "peak_mb": peak_rss_mb(),
+                   "objective_vs_exact": (obj / exact - 1.0) if exact else None}
+            extra = f"  objective {100 * rec['objective_vs_exact']:+.1f}% vs exact" if exact and method != "exact" else ""
+            print(f"n={n:>8} {method:>9}: {t.seconds:8.2f}s  objective {obj:.1f}  clusters {rec['clusters']}{extra}",
+                  flush=True)
+            records.append(rec)
+    write_records(a.out, records)
+
+
+if __name__ == "__main__":
+    main()
