@@ -105,21 +105,34 @@ def _is_near_duplicate(tokens: tuple[str, ...], kept: tuple[str, ...], threshold
     return len(a & b) / len(a | b) >= threshold
 
 
+def _could_repeat(n_tokens: int, la: int, lb: int, threshold: float) -> bool:
+    """Whether a sentence of set size ``la`` can be a near duplicate of a kept one of set size
+    ``lb`` at all: containment needs la <= lb, Jaccard >= threshold needs min/max >= threshold
+    (the Jaccard index never exceeds min/max, and rounding keeps that order)."""
+    return (n_tokens >= 3 and la <= lb) or min(la, lb) / max(la, lb) >= threshold
+
+
 def dedup_sentences(groups: Sequence[Sequence[str]], threshold: float = 0.9) -> list[list[str]]:
     """Drop exact and near duplicates across ``groups`` (kept in order, first wins);
     returns the groups with the same shape, possibly emptied."""
     seen: set = set()
-    kept: list[tuple[str, ...]] = []
+    kept: list[tuple[tuple[str, ...], int, frozenset]] = []  # (tokens, set size, negations)
     out: list[list[str]] = []
     for group in groups:
         cur: list[str] = []
         for sent in group:
             toks = normalize(sent)
             key = toks or sent  # token-less text ("...", emoji) dedups verbatim
-            if key in seen or any(_is_near_duplicate(toks, k, threshold) for k in kept):
+            if key in seen:
                 continue
+            if toks:  # cheap necessary conditions first; the full rule on what passes them
+                la, neg = len(set(toks)), frozenset(toks) & _NEGATIONS
+                if any(kneg == neg and _could_repeat(len(toks), la, lb, threshold)
+                       and _is_near_duplicate(toks, k, threshold) for k, lb, kneg in kept):
+                    continue
             seen.add(key)
-            kept.append(toks)
+            t_set = set(toks)
+            kept.append((toks, len(t_set), frozenset(t_set & _NEGATIONS)))
             cur.append(sent)
         out.append(cur)
     return out
