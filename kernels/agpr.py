@@ -5,7 +5,7 @@ import math
 
 import torch
 
-__all__ = ["topk_search", "dense_rank", "agpr_rerank", "n_anchors"]
+__all__ = ["topk_search", "topk_search_sorted", "dense_rank", "agpr_rerank", "n_anchors"]
 
 
 def n_anchors(k: int, lam: float) -> int:
@@ -13,18 +13,54 @@ def n_anchors(k: int, lam: float) -> int:
     return max(1, int(math.floor(lam * k + 0.5)))
 
 
-def topk_search(Qe: torch.Tensor, X: torch.Tensor, c: int, *, valid: torch.Tensor | None = None):
+def topk_search(Qe: torch.Tensor, X: torch.Tensor, c: int, *, valid: torch.Tensor | None = None,
+                budget: int = 1 << 26):
     """The ``c`` most similar rows of X per query, most similar first (ties: lower index).
+
+    Linear in N per query (a partial top-c plus an exact tie rule, no full sort), and the
+    (Q, N) similarities are held for at most ``budget`` elements' worth of queries at a time.
+    :func:`topk_search_sorted` is the full-sort reference.
 
     Shape: Qe (Q, D), X (N, D), valid (Q, N) -> sims (Q, c'), index (Q, c') with c' = min(c, N);
            index -1 (and sim -inf) where fewer valid rows exist
     """
+    Q, N = Qe.shape[0], X.shape[0]
+    c = min(c, N)
+    vals = torch.empty(Q, c, dtype=torch.float32, device=Qe.device)
+    idx = torch.empty(Q, c, dtype=torch.int64, device=Qe.device)
+    step = max(1, budget // max(1, N))
+    Xt = X.float().T
+    for q0 in range(0, Q, step):
+        S = Qe[q0:q0 + step].float() @ Xt  # (Qc, N)
+        if valid is not None:
+            S = S.masked_fill(~valid[q0:q0 + step], float("-inf"))
+        if c == 0:
+            continue
+        tv, cols = torch.topk(S, c, dim=1)  # (Qc, c); which of equal values it returns is unspecified
+        thr = tv[:, -1:]  # the c-th largest value
+        amb = (S >= thr).sum(1) > c  # more rows tie at the threshold than fit: pick the lowest indices
+        if bool(amb.any()):
+            Sa = S[amb]
+            above, tied = Sa > thr[amb], Sa == thr[amb]
+            need = c - above.sum(1, keepdim=True)
+            sel = above | (tied & (torch.cumsum(tied, 1) <= need))  # exactly c per query
+            cols[amb] = sel.nonzero(as_tuple=True)[1].view(-1, c)
+        cols = torch.sort(cols, dim=1).values  # index order, so a stable sort by value breaks ties by index
+        sv = S.gather(1, cols)
+        order = torch.sort(sv, dim=1, descending=True, stable=True).indices  # equal values keep index order
+        vals[q0:q0 + step] = sv.gather(1, order)
+        idx[q0:q0 + step] = cols.gather(1, order)
+    idx = torch.where(torch.isfinite(vals), idx, torch.full_like(idx, -1))
+    return vals, idx
+
+
+def topk_search_sorted(Qe: torch.Tensor, X: torch.Tensor, c: int, *, valid: torch.Tensor | None = None):
+    """Reference for :func:`topk_search`: one stable full sort of the (Q, N) similarities."""
     N = X.shape[0]
     c = min(c, N)
     S = Qe.float() @ X.float().T  # (Q, N)
     if valid is not None:
         S = S.masked_fill(~valid, float("-inf"))
-    # stable descending sort keeps lower indices first among equal similarities
     vals, idx = torch.sort(S, dim=1, descending=True, stable=True)
     vals, idx = vals[:, :c], idx[:, :c]
     idx = torch.where(torch.isfinite(vals), idx, torch.full_like(idx, -1))

@@ -23,6 +23,7 @@ from memforest_gpu.kernels import (agpr_rerank, best_edge_per_tree, best_match, 
                                    greedy_matching, kmeans, kmeans_plus_plus, lloyd_step, pack_segments,
                                    reassign_to_centres, size_buckets, spanning_forest, topk_search, tree_degrees,
                                    unpack_segments)
+from memforest_gpu.kernels.agpr import topk_search_sorted
 
 SIZES = [1, 2, 3, 7, 31, 100]
 
@@ -924,9 +925,11 @@ def test_topk_search(device, case):
     Qe = rng.integers(-2, 3, (Q, D)).astype(np.float64)
     valid = rng.random((Q, Nn)) < 0.7
     valid[0] = False
-    for vmask in (None, valid):
-        sims, idx = topk_search(T(Qe, device, torch.float32), T(X, device, torch.float32), c,
-                                valid=None if vmask is None else T(vmask, device))
+    for vmask, budget in [(None, 1 << 26), (valid, 1 << 26), (None, 1), (valid, 2 * Nn)]:  # 1 or 2 queries a chunk
+        vt = None if vmask is None else T(vmask, device)
+        sims, idx = topk_search(T(Qe, device, torch.float32), T(X, device, torch.float32), c, valid=vt, budget=budget)
+        r_sims, r_idx = topk_search_sorted(T(Qe, device, torch.float32), T(X, device, torch.float32), c, valid=vt)
+        assert torch.equal(idx, r_idx) and torch.equal(sims, r_sims)
         cc = min(c, Nn)
         assert sims.shape == idx.shape == (Q, cc)
         S = Qe @ X.T
