@@ -6,16 +6,9 @@ import json
 import logging
 import sys
 
+from .cli_config import add_config_arguments, config_from_args
+
 __all__ = ["main", "build_parser"]
-
-
-def _add_common_partition(p):
-    p.add_argument("--alpha", type=float, default=0.05, help="clusters per node (K = floor(alpha*N))")
-    p.add_argument("--beta", type=float, default=0.8, help="semantic weight in the reassignment")
-    p.add_argument("--window", type=int, default=5, help="temporal window, in positions")
-    p.add_argument("--eta", type=float, default=0.99, help="similarity weight in the degree-adjusted score")
-    p.add_argument("--max-iter", type=int, default=30, help="at most this many Lloyd steps")
-    p.add_argument("--degree-norm", default="none", help="none | max (the authors' code)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,11 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compress", help="compress a store (Parquet or JSONL) into a new file")
     c.add_argument("input")
     c.add_argument("output")
-    c.add_argument("--ratio", type=float, default=0.5, help="fraction of each tenant's nodes to remove")
-    c.add_argument("--schedule", default="sequential", help="sequential | matching")
-    c.add_argument("--seed", type=int, default=0)
     c.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
-    _add_common_partition(c)
+    add_config_arguments(c)
     c.add_argument("--embedder", default="auto",
                    help="auto (the store's recorded model) | default (all-MiniLM-L6-v2) | none (mean) | PATH")
     c.add_argument("--merger", default="extractive",
@@ -49,7 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--tensor-parallel-size", type=int, default=None, help="vllm: GPUs per model (default 1)")
     c.add_argument("--gpu-memory-utilization", type=float, default=None,
                    help="vllm: fraction of GPU memory for the model and KV cache (default 0.85)")
-    c.add_argument("--max-node-tokens", type=int, default=None, help="cap on merged node length (default: embedder's)")
     c.add_argument("--format", default=None, help="input format: parquet | jsonl (default: from the suffix)")
     c.add_argument("--out-format", default=None, help="output format (default: from the suffix)")
     c.add_argument("--report", default=None, help="also write the run report as JSON to this path")
@@ -112,15 +101,10 @@ def _merger_options(a) -> dict:
 
 def _compress(a) -> int:
     from .api import compress_file, plan_file
-    from .config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
     from .mergers import get_merger
     from .report import format_report
 
-    cfg = CompressConfig(
-        partition=PartitionConfig(alpha=a.alpha, beta=a.beta, window=a.window, max_iter=a.max_iter, seed=a.seed),
-        tree=TreeConfig(eta=a.eta, degree_norm=a.degree_norm),
-        merge=MergeConfig(ratio=a.ratio, schedule=a.schedule, max_node_tokens=a.max_node_tokens, seed=a.seed),
-    )
+    cfg = config_from_args(a)
     merger = get_merger(a.merger, **_merger_options(a))  # bad options fail before any work
     if a.dry_run:
         res = plan_file(a.input, cfg, embedder=a.embedder, device=a.device, format=a.format)

@@ -49,6 +49,9 @@ def test_compress_info_roundtrip(tmp_path, capsys):
     (["--eta", "-1"], "eta must be in [0.0, 1.0]"),
     (["--degree-norm", "sum"], "degree_norm must be one of ['none', 'max']"),
     (["--merger", "gpt"], "merger must be one of"),
+    (["--kmeans", "approx"], "kmeans must be one of"),
+    (["--size-weight", "2"], "size_weight must be in [0.0, 1.0]"),
+    (["--time-window", "0"], "time_window must be"),
 ])
 def test_bad_options_write_nothing(tmp_path, capsys, args, message):
     src = _write_jsonl(tmp_path / "in.jsonl")
@@ -122,3 +125,32 @@ def test_search_needs_tenant_on_multi_tenant_store(tmp_path, capsys):
     hits = json.loads(capsys.readouterr().out)
     assert len(hits) == 3 and all(h["tenant"] == "u2" for h in hits)
     assert hits[0]["id"] == "m5"
+
+
+def test_every_config_flag_reaches_its_field_in_every_compress_command():
+    from memforest_gpu.adapters.cli import add_parser as add_adapter_parsers
+    from memforest_gpu.cli import build_parser
+    from memforest_gpu.cli_config import config_from_args
+    from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+    from memforest_gpu.distributed.__main__ import build_parser as build_distributed_parser
+
+    flags = ["--ratio", "0.7", "--schedule", "matching", "--seed", "3", "--alpha", "0.01", "--beta", "0.6",
+             "--window", "4", "--max-iter", "12", "--eta", "0.9", "--degree-norm", "max", "--time-weight", "0.5",
+             "--time-window", "2", "--size-weight", "0.2", "--max-node-tokens", "100"]
+    want_tree = TreeConfig(eta=0.9, degree_norm="max", time_weight=0.5, time_window=2, size_weight=0.2)
+    want_merge = MergeConfig(ratio=0.7, schedule="matching", max_node_tokens=100, seed=3)
+    part = dict(alpha=0.01, beta=0.6, window=4, max_iter=12, seed=3)
+    import argparse
+
+    top = argparse.ArgumentParser()
+    add_adapter_parsers(top.add_subparsers(dest="cmd"))
+    parsed = [
+        (build_parser().parse_args(["compress", "a", "b", "--kmeans", "two-level"] + flags), "two-level"),
+        (top.parse_args(["graph", "compress", "a", "b", "--kmeans", "two-level"] + flags), "two-level"),
+        (build_distributed_parser().parse_args(["compress", "a", "b"] + flags), "exact"),  # sharded exact only
+    ]
+    for a, kmeans in parsed:
+        assert config_from_args(a) == CompressConfig(partition=PartitionConfig(**part, kmeans=kmeans),
+                                                     tree=want_tree, merge=want_merge)
+    # no flags: SPEC's defaults
+    assert config_from_args(build_parser().parse_args(["compress", "a", "b"])) == CompressConfig()

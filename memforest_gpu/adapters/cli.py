@@ -11,20 +11,13 @@ import json
 import logging
 import sys
 
+from ..cli_config import add_config_arguments, config_from_args
+
 __all__ = ["add_parser", "run", "main"]
 
 
 def _add_compress_options(p) -> None:
-    p.add_argument("--ratio", type=float, default=0.5, help="fraction of each tenant's memories to remove")
-    p.add_argument("--schedule", default="sequential", help="sequential | matching")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--alpha", type=float, default=0.05, help="clusters per node (K = floor(alpha*N))")
-    p.add_argument("--beta", type=float, default=0.8, help="semantic weight in the reassignment")
-    p.add_argument("--window", type=int, default=5, help="temporal window, in positions")
-    p.add_argument("--eta", type=float, default=0.99, help="similarity weight in the degree-adjusted score")
-    p.add_argument("--max-iter", type=int, default=30, help="at most this many Lloyd steps")
-    p.add_argument("--degree-norm", default="none", help="none | max")
-    p.add_argument("--max-node-tokens", type=int, default=None, help="cap on merged node length")
+    add_config_arguments(p)
     p.add_argument("--merger", default="extractive", help="who writes merged text (see memforest compress)")
     p.add_argument("--merger-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an option of the merger, e.g. model=/models/qwen (VALUE read as JSON when it parses)")
@@ -65,12 +58,7 @@ def add_parser(subparsers) -> None:
 
 
 def _config(a):
-    from ..config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
-
-    return CompressConfig(
-        partition=PartitionConfig(alpha=a.alpha, beta=a.beta, window=a.window, max_iter=a.max_iter, seed=a.seed),
-        tree=TreeConfig(eta=a.eta, degree_norm=a.degree_norm),
-        merge=MergeConfig(ratio=a.ratio, schedule=a.schedule, max_node_tokens=a.max_node_tokens, seed=a.seed))
+    return config_from_args(a)
 
 
 def _merger(a):

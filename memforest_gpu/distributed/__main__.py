@@ -10,6 +10,8 @@ import json
 import os
 import sys
 
+from ..cli_config import add_config_arguments, config_from_args
+
 __all__ = ["main", "build_parser", "parse_options"]
 
 
@@ -20,16 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compress", help="compress IN into OUT; rank 0 writes OUT")
     c.add_argument("input")
     c.add_argument("output")
-    c.add_argument("--ratio", type=float, default=0.5, help="fraction of each tenant's nodes to remove")
-    c.add_argument("--schedule", default="sequential", help="sequential | matching")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--alpha", type=float, default=0.05, help="clusters per node (K = floor(alpha*N))")
-    c.add_argument("--beta", type=float, default=0.8, help="semantic weight in the reassignment")
-    c.add_argument("--window", type=int, default=5, help="temporal window, in positions")
-    c.add_argument("--eta", type=float, default=0.99, help="similarity weight in the degree-adjusted score")
-    c.add_argument("--max-iter", type=int, default=30, help="at most this many Lloyd steps")
-    c.add_argument("--degree-norm", default="none", help="none | max")
-    c.add_argument("--max-node-tokens", type=int, default=None, help="cap on merged node length")
+    add_config_arguments(c, two_level=False)  # split tenants run the sharded exact k-means
     c.add_argument("--embedder", default="auto", help="auto | default | none | PATH (as in memforest compress)")
     c.add_argument("--merger", default="extractive", help="merger name (each rank builds its own)")
     c.add_argument("--merger-option", action="append", default=[], metavar="KEY=VALUE",
@@ -83,7 +76,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     from ..api import load_store, resolve_embedder
-    from ..config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
     from ..io import atomic_write_text, write_store
     from ..mergers import get_merger
     from ..report import format_report
@@ -104,12 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if world > 1:
         dist.init_process_group(backend)
     try:
-        cfg = CompressConfig(
-            partition=PartitionConfig(alpha=args.alpha, beta=args.beta, window=args.window, max_iter=args.max_iter,
-                                      seed=args.seed),
-            tree=TreeConfig(eta=args.eta, degree_norm=args.degree_norm),
-            merge=MergeConfig(ratio=args.ratio, schedule=args.schedule, max_node_tokens=args.max_node_tokens,
-                              seed=args.seed))
+        cfg = config_from_args(args)
         options = parse_options(args.merger_option)
         get_merger(args.merger, **options)  # bad names and options fail here, on every rank, before any work
         store = load_store(args.input, embedder=args.embedder, device=device, format=args.format)
