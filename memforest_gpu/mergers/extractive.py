@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from datetime import date
+from functools import lru_cache
 from typing import Sequence
 
 from ..timeutil import format_date
@@ -85,22 +86,31 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in out if s]
 
 
-def _numbers_in_order(tokens: tuple[str, ...], kept: tuple[str, ...]) -> bool:
-    """The numbers of ``tokens`` occur in ``kept`` in the same order ("paid 10 on day 3"
-    is not a duplicate of "paid 3 on day 10")."""
-    it = iter(t for t in kept if any(ch.isdigit() for ch in t))
-    return all(any(n == m for m in it) for n in (t for t in tokens if any(ch.isdigit() for ch in t)))
+def _numbers(tokens: tuple[str, ...]) -> tuple[str, ...]:
+    """The tokens that contain a digit, in order."""
+    return tuple(t for t in tokens if any(ch.isdigit() for ch in t))
+
+
+def _in_order(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """``a`` is a subsequence of ``b`` ("paid 10 on day 3" is not a duplicate of "paid 3 on day 10")."""
+    it = iter(b)
+    return all(x in it for x in a)  # `in` consumes the iterator up to the match
 
 
 def _is_near_duplicate(tokens: tuple[str, ...], kept: tuple[str, ...], threshold: float) -> bool:
-    a, b = set(tokens), set(kept)
+    """Whether a sentence of ``tokens`` repeats a kept sentence of ``kept`` (module rule 3)."""
+    return _repeats(tokens, set(tokens), _numbers(tokens), set(kept), _numbers(kept), threshold)
+
+
+def _repeats(tokens, a: frozenset | set, a_nums: tuple, b: frozenset | set, b_nums: tuple,
+             threshold: float) -> bool:
     if not a or (a & _NEGATIONS) != (b & _NEGATIONS):
         return False
-    if not _numbers_in_order(tokens, kept):
+    if not _in_order(a_nums, b_nums):
         return False
     if len(tokens) >= 3 and a <= b:
         return True
-    if any(ch.isdigit() for t in a - b for ch in t):  # a new number is new information
+    if not b.issuperset(a_nums):  # a new number is new information
         return False
     return len(a & b) / len(a | b) >= threshold
 
@@ -112,27 +122,33 @@ def _could_repeat(n_tokens: int, la: int, lb: int, threshold: float) -> bool:
     return (n_tokens >= 3 and la <= lb) or min(la, lb) / max(la, lb) >= threshold
 
 
+@lru_cache(maxsize=1 << 16)
+def _sentence_info(sent: str) -> tuple[tuple[str, ...], frozenset, tuple[str, ...], frozenset]:
+    """(tokens, token set, numbers, negations) of a sentence; cached, since progressive
+    merging sees the same sentences again in every later merge of their node."""
+    toks = normalize(sent)
+    a = frozenset(toks)
+    return toks, a, _numbers(toks), a & _NEGATIONS
+
+
 def dedup_sentences(groups: Sequence[Sequence[str]], threshold: float = 0.9) -> list[list[str]]:
     """Drop exact and near duplicates across ``groups`` (kept in order, first wins);
     returns the groups with the same shape, possibly emptied."""
     seen: set = set()
-    kept: list[tuple[tuple[str, ...], int, frozenset]] = []  # (tokens, set size, negations)
+    kept: list[tuple[frozenset, tuple, frozenset]] = []  # (token set, numbers, negations) of kept sentences
     out: list[list[str]] = []
     for group in groups:
         cur: list[str] = []
         for sent in group:
-            toks = normalize(sent)
+            toks, a, nums, neg = _sentence_info(sent)
             key = toks or sent  # token-less text ("...", emoji) dedups verbatim
             if key in seen:
                 continue
-            if toks:  # cheap necessary conditions first; the full rule on what passes them
-                la, neg = len(set(toks)), frozenset(toks) & _NEGATIONS
-                if any(kneg == neg and _could_repeat(len(toks), la, lb, threshold)
-                       and _is_near_duplicate(toks, k, threshold) for k, lb, kneg in kept):
-                    continue
+            if toks and any(kneg == neg and _could_repeat(len(toks), len(a), len(b), threshold)
+                            and _repeats(toks, a, nums, b, b_nums, threshold) for b, b_nums, kneg in kept):
+                continue
             seen.add(key)
-            t_set = set(toks)
-            kept.append((toks, len(t_set), frozenset(t_set & _NEGATIONS)))
+            kept.append((a, nums, neg))
             cur.append(sent)
         out.append(cur)
     return out
