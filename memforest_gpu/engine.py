@@ -251,10 +251,11 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
             if ((quota > 0) & ~stuck & (count >= 2)).any():
                 continue  # quota just moved to trees that sat this round out
             break
+        ends = _pair_nodes(plan)  # (a, b) node ids per pair, one device-to-host copy per bucket
         if plan_only:
             merges_log = []
-            for bk, r, sa, sb, w in plan:
-                older, newer = _pair_order(nodes, int(bk.slot[r, sa]), int(bk.slot[r, sb]))
+            for (bk, r, sa, sb, w), (a, b) in zip(plan, ends):
+                older, newer = _pair_order(nodes, a, b)
                 merges_log.append({"round": 1, "tenant": nodes.tenant[older], "a": nodes.ids[older],
                                    "b": nodes.ids[newer], "similarity": float(w), "a_text": nodes.texts[older],
                                    "b_text": nodes.texts[newer]})
@@ -264,8 +265,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         t3 = time.perf_counter()
         pairs_nodes = []
         batch = []
-        for bk, r, sa, sb, w in plan:
-            a, b = int(bk.slot[r, sa]), int(bk.slot[r, sb])
+        for a, b in ends:
             older, newer = _pair_order(nodes, a, b)
             pairs_nodes.append((older, newer))
             batch.append(MergePair(MemoryItem(nodes.ids[older], nodes.texts[older], nodes.ts[older]),
@@ -292,9 +292,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         if embedder is not None:
             new_emb = embedder.embed(texts).to(dev, torch.float32)
         else:
-            a_e = torch.stack([bk.X[r, sa] for bk, r, sa, sb, w in plan])
-            b_e = torch.stack([bk.X[r, sb] for bk, r, sa, sb, w in plan])
-            new_emb = torch.nn.functional.normalize(a_e + b_e, dim=1)
+            new_emb = _mean_embeddings(plan)
         times["embed"] += time.perf_counter() - t4
         t5 = time.perf_counter()
         round_log = []
@@ -465,6 +463,37 @@ def _plan_bucket(bk: _Bucket, rows: np.ndarray, quota: np.ndarray, cfg: Compress
     return out
 
 
+def _by_bucket(plan) -> dict[int, tuple]:
+    """Plan entries grouped by bucket: id -> (bucket, positions in plan, rows, slots a, slots b)."""
+    out: dict[int, tuple] = {}
+    for j, (bk, r, sa, sb, _w) in enumerate(plan):
+        g = out.setdefault(id(bk), (bk, [], [], [], []))
+        g[1].append(j), g[2].append(r), g[3].append(sa), g[4].append(sb)
+    return out
+
+
+def _pair_nodes(plan) -> list[tuple[int, int]]:
+    """Node ids (a, b) of every planned pair, in plan order."""
+    ends: list = [None] * len(plan)
+    for bk, js, rs, sas, sbs in _by_bucket(plan).values():
+        slot = bk.slot.cpu().numpy()
+        a, b = slot[rs, sas].tolist(), slot[rs, sbs].tolist()
+        for j, x, y in zip(js, a, b):
+            ends[j] = (x, y)
+    return ends
+
+
+def _mean_embeddings(plan) -> torch.Tensor:
+    """Normalised mean of each pair's two vectors (no embedder). Shape: -> (P, D)"""
+    bk0 = plan[0][0]
+    out = torch.empty(len(plan), bk0.X.shape[2], dtype=bk0.X.dtype, device=bk0.X.device)
+    for bk, js, rs, sas, sbs in _by_bucket(plan).values():
+        dev = bk.X.device
+        r, sa, sb = (torch.as_tensor(c, dtype=torch.int64, device=dev) for c in (rs, sas, sbs))
+        out[torch.as_tensor(js, dtype=torch.int64, device=dev)] = bk.X[r, sa] + bk.X[r, sb]
+    return torch.nn.functional.normalize(out, dim=1)
+
+
 def _run_merger(merger, fallback, batch: list[MergePair]) -> tuple[list[str], int]:
     """Call the merger once; anything unusable falls back to the extractive merger."""
     n_fb = 0
@@ -491,13 +520,12 @@ def _apply_round(plan, new_nodes: list[int], new_emb: torch.Tensor, nodes: _Node
     """Write a round's merges into the bucket tensors, one scatter per bucket: the merged
     node takes the lower slot, the other slot empties, and the similarity row/column
     of the merged node is recomputed against its tree."""
-    by_bucket: dict[int, tuple] = {}
-    for j, (bk, r, sa, sb, w) in enumerate(plan):
-        by_bucket.setdefault(id(bk), (bk, []))[1].append((j, r, min(sa, sb), max(sa, sb)))
-    for bk, items in by_bucket.values():
+    for bk, js, rs, sas, sbs in _by_bucket(plan).values():
         dev = bk.X.device
-        j, r, keep, drop = (torch.as_tensor(c, dtype=torch.int64, device=dev) for c in zip(*items))
-        new = torch.as_tensor([new_nodes[i] for i in j.tolist()], dtype=torch.int64, device=dev)
+        j, r, sa, sb = (torch.as_tensor(c, dtype=torch.int64, device=dev) for c in (js, rs, sas, sbs))
+        keep, drop = torch.minimum(sa, sb), torch.maximum(sa, sb)
+        new_ids = [new_nodes[i] for i in js]
+        new = torch.as_tensor(new_ids, dtype=torch.int64, device=dev)
         E = new_emb[j].to(bk.X.dtype)  # (P, D)
         bk.slot[r, keep] = new
         bk.slot[r, drop] = -1
@@ -506,11 +534,11 @@ def _apply_round(plan, new_nodes: list[int], new_emb: torch.Tensor, nodes: _Node
         sims = _row_sims(bk.X, r, E)  # (P, m), after all writes
         bk.W[r, keep, :] = sims
         bk.W[r, :, keep] = sims
-        bk.ts[r, keep] = torch.as_tensor([nodes.ts[i] for i in new.tolist()], dtype=bk.ts.dtype, device=dev)
+        bk.ts[r, keep] = torch.as_tensor([nodes.ts[i] for i in new_ids], dtype=bk.ts.dtype, device=dev)
         bk.lo[r, keep] = torch.minimum(bk.lo[r, keep], bk.lo[r, drop])
         bk.hi[r, keep] = torch.maximum(bk.hi[r, keep], bk.hi[r, drop])
         if bk.tok is not None and nodes.tokens is not None:
-            bk.tok[r, keep] = torch.as_tensor([nodes.tokens[i] for i in new.tolist()], dtype=torch.int64,
+            bk.tok[r, keep] = torch.as_tensor([nodes.tokens[i] for i in new_ids], dtype=torch.int64,
                                               device=dev)
 
 
