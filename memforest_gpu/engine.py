@@ -325,16 +325,16 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
 
     # ---- 4. output: live nodes, in order of their earliest original
     t6 = time.perf_counter()
+    buckets = None  # the padded tree tensors (about 2x the embeddings) are not needed any more
     live = np.ones(len(nodes.ids), dtype=bool)
     for rec in merges_log:
         live[rec["a_index"]] = False
         live[rec["b_index"]] = False
     live_idx = np.flatnonzero(live)
     live_idx = live_idx[np.argsort([nodes.first[i] for i in live_idx], kind="stable")]
-    all_emb = torch.cat([emb] + ([torch.stack(nodes.new_emb)] if nodes.new_emb else []), 0)
-    sel = torch.as_tensor(live_idx, dtype=torch.int64, device=dev)
+    out_emb = _live_embeddings(emb, nodes.new_emb, live_idx)
     out = MemoryStore(
-        [nodes.ids[i] for i in live_idx], [nodes.texts[i] for i in live_idx], all_emb[sel],
+        [nodes.ids[i] for i in live_idx], [nodes.texts[i] for i in live_idx], out_emb,
         torch.tensor([nodes.ts[i] for i in live_idx], dtype=torch.float64, device=dev),
         [nodes.tenant[i] for i in live_idx], [nodes.sources[i] for i in live_idx],
         [nodes.meta[i] for i in live_idx], store.embedder,
@@ -460,6 +460,20 @@ def _plan_bucket(bk: _Bucket, rows: np.ndarray, quota: np.ndarray, cfg: Compress
         for j, row in enumerate(rows):
             es = np.flatnonzero(matched[j])
             out.append((int(row), [(int(uu[j, e]), int(vv[j, e]), float(ww[j, e])) for e in es]))
+    return out
+
+
+def _live_embeddings(emb: torch.Tensor, new_emb: list[torch.Tensor], live_idx: np.ndarray) -> torch.Tensor:
+    """Rows ``live_idx`` of originals followed by merged nodes, without concatenating all of
+    them first. Shape: emb (N, D), new_emb [(D,)] * M, live_idx (L,) in [0, N + M) -> (L, D)"""
+    N = emb.shape[0]
+    idx = torch.as_tensor(live_idx, dtype=torch.int64, device=emb.device)
+    out = torch.empty(len(live_idx), emb.shape[1], dtype=emb.dtype, device=emb.device)
+    orig = idx < N
+    out[orig] = emb[idx[orig]]
+    if bool((~orig).any()):
+        pos = torch.nonzero(~orig).flatten()
+        out[pos] = torch.stack([new_emb[i - N] for i in live_idx[live_idx >= N].tolist()]).to(emb.dtype)
     return out
 
 

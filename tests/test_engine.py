@@ -826,3 +826,14 @@ def test_row_sims_matches_per_pair_einsum_with_repeated_rows_and_chunks():
     want = torch.einsum("pmd,pd->pm", X[r].double(), E.double()).float()
     for budget in (1, 50, 1 << 25):  # one tree per chunk, a few, all at once
         assert torch.equal(_row_sims(X, r, E, budget=budget), want)
+
+
+def test_live_embeddings_picks_originals_and_merged_rows_in_order():
+    from memforest_gpu.engine import _live_embeddings
+
+    emb = torch.arange(12, dtype=torch.float32).view(4, 3)  # originals 0..3
+    new = [torch.full((3,), 100.0 + j) for j in range(3)]  # merged nodes 4..6
+    live = np.array([5, 0, 6, 3])
+    want = torch.cat([emb, torch.stack(new)])[torch.as_tensor(live)]
+    assert torch.equal(_live_embeddings(emb, new, live), want)
+    assert torch.equal(_live_embeddings(emb, [], np.array([2, 1])), emb[[2, 1]])
