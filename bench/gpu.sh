@@ -11,7 +11,7 @@ import torch; assert torch.cuda.is_available(), "bench/gpu.sh needs CUDA"
 print("# device:", torch.cuda.get_device_name(0))
 PY
 # kernel agreement on the real GPU first (Triton vs PyTorch, MST vs networkx, ...)
-python -m pytest -q tests/test_kernels.py tests/test_triton_kernels.py 2>&1 | tail -3
+python -m pytest -q tests/test_kernels_*.py tests/test_triton_kernels.py 2>&1 | tail -3
 # k-means throughput: fused assignment at 1M x 50k x 384 (TF32 dense rate is the yardstick)
 python bench/kmeans_throughput.py --n 1000000 --dim 384 --out "$OUT/kmeans.json"
 # partition + trees + merge planning at 1M nodes, d=384 and d=1536 (mean embeddings, no text merger)

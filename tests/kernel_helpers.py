@@ -1,0 +1,27 @@
+"""Shared helpers of the kernel tests (tests/test_kernels_*.py): tensor <-> numpy, the sizes
+every kernel is checked at, and a fixture that pins one CPU thread for a test module."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+SIZES = [1, 2, 3, 7, 31, 100]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_cpu_thread():
+    """The tensors here are tiny: CPU intra-op threads only add synchronisation, which costs
+    seconds on a loaded 2-core machine. Restored after the module."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def T(a, device, dtype=None):
+    return torch.as_tensor(np.asarray(a), device=device, dtype=dtype)
+
+
+def N(t):
+    return t.detach().cpu().numpy()
