@@ -3,8 +3,8 @@
 One merge round, for every tree of every tenant at once:
   spanning tree (batched Borůvka) -> degree-adjusted scores -> pick pairs (one per tree,
   or a disjoint set) -> ONE merger call with all pairs -> ONE embedder call -> update.
-Trees of similar size share a padded batch with a cached similarity matrix (B, m, m);
-a merge rewrites one row/column of it instead of recomputing the matrix.
+Trees of similar size share a padded batch with a cached similarity matrix (B, m, m)
+(:mod:`.tree_batch`); a merge rewrites one row/column of it instead of recomputing it.
 """
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ import torch
 from .config import CompressConfig
 from .device import resolve_device
 from .embedders import count_words
-from .kernels import (best_edge_per_tree, greedy_matching, pack_segments, size_buckets, spanning_forest,
-                      tree_degrees)
+from .kernels import best_edge_per_tree, greedy_matching, spanning_forest, tree_degrees
 from .kernels.mst import edge_key
 from .mergers.base import MemoryItem, MergePair
 from .mergers.extractive import ExtractiveMerger
-from .partition import partition, time_order
+from .partition import partition
 from .quota import allocate, removal_target
 from .store import MemoryStore
+from .tree_batch import TreeBatch, apply_round, make_batches, mean_embeddings, pair_nodes
 
 __all__ = ["compress", "CompressResult", "CompressReport", "merged_id"]
 
@@ -115,32 +115,6 @@ class _Nodes:
         return j
 
 
-class _Bucket:
-    """Trees of similar size in one padded batch."""
-
-    def __init__(self, trees: torch.Tensor, slots: torch.Tensor, X: torch.Tensor, ts: torch.Tensor,
-                 tok: torch.Tensor | None):
-        self.trees = trees  # (B,) global tree id
-        self.slot = slots  # (B, m) node id, -1 = empty
-        self.X = X  # (B, m, D)
-        # (B, m, m) cosine similarities, accumulated in float64 so a value never depends on the
-        # batch it was computed in (other tenants' trees share the batch; ties must stay ties)
-        B, m, _ = X.shape
-        self.W = torch.empty(B, m, m, dtype=X.dtype, device=X.device)
-        step = max(1, (1 << 25) // max(1, m * m))  # float64 temporaries of at most ~256 MB at a time
-        for b0 in range(0, B, step):
-            Xd = X[b0:b0 + step].double()
-            W = Xd @ Xd.transpose(1, 2)
-            self.W[b0:b0 + step] = ((W + W.transpose(1, 2)) * 0.5).to(X.dtype)  # exactly symmetric
-        self.ts = ts  # (B, m) float64
-        self.tok = tok  # (B, m) int64 or None
-        self.lo = self.hi = None  # (B, m) float: first and last position of each slot's originals
-
-    @property
-    def active(self) -> torch.Tensor:
-        return self.slot >= 0
-
-
 def _pair_order(nodes: _Nodes, a: int, b: int) -> tuple[int, int]:
     """(older, newer): by timestamp, then by the earliest original inside."""
     ka, kb = (nodes.ts[a], nodes.first[a]), (nodes.ts[b], nodes.first[b])
@@ -219,7 +193,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         tokens = counter(store.texts)
 
     nodes = _Nodes(store, tokens)
-    buckets = _make_buckets(part.tree, tree_size, emb, store, tokens, dev)
+    buckets = make_batches(part.tree, tree_size, emb, store, tokens, dev)
     times["setup"] = time.perf_counter() - t1
     times["trees"] = times["merge"] = times["embed"] = 0.0
 
@@ -251,7 +225,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
             if ((quota > 0) & ~stuck & (count >= 2)).any():
                 continue  # quota just moved to trees that sat this round out
             break
-        ends = _pair_nodes(plan)  # (a, b) node ids per pair, one device-to-host copy per bucket
+        ends = pair_nodes(plan)  # (a, b) node ids per pair, one device-to-host copy per bucket
         if plan_only:
             merges_log = []
             for (bk, r, sa, sb, w), (a, b) in zip(plan, ends):
@@ -292,7 +266,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         if embedder is not None:
             new_emb = embedder.embed(texts).to(dev, torch.float32)
         else:
-            new_emb = _mean_embeddings(plan)
+            new_emb = mean_embeddings(plan)
         times["embed"] += time.perf_counter() - t4
         t5 = time.perf_counter()
         round_log = []
@@ -304,7 +278,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
             round_log.append({"round": rounds, "tenant": nodes.tenant[new], "a": nodes.ids[older],
                               "b": nodes.ids[newer], "into": nodes.ids[new], "similarity": float(w),
                               "a_index": older, "b_index": newer, "into_index": new})
-        _apply_round(plan, [rec["into_index"] for rec in round_log], new_emb, nodes)
+        apply_round(plan, [rec["into_index"] for rec in round_log], new_emb, nodes)
         merges_log.extend(round_log)
         times["trees"] += time.perf_counter() - t5
         if on_round is not None:
@@ -370,33 +344,7 @@ def _bar(progress: bool, total: int, desc: str):
     return tqdm(total=total, desc=desc, unit="node" if desc == "partition" else "merge", leave=False)
 
 
-def _make_buckets(tree: torch.Tensor, tree_size: np.ndarray, emb: torch.Tensor, store: MemoryStore,
-                  tokens: list[int] | None, dev) -> list[_Bucket]:
-    n_trees = len(tree_size)
-    # slots in time order inside each tree, so a slot index is a stable tie key
-    order = torch.argsort(store.timestamps.to(dev), stable=True)
-    index, valid, sizes = pack_segments(tree, n_trees, order=order)
-    tok_all = torch.tensor(tokens, dtype=torch.int64, device=dev) if tokens is not None else None
-    pos = torch.empty(len(store), dtype=emb.dtype, device=dev)  # rank by (tenant, time, index)
-    pos[time_order(store.tenant_index()[1].to(dev), store.timestamps.to(dev))] = torch.arange(
-        len(store), dtype=emb.dtype, device=dev)
-    out = []
-    for ids in size_buckets(sizes, min_size=2):
-        m = int(sizes[ids].max())
-        slots = index[ids][:, :m]  # (B, m)
-        val = slots >= 0
-        X = emb[slots.clamp(min=0)] * val[:, :, None]  # (B, m, D)
-        ts = store.timestamps.to(dev)[slots.clamp(min=0)]
-        tok = tok_all[slots.clamp(min=0)] if tok_all is not None else None
-        bk = _Bucket(ids, slots, X, ts, tok)
-        bk.lo = pos[slots.clamp(min=0)]
-        bk.hi = bk.lo.clone()
-        bk.trees_np = ids.cpu().numpy()
-        out.append(bk)
-    return out
-
-
-def _plan_bucket(bk: _Bucket, rows: np.ndarray, quota: np.ndarray, cfg: CompressConfig, cap, rng):
+def _plan_bucket(bk: TreeBatch, rows: np.ndarray, quota: np.ndarray, cfg: CompressConfig, cap, rng):
     """Pairs to merge this round for the given rows of a bucket: [(row, [(slot_a, slot_b, w), ...])]."""
     dev = bk.X.device
     r = torch.as_tensor(rows, dtype=torch.int64, device=dev)
@@ -477,37 +425,6 @@ def _live_embeddings(emb: torch.Tensor, new_emb: list[torch.Tensor], live_idx: n
     return out
 
 
-def _by_bucket(plan) -> dict[int, tuple]:
-    """Plan entries grouped by bucket: id -> (bucket, positions in plan, rows, slots a, slots b)."""
-    out: dict[int, tuple] = {}
-    for j, (bk, r, sa, sb, _w) in enumerate(plan):
-        g = out.setdefault(id(bk), (bk, [], [], [], []))
-        g[1].append(j), g[2].append(r), g[3].append(sa), g[4].append(sb)
-    return out
-
-
-def _pair_nodes(plan) -> list[tuple[int, int]]:
-    """Node ids (a, b) of every planned pair, in plan order."""
-    ends: list = [None] * len(plan)
-    for bk, js, rs, sas, sbs in _by_bucket(plan).values():
-        slot = bk.slot.cpu().numpy()
-        a, b = slot[rs, sas].tolist(), slot[rs, sbs].tolist()
-        for j, x, y in zip(js, a, b):
-            ends[j] = (x, y)
-    return ends
-
-
-def _mean_embeddings(plan) -> torch.Tensor:
-    """Normalised mean of each pair's two vectors (no embedder). Shape: -> (P, D)"""
-    bk0 = plan[0][0]
-    out = torch.empty(len(plan), bk0.X.shape[2], dtype=bk0.X.dtype, device=bk0.X.device)
-    for bk, js, rs, sas, sbs in _by_bucket(plan).values():
-        dev = bk.X.device
-        r, sa, sb = (torch.as_tensor(c, dtype=torch.int64, device=dev) for c in (rs, sas, sbs))
-        out[torch.as_tensor(js, dtype=torch.int64, device=dev)] = bk.X[r, sa] + bk.X[r, sb]
-    return torch.nn.functional.normalize(out, dim=1)
-
-
 def _run_merger(merger, fallback, batch: list[MergePair]) -> tuple[list[str], int]:
     """Call the merger once; anything unusable falls back to the extractive merger."""
     n_fb = 0
@@ -528,61 +445,6 @@ def _run_merger(merger, fallback, batch: list[MergePair]) -> tuple[list[str], in
             texts[j] = t
         n_fb += len(bad)
     return texts, n_fb
-
-
-def _apply_round(plan, new_nodes: list[int], new_emb: torch.Tensor, nodes: _Nodes):
-    """Write a round's merges into the bucket tensors, one scatter per bucket: the merged
-    node takes the lower slot, the other slot empties, and the similarity row/column
-    of the merged node is recomputed against its tree."""
-    for bk, js, rs, sas, sbs in _by_bucket(plan).values():
-        dev = bk.X.device
-        j, r, sa, sb = (torch.as_tensor(c, dtype=torch.int64, device=dev) for c in (js, rs, sas, sbs))
-        keep, drop = torch.minimum(sa, sb), torch.maximum(sa, sb)
-        new_ids = [new_nodes[i] for i in js]
-        new = torch.as_tensor(new_ids, dtype=torch.int64, device=dev)
-        E = new_emb[j].to(bk.X.dtype)  # (P, D)
-        bk.slot[r, keep] = new
-        bk.slot[r, drop] = -1
-        bk.X[r, keep] = E
-        bk.X[r, drop] = 0
-        sims = _row_sims(bk.X, r, E)  # (P, m), after all writes
-        bk.W[r, keep, :] = sims
-        bk.W[r, :, keep] = sims
-        bk.ts[r, keep] = torch.as_tensor([nodes.ts[i] for i in new_ids], dtype=bk.ts.dtype, device=dev)
-        bk.lo[r, keep] = torch.minimum(bk.lo[r, keep], bk.lo[r, drop])
-        bk.hi[r, keep] = torch.maximum(bk.hi[r, keep], bk.hi[r, drop])
-        if bk.tok is not None and nodes.tokens is not None:
-            bk.tok[r, keep] = torch.as_tensor([nodes.tokens[i] for i in new_ids], dtype=torch.int64,
-                                              device=dev)
-
-
-def _row_sims(X: torch.Tensor, r: torch.Tensor, E: torch.Tensor, *, budget: int = 1 << 25) -> torch.Tensor:
-    """Similarity of each new vector to every slot of its tree, accumulated in float64.
-
-    Pairs of one tree share one gather of that tree (the matching schedule puts up to m/2
-    pairs in a tree, so gathering per pair would cost O(m^2 D) memory per tree); trees are
-    processed in chunks of at most ``budget`` float64 elements.
-
-    Shape: X (B, m, D), r (P,) row of each pair, E (P, D) -> (P, m) in X's dtype
-    """
-    P, D = E.shape
-    m = X.shape[1]
-    rows, inv = torch.unique(r, return_inverse=True)  # (R,), (P,)
-    R = rows.shape[0]
-    counts = torch.bincount(inv, minlength=R)
-    order = torch.argsort(inv, stable=True)
-    col = torch.empty_like(inv)
-    col[order] = torch.arange(P, device=r.device) - (torch.cumsum(counts, 0) - counts)[inv[order]]
-    pmax = int(counts.max())
-    Ep = torch.zeros(R, pmax, D, dtype=torch.float64, device=E.device)
-    Ep[inv, col] = E.double()  # (R, pmax, D): each tree's new vectors
-    out = torch.empty(P, m, dtype=X.dtype, device=X.device)
-    step = max(1, budget // max(1, m * (D + pmax)))
-    for c0 in range(0, R, step):
-        S = torch.bmm(X[rows[c0:c0 + step]].double(), Ep[c0:c0 + step].transpose(1, 2))  # (Rc, m, pmax)
-        sel = (inv >= c0) & (inv < c0 + step)
-        out[sel] = S[inv[sel] - c0, :, col[sel]].to(X.dtype)
-    return out
 
 
 def _redistribute(stuck, quota, count, tree_tenant, trees_of, shortfall):

@@ -1,5 +1,14 @@
 """Shared helpers of the kernel tests (tests/test_kernels_*.py): tensor <-> numpy, the sizes
-every kernel is checked at, and a fixture that pins one CPU thread for a test module."""
+every kernel is checked at, and a fixture that pins one CPU thread for a test module.
+
+References are plain Python / numpy loops (and networkx for spanning trees) written from
+SPEC sections 1, 2 and 4, not from the kernels. Integer outputs are compared exactly.
+Inputs that must tie are built so the ties are exact in floating point (integer-valued
+vectors, multiples of 1/4, duplicated rows), which lets tie rules be checked exactly;
+continuous inputs are checked with the tolerances stated at each assertion.
+
+Every test runs on each device of ``devices`` (tests/conftest.py; CUDA when available).
+"""
 from __future__ import annotations
 
 import numpy as np

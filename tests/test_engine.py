@@ -387,7 +387,7 @@ def test_tenant_independence_with_duplicate_embeddings():
 
 
 def test_row_sims_matches_per_pair_einsum_with_repeated_rows_and_chunks():
-    from memforest_gpu.engine import _row_sims
+    from memforest_gpu.tree_batch import row_sims
 
     g = torch.Generator().manual_seed(3)
     X = torch.randn(7, 9, 5, generator=g)
@@ -395,7 +395,7 @@ def test_row_sims_matches_per_pair_einsum_with_repeated_rows_and_chunks():
     E = torch.randn(7, 5, generator=g)
     want = torch.einsum("pmd,pd->pm", X[r].double(), E.double()).float()
     for budget in (1, 50, 1 << 25):  # one tree per chunk, a few, all at once
-        assert torch.equal(_row_sims(X, r, E, budget=budget), want)
+        assert torch.equal(row_sims(X, r, E, budget=budget), want)
 
 
 def test_live_embeddings_picks_originals_and_merged_rows_in_order():

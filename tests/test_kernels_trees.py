@@ -1,13 +1,7 @@
-"""Kernel tests, spanning trees, tree degrees, merge-pair selection, padding: each kernel against an independent,
-deliberately simple reference.
+"""Kernel tests: spanning trees, tree degrees, merge-pair selection, padding.
 
-References are plain Python / numpy loops (and networkx for spanning trees) written from
-SPEC sections 1, 2 and 4, not from the kernels. Integer outputs are compared exactly.
-Inputs that must tie are built so the ties are exact in floating point (integer-valued
-vectors, multiples of 1/4, duplicated rows), which lets tie rules be checked exactly;
-continuous inputs are checked with the tolerances stated at each assertion.
-
-Every test runs on each device of ``devices`` (tests/conftest.py; CUDA when available).
+Each kernel is checked against an independent, deliberately simple reference; how the
+references and the tie-exact inputs are built is in tests/kernel_helpers.py.
 """
 from __future__ import annotations
 
