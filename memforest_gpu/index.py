@@ -7,7 +7,7 @@ only changes how candidates are found, never how they are scored.
 =============  =================================================================  =========
 kind           what                                                               needs
 =============  =================================================================  =========
-torch          exact (Q, N) matmul + sort on the store's device (the default)      -
+torch          exact (Q, N) matmul + top-k on the store's device (the default)     -
 faiss-flat     exact inner product, ``IndexFlatIP``                                faiss
 faiss-ivf      inverted lists, ``IndexIVFFlat`` (inner product); ``nprobe`` lists  faiss
                per query; ``nprobe >= nlist`` searches every list (exact)
@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
 
-from .config import RetrievalConfig
-from .kernels import agpr_rerank, topk_search
-from .retrieval import Retriever, SearchResult
+from .kernels import topk_search
+from .retrieval import Retriever
 from .store import MemoryStore
 
 __all__ = ["IndexConfig", "INDEXES", "build_index", "default_nlist", "IndexedRetriever", "TorchIndex", "FaissIndex"]
@@ -172,38 +170,5 @@ class IndexedRetriever(Retriever):
         self.index_config = IndexConfig(kind=index) if isinstance(index, str) else index
         self.indexes = {t: build_index(e, self.index_config) for t, e in self._emb.items()}
 
-    def search(self, queries: torch.Tensor, *, tenants: str | Sequence[str] | None = None,
-               config: RetrievalConfig | None = None) -> SearchResult:
-        """Shape: queries (Q, D) -> SearchResult with (Q, k) tensors (same layout as ``Retriever``)."""
-        cfg = config or RetrievalConfig()
-        if queries.ndim != 2 or queries.shape[1] != self.store.dim:
-            raise ValueError(f"queries must be (Q, {self.store.dim}), got shape {tuple(queries.shape)}")
-        Q = queries.shape[0]
-        tens = self._resolve_tenants(tenants, Q)
-        dev = self.store.device
-        queries = torch.nn.functional.normalize(queries.to(dev, torch.float32), dim=1)
-        k = cfg.k
-        index = torch.full((Q, k), -1, dtype=torch.int64, device=dev)
-        score = torch.full((Q, k), float("-inf"), device=dev)
-        simil = torch.full((Q, k), float("-inf"), device=dev)
-        by_t: dict[str, list[int]] = {}
-        for q, t in enumerate(tens):
-            by_t.setdefault(t, []).append(q)
-        for t, qs in by_t.items():
-            qi = torch.as_tensor(qs, dtype=torch.int64, device=dev)
-            C = cfg.L * k if cfg.agpr else k
-            sims, cand = self.indexes[t].search(queries[qi], C)  # (Q_t, C')
-            if cfg.agpr:
-                valid = cand >= 0
-                times = self._ts[t][cand.clamp(min=0)]
-                order, v = agpr_rerank(sims, times, valid, k, lam=cfg.lam, gamma=cfg.gamma)
-                cand, s_sel = cand.gather(1, order), sims.gather(1, order)
-                v = torch.where(cand >= 0, v, torch.full_like(v, float("-inf")))
-            else:
-                s_sel, v = sims, sims
-            kk = cand.shape[1]
-            rows = self._rows[t][cand.clamp(min=0)]
-            index[qi, :kk] = torch.where(cand >= 0, rows, torch.full_like(rows, -1))
-            score[qi, :kk] = v.float()
-            simil[qi, :kk] = s_sel.float()
-        return SearchResult(index, score, simil)
+    def _candidates(self, tenant: str, queries: torch.Tensor, c: int):
+        return self.indexes[tenant].search(queries, c)

@@ -67,6 +67,12 @@ class Retriever:
                 raise ValueError(f"tenant must be one of {self.tenants}, got {t!r}")
         return tenants
 
+    def _candidates(self, tenant: str, queries: torch.Tensor, c: int):
+        """The ``c`` most similar rows of one tenant per query, best first (exact search;
+        :class:`~memforest_gpu.index.IndexedRetriever` swaps in a faiss index here).
+        Shape: queries (Q, D) -> sims (Q, c'), tenant row (Q, c') with -1 where fewer exist"""
+        return topk_search(queries, self._emb[tenant], c)
+
     def search(self, queries: torch.Tensor, *, tenants: str | Sequence[str] | None = None,
                config: RetrievalConfig | None = None) -> SearchResult:
         """Shape: queries (Q, D) normalised -> SearchResult with (Q, k) tensors."""
@@ -87,7 +93,7 @@ class Retriever:
         for t, qs in by_t.items():
             qi = torch.as_tensor(qs, dtype=torch.int64, device=dev)
             C = cfg.L * k if cfg.agpr else k
-            sims, cand = topk_search(queries[qi], self._emb[t], C)  # (Q_t, C')
+            sims, cand = self._candidates(t, queries[qi], C)  # (Q_t, C')
             if cfg.agpr:
                 valid = cand >= 0
                 times = self._ts[t][cand.clamp(min=0)]
