@@ -362,18 +362,18 @@ def _plan_bucket(bk: TreeBatch, rows: np.ndarray, quota: np.ndarray, cfg: Compre
             lo, hi = bk.lo[r], bk.hi[r]  # (B', m)
             gap = torch.maximum(lo[:, :, None], lo[:, None, :]) - torch.minimum(hi[:, :, None], hi[:, None, :])
             Wt = (1 - tw) * W + tw * (gap <= cfg.tree.time_window).to(W.dtype)  # (B', m, m)
-    if cfg.tree.size_weight > 0 and kind != "random" and bk.tok is not None:
-        # size on the edges: the merged node's estimated length, in units of the cap
+    est_all = None  # (B', m, m) estimated tokens of each pair's merged node, when lengths are tracked
+    if bk.tok is not None and ((cfg.tree.size_weight > 0 and kind != "random") or cap is not None):
         tok_r, day_r = bk.tok[r], torch.floor(bk.ts[r] / _DAY)
         est_all = tok_r[:, :, None] + tok_r[:, None, :] + DATE_TAG_TOKENS * (day_r[:, :, None] != day_r[:, None, :]).long()
+    if cfg.tree.size_weight > 0 and kind != "random" and est_all is not None:
+        # size on the edges: the merged node's estimated length, in units of the cap
         scale = float(cap) if cap is not None else float(SIZE_SCALE)
         pen = cfg.tree.size_weight * est_all.to(W.dtype) / scale  # (B', m, m)
         Wt = Wt + pen if kind == "min" else Wt - pen
-    if cap is not None and bk.tok is not None:
+    if cap is not None and est_all is not None:
         # a pair whose merge would pass the cap is no edge: the tree spans the pairs that fit,
         # so a full node drops out of its tree instead of blocking it (SPEC: "the next best edge")
-        tok_r, day_r = bk.tok[r], torch.floor(bk.ts[r] / _DAY)
-        est_all = tok_r[:, :, None] + tok_r[:, None, :] + DATE_TAG_TOKENS * (day_r[:, :, None] != day_r[:, None, :]).long()
         Wt = Wt.masked_fill(est_all > cap, float("inf") if kind == "min" else float("-inf"))  # (B', m, m)
     u, v, w, ok = spanning_forest(Wt, act, maximum=(kind != "min"))
     deg = tree_degrees(u, v, ok, m)  # (B', m)
@@ -385,13 +385,8 @@ def _plan_bucket(bk: TreeBatch, rows: np.ndarray, quota: np.ndarray, cfg: Compre
     score = eta * w - (1 - eta) * dsum  # (B', E)
     key = edge_key(u, v, m)
     eligible = ok
-    if cap is not None and bk.tok is not None:
-        tok = bk.tok[r]
-        ts = bk.ts[r]
-        day_u = torch.floor(ts.gather(1, u) / _DAY)
-        day_v = torch.floor(ts.gather(1, v) / _DAY)
-        est = tok.gather(1, u) + tok.gather(1, v) + DATE_TAG_TOKENS * (day_u != day_v).long()
-        eligible = ok & (est <= cap)
+    if cap is not None and est_all is not None:
+        eligible = ok & (est_all[torch.arange(len(rows), device=dev)[:, None], u, v] <= cap)  # (B', E)
     # the similarity reported for a pair is always the cosine, whatever tree was built
     real_w = W[torch.arange(len(rows), device=dev)[:, None], u, v] if Wt is not W else w
     out = []

@@ -31,7 +31,7 @@ import numpy as np
 
 from .config import CompressConfig
 from .engine import CompressReport, compress
-from .io import atomic_open, detect_format
+from .io import atomic_open, detect_format, iter_jsonl_objects
 from .store import MemoryStore
 
 __all__ = ["MemoryGraph", "GraphCompressResult", "read_graph", "write_graph", "compress_graph", "fold_edges"]
@@ -147,7 +147,7 @@ def read_graph(path: str | os.PathLike, *, format: str | None = None, embedder=N
     fmt = detect_format(path, format)
     if not os.path.exists(path):
         raise FileNotFoundError(f"graph file not found: {path!r}")
-    recs = _read_parquet(path) if fmt == "parquet" else _read_jsonl(path)
+    recs = _read_parquet(path) if fmt == "parquet" else iter_jsonl_objects(path)
     nodes, entities, src, dst, w = [], [], [], [], []
     for where, r in recs:
         kind = r.get("kind")
@@ -249,20 +249,6 @@ def write_graph(graph: MemoryGraph, path: str | os.PathLike, *, format: str | No
     })
     with atomic_open(path) as f:
         pq.write_table(table, f, compression="zstd")
-
-
-def _read_jsonl(path: str):
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: line {n} is not valid JSON: {e}") from None
-            if not isinstance(rec, dict):
-                raise ValueError(f"{path}: line {n} must be a JSON object, got {type(rec).__name__}")
-            yield f"line {n}", rec
 
 
 def _read_parquet(path: str):

@@ -336,6 +336,15 @@ def _iter_jsonl(path: str):
             yield f"line {ln}", rec
 
 
+def iter_jsonl_objects(path: str):
+    """``(where, record)`` per non-blank line of a JSONL file, where = ``"line N"``; a line
+    that is not UTF-8, not JSON or not a JSON object raises ``ValueError`` naming it."""
+    for where, rec in _iter_jsonl(path):
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}: {where} must be a JSON object, got {type(rec).__name__}: {_short(rec)}")
+        yield where, rec
+
+
 def _read_json_array(path: str):
     """Items of a file holding one JSON array, or None when it is not one (then the
     line-by-line reader runs and reports the problem with its line number)."""

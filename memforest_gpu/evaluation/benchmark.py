@@ -15,7 +15,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from ..io import atomic_open, read_store
+from ..io import atomic_open, iter_jsonl_objects, read_store
 from ..store import MemoryStore
 
 __all__ = ["Question", "Benchmark", "load_benchmark", "write_benchmark", "read_questions"]
@@ -71,16 +71,7 @@ def _question(rec: dict, j: int, where: str) -> Question:
 
 def read_questions(path: str) -> list[Question]:
     """Questions from a JSONL file (one JSON object per line; blank lines skipped)."""
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
-            out.append(_question(rec, n, path))
+    out = [_question(rec, n, path) for n, (_, rec) in enumerate(iter_jsonl_objects(path), 1)]
     ids = [q.id for q in out]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{path}: question ids must be unique")
