@@ -6,10 +6,17 @@ are read as UTC so that the same file gives the same numbers on every machine.
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["parse_timestamp", "format_date", "same_day"]
+__all__ = ["parse_timestamp", "format_date", "same_day", "MONTHS", "DATE_TAG"]
+
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+          "September", "October", "November", "December")
+#: a date tag as :func:`format_date` writes it in memory text, ``[8 May 2023]``, at the start
+#: of the text or after whitespace; groups: day, month name, year
+DATE_TAG = re.compile(r"(?:^|(?<=\s))\[(\d{1,2}) (" + "|".join(MONTHS) + r") (\d{4})\]")
 
 
 def parse_timestamp(value: Any, *, where: str = "timestamp") -> float:

@@ -80,8 +80,12 @@ def test_outputs_and_cached_rerun(grid):
     diffs = [r for r in data["records"] if r["metric"] == "ansr_retention_diff_vs_memforest:sequential"]
     assert {(r["method"], r["schedule"]) for r in diffs} >= {("tome", "-"), ("memforest-min-tree", "sequential")}
     assert all(set(r) == FIELDS for r in data["records"])
+    ev_b = [r for r in data["records"] if r["metric"] == "evr_retention_diff_vs_memforest:sequential" and r["cut"] == "B"]
+    assert {(r["method"], r["schedule"]) for r in ev_b} == {(r["method"], r["schedule"]) for r in diffs}
+    assert any(r["metric"] == "dates" and r["cut"] == "B" for r in data["records"])
     md = open(paths["md"]).read()
     assert "ratio 0.5" in md and "memforest-min-tree" in md and "extractive" in md
+    assert "| Δ EvR@B | call |" in md and "Dates@B" in md
     back = load_result(str(out))
     assert markdown(back).splitlines()[:8] == markdown(res).splitlines()[:8]
     np.testing.assert_array_equal(back.per_question["memforest:sequential|0.5|0|plain|B|ansr"],

@@ -84,6 +84,24 @@ def test_cuts_and_strict_evidence():
     assert out["B", "evr"][0] == 0.5 and out["B", "ansr"][0] == 1.0
 
 
+def test_dates_in_context():
+    """Dates: distinct dates shown (headers and merged text's tags); at @B only tags before the cut."""
+    orig = {"a": "Ann: hi there.", "b": "Bo: the dog is Rex.", "c": "Ann: plums bake."}
+    merged = "[8 May 2023] Ann: hi there. [10 May 2023] Bo: the dog is Rex."
+    st = _store([merged, orig["c"]], [["a", "b"], ["c"]], ts=[DAY0 + 2 * DAY, DAY0])
+    views = NodeViews.build(st, orig)
+    assert [d for _, d in views.dates[0]] == ["10 May 2023", "8 May 2023", "10 May 2023"]
+    assert [d for _, d in views.dates[1]] == ["8 May 2023"]
+    # rendered: "[10 May 2023] [8 May 2023] Ann: hi there. [10 May 2023] Bo: ..." = 3 + 3 + 3 + 3 + 5 tokens
+    ranked = np.array([[0, 1], [1, 0]])
+    out = score_ranked(ranked, views, [frozenset({"x"})] * 2, [frozenset()] * 2, k=2, budget=9)
+    assert out["k", "dates"].tolist() == [2, 2]
+    assert out["B", "dates"][0] == 2  # two distinct dates in the first 9 tokens
+    assert out["B", "dates"][1] == 2  # "[8 May 2023] Ann: plums bake." then "[10 May 2023] [8 May"
+    out = score_ranked(ranked, views, [frozenset({"x"})] * 2, [frozenset()] * 2, k=1, budget=3)
+    assert out["B", "dates"].tolist() == [1, 1] and out["k", "dates"].tolist() == [2, 1]
+
+
 def test_ranked_list_prefix_is_the_retrievers_top_k():
     g = torch.Generator().manual_seed(0)
     n, D, Q = 300, 16, 40

@@ -1,4 +1,4 @@
-"""EVAL.md's metrics over retrieved context: AnsR, EvR and Ctx, at ``@k`` and ``@B``.
+"""EVAL.md's metrics over retrieved context: AnsR, EvR and Ctx (plus Dates), at ``@k`` and ``@B``.
 
 A retrieved node is rendered as ``"[{date}] {text}"``. Two cuts of a ranked list:
 
@@ -14,6 +14,10 @@ Per question:
   nodes; NaN for a question without evidence. At ``B`` it is strict: in the node that
   was cut, a source counts only when its text starts before the cut.
 - **Ctx**: whitespace tokens in the context.
+- **Dates**: distinct dates written in the context (node headers and the date tags of
+  merged text; at ``B`` only tags that start before the cut). A diagnostic for temporal
+  questions, whose answers are mostly dates: a context that shows more dates can match an
+  answer's date tokens without the evidence (read it next to EvR).
 
 Where a source's text starts inside a merged node (:func:`source_starts`): at the first
 of its sentences, in order, found verbatim in the merged text. The extractive merger
@@ -34,7 +38,7 @@ import numpy as np
 
 from ..mergers.extractive import split_sentences
 from ..store import MemoryStore
-from ..timeutil import format_date
+from ..timeutil import DATE_TAG, format_date
 
 __all__ = ["STOP_WORDS", "tokens", "answer_tokens", "render", "source_starts", "NodeViews", "score_ranked",
            "METRICS", "CUTS"]
@@ -43,7 +47,7 @@ STOP_WORDS = frozenset(
     "a an the and or but of to in on at for with by from as is are was were be been being it its "
     "this that these those he she they them his her their i you we me my our your do does did has have had "
     "so than then there what which who whom whose".split())
-METRICS = ("ansr", "evr", "ctx")
+METRICS = ("ansr", "evr", "ctx", "dates")
 CUTS = ("k", "B")
 _TOKEN = re.compile(r"[a-z0-9]+")
 _WS = re.compile(r"\S+")
@@ -88,7 +92,8 @@ class NodeViews:
     """Everything the metrics need about a store's nodes, computed once per store.
 
     ``ws_end[j]`` are the character offsets where each whitespace token of node j's
-    rendered text ends; ``starts[j]`` maps each source to its offset in the rendered text.
+    rendered text ends; ``starts[j]`` maps each source to its offset in the rendered text;
+    ``dates[j]`` lists ``(offset, "8 May 2023")`` for each date tag in the rendered text.
     """
 
     rendered: list[str]
@@ -96,11 +101,12 @@ class NodeViews:
     tok: list[frozenset[str]]
     sources: list[list[str]]
     starts: list[dict[str, int]]
+    dates: list[list[tuple[int, str]]]
 
     @classmethod
     def build(cls, store: MemoryStore, original_text: dict[str, str]) -> "NodeViews":
         ts = store.timestamps.detach().cpu().tolist()
-        rendered, ws_end, tok, starts = [], [], [], []
+        rendered, ws_end, tok, starts, dates = [], [], [], [], []
         for text, t, src in zip(store.texts, ts, store.sources):
             r = render(text, t)
             off = len(r) - len(text)
@@ -108,7 +114,8 @@ class NodeViews:
             ws_end.append(np.fromiter((m.end() for m in _WS.finditer(r)), dtype=np.int64))
             tok.append(frozenset(tokens(r)))
             starts.append({s: off + p for s, p in source_starts(text, src, original_text).items()})
-        return cls(rendered, ws_end, tok, [list(s) for s in store.sources], starts)
+            dates.append([(m.start(), " ".join(m.groups())) for m in DATE_TAG.finditer(r)])
+        return cls(rendered, ws_end, tok, [list(s) for s in store.sources], starts, dates)
 
 
 def score_ranked(ranked: np.ndarray, views: NodeViews, answers: Sequence[frozenset[str]],
@@ -127,6 +134,7 @@ def score_ranked(ranked: np.ndarray, views: NodeViews, answers: Sequence[frozens
         ctx_tok: set[str] = set().union(*(views.tok[j] for j in top)) if top else set()
         src: set[str] = set().union(*(views.sources[j] for j in top)) if top else set()
         out["k", "ctx"][q] = sum(len(views.ws_end[j]) for j in top)
+        out["k", "dates"][q] = len({d for j in top for _, d in views.dates[j]})
         if ans:
             out["k", "ansr"][q] = len(ans & ctx_tok) / len(ans)
         if ev:
@@ -135,12 +143,14 @@ def score_ranked(ranked: np.ndarray, views: NodeViews, answers: Sequence[frozens
         used = 0
         ctx_tok = set()
         src = set()
+        dates = set()
         for j in row:
             n = len(views.ws_end[j])
             if used + n <= budget:
                 used += n
                 ctx_tok |= views.tok[j]
                 src.update(views.sources[j])
+                dates.update(d for _, d in views.dates[j])
                 if used == budget:
                     break
                 continue
@@ -149,9 +159,11 @@ def score_ranked(ranked: np.ndarray, views: NodeViews, answers: Sequence[frozens
                 cut = int(views.ws_end[j][take - 1])
                 ctx_tok.update(tokens(views.rendered[j][:cut]))
                 src.update(s for s, p in views.starts[j].items() if p < cut)
+                dates.update(d for p, d in views.dates[j] if p < cut)
                 used += take
             break
         out["B", "ctx"][q] = used
+        out["B", "dates"][q] = len(dates)
         if ans:
             out["B", "ansr"][q] = len(ans & ctx_tok) / len(ans)
         if ev:

@@ -23,7 +23,7 @@ __all__ = ["aggregate", "paired_bootstrap", "comparisons", "markdown", "plot", "
            "REFERENCE"]
 
 REFERENCE = "memforest:sequential"
-_BOOT_METRICS = (("B", "ansr"), ("k", "evr"))
+_BOOT_METRICS = (("B", "ansr"), ("k", "evr"), ("B", "evr"))
 
 
 def _label(rec) -> str:
@@ -70,7 +70,7 @@ def _seed_mean(res: EvalResult, label: str, ratio: float, retriever: str, cut: s
 
 def comparisons(res: EvalResult, *, reference: str = REFERENCE, n: int = 2000) -> list[dict]:
     """Every method's paired-bootstrap difference from ``reference`` at each ratio and
-    retriever, in retention points (x100), for AnsR@B and EvR@k. Flat records."""
+    retriever, in retention points (x100), for AnsR@B, EvR@k and EvR@B. Flat records."""
     denom = {}
     for r in res.records:
         if r["method"] == "none" and r["retriever"] == "plain" and r["category"] == "all":
@@ -152,7 +152,7 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
              f"with plain top-k.")
     L.append("")
     head = ["Method"] + [f"AnsR@B c{c}" for c in cats] + ["AnsR@B all", "%", f"EvR@{k}", "%", "EvR@B", "%",
-                                                           f"Ctx@{k}", "speedup"]
+                                                           f"Ctx@{k}", "Dates@B", "speedup"]
     L.append("| " + " | ".join(head) + " |")
     L.append("|" + "---|" * len(head))
 
@@ -163,6 +163,7 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
                   _pm(agg, (*key, "k", "evr", "all")), _pm(agg, (*key, "k", "evr_retention", "all")),
                   _pm(agg, (*key, "B", "evr", "all")), _pm(agg, (*key, "B", "evr_retention", "all")),
                   _plain(agg, (*key, "k", "ctx", "all"), scale=1, digits=0),
+                  _plain(agg, (*key, "B", "dates", "all"), scale=1, digits=1),
                   "–" if label == "none" else _plain(agg, (*key, "-", "search_speedup", "all"), scale=1, digits=2)]
         L.append(f"| {name} | " + " | ".join(cells) + " |")
 
@@ -185,21 +186,22 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
         L.append("")
         L.append(f"### Paired bootstrap vs {reference} (retention points, 95% interval over questions)")
         L.append("")
-        L.append("| method | ratio | retriever | Δ AnsR@B | call | Δ EvR@k | call |")
-        L.append("|---|---|---|---|---|---|---|")
+        L.append(f"| method | ratio | retriever | Δ AnsR@B | call | Δ EvR@{k} | call | Δ EvR@B | call |")
+        L.append("|---|---|---|---|---|---|---|---|---|")
         by = defaultdict(dict)
         for r in comp:
             label = r["method"] if r["schedule"] == "-" else f"{r['method']}:{r['schedule']}"
-            by[label, r["ratio"], r["retriever"]][r["metric"]] = r["value"]
+            by[label, r["ratio"], r["retriever"]][r["cut"], r["metric"]] = r["value"]
         for (label, ratio, retriever), d in by.items():
             cells = []
-            for metric in ("ansr", "evr"):
+            for cut, metric in _BOOT_METRICS:
                 base = f"{metric}_retention_diff_vs_{reference}"
-                if base not in d:
+                d_cut = {m: v for (c, m), v in d.items() if c == cut}
+                if base not in d_cut:
                     cells += ["–", "–"]
                     continue
-                cells.append(f"{d[base]:+.1f} [{d[base + '_ci_lo']:+.1f}, {d[base + '_ci_hi']:+.1f}]")
-                cells.append({0: "n.s.", -1: "reference ahead", 1: "reference behind"}[d[base + "_call"]])
+                cells.append(f"{d_cut[base]:+.1f} [{d_cut[base + '_ci_lo']:+.1f}, {d_cut[base + '_ci_hi']:+.1f}]")
+                cells.append({0: "n.s.", -1: "reference ahead", 1: "reference behind"}[d_cut[base + "_call"]])
             L.append(f"| {label} | {ratio:g} | {retriever} | " + " | ".join(cells) + " |")
     return "\n".join(L) + "\n"
 

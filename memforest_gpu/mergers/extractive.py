@@ -28,15 +28,13 @@ from datetime import date
 from functools import lru_cache
 from typing import Sequence
 
-from ..timeutil import format_date
+from ..timeutil import DATE_TAG, MONTHS, format_date
 from .base import MergePair
 
 __all__ = ["ExtractiveMerger", "split_sentences", "normalize", "dedup_sentences"]
 
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
-           "September", "October", "November", "December")
-_MONTH_NO = {m: i + 1 for i, m in enumerate(_MONTHS)}
-_TAG = re.compile(r"(?:^|(?<=\s))\[(\d{1,2}) (" + "|".join(_MONTHS) + r") (\d{4})\]")
+_MONTH_NO = {m: i + 1 for i, m in enumerate(MONTHS)}
+_TAG = DATE_TAG
 _TOKEN = re.compile(r"[a-z0-9]+")
 _END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s)")
 _ABBREV = frozenset(
