@@ -8,7 +8,6 @@ Trees of similar size share a padded batch with a cached similarity matrix (B, m
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -22,8 +21,9 @@ from .device import resolve_device
 from .embedders import count_words
 from .kernels import best_edge_per_tree, greedy_matching, spanning_forest, tree_degrees
 from .kernels.mst import edge_key
-from .mergers.base import MemoryItem, MergePair
+from .mergers.base import MergePair
 from .mergers.extractive import ExtractiveMerger
+from .node_table import NodeTable, merged_id
 from .partition import partition
 from .quota import allocate, removal_target
 from .store import MemoryStore
@@ -36,12 +36,6 @@ log = logging.getLogger("memforest_gpu")
 DATE_TAG_TOKENS = 12  # upper bound on the word pieces the date tags of one merge add
 SIZE_SCALE = 256  # tokens: the size term's unit when no node-token cap is set
 _DAY = 86400.0
-
-
-def merged_id(sources: list[str]) -> str:
-    """Content-addressed id of a merged node: stable across runs and machines."""
-    h = hashlib.sha1("\x1f".join(sorted(sources)).encode("utf-8")).hexdigest()[:16]
-    return f"mf-{h}"
 
 
 @dataclass
@@ -85,40 +79,21 @@ class CompressResult:
     merges: list[dict]  # one per merge: round, tenant, a, b, into, similarity
 
 
-class _Nodes:
-    """The growing node table: originals 0..N-1, merged nodes appended."""
+class _Nodes(NodeTable):
+    """The run's node table plus the engine's per-node extras: token counts (when lengths
+    are tracked) and the embeddings of merged nodes (row N + i is ``new_emb[i]``)."""
 
     def __init__(self, store: MemoryStore, tokens: list[int] | None):
-        self.ids = list(store.ids)
-        self.texts = list(store.texts)
-        self.ts = store.timestamps.detach().cpu().tolist()
-        self.tenant = list(store.tenants)
-        self.sources = [list(s) for s in store.sources]
-        self.meta = [dict(m) for m in store.metadata]
-        self.first = list(range(len(store)))  # smallest original index inside, for output order
+        super().__init__(store)
         self.tokens = tokens
         self.new_emb: list[torch.Tensor] = []
 
-    def add(self, a: int, b: int, text: str, emb: torch.Tensor, tokens: int | None) -> int:
-        src = self.sources[a] + self.sources[b]
-        j = len(self.ids)
-        self.ids.append(merged_id(src))
-        self.texts.append(text)
-        self.ts.append(max(self.ts[a], self.ts[b]))
-        self.tenant.append(self.tenant[a])
-        self.sources.append(src)
-        self.meta.append({**self.meta[a], **self.meta[b], "merged_from": [self.ids[a], self.ids[b]]})
-        self.first.append(min(self.first[a], self.first[b]))
+    def add_merged(self, older: int, newer: int, text: str, emb: torch.Tensor, tokens: int | None) -> int:
+        j = self.add(older, newer, text)
         if self.tokens is not None:
             self.tokens.append(int(tokens))
         self.new_emb.append(emb)
         return j
-
-
-def _pair_order(nodes: _Nodes, a: int, b: int) -> tuple[int, int]:
-    """(older, newer): by timestamp, then by the earliest original inside."""
-    ka, kb = (nodes.ts[a], nodes.first[a]), (nodes.ts[b], nodes.first[b])
-    return (a, b) if ka <= kb else (b, a)
 
 
 def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger=None, embedder=None,
@@ -229,7 +204,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         if plan_only:
             merges_log = []
             for (bk, r, sa, sb, w), (a, b) in zip(plan, ends):
-                older, newer = _pair_order(nodes, a, b)
+                older, newer = nodes.order(a, b)
                 merges_log.append({"round": 1, "tenant": nodes.tenant[older], "a": nodes.ids[older],
                                    "b": nodes.ids[newer], "similarity": float(w), "a_text": nodes.texts[older],
                                    "b_text": nodes.texts[newer]})
@@ -240,11 +215,9 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         pairs_nodes = []
         batch = []
         for a, b in ends:
-            older, newer = _pair_order(nodes, a, b)
+            older, newer = nodes.order(a, b)
             pairs_nodes.append((older, newer))
-            batch.append(MergePair(MemoryItem(nodes.ids[older], nodes.texts[older], nodes.ts[older]),
-                                   MemoryItem(nodes.ids[newer], nodes.texts[newer], nodes.ts[newer]),
-                                   nodes.tenant[older]))
+            batch.append(nodes.merge_pair(older, newer))
         texts, nfb = _run_merger(merger, fallback_merger, batch)
         fallbacks += nfb
         new_tok = None
@@ -271,7 +244,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         t5 = time.perf_counter()
         round_log = []
         for j, ((bk, r, sa, sb, w), (older, newer)) in enumerate(zip(plan, pairs_nodes)):
-            new = nodes.add(older, newer, texts[j], new_emb[j], None if new_tok is None else new_tok[j])
+            new = nodes.add_merged(older, newer, texts[j], new_emb[j], None if new_tok is None else new_tok[j])
             tree = int(bk.trees_np[r])
             quota[tree] -= 1
             count[tree] -= 1
@@ -304,15 +277,8 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     for rec in merges_log:
         live[rec["a_index"]] = False
         live[rec["b_index"]] = False
-    live_idx = np.flatnonzero(live)
-    live_idx = live_idx[np.argsort([nodes.first[i] for i in live_idx], kind="stable")]
-    out_emb = _live_embeddings(emb, nodes.new_emb, live_idx)
-    out = MemoryStore(
-        [nodes.ids[i] for i in live_idx], [nodes.texts[i] for i in live_idx], out_emb,
-        torch.tensor([nodes.ts[i] for i in live_idx], dtype=torch.float64, device=dev),
-        [nodes.tenant[i] for i in live_idx], [nodes.sources[i] for i in live_idx],
-        [nodes.meta[i] for i in live_idx], store.embedder,
-    )
+    live_idx = nodes.output_order(np.flatnonzero(live))
+    out = nodes.to_store(live_idx, _live_embeddings(emb, nodes.new_emb, live_idx))
     times["output"] = time.perf_counter() - t6
     times["total"] = time.perf_counter() - t0
     out_per = {t: 0 for t in names}

@@ -31,10 +31,10 @@ import torch
 
 from ..config import CompressConfig
 from ..embedders import count_words
-from ..engine import DATE_TAG_TOKENS, CompressReport, CompressResult, merged_id
+from ..engine import DATE_TAG_TOKENS, CompressReport, CompressResult
 from ..kernels import cluster_centres, kmeans
-from ..mergers.base import MemoryItem, MergePair
 from ..mergers.extractive import ExtractiveMerger
+from ..node_table import NodeTable
 from ..quota import removal_target
 from ..store import MemoryStore
 
@@ -139,18 +139,12 @@ def dart(store: MemoryStore, config: CompressConfig, **_) -> CompressResult:
 
 
 # ------------------------------------------------------------------- merging
-class _Table:
-    """Growing node table for the merging baselines: originals, then merged nodes."""
+class _Table(NodeTable):
+    """The run's node table (the engine's bookkeeping) plus, per row, an embedding and
+    (with a cap) a token count."""
 
     def __init__(self, store: MemoryStore, counter):
-        self.store = store
-        self.ids = list(store.ids)
-        self.texts = list(store.texts)
-        self.ts = store.timestamps.detach().cpu().tolist()
-        self.tenant = list(store.tenants)
-        self.sources = [list(s) for s in store.sources]
-        self.meta = [dict(m) for m in store.metadata]
-        self.first = list(range(len(store)))
+        super().__init__(store)
         self.emb = [store.embeddings[i] for i in range(len(store))]
         self.counter = counter
         self.tok = counter(self.texts) if counter is not None else None
@@ -160,29 +154,17 @@ class _Table:
         tag = DATE_TAG_TOKENS if int(self.ts[a] // _DAY) != int(self.ts[b] // _DAY) else 0
         return self.tok[a] + self.tok[b] + tag
 
-    def order(self, a: int, b: int) -> tuple[int, int]:
-        return (a, b) if (self.ts[a], self.first[a]) <= (self.ts[b], self.first[b]) else (b, a)
-
     def merge_round(self, pairs: list[tuple[int, int]], merger, fallback) -> list[int]:
         """Merge each pair (one merger call for all); returns the new rows (not embedded yet)."""
         ordered = [self.order(a, b) for a, b in pairs]
-        batch = [MergePair(MemoryItem(self.ids[o], self.texts[o], self.ts[o]),
-                           MemoryItem(self.ids[n], self.texts[n], self.ts[n]), self.tenant[o]) for o, n in ordered]
+        batch = [self.merge_pair(o, n) for o, n in ordered]
         from ..engine import _run_merger  # the engine's fallback rules: never lose a memory
 
         texts, _ = _run_merger(merger, fallback, batch)
         new = []
         for (o, n), text in zip(ordered, texts):
-            src = self.sources[o] + self.sources[n]
-            self.ids.append(merged_id(src))
-            self.texts.append(text)
-            self.ts.append(max(self.ts[o], self.ts[n]))
-            self.tenant.append(self.tenant[o])
-            self.sources.append(src)
-            self.meta.append({**self.meta[o], **self.meta[n], "merged_from": [self.ids[o], self.ids[n]]})
-            self.first.append(min(self.first[o], self.first[n]))
+            new.append(self.add(o, n, text))
             self.emb.append(torch.nn.functional.normalize(self.emb[o] + self.emb[n], dim=0))  # until re-embedded
-            new.append(len(self.ids) - 1)
         if self.tok is not None:
             self.tok.extend(self.counter([self.texts[j] for j in new]))
         return new
@@ -196,12 +178,8 @@ class _Table:
             self.emb[j] = e
 
     def output(self, live: list[int]) -> MemoryStore:
-        live = sorted(live, key=lambda j: self.first[j])
-        return MemoryStore(
-            [self.ids[j] for j in live], [self.texts[j] for j in live], torch.stack([self.emb[j] for j in live]),
-            torch.tensor([self.ts[j] for j in live], dtype=torch.float64, device=self.store.device),
-            [self.tenant[j] for j in live], [self.sources[j] for j in live], [self.meta[j] for j in live],
-            self.store.embedder)
+        rows = self.output_order(live)
+        return self.to_store(rows, torch.stack([self.emb[j] for j in rows.tolist()]))
 
 
 def _cap_and_counter(config: CompressConfig, embedder):
