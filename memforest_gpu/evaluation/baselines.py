@@ -182,12 +182,17 @@ class _Table(NodeTable):
         return self.to_store(rows, torch.stack([self.emb[j] for j in rows.tolist()]))
 
 
-def _cap_and_counter(config: CompressConfig, embedder):
+def _merging_setup(store: MemoryStore, config: CompressConfig, merger, embedder):
+    """(merger, fallback, cap, table) of a merging baseline, by the engine's rules: the
+    extractive merger by default and as the fallback; the cap ``max_node_tokens``, else the
+    embedder's limit; token counts by the embedder's tokenizer when there is a cap."""
+    merger = merger if merger is not None else ExtractiveMerger()
+    fallback = merger if isinstance(merger, ExtractiveMerger) else ExtractiveMerger()
     cap = config.merge.max_node_tokens
     if cap is None and embedder is not None:
         cap = embedder.max_tokens
     counter = (getattr(embedder, "count_tokens", None) or count_words) if cap is not None else None
-    return cap, counter
+    return merger, fallback, cap, _Table(store, counter)
 
 
 def _fold(tab: _Table, groups: dict[int, list[int]], merger, fallback) -> tuple[dict[int, int], int, int]:
@@ -218,10 +223,7 @@ def _fits(tab: _Table, A: list[int], B: list[int], cap: int) -> torch.Tensor:
 def random_merge(store: MemoryStore, config: CompressConfig, *, merger=None, embedder=None, **_) -> CompressResult:
     """Merge each node of a random drop set (``round(ratio*N_t)``) into a random kept node."""
     t0 = time.perf_counter()
-    merger = merger if merger is not None else ExtractiveMerger()
-    fallback = merger if isinstance(merger, ExtractiveMerger) else ExtractiveMerger()
-    cap, counter = _cap_and_counter(config, embedder)
-    tab = _Table(store, counter)
+    merger, fallback, cap, tab = _merging_setup(store, config, merger, embedder)
     groups: dict[int, list[int]] = {}
     live: list[int] = []
     for t, rows in _tenant_rows(store).items():
@@ -253,10 +255,7 @@ def random_merge(store: MemoryStore, config: CompressConfig, *, merger=None, emb
 def tome(store: MemoryStore, config: CompressConfig, *, merger=None, embedder=None, **_) -> CompressResult:
     """Bipartite soft matching (ToMe) passes until each tenant lost ``round(ratio*N_t)`` nodes."""
     t0 = time.perf_counter()
-    merger = merger if merger is not None else ExtractiveMerger()
-    fallback = merger if isinstance(merger, ExtractiveMerger) else ExtractiveMerger()
-    cap, counter = _cap_and_counter(config, embedder)
-    tab = _Table(store, counter)
+    merger, fallback, cap, tab = _merging_setup(store, config, merger, embedder)
     tenants = _tenant_rows(store)
     cur = {t: sorted(int(i) for i in rows) for t, rows in tenants.items()}  # live rows, in insertion order
     left = {t: removal_target(len(rows), config.merge.ratio) for t, rows in tenants.items()}
