@@ -67,6 +67,7 @@ class FakeChatServer:
                     server.requests.append(body)
                     server.inflight += 1
                     server.max_inflight = max(server.max_inflight, server.inflight)
+                self._counted = True
                 try:
                     if server.block_after is not None and n >= server.block_after:
                         with server.lock:
@@ -75,6 +76,13 @@ class FakeChatServer:
                     time.sleep(server.delay)
                     self._answer(body)
                 finally:
+                    self._done()
+
+            def _done(self):
+                """Leave the in-flight count before the reply goes out: once the client reads it,
+                it may send its next request, which must not find this one still counted."""
+                if getattr(self, "_counted", False):
+                    self._counted = False
                     with server.lock:
                         server.inflight -= 1
 
@@ -103,6 +111,7 @@ class FakeChatServer:
                 self._send(200, json.dumps(reply).encode())
 
             def _send(self, code, data):
+                self._done()
                 try:
                     self.send_response(code)
                     self.send_header("Content-Type", "application/json")
