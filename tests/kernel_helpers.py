@@ -1,5 +1,6 @@
 """Shared helpers of the kernel tests (tests/test_kernels_*.py): tensor <-> numpy, the sizes
-every kernel is checked at, and a fixture that pins one CPU thread for a test module.
+every kernel is checked at, a fixture that pins one CPU thread for a test module, and the
+plain Kruskal reference (also used by tests/test_engine.py).
 
 References are plain Python / numpy loops (and networkx for spanning trees) written from
 SPEC sections 1, 2 and 4, not from the kernels. Integer outputs are compared exactly.
@@ -34,3 +35,29 @@ def T(a, device, dtype=None):
 
 def N(t):
     return t.detach().cpu().numpy()
+
+
+def kruskal_ref(W: np.ndarray, active: np.ndarray, maximum: bool = True) -> set:
+    """Plain Kruskal with SPEC's explicit order: weight desc (asc for minimum), then (i, j) asc."""
+    m = W.shape[0]
+    act = [i for i in range(m) if active[i]]
+    edges = [(i, j) for a, i in enumerate(act) for j in act[a + 1:]]
+    sign = -1.0 if maximum else 1.0
+    edges.sort(key=lambda e: (sign * float(W[e[0], e[1]]), e[0], e[1]))
+    parent = list(range(m))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    out = []
+    for i, j in edges:
+        if len(out) == len(act) - 1:
+            break
+        ri, rj = find(i), find(j)
+        if ri != rj:
+            parent[ri] = rj
+            out.append((i, j))
+    return set(out)

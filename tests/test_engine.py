@@ -25,6 +25,7 @@ from memforest_gpu.engine import DATE_TAG_TOKENS, compress
 from memforest_gpu.partition import partition
 from memforest_gpu.quota import removal_target
 from memforest_gpu.store import MemoryStore
+from kernel_helpers import kruskal_ref
 from engine_helpers import (CPU, DAY, NAMES, SIZES, build_store, cfg_of, run, check_invariants, tree_of_originals,
                             same_output, big_store, small_store, _round_sizes, _one_thread)  # noqa: F401
 
@@ -189,28 +190,6 @@ def capped_store(seed=0, dim=24):
     return MemoryStore.from_columns(ids=ids, texts=texts, timestamps=ts, embeddings=emb, tenants=ten)
 
 
-def _mst_edges(E: np.ndarray) -> list[tuple[int, int]]:
-    """Kruskal maximum spanning tree of cos similarities (ties by (i, j))."""
-    n = len(E)
-    W = E @ E.T
-    edges = sorted(((-W[i, j], i, j) for i in range(n) for j in range(i + 1, n)))
-    parent = list(range(n))
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    out = []
-    for _, i, j in edges:
-        ri, rj = find(i), find(j)
-        if ri != rj:
-            parent[ri] = rj
-            out.append((i, j))
-    return out
-
-
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
 def test_token_cap(schedule):
     cap = 40
@@ -249,7 +228,7 @@ def test_token_cap(schedule):
             E = res.store.embeddings[g].numpy().astype(np.float64)
             tok = count_words([res.store.texts[j] for j in g])
             day = [math.floor(res.store.timestamps[j].item() / DAY) for j in g]
-            for a, b in _mst_edges(E):
+            for a, b in kruskal_ref(E @ E.T, np.ones(len(E), dtype=bool)):
                 est = tok[a] + tok[b] + DATE_TAG_TOKENS * (day[a] != day[b])
                 assert est > cap, (t, res.store.ids[g[a]], res.store.ids[g[b]], est)
 

@@ -14,38 +14,12 @@ import torch
 
 from memforest_gpu.kernels import (best_edge_per_tree, greedy_matching, pack_segments, size_buckets, spanning_forest,
                                    tree_degrees, unpack_segments)
-from kernel_helpers import SIZES, N, T, _one_cpu_thread  # noqa: F401 (autouse fixture)
+from kernel_helpers import SIZES, N, T, _one_cpu_thread, kruskal_ref  # noqa: F401 (autouse fixture)
 
 
 # ----------------------------------------------------------------------------------------------
 # 1-2. spanning_forest / tree_degrees
 # ----------------------------------------------------------------------------------------------
-
-def kruskal_ref(W: np.ndarray, active: np.ndarray, maximum: bool = True) -> set:
-    """Plain Kruskal with SPEC's explicit order: weight desc (asc for minimum), then (i, j) asc."""
-    m = W.shape[0]
-    act = [i for i in range(m) if active[i]]
-    edges = [(i, j) for a, i in enumerate(act) for j in act[a + 1:]]
-    sign = -1.0 if maximum else 1.0
-    edges.sort(key=lambda e: (sign * float(W[e[0], e[1]]), e[0], e[1]))
-    parent = list(range(m))
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    out = []
-    for i, j in edges:
-        if len(out) == len(act) - 1:
-            break
-        ri, rj = find(i), find(j)
-        if ri != rj:
-            parent[ri] = rj
-            out.append((i, j))
-    return set(out)
-
 
 def networkx_ref(W: np.ndarray, active: np.ndarray, maximum: bool = True) -> set:
     """networkx Kruskal; edges are inserted in (min, max) ascending order so its stable sort

@@ -34,7 +34,6 @@ from .base import MergePair
 __all__ = ["ExtractiveMerger", "split_sentences", "normalize", "dedup_sentences"]
 
 _MONTH_NO = {m: i + 1 for i, m in enumerate(MONTHS)}
-_TAG = DATE_TAG
 _TOKEN = re.compile(r"[a-z0-9]+")
 _END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s)")
 _ABBREV = frozenset(
@@ -158,7 +157,7 @@ def _segments(text: str, ts: float) -> list[tuple[date, str, list[str]]]:
     day, month, year = d0.split()
     segs = [(date(int(year), _MONTH_NO[month], int(day)), d0, text)]
     pos = 0
-    for m in _TAG.finditer(text):
+    for m in DATE_TAG.finditer(text):
         try:
             key = date(int(m.group(3)), _MONTH_NO[m.group(2)], int(m.group(1)))
         except ValueError:  # "[31 February 2023]" is text, not a tag
