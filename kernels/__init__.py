@@ -7,14 +7,16 @@ inputs, so the same code runs on CUDA and on CPU. Batched layouts are padded:
 """
 from .padding import pack_segments, unpack_segments, size_buckets
 from .assign import best_match
-from .kmeans import kmeans, kmeans_plus_plus, lloyd_step, cluster_centres
+from .kmeans import batched_d2_seeds, kmeans, kmeans_plus_plus, lloyd_step, cluster_centres
+from .rand import counter_uniform
 from .reassign import reassign_to_centres
 from .mst import spanning_forest, tree_degrees
 from .matching import greedy_matching, best_edge_per_tree
 from .agpr import agpr_rerank, dense_rank, topk_search
 
 __all__ = [
-    "pack_segments", "unpack_segments", "size_buckets", "best_match", "kmeans", "kmeans_plus_plus", "lloyd_step",
+    "pack_segments", "unpack_segments", "size_buckets", "best_match", "kmeans", "batched_d2_seeds", "kmeans_plus_plus",
+    "lloyd_step", "counter_uniform",
     "cluster_centres", "reassign_to_centres", "spanning_forest", "tree_degrees", "greedy_matching",
     "best_edge_per_tree", "agpr_rerank", "dense_rank", "topk_search",
 ]

@@ -1,16 +1,40 @@
-"""Batched k-means (Euclidean, k-means++ seeding, Lloyd steps) over padded problems.
+"""Batched k-means (Euclidean, D^2 seeding, Lloyd steps) over padded problems.
 
 Each row of the batch is an independent problem (one tenant): its own points, its own
 number of clusters. Assignment uses the tiled :func:`best_match`, so no (n, K) matrix
 is ever held in full.
+
+Seeding (``seeding=``):
+- ``"batched"`` (default, :func:`batched_d2_seeds`): D^2 sampling in doubling batches
+  (1, 1, 2, 4, ... centres per step, each batch drawn without replacement in proportion to
+  the squared distance to the centres so far), so K centres take ceil(log2 K) + 1 steps
+  with no device read, instead of K sequential steps;
+- ``"k-means++"`` (:func:`kmeans_plus_plus`): the classic one-centre-per-step k-means++,
+  exact to SPEC's wording, K steps each reading the device a few times.
+
+A Lloyd step reads the device O(1) times (has any label changed; any empty cluster).
+Cluster sums are accumulated in float64 (``index_add_``): on CUDA its atomic additions
+make the sums' last bits depend on scheduling, ~1e-16 relative, so two runs can differ
+only where a point's two best centres score within 1e-12 of the tie tolerance ``TIE_EPS``
+(never seen in practice; on the CPU the order is fixed).
+
+The reduction is pluggable (``reduce=``): the distributed runner passes one that
+all-reduces sums, counts and the "changed" flag over ranks that each hold a shard of the
+points, so there is one k-means, sharded or not.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
 from .assign import best_match
+from .rand import counter_uniform
 
-__all__ = ["kmeans", "kmeans_plus_plus", "kmeans_plus_plus_dense", "lloyd_step", "cluster_means", "cluster_centres"]
+__all__ = ["kmeans", "batched_d2_seeds", "kmeans_plus_plus", "kmeans_plus_plus_dense", "lloyd_step",
+           "cluster_means", "cluster_centres", "LocalReduce", "SEEDINGS"]
+
+SEEDINGS = ("batched", "k-means++")
 
 
 def _uniforms(seed: int, steps: int, T: int, device) -> torch.Tensor:
@@ -33,6 +57,65 @@ def _sample_step(d2, chosen, valid, sizes, u_s, active, rows):
     if bool(bad.any()):
         pick = torch.where(bad, (w > 0).float().argmax(1), pick)
     return torch.where(active, pick, torch.full_like(pick, -1))
+
+
+def seeding_steps(kmax: int) -> list[int]:
+    """Centres drawn per step of :func:`batched_d2_seeds`: 1, 1, 2, 4, ... (doubling) up to ``kmax`` in all."""
+    out, total = [], 0
+    while total < kmax:
+        b = 1 if total == 0 else min(total, kmax - total)
+        out.append(b)
+        total += b
+    return out
+
+
+def batched_d2_seeds(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, seed: int = 0,
+                     streams: torch.Tensor | None = None, budget: int = 1 << 24) -> torch.Tensor:
+    """D^2 seeding in doubling batches, with no device read.
+
+    Step s draws b_s = 1, 1, 2, 4, ... new centres per problem (fewer once a problem has its
+    k), without replacement, with probability proportional to each point's squared distance
+    to its nearest centre so far (Gumbel top-b over ``log d^2``; the first centre is uniform),
+    then updates the distances against the new centres in one tiled search. ceil(log2 K) + 1
+    steps and about one Lloyd step of arithmetic in all. Points that coincide with a centre
+    (d^2 = 0) are taken only when nothing else is left, lowest index first.
+
+    Random numbers come from :func:`counter_uniform` keyed by ``streams`` (T,) (default: the
+    row index), so a problem's seeds depend only on its own points and key, on any device.
+
+    Shape: X (T, n, D), valid (T, n), k (T,) -> seeds (T, Kmax) int64 point indices (-1 = unused)
+    """
+    T, n, D = X.shape
+    dev = X.device
+    Kmax = int(k.max()) if T else 0
+    seeds = torch.full((T, Kmax), -1, dtype=torch.int64, device=dev)
+    if Kmax == 0 or n == 0:
+        return seeds
+    if streams is None:
+        streams = torch.arange(T, dtype=torch.int64, device=dev)
+    rows = torch.arange(T, device=dev)[:, None]
+    sq = (X.float() * X.float()).sum(-1)  # (T, n)
+    d2 = valid.to(torch.float64)  # (T, n): uniform first draw
+    chosen = torch.zeros(T, n, dtype=torch.bool, device=dev)
+    count = torch.zeros(T, dtype=torch.int64, device=dev)
+    neg_inf = torch.tensor(float("-inf"), dtype=torch.float64, device=dev)
+    for step, b in enumerate(seeding_steps(Kmax)):
+        b = min(b, n)
+        g = -torch.log(-torch.log(counter_uniform(seed, streams, step, n)))  # (T, n) Gumbel
+        key = torch.where(d2 > 0, torch.log(d2.clamp(min=1e-300)) + g, torch.full_like(g, -1e30))
+        key = torch.where(valid & ~chosen, key, neg_inf)
+        top = torch.sort(key, dim=1, descending=True, stable=True).indices[:, :b]  # (T, b), ties: lower index
+        take = torch.minimum(k - count, (valid & ~chosen).sum(1)).clamp(min=0, max=b)  # (T,)
+        ok = torch.arange(b, device=dev)[None, :] < take[:, None]  # (T, b)
+        col = torch.where(ok, count[:, None] + torch.arange(b, device=dev)[None, :], torch.full_like(top, Kmax))
+        seeds = torch.cat([seeds, torch.full((T, 1), -1, dtype=torch.int64, device=dev)], 1).scatter(
+            1, col, torch.where(ok, top, torch.full_like(top, -1)))[:, :Kmax]
+        chosen = chosen | torch.zeros_like(chosen).scatter(1, top, ok)
+        count = count + take
+        score, _ = best_match(X, X[rows, top], ok, mode="l2", budget=budget)  # (T, n) 2 x.c - |c|^2
+        d2 = torch.minimum(d2, (sq - score).double().clamp(min=0)) if step else (sq - score).double().clamp(min=0)
+        d2 = d2.masked_fill(chosen | ~valid, 0)
+    return seeds
 
 
 def kmeans_plus_plus(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, seed: int = 0,
@@ -161,19 +244,54 @@ def kmeans_plus_plus_dense(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor
     return seeds
 
 
-def cluster_means(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, K: int):
-    """Per-cluster sums and counts. Shape: X (T, n, D), labels (T, n) -> means (T, K, D), counts (T, K)"""
+def cluster_means(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, K: int, *, reduce=None,
+                  tile: int = 1 << 16):
+    """Per-cluster means and counts; sums accumulated in float64, ``tile`` points at a time
+    (no float64 copy of the whole X). ``reduce`` (see :class:`LocalReduce`) combines the
+    sums of several shards before dividing.
+
+    Shape: X (T, n, D), labels (T, n) -> means (T, K, D) float32, counts (T, K) float64
+    """
     T, n, D = X.shape
     lab = labels.clamp(min=0)
-    w = valid.to(X.dtype)
+    w = valid & (labels >= 0)
     flat = (torch.arange(T, device=X.device)[:, None] * K + lab).reshape(-1)  # (T*n,) row of sums
-    sums = torch.zeros(T * K, D, dtype=torch.float32, device=X.device)
-    sums.index_add_(0, flat, (X * w[:, :, None]).float().reshape(T * n, D))  # 3x faster than scatter_add_ on CPU
-    sums = sums.view(T, K, D)
-    counts = torch.zeros(T, K, dtype=torch.float32, device=X.device)
-    counts.scatter_add_(1, lab, w.float())
-    means = sums / counts.clamp(min=1)[:, :, None]
-    return means, counts
+    Xf, wf = X.reshape(T * n, D), w.reshape(-1)
+    sums = torch.zeros(T * K, D, dtype=torch.float64, device=X.device)
+    for r0 in range(0, T * n, tile):
+        sl = slice(r0, r0 + tile)
+        sums.index_add_(0, flat[sl], Xf[sl].double() * wf[sl, None])
+    counts = torch.zeros(T * K, dtype=torch.float64, device=X.device).index_add_(0, flat, wf.double())
+    sums, counts = sums.view(T, K, D), counts.view(T, K)
+    if reduce is not None:
+        sums, counts = reduce.sum(sums), reduce.sum(counts)
+    return (sums / counts.clamp(min=1)[:, :, None]).float(), counts
+
+
+class LocalReduce:
+    """The single-process reduction of :func:`kmeans`: every point is here.
+
+    A sharded run passes an object with the same three methods that combines the ranks'
+    shards (``memforest_gpu.distributed.kmeans.ShardReduce``).
+    """
+
+    def __init__(self, X: torch.Tensor, valid: torch.Tensor):
+        self.X, self.valid = X, valid
+
+    def sum(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def any(self, flags: torch.Tensor) -> torch.Tensor:
+        return flags
+
+    def farthest(self, act: torch.Tensor, dist: torch.Tensor, m: int) -> torch.Tensor:
+        """The ``m`` points farthest from their centroid per active problem, farthest first
+        (ties: lower index). Shape: act (Ta,), dist (Ta, n) -> (Ta, m, D) float32"""
+        far = torch.sort(dist, dim=1, descending=True, stable=True).indices[:, :m]  # (Ta, m)
+        return self.X[act[:, None], far].float()
+
+    def gather(self, labels: torch.Tensor) -> torch.Tensor:
+        return labels
 
 
 def lloyd_step(X, valid, centroids, c_valid, *, budget: int = 1 << 24):
@@ -186,8 +304,26 @@ def lloyd_step(X, valid, centroids, c_valid, *, budget: int = 1 << 24):
     return labels, score
 
 
+def initial_centroids(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, seeding: str = "batched",
+                      seed: int = 0, streams: torch.Tensor | None = None, uniforms: torch.Tensor | None = None,
+                      budget: int = 1 << 24) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeds as centroids. Shape: -> C (T, Kmax, D) float32, c_valid (T, Kmax)"""
+    if seeding not in SEEDINGS:
+        raise ValueError(f"seeding must be one of {list(SEEDINGS)}, got {seeding!r}")
+    if uniforms is not None and seeding != "k-means++":
+        raise ValueError(f"uniforms are the k-means++ seeding's random numbers: pass seeding='k-means++', "
+                         f"got seeding={seeding!r}")
+    if seeding == "batched":
+        seeds = batched_d2_seeds(X, valid, k, seed=seed, streams=streams, budget=budget)
+    else:
+        seeds = kmeans_plus_plus(X, valid, k, seed=seed, uniforms=uniforms)
+    rows = torch.arange(X.shape[0], device=X.device)
+    return X[rows[:, None], seeds.clamp(min=0)].float(), seeds >= 0
+
+
 def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: int = 30, seed: int = 0,
-           uniforms: torch.Tensor | None = None, budget: int = 1 << 24, progress=None):
+           seeding: str = "batched", streams: torch.Tensor | None = None, uniforms: torch.Tensor | None = None,
+           init: tuple[torch.Tensor, torch.Tensor] | None = None, reduce=None, budget: int = 1 << 24, progress=None):
     """Batched k-means on padded problems.
 
     Each problem stops when none of its labels changes (later steps skip it, so a problem's
@@ -196,18 +332,25 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
     empty clusters of one problem). Clusters still empty at the end are reported as
     invalid in ``c_valid``.
 
+    ``seeding`` / ``streams`` / ``uniforms``: see :func:`initial_centroids`; ``init``: ready
+    centroids ``(C, c_valid)`` instead. ``reduce``: how shards combine (default
+    :class:`LocalReduce`, all points here).
+
     Shape: X (T, n, D), valid (T, n), k (T,) -> labels (T, n), centroids (T, Kmax, D),
            c_valid (T, Kmax), iterations (int)
     """
     if max_iter < 1:
         raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
     T, n, D = X.shape
-    Kmax = int(k.max()) if T else 0
     dev = X.device
-    seeds = kmeans_plus_plus(X, valid, k, seed=seed, uniforms=uniforms)  # (T, Kmax)
+    if init is None:
+        C, c_valid = initial_centroids(X, valid, k, seeding=seeding, seed=seed, streams=streams,
+                                       uniforms=uniforms, budget=budget)
+    else:
+        C, c_valid = init[0].float().clone(), init[1]
+    Kmax = C.shape[1]
+    red = reduce if reduce is not None else LocalReduce(X, valid)
     rows = torch.arange(T, device=dev)
-    c_valid = seeds >= 0
-    C = X[rows[:, None], seeds.clamp(min=0)].float()  # (T, Kmax, D)
     labels = torch.full((T, n), -1, dtype=torch.int64, device=dev)
     score = torch.zeros(T, n, dtype=torch.float32, device=dev)
     act = rows  # problems still iterating: each stops when its own labels stop changing
@@ -217,6 +360,7 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
         Xa, va = (X, valid) if whole else (X[act], valid[act])
         la, sa = lloyd_step(Xa, va, C if whole else C[act], c_valid if whole else c_valid[act], budget=budget)
         changed = (la != labels[act]).any(1) if it > 1 else torch.ones(act.shape[0], dtype=torch.bool, device=dev)
+        changed = red.any(changed)  # (Ta,) on every shard alike
         labels[act], score[act] = la, sa.to(score.dtype)
         if progress is not None:
             progress(it)
@@ -224,22 +368,20 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
             break
         if not bool(changed.all()):
             act, Xa, va, la, sa = act[changed], Xa[changed], va[changed], la[changed], sa[changed]
-        Ca, counts = cluster_means(Xa, va, la, Kmax)
+        Ca, counts = cluster_means(Xa, va, la, Kmax, reduce=red)
         empty = c_valid[act] & (counts == 0)  # (Ta, Kmax)
         if bool(empty.any()):
             # |x - c|^2 = |x|^2 - (2 x.c - |c|^2)
             dist = ((Xa.float() * Xa.float()).sum(-1) - sa).masked_fill(~va, float("-inf"))
-            m = int(empty.sum(1).max())
-            far = torch.topk(dist, k=min(m, n), dim=1).indices  # (Ta, m) farthest first
+            far = red.farthest(act, dist, int(empty.sum(1).max()))  # (Ta, m, D) farthest first
             rank = torch.cumsum(empty.long(), 1) - 1  # j-th empty cluster of its row
             sel = empty & (rank < far.shape[1])
             t_idx, k_idx = sel.nonzero(as_tuple=True)
-            p_idx = far[t_idx, rank[t_idx, k_idx]]
-            Ca[t_idx, k_idx] = Xa[t_idx, p_idx].float()
+            Ca[t_idx, k_idx] = far[t_idx, rank[t_idx, k_idx]]
         C[act] = Ca
-    means, counts = cluster_means(X, valid, labels, Kmax)
+    means, counts = cluster_means(X, valid, labels, Kmax, reduce=red)
     c_valid = c_valid & (counts > 0)
-    return labels, means, c_valid, it
+    return red.gather(labels), means, c_valid, it
 
 
 def cluster_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, means: torch.Tensor,

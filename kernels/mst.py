@@ -3,6 +3,7 @@
 Every tree of a padded batch is solved simultaneously: each Borůvka round finds, per
 component, its best outgoing edge with one masked row-max over the (B, m, m) weight
 matrix, then merges components with a tensor union-find (hooking + pointer jumping).
+The number of rounds is fixed by m, so the kernel never synchronises with the host.
 Edges are totally ordered by (weight descending, (min(i,j), max(i,j)) ascending), so
 the tree is unique and equals what Kruskal (or networkx) builds under SPEC's tie rule.
 """
@@ -22,9 +23,9 @@ def spanning_forest(W: torch.Tensor, active: torch.Tensor, *, maximum: bool = Tr
     """Spanning tree over the active vertices of each graph in the batch.
 
     Args:
-        W: edge weights, exactly symmetric (the diagonal is ignored). Asymmetric input
-           can make components choose each other in a cycle; the round cap then raises. ``maximum=False`` builds
-           the minimum spanning tree instead (an ablation).
+        W: edge weights, exactly symmetric (the diagonal is ignored; asymmetric input can
+           make components choose each other in a cycle and leave the forest incomplete).
+           ``maximum=False`` builds the minimum spanning tree instead (an ablation).
         active: which vertices of each graph exist.
 
     Returns ``(u, v, w, valid)``: edges sorted by tie key, u < v, padded to m - 1 per graph.
@@ -46,12 +47,16 @@ def spanning_forest(W: torch.Tensor, active: torch.Tensor, *, maximum: bool = Tr
     idx = torch.arange(m, device=dev)
     brow = torch.arange(B, device=dev)[:, None]
     keys = []
-    for _round in range(2 * max(1, m).bit_length() + 2):  # Borůvka halves the components each round
+    # A fixed number of Borůvka rounds and pointer-jumping passes, so the kernel never reads
+    # a value back to the host (one GPU synchronisation each): components with an outgoing
+    # edge at least halve every round, so ceil(log2 m) rounds join everything joinable, and
+    # a parent chain is at most m long, so ceil(log2 m) + 1 jumps flatten it. Rounds past
+    # that choose nothing and change nothing.
+    depth = max(1, (m - 1).bit_length())
+    for _round in range(depth):
         same = comp[:, :, None] == comp[:, None, :]  # (B, m, m)
         best_w, best_j = torch.where(same, neg_inf, Wd).max(dim=2)  # (B, m); lowest j among ties
         has = active & torch.isfinite(best_w)
-        if not bool(has.any()):
-            break
         key = torch.where(has, edge_key(idx[None, :], best_j, m), torch.full_like(best_j, big))
         bw = torch.where(has, best_w, neg_inf)
         comp_w = torch.full((B, m), float("-inf"), dtype=W.dtype, device=dev).scatter_reduce(1, comp, bw, "amax")
@@ -69,14 +74,9 @@ def spanning_forest(W: torch.Tensor, active: torch.Tensor, *, maximum: bool = Tr
         record = chose & ~(mutual & (idx[None, :] > parent))
         keys.append(torch.where(record, comp_key, torch.full_like(comp_key, big)))
         parent = torch.where(mutual & (idx[None, :] < parent), idx[None, :].expand(B, m), parent)
-        for _ in range(64):  # pointer jumping; depth halves each pass
-            nxt = parent.gather(1, parent)
-            if bool((nxt == parent).all()):
-                break
-            parent = nxt
+        for _ in range(depth + 1):  # pointer jumping; depth halves each pass
+            parent = parent.gather(1, parent)
         comp = parent.gather(1, comp)
-    else:
-        raise ValueError("spanning_forest did not converge: W must be exactly symmetric")
     allk = torch.cat(keys, dim=1) if keys else torch.full((B, 1), big, dtype=torch.int64, device=dev)
     allk, _ = torch.sort(allk, dim=1)
     allk = allk[:, :E] if allk.shape[1] >= E else torch.cat(

@@ -6,9 +6,11 @@ import torch
 __all__ = ["pack_segments", "unpack_segments"]
 
 
-def pack_segments(seg: torch.Tensor, n_seg: int, order: torch.Tensor | None = None):
+def pack_segments(seg: torch.Tensor, n_seg: int, order: torch.Tensor | None = None, *,
+                  max_size: int | None = None):
     """Lay out items by segment: item ``i`` goes to row ``seg[i]``, column = its rank
     among its segment's items (in ``order`` when given, else in index order).
+    ``max_size``: the largest segment's size when the caller knows it (saves a device read).
 
     Shape: seg (N,) int64 in [0, n_seg) -> index (S, n) int64 of item ids (-1 = padding),
     valid (S, n) bool, sizes (S,), with n = largest segment.
@@ -24,7 +26,7 @@ def pack_segments(seg: torch.Tensor, n_seg: int, order: torch.Tensor | None = No
     sizes = torch.bincount(seg, minlength=n_seg)  # (S,)
     starts = torch.cumsum(sizes, 0) - sizes  # (S,)
     col = torch.arange(N, device=dev) - starts[s_sorted]  # (N,)
-    n = int(sizes.max()) if N else 0
+    n = max_size if max_size is not None else (int(sizes.max()) if N else 0)
     index = torch.full((n_seg, max(n, 1)), -1, dtype=torch.int64, device=dev)
     index[s_sorted, col] = items
     return index, index >= 0, sizes

@@ -14,12 +14,14 @@ __all__ = [
     "DEGREE_NORMS",
     "TREE_KINDS",
     "KMEANS_METHODS",
+    "SEEDINGS",
 ]
 
 SCHEDULES = ("sequential", "matching")
 DEGREE_NORMS = ("none", "max")
 TREE_KINDS = ("max", "min", "random")
 KMEANS_METHODS = ("exact", "two-level")
+SEEDINGS = ("batched", "k-means++")
 
 
 def _check_range(name: str, value: float, lo: float, hi: float, *, lo_open=False, hi_open=False):
@@ -50,7 +52,10 @@ class PartitionConfig:
     beta: float = 0.8  # weight of the semantic term; 1 - beta weights the temporal window
     window: int = 5  # temporal window, in positions (rank by (timestamp, index))
     max_iter: int = 30  # at most this many Lloyd steps
-    seed: int = 0  # k-means++ seeding
+    seed: int = 0  # the k-means seeding's random stream (each tenant draws from (seed, its name))
+    # "batched": D^2 sampling in doubling batches (log2 K steps, no device read);
+    # "k-means++": one centre per step (K steps), SPEC's wording, slower on large K
+    seeding: str = "batched"
     use_semantic: bool = True  # ablation: False drops the cos term from the reassignment
     use_temporal: bool = True  # ablation: False drops the window term from the reassignment
     kmeans: str = "exact"  # "two-level": coarse cells, then k-means inside each (sub-quadratic)
@@ -58,6 +63,7 @@ class PartitionConfig:
 
     def __post_init__(self):
         _check_choice("kmeans", self.kmeans, KMEANS_METHODS)
+        _check_choice("seeding", self.seeding, SEEDINGS)
         _check_int("two_level_min_nodes", self.two_level_min_nodes, 1)
         _check_range("alpha", self.alpha, 0.0, 1.0, lo_open=True)
         _check_range("beta", self.beta, 0.0, 1.0)

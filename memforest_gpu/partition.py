@@ -11,9 +11,10 @@ import torch
 
 from .config import PartitionConfig
 from .kernels import cluster_centres, kmeans, pack_segments, reassign_to_centres, size_buckets
+from .kernels.rand import stream_keys
 from .two_level import two_level_clusters
 
-__all__ = ["Partition", "partition", "time_order", "n_clusters", "tenant_uniforms"]
+__all__ = ["Partition", "partition", "time_order", "n_clusters", "tenant_uniforms", "tenant_streams"]
 
 
 @dataclass
@@ -52,6 +53,12 @@ def tenant_uniforms(names: list[str], k: list[int], seed: int, device) -> torch.
     return torch.from_numpy(u).to(device)
 
 
+def tenant_streams(names: list[str], device, salt: int = 0) -> torch.Tensor:
+    """Per-tenant random stream keys for the batched seeding: crc32 of the name (plus a
+    salt), so a tenant's clusters never depend on other tenants. Shape: -> (T,) int64"""
+    return stream_keys([zlib.crc32(n.encode("utf-8")) * 131 + salt for n in names], device=device)
+
+
 def partition(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: torch.Tensor, names: list[str],
               cfg: PartitionConfig, *, budget: int = 1 << 24, progress=None) -> Partition:
     """Split every tenant's nodes into EventTrees.
@@ -78,8 +85,9 @@ def partition(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: torch.T
         n_t = int(sizes[t])
         idx = index[t, :n_t]  # (n_t,) node ids in time order
         X = embeddings[idx]
-        labels, centre, _, _, _, sem = two_level_clusters(
-            X, n_clusters(n_t, cfg.alpha), name=names[t], seed=cfg.seed, max_iter=cfg.max_iter, budget=budget)
+        labels, centre, _, _, _, sem, it2 = two_level_clusters(
+            X, n_clusters(n_t, cfg.alpha), name=names[t], seed=cfg.seed, max_iter=cfg.max_iter, budget=budget,
+            seeding=cfg.seeding)
         val = torch.ones(1, n_t, dtype=torch.bool, device=dev)
         new = reassign_to_centres(X[None], val, labels[None], centre[None], beta=cfg.beta, window=cfg.window,
                                   use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal, budget=budget,
@@ -89,7 +97,7 @@ def partition(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: torch.T
         km_local[idx] = labels
         centre_node[t] = idx[centre]
         kmax_per_tenant[t] = centre.shape[0]
-        iters[f"two-level n={n_t}"] = cfg.max_iter
+        iters[f"two-level n={n_t}"] = it2
         if progress is not None:
             progress(n_t)
     exact_sizes = sizes.masked_fill(two_level.to(sizes.device), 0)
@@ -100,8 +108,10 @@ def partition(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: torch.T
         X = embeddings[idx.clamp(min=0)] * val[:, :, None]  # (Tb, n, D)
         ks = [n_clusters(int(s), cfg.alpha) for s in sizes[bucket].tolist()]
         k = torch.tensor(ks, dtype=torch.int64, device=dev)
-        u = tenant_uniforms([names[t] for t in bucket.tolist()], ks, cfg.seed, dev)
-        labels, means, c_valid, it = kmeans(X, val, k, max_iter=cfg.max_iter, uniforms=u, budget=budget)
+        who = [names[t] for t in bucket.tolist()]
+        u = tenant_uniforms(who, ks, cfg.seed, dev) if cfg.seeding == "k-means++" else None
+        labels, means, c_valid, it = kmeans(X, val, k, max_iter=cfg.max_iter, seed=cfg.seed, seeding=cfg.seeding,
+                                            streams=tenant_streams(who, dev), uniforms=u, budget=budget)
         centre = cluster_centres(X, val, labels, means, c_valid)  # (Tb, K) column index
         new = reassign_to_centres(X, val, labels, centre, beta=cfg.beta, window=cfg.window,
                                   use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal, budget=budget)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .kernels import best_match, cluster_centres, kmeans, pack_segments, size_buckets
+from .kernels.rand import stream_keys
 from .quota import allocate
 
 __all__ = ["two_level_clusters"]
@@ -26,13 +27,20 @@ def _uniforms(seed: int, name: str, salt: int, k: int) -> np.ndarray:
     return np.random.default_rng([int(seed), zlib.crc32(name.encode("utf-8")), 7919, salt]).random(k)
 
 
+def _streams(name: str, salts, dev) -> torch.Tensor:
+    base = zlib.crc32(name.encode("utf-8")) * 131
+    return stream_keys([base + 7919 * (s + 1) for s in salts], device=dev)
+
+
 def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_iter: int,
-                       sample_per_cell: int = 256, budget: int = 1 << 24):
+                       sample_per_cell: int = 256, budget: int = 1 << 24, seeding: str = "batched"):
     """k-means of one tenant through coarse cells.
 
     Returns ``labels`` (n,) cluster per point, ``centre`` (K',) point index of each
     cluster's centre node (K' <= k: clusters left empty are dropped), ``cell`` (n,) coarse
-    cell per point, ``centre_cell`` (K',) and ``means`` (K', D).
+    cell per point, ``centre_cell`` (K',), ``means`` (K', D), the reassignment's semantic
+    search (best cosine and cluster per point, inside its cell) and the iterations run
+    (the coarse k-means plus the most any cell bucket needed).
 
     Shape: X (n, D) normalised -> labels (n,), centre (K',), cell (n,), centre_cell (K',), means (K', D)
     """
@@ -44,9 +52,11 @@ def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_ite
     m = min(n, sample_per_cell * K1)
     sample = torch.from_numpy(np.sort(rng.choice(n, size=m, replace=False))).to(dev)
     Xs = X[sample][None]  # (1, m, D)
-    u = torch.from_numpy(_uniforms(seed, name, 0, K1)[:, None]).to(dev)
-    _, cmeans, cvalid, _ = kmeans(Xs, torch.ones(1, m, dtype=torch.bool, device=dev),
-                                  torch.tensor([K1], device=dev), max_iter=max_iter, uniforms=u, budget=budget)
+    u = torch.from_numpy(_uniforms(seed, name, 0, K1)[:, None]).to(dev) if seeding == "k-means++" else None
+    _, cmeans, cvalid, it_coarse = kmeans(Xs, torch.ones(1, m, dtype=torch.bool, device=dev),
+                                          torch.tensor([K1], device=dev), max_iter=max_iter, seed=seed,
+                                          seeding=seeding, streams=_streams(name, [0], dev), uniforms=u, budget=budget)
+    it_cells = 0
     _, cell = best_match(X[None], cmeans, cvalid, mode="l2", budget=budget)
     cell = cell[0]  # (n,)
     _, cell = torch.unique(cell, return_inverse=True)  # consecutive ids over non-empty cells
@@ -66,11 +76,16 @@ def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_ite
         idx, val = index[bucket][:, :nb], valid[bucket][:, :nb]
         Xc = X[idx.clamp(min=0)] * val[:, :, None]  # (Cb, nb, D)
         kk = torch.as_tensor(kc[bucket.cpu().numpy()], dtype=torch.int64, device=dev)
-        ub = np.zeros((int(kk.max()), len(bucket)))
-        for j, c in enumerate(bucket.tolist()):
-            ub[: kc[c], j] = _uniforms(seed, name, c + 1, int(kc[c]))
-        lab, means, c_valid, _ = kmeans(Xc, val, kk, max_iter=max_iter, uniforms=torch.from_numpy(ub).to(dev),
-                                        budget=budget)
+        ub = None
+        if seeding == "k-means++":
+            ub = np.zeros((int(kk.max()), len(bucket)))
+            for j, c in enumerate(bucket.tolist()):
+                ub[: kc[c], j] = _uniforms(seed, name, c + 1, int(kc[c]))
+            ub = torch.from_numpy(ub).to(dev)
+        lab, means, c_valid, it_b = kmeans(Xc, val, kk, max_iter=max_iter, seed=seed, seeding=seeding,
+                                           streams=_streams(name, (bucket + 1).tolist(), dev), uniforms=ub,
+                                           budget=budget)
+        it_cells = max(it_cells, it_b)
         cen = cluster_centres(Xc, val, lab, means, c_valid)  # (Cb, Kb) column
         off = torch.as_tensor(offsets[bucket.cpu().numpy()], dtype=torch.int64, device=dev)
         labels[idx[val]] = (lab + off[:, None])[val]
@@ -91,4 +106,4 @@ def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_ite
     remap = torch.full((int(kc.sum()),), -1, dtype=torch.int64, device=dev)
     remap[gid] = torch.arange(gid.shape[0], device=dev)
     return (remap[labels], centre, cell, torch.cat(centre_cells)[order], torch.cat(means_out)[order],
-            (best_cos, remap[best_lab]))
+            (best_cos, remap[best_lab]), it_coarse + it_cells)

@@ -15,7 +15,7 @@ from memforest_gpu.distributed import WorkItem, balance, compress_distributed, p
 from memforest_gpu.distributed.plan import cost, tenants_to_split
 from memforest_gpu.distributed.runner import ratio_groups
 from memforest_gpu.kernels import kmeans
-from memforest_gpu.partition import n_clusters, partition, tenant_uniforms
+from memforest_gpu.partition import n_clusters, partition, tenant_streams, tenant_uniforms
 from memforest_gpu.synthetic import synthetic_store
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
@@ -84,10 +84,15 @@ def _worker(rank, world, init_file, out_dir):
         order = torch.argsort(one.timestamps, stable=True)
         X = one.embeddings[order]
         u = tenant_uniforms([big], [k], pcfg.seed, X.device)
-        # sharded Lloyd steps == single-process k-means, label for label
-        labels, _, _ = sharded_kmeans(X, k, uniforms=u[:, 0], max_iter=pcfg.max_iter)
+        # sharded Lloyd steps == single-process k-means, label for label (both seedings)
+        labels, _, _ = sharded_kmeans(X, k, stream=tenant_streams([big], X.device), seeding="k-means++",
+                                      uniforms=u[:, 0], max_iter=pcfg.max_iter)
         ref, _, _, _ = kmeans(X[None], torch.ones(1, n, dtype=torch.bool), torch.tensor([k]), max_iter=pcfg.max_iter,
-                              uniforms=u)
+                              seeding="k-means++", uniforms=u)
+        assert torch.equal(labels, ref[0])
+        labels, _, _ = sharded_kmeans(X, k, stream=tenant_streams([big], X.device), max_iter=pcfg.max_iter)
+        ref, _, _, _ = kmeans(X[None], torch.ones(1, n, dtype=torch.bool), torch.tensor([k]), max_iter=pcfg.max_iter,
+                              streams=tenant_streams([big], X.device))
         assert torch.equal(labels, ref[0])
         # the trees too (same grouping; the engine renumbers trees consecutively)
         tree, _ = partition_tenant(one.embeddings, one.timestamps, big, pcfg)

@@ -231,7 +231,7 @@ def test_kmeans_batched_vs_numpy_lloyd(device):
     Kmax = max(ks)
     U = rng.random((Kmax, 3))
     Xt, vt, kt, Ut = T(X, device, torch.float32), T(valid, device), T(ks, device), T(U, device)
-    labels, means, c_valid, it = kmeans(Xt, vt, kt, uniforms=Ut, budget=3 * Kmax * 16)  # 7 tiles
+    labels, means, c_valid, it = kmeans(Xt, vt, kt, seeding="k-means++", uniforms=Ut, budget=3 * Kmax * 16)  # 7 tiles
     assert 1 <= it <= 30
     lab, cv, mu = N(labels), N(c_valid), N(means).astype(np.float64)
     seeds = N(kmeans_plus_plus(Xt, vt, kt, uniforms=Ut))
@@ -250,14 +250,14 @@ def test_kmeans_batched_vs_numpy_lloyd(device):
         _, ref_obj = lloyd_ref(Xf[t, :s], seeds[t, :k])
         assert abs(obj - ref_obj) <= 0.10 * ref_obj + 1e-6, (t, obj, ref_obj)
     # deterministic: same uniforms, same seed -> same result
-    l2, m2, c2, _ = kmeans(Xt, vt, kt, uniforms=Ut, budget=1 << 24)
+    l2, m2, c2, _ = kmeans(Xt, vt, kt, seeding="k-means++", uniforms=Ut, budget=1 << 24)
     assert torch.equal(labels, l2) and torch.equal(c_valid, c2)
     a = kmeans(Xt, vt, kt, seed=4)
     b = kmeans(Xt, vt, kt, seed=4)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     # per-problem uniform streams: a problem alone gives the batched result
     for t, (s, k) in enumerate(zip(sizes, ks)):
-        alone = kmeans(Xt[t:t + 1, :s], vt[t:t + 1, :s], kt[t:t + 1], uniforms=Ut[:k, t:t + 1])[0]
+        alone = kmeans(Xt[t:t + 1, :s], vt[t:t + 1, :s], kt[t:t + 1], seeding="k-means++", uniforms=Ut[:k, t:t + 1])[0]
         np.testing.assert_array_equal(N(alone)[0], lab[t, :s])
 
 
@@ -279,7 +279,7 @@ def test_kmeans_one_iteration_is_lloyd_from_seeds(device):
     ks = [5, 3]
     U = rng.random((5, 2))
     Xt, vt, kt = T(X, device, torch.float32), T(valid, device), T(ks, device)
-    labels = N(kmeans(Xt, vt, kt, uniforms=T(U, device), max_iter=1)[0])
+    labels = N(kmeans(Xt, vt, kt, seeding="k-means++", uniforms=T(U, device), max_iter=1)[0])
     seeds = N(kmeans_plus_plus(Xt, vt, kt, uniforms=T(U, device)))
     for t, k in enumerate(ks):
         s = int(valid[t].sum())

@@ -1,17 +1,18 @@
 """EventTree partitioning of one large tenant across ranks (SPEC section 1, sharded).
 
-Every rank holds the tenant's embeddings. The k-means++ seeding is replicated (same
-per-tenant random stream, so every rank draws the same seeds); the Lloyd steps are
-sharded: rank r assigns a contiguous block of the tenant's time-ordered points, and the
-centroid sums and counts are all-reduced in float64. Once labels stop changing the
-labels are gathered and every rank finishes exactly like :func:`memforest_gpu.partition.partition`
-(means, centre nodes, semantic + temporal reassignment), so all ranks agree on the trees.
+Every rank holds the tenant's embeddings. The seeding is replicated (same per-tenant
+random stream, so every rank draws the same seeds); the Lloyd steps are sharded: rank r
+assigns a contiguous block of the tenant's time-ordered points, and the float64 centroid
+sums and counts are all-reduced. It is the package's one k-means
+(:func:`memforest_gpu.kernels.kmeans`) with :class:`ShardReduce` plugged in. Once labels
+stop changing they are gathered and every rank finishes exactly like
+:func:`memforest_gpu.partition.partition` (means, centre nodes, semantic + temporal
+reassignment), so all ranks agree on the trees.
 
-Float caveat: the single-process k-means sums members in float32, this one in float64,
-so centroids can differ in the last bits; a point whose two nearest centroids are within
-that rounding of each other may take the other label. The labels are then the ones of an
-equally valid k-means run, not necessarily the single-process ones (tests compare them
-on data without such near-ties, where they are equal).
+Float caveat: sharded sums add the same float64 terms in another order than one process
+does, so centroids can differ in the last bits (~1e-16 relative); a point whose two
+nearest centroids score within that of the tie tolerance may take the other label (tests
+compare on data without such near-ties, where they are equal).
 """
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ import torch
 import torch.distributed as dist
 
 from ..config import PartitionConfig
-from ..kernels import cluster_centres, kmeans_plus_plus, lloyd_step, reassign_to_centres
-from ..kernels.kmeans import cluster_means
-from ..partition import n_clusters, tenant_uniforms
+from ..kernels import cluster_centres, kmeans, reassign_to_centres
+from ..kernels.kmeans import cluster_means, initial_centroids
+from ..partition import n_clusters, tenant_streams, tenant_uniforms
 
-__all__ = ["sharded_kmeans", "partition_tenant", "shard_range"]
+__all__ = ["sharded_kmeans", "partition_tenant", "shard_range", "ShardReduce"]
 
 
 def _world(group=None) -> tuple[int, int]:
@@ -61,57 +62,56 @@ def shard_range(n: int, rank: int, world: int) -> tuple[int, int]:
     return n * rank // world, n * (rank + 1) // world
 
 
-def sharded_kmeans(X: torch.Tensor, k: int, *, uniforms: torch.Tensor, max_iter: int = 30,
-                   budget: int = 1 << 24, group=None):
-    """k-means of one problem with Lloyd steps sharded over the ranks of ``group``; the
-    same rules as :func:`memforest_gpu.kernels.kmeans` (k-means++ from ``uniforms``, stop
-    when no label changes, an empty cluster re-seeded with the farthest point). Every
-    rank passes the whole ``X`` and gets the whole result.
+class ShardReduce:
+    """:func:`memforest_gpu.kernels.kmeans`'s reduction over ranks: this rank holds the points
+    [lo, hi) of the (single) problem, every rank also holds all of ``X``. Sums, counts and
+    the "changed" flag are all-reduced; the farthest points for empty clusters are chosen
+    over all shards (ties: lower global index); labels are gathered in rank order."""
 
-    Shape: X (n, D), uniforms (k,) -> labels (n,), c_valid (k,), iterations (int)
+    def __init__(self, X: torch.Tensor, lo: int, group=None):
+        self.X, self.lo, self.group = X, lo, group
+        self.world = _world(group)[1]
+
+    def sum(self, t: torch.Tensor) -> torch.Tensor:
+        return _all_reduce(t, group=self.group)
+
+    def any(self, flags: torch.Tensor) -> torch.Tensor:
+        if self.world == 1:
+            return flags
+        return _all_reduce(flags.float(), dist.ReduceOp.MAX, self.group) > 0
+
+    def farthest(self, act: torch.Tensor, dist_: torch.Tensor, m: int) -> torch.Tensor:
+        top = torch.sort(dist_[0], descending=True, stable=True)  # one problem per sharded call
+        cand_d, cand_i = top.values[:m], top.indices[:m] + self.lo
+        d_all, i_all = _all_gather_cat(cand_d, self.group), _all_gather_cat(cand_i, self.group)
+        o = torch.argsort(i_all, stable=True)  # farthest first, ties: lower index
+        o = o[torch.argsort(d_all[o], descending=True, stable=True)][:m]
+        return self.X[i_all[o]].float()[None]  # (1, m', D)
+
+    def gather(self, labels: torch.Tensor) -> torch.Tensor:
+        return _all_gather_cat(labels[0], self.group)[None]
+
+
+def sharded_kmeans(X: torch.Tensor, k: int, *, stream: torch.Tensor, seed: int = 0, seeding: str = "batched",
+                   uniforms: torch.Tensor | None = None, max_iter: int = 30, budget: int = 1 << 24, group=None):
+    """k-means of one problem with Lloyd steps sharded over the ranks of ``group``: the one
+    :func:`memforest_gpu.kernels.kmeans`, with the seeding replicated (every rank draws the
+    same seeds from ``stream``) and :class:`ShardReduce` as its reduction. Every rank
+    passes the whole ``X`` and gets the whole result.
+
+    Shape: X (n, D), stream (1,) -> labels (n,), c_valid (k,), iterations (int)
     """
     n, D = X.shape
     dev = X.device
     rank, world = _world(group)
-    valid_all = torch.ones(1, n, dtype=torch.bool, device=dev)
     kk = torch.tensor([k], dtype=torch.int64, device=dev)
-    seeds = kmeans_plus_plus(X[None], valid_all, kk, uniforms=uniforms.reshape(-1, 1))[0]  # (k,) replicated
-    c_valid = seeds >= 0
-    C = X[seeds.clamp(min=0)].float()[None]  # (1, k, D)
+    init = initial_centroids(X[None], torch.ones(1, n, dtype=torch.bool, device=dev), kk, seeding=seeding,
+                             seed=seed, streams=stream, uniforms=None if uniforms is None else uniforms.reshape(-1, 1),
+                             budget=budget)
     lo, hi = shard_range(n, rank, world)
-    Xs = X[lo:hi][None]  # (1, n_r, D)
-    vs = torch.ones(1, hi - lo, dtype=torch.bool, device=dev)
-    prev = None
-    it = 0
-    for it in range(1, max_iter + 1):
-        labels, score = lloyd_step(Xs, vs, C, c_valid[None], budget=budget)  # (1, n_r)
-        changed = torch.tensor([1.0 if prev is None else float(bool((labels != prev).any()))], device=dev)
-        changed = _all_reduce(changed, dist.ReduceOp.MAX if world > 1 else None, group)
-        if prev is not None and float(changed) == 0.0:
-            break
-        prev = labels
-        if it == max_iter:
-            break
-        lab = labels[0]
-        sums = torch.zeros(k, D, dtype=torch.float64, device=dev).index_add_(0, lab, Xs[0].double())
-        counts = torch.zeros(k, dtype=torch.float64, device=dev).index_add_(
-            0, lab, torch.ones(hi - lo, dtype=torch.float64, device=dev))
-        sums, counts = _all_reduce(sums, group=group), _all_reduce(counts, group=group)
-        C = (sums / counts.clamp(min=1)[:, None]).float()[None]  # (1, k, D)
-        empty = c_valid & (counts == 0)  # (k,)
-        if bool(empty.any()):
-            m = int(empty.sum())
-            dist_r = (Xs[0].float() * Xs[0].float()).sum(-1) - score[0]  # (n_r,) |x - c|^2
-            top = torch.topk(dist_r, k=min(m, hi - lo)) if hi > lo else None
-            cand_d = top.values if top is not None else dist_r[:0]
-            cand_i = (top.indices + lo) if top is not None else torch.zeros(0, dtype=torch.int64, device=dev)
-            d_all, i_all = _all_gather_cat(cand_d, group), _all_gather_cat(cand_i, group)
-            o = torch.argsort(i_all, stable=True)  # farthest first, ties: lower index
-            o = o[torch.argsort(d_all[o], descending=True, stable=True)][:m]
-            far = i_all[o]
-            C[0, torch.nonzero(empty).flatten()[: len(far)]] = X[far].float()
-    labels = _all_gather_cat(prev[0], group)  # (n,)
-    return labels, c_valid, it
+    labels, _, c_valid, it = kmeans(X[lo:hi][None], torch.ones(1, hi - lo, dtype=torch.bool, device=dev), kk,
+                                    max_iter=max_iter, init=init, reduce=ShardReduce(X, lo, group), budget=budget)
+    return labels[0], c_valid[0], it
 
 
 def partition_tenant(embeddings: torch.Tensor, timestamps: torch.Tensor, name: str, cfg: PartitionConfig, *,
@@ -127,8 +127,10 @@ def partition_tenant(embeddings: torch.Tensor, timestamps: torch.Tensor, name: s
     order = torch.argsort(timestamps, stable=True)  # time order = position
     X = embeddings[order]  # (n, D)
     k = n_clusters(n, cfg.alpha)
-    u = tenant_uniforms([name], [k], cfg.seed, dev)[:, 0]  # (k,)
-    labels, c_valid, it = sharded_kmeans(X, k, uniforms=u, max_iter=cfg.max_iter, budget=budget, group=group)
+    u = tenant_uniforms([name], [k], cfg.seed, dev)[:, 0] if cfg.seeding == "k-means++" else None  # (k,)
+    labels, c_valid, it = sharded_kmeans(X, k, stream=tenant_streams([name], dev), seed=cfg.seed,
+                                         seeding=cfg.seeding, uniforms=u, max_iter=cfg.max_iter, budget=budget,
+                                         group=group)
     valid = torch.ones(1, n, dtype=torch.bool, device=dev)
     means, counts = cluster_means(X[None], valid, labels[None], k)
     c_valid = c_valid[None] & (counts > 0)  # (1, k)
