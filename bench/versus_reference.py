@@ -59,11 +59,11 @@ def main(argv=None):
         ours_pairs = defaultdict(list)
         src_of = {i: frozenset([idx_of[i]]) for i in store.ids}
         for m in res.merges:
-            a_s, b_s = src_of[m["a"]], src_of[m["b"]]
+            a_s, b_s = src_of[m.a], src_of[m.b]
             t = int(tree_of[min(a_s | b_s)])
             per_tree[t] += 1
             ours_pairs[t].append(frozenset([a_s, b_s]))
-            src_of[m["into"]] = a_s | b_s
+            src_of[m.into] = a_s | b_s
         X = store.embeddings.cpu().numpy()
         with Timer() as ref_km:
             numpy_kmeans(X, n_clusters(n, cfg.partition.alpha), iters=cfg.partition.max_iter)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from .config import CompressConfig
 from .embedders import SentenceTransformerEmbedder, get_embedder
-from .engine import CompressResult, compress
+from .engine import CompressResult, PlanResult, compress, plan
 from .io import read_store, write_store
 from .journal import JournaledMerger, journal_path, run_fingerprint
 from .mergers import get_merger
@@ -68,7 +68,7 @@ def compress_file(src: str | Path, dst: str | Path, config: CompressConfig, *, e
     if callable(load):
         load()  # a model that cannot load fails here, not as fallbacks inside the engine
 
-    def stop_if_broken(rnd: int, merges: list[dict]) -> None:
+    def stop_if_broken(rnd: int, merges: list) -> None:
         err = getattr(merger, "fatal", None)
         if err:
             where = f"; the {run_merger.stats['journaled']} merges before it are journaled in " \
@@ -91,9 +91,9 @@ def compress_file(src: str | Path, dst: str | Path, config: CompressConfig, *, e
 
 
 def plan_file(src: str | Path, config: CompressConfig, *, embedder: str = "auto", device=None,
-              format: str | None = None) -> CompressResult:
-    """A dry run: the first round's planned merges (``result.merges``: tenant, a, b,
-    similarity, texts). Merges nothing and writes nothing."""
+              format: str | None = None) -> PlanResult:
+    """A dry run: the first round's planned merges (``result.records``: tenant, a, b,
+    similarity; ``result.pairs``: their texts). Merges nothing and writes nothing."""
     store = load_store(src, embedder=embedder, device=device, format=format)
     emb = resolve_embedder(embedder, store.embedder, device=device)
-    return compress(store, config, embedder=emb, device=device, progress=False, plan_only=True)
+    return plan(store, config, embedder=emb, device=device)

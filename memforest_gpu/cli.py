@@ -108,7 +108,7 @@ def _compress(a) -> int:
     merger = get_merger(a.merger, **_merger_options(a))  # bad options fail before any work
     if a.dry_run:
         res = plan_file(a.input, cfg, embedder=a.embedder, device=a.device, format=a.format)
-        print(_format_plan(res.merges))
+        print(_format_plan(res))
         print("dry run: nothing merged, nothing written")
         return 0
     res = compress_file(a.input, a.output, cfg, embedder=a.embedder, merger=merger, device=a.device,
@@ -149,11 +149,12 @@ def _format_merger_stats(name: str, st: dict) -> str:
     return line
 
 
-def _format_plan(merges: list[dict], width: int = 48) -> str:
+def _format_plan(res, width: int = 48) -> str:
+    merges = res.records
     if not merges:
         return "first round: no merge planned (nothing to remove at this ratio)"
-    sims = sorted(m["similarity"] for m in merges)
-    tenants = len({m["tenant"] for m in merges})
+    sims = sorted(m.similarity for m in merges)
+    tenants = len({m.tenant for m in merges})
     lines = [f"first round: {len(merges)} merges planned over {tenants} tenant(s); similarity "
              f"min {sims[0]:.3f}, median {sims[len(sims) // 2]:.3f}, max {sims[-1]:.3f}",
              f"{'tenant':<16} {'sim':>6}  {'older':<16} {'newer':<16} texts"]
@@ -162,9 +163,9 @@ def _format_plan(merges: list[dict], width: int = 48) -> str:
         t = " ".join(t.split())
         return t if len(t) <= width else t[:width - 3] + "..."
 
-    for m in merges:
-        lines.append(f"{m['tenant'][:16]:<16} {m['similarity']:>6.3f}  {m['a'][:16]:<16} {m['b'][:16]:<16} "
-                     f"{short(m['a_text'])!r} + {short(m['b_text'])!r}")
+    for m, p in zip(merges, res.pairs):
+        lines.append(f"{m.tenant[:16]:<16} {m.similarity:>6.3f}  {m.a[:16]:<16} {m.b[:16]:<16} "
+                     f"{short(p.older.text)!r} + {short(p.newer.text)!r}")
     return "\n".join(lines)
 
 

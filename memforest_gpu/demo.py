@@ -53,13 +53,13 @@ def run_demo(*, ratio: float = 0.5, out_dir: str | None = None, device=None, pri
     p("A few merges, side by side (the most similar pair merged in each user's store):")
     by_id = {i: j for j, i in enumerate(out.ids)}
     shown = set()
-    for rec in sorted(res.merges, key=lambda r: -r["similarity"]):
-        if rec["tenant"] in shown or rec["into"] not in by_id:
+    for rec in sorted(res.merges, key=lambda r: -r.similarity):
+        if rec.tenant in shown or rec.into not in by_id:
             continue
-        shown.add(rec["tenant"])
-        j = by_id[rec["into"]]
+        shown.add(rec.tenant)
+        j = by_id[rec.into]
         p(f"\n  [{rec['tenant']}] similarity {rec['similarity']:.2f}")
-        for label, nid in (("older", rec["a"]), ("newer", rec["b"])):
+        for label, nid in (("older", rec.a), ("newer", rec.b)):
             if nid in store.ids:
                 k = store.ids.index(nid)
                 p(_wrap(f"{label}: [{format_date(float(store.timestamps[k]))}] {store.texts[k]}"))

@@ -75,8 +75,8 @@ def fold_edges(source: list[str], target: list[str], weight: np.ndarray, merges:
     """
     rep: dict[str, str] = {}
     for m in merges:
-        rep[m["a"]] = m["into"]
-        rep[m["b"]] = m["into"]
+        rep[m.a] = m.into
+        rep[m.b] = m.into
 
     def find(x: str) -> str:
         path = []
@@ -119,7 +119,7 @@ def compress_graph(graph: MemoryGraph, config: CompressConfig | None = None, *, 
     for i, ts in zip(st.ids, st.timestamps.cpu().tolist()):
         clips[i] = list(meta_by_id[i].get("clip_ids") or [_number(ts)])
     for m in res.merges:
-        clips[m["into"]] = sorted(set(clips[m["a"]]) | set(clips[m["b"]]))
+        clips[m.into] = sorted(set(clips[m.a]) | set(clips[m.b]))
     tenants, types, metas = [], [], []
     for node_id, key, meta, src in zip(out.ids, out.tenants, out.metadata, out.sources):
         t, ty = key.split(_SEP, 1)

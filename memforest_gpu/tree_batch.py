@@ -1,155 +1,147 @@
-"""Trees of similar size in padded batches: the tensors progressive merging works on.
+"""The trees of a run as padded tensors on the device: what every merge round works on.
 
-A :class:`TreeBatch` holds B trees padded to m slots: node ids, vectors (B, m, D), the
-cosine matrix (B, m, m) kept up to date one row/column per merge, timestamps, token counts
-and each slot's span of positions. The engine plans merges on these tensors
-(``engine._plan_bucket``) and writes a round's merges back with :func:`apply_round`.
+:func:`build_trees` lays out every tree of every tenant once. Trees of similar size share a
+:class:`Bucket` of B trees padded to m slots: node rows, vectors (B, m, D), the cosine
+matrix (B, m, m) kept current one row/column per merge, timestamps, token counts and each
+slot's span of positions. Slots are in time order inside a tree, so a slot index is a
+stable tie key. :func:`~memforest_gpu.apply_round.apply_round` updates these tensors in
+place after each round; nothing here reads a value back to the host.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .kernels import pack_segments, size_buckets
+from .kernels import pack_segments
 from .partition import time_order
-from .store import MemoryStore
 
-__all__ = ["TreeBatch", "make_batches", "by_batch", "pair_nodes", "mean_embeddings", "apply_round", "row_sims"]
+__all__ = ["TreeBatch", "Bucket", "build_trees", "bucket_classes", "row_sims"]
 
 
-class TreeBatch:
-    """Trees of similar size in one padded batch."""
+@dataclass(frozen=True)
+class Bucket:
+    """B trees padded to m slots. Tensors are updated in place by ``apply_round``.
 
-    def __init__(self, trees: torch.Tensor, slots: torch.Tensor, X: torch.Tensor, ts: torch.Tensor,
-                 tok: torch.Tensor | None):
-        self.trees = trees  # (B,) global tree id
-        self.slot = slots  # (B, m) node id, -1 = empty
-        self.X = X  # (B, m, D)
-        # (B, m, m) cosine similarities, accumulated in float64 so a value never depends on the
-        # batch it was computed in (other tenants' trees share the batch; ties must stay ties)
-        B, m, _ = X.shape
-        self.W = torch.empty(B, m, m, dtype=X.dtype, device=X.device)
-        step = max(1, (1 << 25) // max(1, m * m))  # float64 temporaries of at most ~256 MB at a time
-        for b0 in range(0, B, step):
-            Xd = X[b0:b0 + step].double()
-            W = Xd @ Xd.transpose(1, 2)
-            self.W[b0:b0 + step] = ((W + W.transpose(1, 2)) * 0.5).to(X.dtype)  # exactly symmetric
-        self.ts = ts  # (B, m) float64
-        self.tok = tok  # (B, m) int64 or None
-        self.lo = self.hi = None  # (B, m) float: first and last position of each slot's originals
+    Shape: trees (B,), slot (B, m) node row (-1 = empty), X (B, m, D), W (B, m, m),
+           ts (B, m) float64, tok (B, m) int64 or None, lo / hi (B, m) first and last
+           position of each slot's originals
+    """
+
+    trees: torch.Tensor
+    trees_np: np.ndarray  # host copy of ``trees`` (known when the batch is laid out)
+    slot: torch.Tensor
+    X: torch.Tensor
+    W: torch.Tensor
+    ts: torch.Tensor
+    tok: torch.Tensor | None
+    lo: torch.Tensor
+    hi: torch.Tensor
 
     @property
-    def active(self) -> torch.Tensor:
-        return self.slot >= 0
+    def m(self) -> int:
+        return int(self.slot.shape[1])
 
 
-def make_batches(tree: torch.Tensor, tree_size: np.ndarray, emb: torch.Tensor, store: MemoryStore,
-                  tokens: list[int] | None, dev) -> list[TreeBatch]:
-    n_trees = len(tree_size)
-    # slots in time order inside each tree, so a slot index is a stable tie key
-    order = torch.argsort(store.timestamps.to(dev), stable=True)
-    index, valid, sizes = pack_segments(tree, n_trees, order=order)
-    tok_all = torch.tensor(tokens, dtype=torch.int64, device=dev) if tokens is not None else None
-    pos = torch.empty(len(store), dtype=emb.dtype, device=dev)  # rank by (tenant, time, index)
-    pos[time_order(store.tenant_index()[1].to(dev), store.timestamps.to(dev))] = torch.arange(
-        len(store), dtype=emb.dtype, device=dev)
-    out = []
-    for ids in size_buckets(sizes, min_size=2):
-        m = int(sizes[ids].max())
-        slots = index[ids][:, :m]  # (B, m)
+@dataclass(frozen=True)
+class TreeBatch:
+    """Every tree of a run with at least two nodes, in buckets by size (largest first).
+    ``bucket_of`` / ``row_of`` (T,) locate tree ``t`` (-1 for one-node trees)."""
+
+    buckets: tuple[Bucket, ...]
+    bucket_of: np.ndarray
+    row_of: np.ndarray
+
+
+def bucket_classes(sizes: np.ndarray, *, min_size: int = 2) -> list[np.ndarray]:
+    """Tree ids grouped by size class (powers of two, so padding wastes at most half),
+    largest first; trees smaller than ``min_size`` are left out. Host-side, no device read.
+
+    Shape: sizes (T,) -> list of (B,) int64
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    keep = sizes >= min_size
+    cls = np.ceil(np.log2(np.maximum(sizes, 1))).astype(np.int64)
+    return [np.flatnonzero(keep & (cls == c)) for c in np.unique(cls[keep])[::-1]]
+
+
+def _cosines(X: torch.Tensor) -> torch.Tensor:
+    """(B, m, m) cosines, accumulated in float64 and made exactly symmetric, so a value never
+    depends on which other trees share the batch (ties must stay ties). At most ~256 MB of
+    float64 temporaries at a time."""
+    B, m, _ = X.shape
+    W = torch.empty(B, m, m, dtype=X.dtype, device=X.device)
+    step = max(1, (1 << 25) // max(1, m * m))
+    for b0 in range(0, B, step):
+        Xd = X[b0:b0 + step].double()
+        S = Xd @ Xd.transpose(1, 2)
+        W[b0:b0 + step] = ((S + S.transpose(1, 2)) * 0.5).to(X.dtype)
+    return W
+
+
+def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Tensor, timestamps: torch.Tensor,
+                codes: torch.Tensor, tokens: torch.Tensor | None) -> TreeBatch:
+    """Lay out every tree of ``tree`` (global tree id per node) as padded buckets.
+
+    Shape: tree (N,), tree_size (T,) host, embeddings (N, D), timestamps (N,), codes (N,),
+           tokens (N,) or None -> TreeBatch
+    """
+    dev = embeddings.device
+    N = embeddings.shape[0]
+    T = len(tree_size)
+    order = torch.argsort(timestamps, stable=True)  # slots in time order inside each tree
+    index, _, _ = pack_segments(tree, T, order=order, max_size=int(tree_size.max()) if T else 0)
+    pos = torch.empty(N, dtype=embeddings.dtype, device=dev)  # rank by (tenant, time, index)
+    pos[time_order(codes, timestamps)] = torch.arange(N, dtype=embeddings.dtype, device=dev)
+    bucket_of = np.full(T, -1, dtype=np.int64)
+    row_of = np.full(T, -1, dtype=np.int64)
+    buckets = []
+    for b, ids in enumerate(bucket_classes(tree_size)):
+        m = int(tree_size[ids].max())
+        trees = torch.as_tensor(ids, dtype=torch.int64, device=dev)
+        slots = index[trees, :m]  # (B, m)
         val = slots >= 0
-        X = emb[slots.clamp(min=0)] * val[:, :, None]  # (B, m, D)
-        ts = store.timestamps.to(dev)[slots.clamp(min=0)]
-        tok = tok_all[slots.clamp(min=0)] if tok_all is not None else None
-        bk = TreeBatch(ids, slots, X, ts, tok)
-        bk.lo = pos[slots.clamp(min=0)]
-        bk.hi = bk.lo.clone()
-        bk.trees_np = ids.cpu().numpy()
-        out.append(bk)
-    return out
+        s0 = slots.clamp(min=0)
+        X = embeddings[s0] * val[:, :, None]  # (B, m, D)
+        lo = pos[s0]
+        buckets.append(Bucket(trees, ids, slots, X, _cosines(X), timestamps[s0].to(torch.float64),
+                              tokens[s0] if tokens is not None else None, lo, lo.clone()))
+        bucket_of[ids] = b
+        row_of[ids] = np.arange(len(ids))
+    return TreeBatch(tuple(buckets), bucket_of, row_of)
 
 
-def by_batch(plan) -> dict[int, tuple]:
-    """Plan entries grouped by bucket: id -> (bucket, positions in plan, rows, slots a, slots b)."""
-    out: dict[int, tuple] = {}
-    for j, (bk, r, sa, sb, _w) in enumerate(plan):
-        g = out.setdefault(id(bk), (bk, [], [], [], []))
-        g[1].append(j), g[2].append(r), g[3].append(sa), g[4].append(sb)
-    return out
-
-
-def pair_nodes(plan) -> list[tuple[int, int]]:
-    """Node ids (a, b) of every planned pair, in plan order."""
-    ends: list = [None] * len(plan)
-    for bk, js, rs, sas, sbs in by_batch(plan).values():
-        slot = bk.slot.cpu().numpy()
-        a, b = slot[rs, sas].tolist(), slot[rs, sbs].tolist()
-        for j, x, y in zip(js, a, b):
-            ends[j] = (x, y)
-    return ends
-
-
-def mean_embeddings(plan) -> torch.Tensor:
-    """Normalised mean of each pair's two vectors (no embedder). Shape: -> (P, D)"""
-    bk0 = plan[0][0]
-    out = torch.empty(len(plan), bk0.X.shape[2], dtype=bk0.X.dtype, device=bk0.X.device)
-    for bk, js, rs, sas, sbs in by_batch(plan).values():
-        dev = bk.X.device
-        r, sa, sb = (torch.as_tensor(c, dtype=torch.int64, device=dev) for c in (rs, sas, sbs))
-        out[torch.as_tensor(js, dtype=torch.int64, device=dev)] = bk.X[r, sa] + bk.X[r, sb]
-    return torch.nn.functional.normalize(out, dim=1)
-
-
-def apply_round(plan, new_nodes: list[int], new_emb: torch.Tensor, nodes):
-    """Write a round's merges into the bucket tensors, one scatter per bucket: the merged
-    node takes the lower slot, the other slot empties, and the similarity row/column
-    of the merged node is recomputed against its tree."""
-    for bk, js, rs, sas, sbs in by_batch(plan).values():
-        dev = bk.X.device
-        j, r, sa, sb = (torch.as_tensor(c, dtype=torch.int64, device=dev) for c in (js, rs, sas, sbs))
-        keep, drop = torch.minimum(sa, sb), torch.maximum(sa, sb)
-        new_ids = [new_nodes[i] for i in js]
-        new = torch.as_tensor(new_ids, dtype=torch.int64, device=dev)
-        E = new_emb[j].to(bk.X.dtype)  # (P, D)
-        bk.slot[r, keep] = new
-        bk.slot[r, drop] = -1
-        bk.X[r, keep] = E
-        bk.X[r, drop] = 0
-        sims = row_sims(bk.X, r, E)  # (P, m), after all writes
-        bk.W[r, keep, :] = sims
-        bk.W[r, :, keep] = sims
-        bk.ts[r, keep] = torch.as_tensor([nodes.ts[i] for i in new_ids], dtype=bk.ts.dtype, device=dev)
-        bk.lo[r, keep] = torch.minimum(bk.lo[r, keep], bk.lo[r, drop])
-        bk.hi[r, keep] = torch.maximum(bk.hi[r, keep], bk.hi[r, drop])
-        if bk.tok is not None and nodes.tokens is not None:
-            bk.tok[r, keep] = torch.as_tensor([nodes.tokens[i] for i in new_ids], dtype=torch.int64,
-                                              device=dev)
-
-
-def row_sims(X: torch.Tensor, r: torch.Tensor, E: torch.Tensor, *, budget: int = 1 << 25) -> torch.Tensor:
+def row_sims(X: torch.Tensor, r: np.ndarray, E: torch.Tensor, *, budget: int = 1 << 25) -> torch.Tensor:
     """Similarity of each new vector to every slot of its tree, accumulated in float64.
 
     Pairs of one tree share one gather of that tree (the matching schedule puts up to m/2
     pairs in a tree, so gathering per pair would cost O(m^2 D) memory per tree); trees are
-    processed in chunks of at most ``budget`` float64 elements.
+    processed in chunks of at most ``budget`` float64 elements. ``r`` is a host array (the
+    plan's host copy), so the grouping costs no device read.
 
-    Shape: X (B, m, D), r (P,) row of each pair, E (P, D) -> (P, m) in X's dtype
+    Shape: X (B, m, D), r (P,) host row of each pair, E (P, D) -> (P, m) in X's dtype
     """
     P, D = E.shape
     m = X.shape[1]
-    rows, inv = torch.unique(r, return_inverse=True)  # (R,), (P,)
-    R = rows.shape[0]
-    counts = torch.bincount(inv, minlength=R)
-    order = torch.argsort(inv, stable=True)
-    col = torch.empty_like(inv)
-    col[order] = torch.arange(P, device=r.device) - (torch.cumsum(counts, 0) - counts)[inv[order]]
-    pmax = int(counts.max())
-    Ep = torch.zeros(R, pmax, D, dtype=torch.float64, device=E.device)
-    Ep[inv, col] = E.double()  # (R, pmax, D): each tree's new vectors
-    out = torch.empty(P, m, dtype=X.dtype, device=X.device)
+    dev = X.device
+    rows, inv = np.unique(np.asarray(r, dtype=np.int64), return_inverse=True)  # (R,), (P,)
+    R = len(rows)
+    counts = np.bincount(inv, minlength=R)
+    order = np.argsort(inv, kind="stable")
+    col = np.empty(P, dtype=np.int64)
+    col[order] = np.arange(P) - (np.cumsum(counts) - counts)[inv[order]]
+    pmax = int(counts.max()) if P else 0
+    inv_t = torch.as_tensor(inv, dtype=torch.int64, device=dev)
+    col_t = torch.as_tensor(col, dtype=torch.int64, device=dev)
+    rows_t = torch.as_tensor(rows, dtype=torch.int64, device=dev)
+    Ep = torch.zeros(R, pmax, D, dtype=torch.float64, device=dev)
+    Ep[inv_t, col_t] = E.double()  # (R, pmax, D): each tree's new vectors
+    out = torch.empty(P, m, dtype=X.dtype, device=dev)
     step = max(1, budget // max(1, m * (D + pmax)))
     for c0 in range(0, R, step):
-        S = torch.bmm(X[rows[c0:c0 + step]].double(), Ep[c0:c0 + step].transpose(1, 2))  # (Rc, m, pmax)
-        sel = (inv >= c0) & (inv < c0 + step)
-        out[sel] = S[inv[sel] - c0, :, col[sel]].to(X.dtype)
+        S = torch.bmm(X[rows_t[c0:c0 + step]].double(), Ep[c0:c0 + step].transpose(1, 2))  # (Rc, m, pmax)
+        sel = np.flatnonzero((inv >= c0) & (inv < c0 + step))
+        st = torch.as_tensor(sel, dtype=torch.int64, device=dev)
+        out[st] = S[inv_t[st] - c0, :, col_t[st]].to(X.dtype)
     return out

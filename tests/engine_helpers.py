@@ -118,30 +118,30 @@ def check_invariants(store: MemoryStore, res: CompressResult, ratio: float, *, c
     assert rep.ratio_reached == pytest.approx(1 - len(out) / len(store))
     if rep.merges:
         assert rep.rounds >= 1
-        assert [m["round"] for m in res.merges] == sorted(m["round"] for m in res.merges)
-        assert res.merges[-1]["round"] == rep.rounds
-        assert {m["round"] for m in res.merges} == set(range(1, rep.rounds + 1))
+        assert [m.round for m in res.merges] == sorted(m.round for m in res.merges)
+        assert res.merges[-1].round == rep.rounds
+        assert {m.round for m in res.merges} == set(range(1, rep.rounds + 1))
 
     # the merges log replays to the output
     sources = {i: list(s) for i, s in zip(store.ids, store.sources)}
     tenant = dict(zip(store.ids, store.tenants))
     live = set(store.ids)
     for m in res.merges:
-        assert m["a"] in live and m["b"] in live and m["a"] != m["b"]
-        src = sources[m["a"]] + sources[m["b"]]
-        assert m["into"] == merged_id(src)
-        assert m["tenant"] == tenant[m["a"]] == tenant[m["b"]]
-        live -= {m["a"], m["b"]}
-        live.add(m["into"])
-        sources[m["into"]] = src
-        tenant[m["into"]] = m["tenant"]
+        assert m.a in live and m.b in live and m.a != m.b
+        src = sources[m.a] + sources[m.b]
+        assert m.into == merged_id(src)
+        assert m.tenant == tenant[m.a] == tenant[m.b]
+        live -= {m.a, m.b}
+        live.add(m.into)
+        sources[m.into] = src
+        tenant[m.into] = m.tenant
     assert live == set(out.ids)
     for i, s in zip(out.ids, out.sources):
         assert sorted(s) == sorted(sources[i])
     # a round never uses a node twice
     per_round = defaultdict(list)
     for m in res.merges:
-        per_round[m["round"]] += [m["a"], m["b"]]
+        per_round[m.round] += [m.a, m.b]
     for r, used in per_round.items():
         assert len(used) == len(set(used)), r
 
@@ -198,5 +198,5 @@ class RecordingMerger:
 
 
 def _round_sizes(res):
-    c = Counter(m["round"] for m in res.merges)
+    c = Counter(m.round for m in res.merges)
     return [c[r] for r in range(1, res.report.rounds + 1)]

@@ -150,13 +150,13 @@ def test_sequential_rounds(small_store):
     per_tree = Counter()
     per_round_tree = Counter()
     for m in seq.merges:
-        src = sources[m["a"]] + sources[m["b"]]
-        sources[m["into"]] = src
+        src = sources[m.a] + sources[m.b]
+        sources[m.into] = src
         trees = {tree[x] for x in src}
         assert len(trees) == 1, "a merge crossed two EventTrees"
         (t,) = trees
         per_tree[t] += 1
-        per_round_tree[(m["round"], t)] += 1
+        per_round_tree[(m.round, t)] += 1
     assert max(per_round_tree.values()) == 1
     assert seq.report.rounds == max(per_tree.values())
     assert seq.report.trees == len(set(tree.values()))
@@ -168,8 +168,8 @@ def test_matching_merges_stay_inside_trees(small_store):
     tree = tree_of_originals(small_store, cfg)
     sources = {i: [i] for i in small_store.ids}
     for m in res.merges:
-        src = sources[m["a"]] + sources[m["b"]]
-        sources[m["into"]] = src
+        src = sources[m.a] + sources[m.b]
+        sources[m.into] = src
         assert len({tree[x] for x in src}) == 1
 
 
@@ -259,8 +259,8 @@ def test_mean_embedding_fallback(small_store):
     emb = {i: small_store.embeddings[j] for j, i in enumerate(small_store.ids)}
     n_pairs = 0
     for m in res.merges:
-        expect = torch.nn.functional.normalize(emb[m["a"]] + emb[m["b"]], dim=0)
-        emb[m["into"]] = expect
+        expect = torch.nn.functional.normalize(emb[m.a] + emb[m.b], dim=0)
+        emb[m.into] = expect
     for j, (i, src) in enumerate(zip(res.store.ids, res.store.sources)):
         if len(src) > 1:
             torch.testing.assert_close(res.store.embeddings[j], emb[i], atol=1e-6, rtol=0)
@@ -374,15 +374,24 @@ def test_row_sims_matches_per_pair_einsum_with_repeated_rows_and_chunks():
     E = torch.randn(7, 5, generator=g)
     want = torch.einsum("pmd,pd->pm", X[r].double(), E.double()).float()
     for budget in (1, 50, 1 << 25):  # one tree per chunk, a few, all at once
-        assert torch.equal(row_sims(X, r, E, budget=budget), want)
+        assert torch.equal(row_sims(X, r.numpy(), E, budget=budget), want)
 
 
-def test_live_embeddings_picks_originals_and_merged_rows_in_order():
-    from memforest_gpu.engine import _live_embeddings
+def test_assemble_picks_originals_and_merged_rows_in_output_order():
+    from memforest_gpu.assemble import assemble
+    from memforest_gpu.node_table import NodeTable
 
-    emb = torch.arange(12, dtype=torch.float32).view(4, 3)  # originals 0..3
-    new = [torch.full((3,), 100.0 + j) for j in range(3)]  # merged nodes 4..6
-    live = np.array([5, 0, 6, 3])
-    want = torch.cat([emb, torch.stack(new)])[torch.as_tensor(live)]
-    assert torch.equal(_live_embeddings(emb, new, live), want)
-    assert torch.equal(_live_embeddings(emb, [], np.array([2, 1])), emb[[2, 1]])
+    st = MemoryStore.from_columns(ids=[f"n{i}" for i in range(4)], texts=[f"t{i}" for i in range(4)],
+                                  timestamps=[0.0, 1.0, 2.0, 3.0], embeddings=torch.eye(4))
+    table = NodeTable(st)
+    table.add(1, 3, "t1 t3")  # row 4
+    table.add(0, 2, "t0 t2")  # row 5
+    merged = torch.nn.functional.normalize(torch.tensor([[0.0, 1, 0, 1], [1.0, 0, 1, 0]]), dim=1)
+    live = np.array([False, False, False, False, True, True])
+    out = assemble(table, live, st.embeddings, merged)
+    assert out.texts == ["t0 t2", "t1 t3"]  # by earliest original inside
+    assert torch.equal(out.embeddings, merged[[1, 0]])
+    live = np.array([True, False, True, False, True, False])
+    out = assemble(table, live, st.embeddings, merged)
+    assert out.ids[0] == "n0" and out.texts == ["t0", "t1 t3", "t2"]
+    assert torch.equal(out.embeddings, torch.stack([st.embeddings[0], merged[0], st.embeddings[2]]))

@@ -25,7 +25,7 @@ def test_merger_called_once_per_round_with_all_pairs(small_store, schedule):
     tenant = dict(zip(small_store.ids, small_store.tenants))
     by_round = defaultdict(list)
     for rec in res.merges:
-        by_round[rec["round"]].append((rec["a"], rec["b"]))
+        by_round[rec.round].append((rec.a, rec.b))
     for r, call in enumerate(m.calls, start=1):
         assert [(p.older.id, p.newer.id) for p in call] == by_round[r]
         for p in call:
@@ -43,7 +43,7 @@ def test_merge_pairs_are_older_first_and_single_tenant(small_store):
     res = run(small_store, cfg_of(0.5), merger=m)
     tenant_of = dict(zip(small_store.ids, small_store.tenants))
     for rec in res.merges:
-        tenant_of[rec["into"]] = rec["tenant"]
+        tenant_of[rec.into] = rec.tenant
     for call in m.calls:
         for p in call:
             assert tenant_of[p.older.id] == tenant_of[p.newer.id] == p.tenant
@@ -109,7 +109,7 @@ def test_on_round(small_store, schedule):
     res = run(small_store, cfg_of(0.5, schedule), on_round=lambda r, merges: seen.append((r, list(merges))))
     assert [r for r, _ in seen] == list(range(1, res.report.rounds + 1))
     assert [m for _, ms in seen for m in ms] == res.merges
-    assert all(ms and all(m["round"] == r for m in ms) for r, ms in seen)
+    assert all(ms and all(m.round == r for m in ms) for r, ms in seen)
 
 
 def test_nothing_to_merge():
@@ -258,7 +258,7 @@ def test_random_order_is_seeded(small_store):
 
 def test_min_tree_merges_dissimilar_pairs(small_store):
     """The minimum spanning tree ablation merges far less similar pairs than the maximum one."""
-    sim = lambda res: np.mean([m["similarity"] for m in res.merges])  # noqa: E731
+    sim = lambda res: np.mean([m.similarity for m in res.merges])  # noqa: E731
     mx = run(small_store, cfg_of(0.3))
     mn = run(small_store, CompressConfig(tree=TreeConfig(kind="min"), merge=MergeConfig(ratio=0.3)))
     assert sim(mn) < sim(mx)

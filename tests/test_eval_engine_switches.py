@@ -59,7 +59,7 @@ def test_time_weight_zero_is_the_paper():
     a = compress(st, _cfg(0.0), device="cpu")
     b = compress(st, CompressConfig(partition=PartitionConfig(alpha=0.01), tree=TreeConfig(eta=1.0),
                                     merge=MergeConfig(ratio=0.5)), device="cpu")
-    assert a.store.ids == b.store.ids and [m["similarity"] for m in a.merges] == [m["similarity"] for m in b.merges]
+    assert a.store.ids == b.store.ids and [m.similarity for m in a.merges] == [m.similarity for m in b.merges]
 
 
 def test_cap_removes_edges_instead_of_blocking_the_tree():
@@ -129,7 +129,7 @@ def test_size_weight_merges_short_nodes_first(schedule):
     sized = compress(st, cfg(0.5), device="cpu")
     # 0.96 - 0.5 * 202/256 < 0.89 - 0.5 * 4/256: the short pair goes first
     assert _groups(sized) == [[0], [1], [2, 3]]
-    assert sized.merges[0]["similarity"] == pytest.approx(float(st.embeddings[2] @ st.embeddings[3]), abs=1e-6)
+    assert sized.merges[0].similarity == pytest.approx(float(st.embeddings[2] @ st.embeddings[3]), abs=1e-6)
 
 
 def test_size_weight_is_measured_against_the_cap():
@@ -148,7 +148,7 @@ def test_size_weight_zero_is_the_paper():
     st = synthetic_store(90, tenants=2, dim=16, seed=1)
     a = compress(st, CompressConfig(tree=TreeConfig(size_weight=0.0)), device="cpu")
     b = compress(st, CompressConfig(), device="cpu")
-    assert a.store.ids == b.store.ids and [m["similarity"] for m in a.merges] == [m["similarity"] for m in b.merges]
+    assert a.store.ids == b.store.ids and [m.similarity for m in a.merges] == [m.similarity for m in b.merges]
 
 
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])

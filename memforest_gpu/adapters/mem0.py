@@ -181,7 +181,7 @@ def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *,
     pos = {i: j for j, i in enumerate(store.ids)}
     members = {i: [i] for i in store.ids}
     for m in res.merges:
-        members[m["into"]] = members.pop(m["a"]) + members.pop(m["b"])
+        members[m.into] = members.pop(m.a) + members.pop(m.b)
     out_emb = {}
     for j, (i, text, src, ten) in enumerate(zip(res.store.ids, res.store.texts, res.store.sources,
                                                 res.store.tenants)):

@@ -1,0 +1,30 @@
+"""The output store: the live nodes of a run, in order of their earliest original."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .node_table import NodeTable
+from .store import MemoryStore
+
+__all__ = ["assemble"]
+
+
+def assemble(table: NodeTable, live: np.ndarray, embeddings: torch.Tensor, merged: torch.Tensor) -> MemoryStore:
+    """Rows ``live`` of the table as a store. Row ``i < N`` is an original (vector
+    ``embeddings[i]``), row ``N + j`` the j-th merged node (vector ``merged[j]``); the full
+    (N + M, D) concatenation is never built.
+
+    Shape: live (N + M,) bool host, embeddings (N, D), merged (M, D) -> store of live.sum() rows
+    """
+    N, D = embeddings.shape
+    rows = table.output_order(np.flatnonzero(live))
+    dev = embeddings.device
+    out = torch.empty(len(rows), D, dtype=embeddings.dtype, device=dev)
+    orig = rows < N
+    pos_o, pos_m = np.flatnonzero(orig), np.flatnonzero(~orig)
+    t = lambda a: torch.as_tensor(a, dtype=torch.int64, device=dev)  # noqa: E731
+    out[t(pos_o)] = embeddings[t(rows[orig])]
+    if len(pos_m):
+        out[t(pos_m)] = merged.to(device=dev, dtype=embeddings.dtype)[t(rows[~orig] - N)]
+    return table.to_store(rows, out)
