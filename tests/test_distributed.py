@@ -13,7 +13,6 @@ import torch.multiprocessing as mp
 from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig, compress, read_store, write_store
 from memforest_gpu.distributed import WorkItem, balance, compress_distributed, partition_tenant, sharded_kmeans
 from memforest_gpu.distributed.plan import cost, tenants_to_split
-from memforest_gpu.distributed.runner import ratio_groups
 from memforest_gpu.kernels import kmeans
 from memforest_gpu.partition import n_clusters, partition, tenant_streams, tenant_uniforms
 from memforest_gpu.synthetic import synthetic_store
@@ -48,24 +47,6 @@ def test_tenants_to_split():
     assert tenants_to_split(sizes, 2, 50) == ["big", "a", "b"]
 
 
-def test_ratio_groups_give_every_tree_its_quota():
-    rng = np.random.default_rng(0)
-    trees = []
-    for j in range(200):
-        n = int(rng.integers(2, 60))
-        trees.append((j, n, int(np.clip(np.floor(0.5 * n + rng.random()), 1, n - 1))))
-    groups = ratio_groups(trees)
-    assert sorted(k for _, ks in groups for k in ks) == list(range(200))
-    by = {k: (n, q) for k, n, q in trees}
-    for r, keys in groups:
-        assert 0 < r < 1
-        for k in keys:
-            n, q = by[k]
-            assert int(np.floor(r * n + 0.5)) == q  # the engine's removal_target
-    assert len(groups) <= 20  # interval stabbing: far fewer calls than distinct quotas
-
-
-# --------------------------------------------------------------------------- 2 gloo processes
 def _store():
     # one big tenant (split over ranks) and several small ones (whole tenants balanced)
     return synthetic_store(600, tenants=6, dim=24, seed=5, big_tenant_share=0.5)

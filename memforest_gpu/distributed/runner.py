@@ -13,17 +13,14 @@ the single-process run produces for them. Work is therefore handed out as
 Rank 0 of the caller writes the gathered store; its rows are put in the single-process
 order (by the earliest original each node holds).
 
-Until the engine accepts a ready partition (see the report of issue 6), a rank merges
-its trees of a split tenant through ``compress`` on one pseudo-tenant per tree, with a
-single cluster (``alpha`` below 1/n) and a ratio that gives each tree exactly its quota;
-trees whose quotas one ratio can serve share a call (:func:`ratio_groups`, usually one or
-two calls per rank). This matches the single-process result except when a tree cannot
-reach its quota (``max_node_tokens``): the single-process engine then hands the rest to
-another tree of the tenant, a lone tree cannot, and the tenant reports a shortfall.
+A rank merges its trees of split tenants with one ``compress`` call that is handed their
+partition and quotas (the engine computes neither). This matches the single-process
+result except when a tree cannot reach its quota (``max_node_tokens``): the
+single-process engine then hands the rest to another tree of the tenant, which may be on
+another rank here, and the tenant reports a shortfall instead.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -34,54 +31,49 @@ import torch
 import torch.distributed as dist
 
 from ..config import CompressConfig
-from ..engine import CompressReport, compress
-from ..quota import allocate, removal_target
+from ..device import resolve_device
+from ..engine import CompressReport, MergeRecord, compress
+from ..partition import Partition
+from ..quota import Quotas, allocate, removal_target
 from ..store import MemoryStore
 from .kmeans import _world, partition_tenant
 from .plan import WorkItem, balance, tenants_to_split
 
-__all__ = ["compress_distributed", "DistributedResult", "ratio_groups"]
+__all__ = ["compress_distributed", "DistributedResult"]
 
 log = logging.getLogger("memforest_gpu")
-
-_SEP = "\x1f"  # pseudo-tenant of one tree: "<tenant>\x1f<tree>"
-
 
 @dataclass
 class DistributedResult:
     store: MemoryStore
     report: CompressReport
-    merges: list[dict]  # every rank's merge log, each record with its "rank"
+    merges: list[tuple[int, MergeRecord]]  # every rank's merge log: (rank, record)
     plan: list[list[dict]] = field(default_factory=list)  # per rank: the work items it did
     split: list[str] = field(default_factory=list)  # tenants whose trees were spread over ranks
 
 
-def ratio_groups(trees: list[tuple[object, int, int]]) -> list[tuple[float, list]]:
-    """Group trees ``(key, n, quota)`` so that one ratio ``r`` per group gives every tree of
-    it exactly its quota in the engine (``floor(r * n + 0.5) == quota``, i.e. r in
-    [(q - 1/2) / n, (q + 1/2) / n)): fewest groups by interval stabbing (greedy on the right
-    end), r the middle of the group's common interval. Groups in increasing r.
-    """
-    iv = sorted((((q - 0.5) / n, (q + 0.5) / n, key, n, q) for key, n, q in trees), key=lambda x: (x[1], x[0]))
-    groups: list[tuple[float, list]] = []
-    lo_max = hi_min = None
-    members: list = []
-    for lo, hi, key, n, q in iv:
-        if members and lo < hi_min - 1e-12:
-            lo_max = max(lo_max, lo)
-            members.append((key, n, q))
-            continue
-        if members:
-            groups.append(((lo_max + hi_min) / 2, members))
-        lo_max, hi_min, members = lo, hi, [(key, n, q)]
-    if members:
-        groups.append(((lo_max + hi_min) / 2, members))
-    out = []
-    for r, mem in groups:
-        ok = [key for key, n, q in mem if int(r * n + 0.5) == q]
-        out += [(r, ok)] if ok else []
-        out += [(q / n, [key]) for key, n, q in mem if int(r * n + 0.5) != q]  # float edge: a call of its own
-    return out
+def _tree_work(store: MemoryStore, keys: list[tuple[str, int]], tree_rows: dict, quota: dict, device):
+    """This rank's trees of split tenants as one store with its ready partition and quotas:
+    trees numbered tenant-major (the engine's order), each with the quota the
+    single-process allocation gave it."""
+    rows = sorted(i for key in keys for i in tree_rows[key])
+    sub = store.take(rows)
+    names, codes = sub.tenant_index()
+    code_of = {n: j for j, n in enumerate(names)}
+    keys = sorted(keys, key=lambda k: (code_of[k[0]], k[1]))
+    pos = {r: j for j, r in enumerate(rows)}
+    tree = np.empty(len(rows), dtype=np.int64)
+    for t_id, key in enumerate(keys):
+        tree[[pos[r] for r in tree_rows[key]]] = t_id
+    dev = resolve_device(device)
+    tree_t = torch.as_tensor(tree, device=dev)
+    tree_tenant = np.array([code_of[t] for t, _ in keys], dtype=np.int64)
+    part = Partition(tree_t, torch.as_tensor(tree_tenant, device=dev),
+                     torch.full((len(keys),), -1, dtype=torch.int64, device=dev), tree_t, {}, 0)
+    size = np.bincount(tree, minlength=len(keys)).astype(np.int64)
+    per_tree = np.array([quota[k] for k in keys], dtype=np.int64)
+    target = np.bincount(tree_tenant, weights=per_tree, minlength=len(names)).astype(np.int64)
+    return sub, part, Quotas(per_tree, size, tree_tenant, target, np.zeros(len(names), dtype=np.int64))
 
 
 def _splittable(cfg: CompressConfig, n: int) -> bool:
@@ -134,34 +126,22 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
     load = getattr(merger, "load", None)
     if callable(load):
         load()  # a model that cannot load fails here, not as fallbacks inside the engine
-    outputs: list[tuple[MemoryStore, dict[str, str]]] = []  # (result store, pseudo tenant -> tenant)
-    merges: list[dict] = []
+    outputs: list[MemoryStore] = []
+    merges: list[MergeRecord] = []
     reports: list[CompressReport] = []
     whole = sorted(i for it in mine if it.tree is None for i in rows_of[it.tenant])
     if whole:
         res = compress(store.take(whole), cfg, merger=merger, embedder=embedder, device=device, progress=progress)
-        outputs.append((res.store, {}))
+        outputs.append(res.store)
         merges += res.merges
         reports.append(res.report)
-    mine_trees = []
-    for it in mine:
-        if it.tree is not None:
-            key = (it.tenant, it.tree)
-            if quota[key] == 0:  # nothing to remove: the tree passes through
-                outputs.append((store.take(tree_rows[key]), {}))
-            else:
-                mine_trees.append((key, it.size, quota[key]))
-    for r, keys in ratio_groups(mine_trees):
-        rows = sorted(i for key in keys for i in tree_rows[key])
-        pseudo = {i: f"{t}{_SEP}{c}" for (t, c) in keys for i in tree_rows[(t, c)]}
-        sub = store.take(rows)
-        sub.tenants = [pseudo[i] for i in rows]
-        one_tree = dataclasses.replace(cfg, partition=dataclasses.replace(cfg.partition, alpha=0.5 / (len(rows) + 1)),
-                                       merge=dataclasses.replace(cfg.merge, ratio=r))
-        res = compress(sub, one_tree, merger=merger, embedder=embedder, device=device, progress=progress)
-        back = {p: p.rsplit(_SEP, 1)[0] for p in set(sub.tenants)}
-        outputs.append((res.store, back))
-        merges += [{**m, "tenant": back[m["tenant"]]} for m in res.merges]
+    mine_trees = [(it.tenant, it.tree) for it in mine if it.tree is not None]
+    if mine_trees:
+        sub, part, q = _tree_work(store, mine_trees, tree_rows, quota, device)
+        res = compress(sub, cfg, merger=merger, embedder=embedder, device=device, progress=progress,
+                       partition=part, quotas=q)
+        outputs.append(res.store)
+        merges += res.merges
         reports.append(res.report)
 
     # ---- gather every rank's rows on rank 0; order them as the single-process engine does
@@ -170,12 +150,12 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
         for s in src:
             first_of[s] = i
     chunks = []
-    for out, back in outputs:
+    for out in outputs:
         chunks.append({"first": [min(first_of[s] for s in src) for src in out.sources], "ids": out.ids,
                        "texts": out.texts, "emb": out.embeddings.detach().cpu(),
-                       "ts": out.timestamps.detach().cpu(), "tenants": [back.get(t, t) for t in out.tenants],
+                       "ts": out.timestamps.detach().cpu(), "tenants": out.tenants,
                        "sources": out.sources, "metadata": out.metadata})
-    mine_info = {"chunks": chunks, "merges": [{**m, "rank": rank} for m in merges],
+    mine_info = {"chunks": chunks, "merges": [(rank, m) for m in merges],
                  "trees": {row["tenant"]: row["trees"] for r in reports[:1] if whole for row in r.tenants},
                  "rounds": sum(r.rounds for r in reports), "fallbacks": sum(r.fallbacks for r in reports),
                  "seconds": time.perf_counter() - t0, "merger": getattr(merger, "name", None),
@@ -217,7 +197,7 @@ def _assemble(store, cfg, gathered, plan, split, sizes, seconds) -> DistributedR
         req = removal_target(n, cfg.merge.ratio)
         tenants.append({"tenant": t, "nodes_in": n, "nodes_out": per[t], "requested": req, "removed": n - per[t],
                         "ratio": (n - per[t]) / n, "shortfall": req - (n - per[t]), "trees": trees[t]})
-    merges = [m for g in gathered for m in g["merges"]]
+    merges = [m for g in gathered for m in g["merges"]]  # (rank, MergeRecord)
     name = next((g["merger"] for g in gathered if g["merger"]), "extractive")
     emb_name = next((g["embedder"] for g in gathered if g["embedder"]), "mean-of-inputs")
     cap = next((g["max_node_tokens"] for g in gathered if g["max_node_tokens"] is not None), None)
