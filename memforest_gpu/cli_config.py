@@ -9,12 +9,13 @@ __all__ = ["add_config_arguments", "config_from_args"]
 
 
 def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) -> None:
-    """Add the flags of :func:`config_from_args` (defaults: SPEC's). ``two_level=False``
+    """Add the flags of :func:`config_from_args` (defaults: the method's). ``two_level=False``
     leaves out ``--kmeans`` for commands that only run exact k-means."""
     p.add_argument("--ratio", type=float, default=0.5, help="fraction of each tenant's nodes to remove")
-    p.add_argument("--schedule", default="sequential", help="sequential | matching")
-    p.add_argument("--seed", type=int, default=0)
-    g = p.add_argument_group("partition (SPEC section 1)")
+    p.add_argument("--schedule", default="sequential",
+                   help="sequential (each tree merges its best pair per round) | matching (disjoint pairs per round)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (k-means++ seeding)")
+    g = p.add_argument_group("event partition (k-means over meaning and time)")
     g.add_argument("--alpha", type=float, default=0.05, help="clusters per node (K = floor(alpha*N))")
     g.add_argument("--beta", type=float, default=0.8, help="semantic weight in the reassignment")
     g.add_argument("--window", type=int, default=5, help="temporal window, in positions")
@@ -23,7 +24,7 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
         g.add_argument("--kmeans", default="exact",
                        help="exact | two-level (sub-quadratic: coarse cells, then k-means inside each; "
                             "for tenants of tens of thousands of nodes and more)")
-    g = p.add_argument_group("trees and merge order (SPEC sections 2-3)")
+    g = p.add_argument_group("trees and merge order")
     g.add_argument("--eta", type=float, default=0.99, help="similarity weight in the degree-adjusted score")
     g.add_argument("--degree-norm", default="none", help="none | max (the authors' code)")
     g.add_argument("--time-weight", type=float, default=0.0,
