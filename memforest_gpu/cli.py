@@ -7,7 +7,7 @@ import logging
 import re
 import sys
 
-from .cli_config import add_config_arguments, config_from_args
+from .cli_config import add_config_arguments, as_flag_error, config_from_args
 
 __all__ = ["main", "build_parser"]
 
@@ -153,7 +153,10 @@ def _compress(a) -> int:
         check_output(a.output, format=a.out_format, inputs=[a.input], format_flag="--out-format", what="OUTPUT")
         if a.report:
             check_output(a.report, inputs=[a.input, a.output], what="--report", needs_format=False)
-    merger = get_merger(a.merger, **_merger_options(a))  # bad options fail before any work
+    try:
+        merger = get_merger(a.merger, **_merger_options(a))  # bad options fail before any work
+    except ValueError as e:
+        raise ValueError(as_flag_error(str(e), a)) from None
     if a.dry_run:
         res = plan_file(a.input, cfg, embedder=a.embedder, device=a.device, format=a.format)
         print(_format_plan(res.merges))

@@ -4,6 +4,7 @@ flag per config field, and the :class:`~memforest_gpu.config.CompressConfig` the
 from __future__ import annotations
 
 import argparse
+import re
 
 __all__ = ["add_config_arguments", "config_from_args"]
 
@@ -38,13 +39,25 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
 
 def config_from_args(a: argparse.Namespace):
     """The :class:`~memforest_gpu.config.CompressConfig` of parsed flags; a bad value raises
-    ``ValueError`` naming the field."""
+    ``ValueError`` naming the flag (``--degree-norm must be ...``)."""
     from .config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
 
-    return CompressConfig(
-        partition=PartitionConfig(alpha=a.alpha, beta=a.beta, window=a.window, max_iter=a.max_iter, seed=a.seed,
-                                  kmeans=getattr(a, "kmeans", "exact")),
-        tree=TreeConfig(eta=a.eta, degree_norm=a.degree_norm, time_weight=a.time_weight,
-                        time_window=a.time_window, size_weight=a.size_weight),
-        merge=MergeConfig(ratio=a.ratio, schedule=a.schedule, max_node_tokens=a.max_node_tokens, seed=a.seed),
-    )
+    try:
+        return CompressConfig(
+            partition=PartitionConfig(alpha=a.alpha, beta=a.beta, window=a.window, max_iter=a.max_iter,
+                                      seed=a.seed, kmeans=getattr(a, "kmeans", "exact")),
+            tree=TreeConfig(eta=a.eta, degree_norm=a.degree_norm, time_weight=a.time_weight,
+                            time_window=a.time_window, size_weight=a.size_weight),
+            merge=MergeConfig(ratio=a.ratio, schedule=a.schedule, max_node_tokens=a.max_node_tokens, seed=a.seed),
+        )
+    except ValueError as e:
+        raise ValueError(as_flag_error(str(e), a)) from None
+
+
+def as_flag_error(message: str, a: argparse.Namespace) -> str:
+    """``"degree_norm must be ..."`` -> ``"--degree-norm must be ..."`` when the message starts
+    with the name of one of the parsed options (the command line's words, not the API's)."""
+    m = re.match(r"(\w+) must", message)
+    if m and m.group(1) in vars(a):
+        return "--" + m.group(1).replace("_", "-") + message[len(m.group(1)):]
+    return message

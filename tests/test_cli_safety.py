@@ -488,3 +488,14 @@ def test_no_progress_bars_when_stderr_is_not_a_terminal(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert "%|" not in res.stderr and "Loading weights" not in res.stderr, res.stderr
+
+
+def test_eval_export_refuses_the_benchmark_folder(tmp_path, capsys):
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "nodes.jsonl").write_text('{"id": "a", "text": "x", "timestamp": 1}\n')
+    (bench / "questions.jsonl").write_text("")
+    before = sorted(os.listdir(bench))
+    assert main(["eval", "--benchmark", str(bench), "--export", str(bench)]) == 2
+    assert "--export must not be the benchmark's own folder" in capsys.readouterr().err
+    assert sorted(os.listdir(bench)) == before
