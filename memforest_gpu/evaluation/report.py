@@ -4,9 +4,9 @@
 Means are over seeds; the spread (``±``) is the standard deviation over seeds. A
 method's difference from the reference (MemForest) is a cluster bootstrap
 (:func:`cluster_bootstrap`): conversations (tenants) are resampled, then questions inside
-each drawn conversation, and each resample takes one random seed of each method, so
+each drawn conversation, and each method's seeds are resampled too, so
 that neither the clustering of questions in a few conversations nor the seed spread is
-ignored. In retention points; a difference is *called* (▼ / ▲) only when its 95%
+ignored (each resample also resamples each method's seeds). In retention points; a difference is *called* (▼ / ▲) only when its 95%
 interval excludes zero. :func:`paired_bootstrap` (questions only) is kept for reference.
 """
 from __future__ import annotations
@@ -82,7 +82,8 @@ def cluster_bootstrap(a: np.ndarray, b: np.ndarray, clusters, *, n: int = 2000, 
     """Mean of ``a - b`` (seeds averaged) over the questions where both are defined, and its
     95% percentile interval from a two-stage cluster bootstrap with seed variation: each
     resample draws clusters (conversations) with replacement, questions inside each drawn
-    cluster with replacement, and one seed (row) of ``a`` and one of ``b`` at random.
+    cluster with replacement, and, for each method, as many seeds (rows) as it has, with
+    replacement, whose mean it takes (so the seed spread of the seed-averaged score counts).
 
     Shape: a (S_a, Q), b (S_b, Q) per-seed scores (a (Q,) is one seed), clusters (Q,) ->
     (mean, lo, hi). ``weights``: precomputed :func:`_cluster_weights` (n, Q) to share
@@ -104,8 +105,11 @@ def cluster_bootstrap(a: np.ndarray, b: np.ndarray, clusters, *, n: int = 2000, 
     n = weights.shape[0]
     v = valid.astype(np.float64)
     cnt = weights @ v  # (n,)
-    sa = (weights @ np.where(valid, a, 0.0).T)[np.arange(n), rng.integers(0, a.shape[0], n)]  # (n,)
-    sb = (weights @ np.where(valid, b, 0.0).T)[np.arange(n), rng.integers(0, b.shape[0], n)]
+    rows = np.arange(n)[:, None]
+    sums_a = weights @ np.where(valid, a, 0.0).T  # (n, S_a)
+    sums_b = weights @ np.where(valid, b, 0.0).T  # (n, S_b)
+    sa = sums_a[rows, rng.integers(0, a.shape[0], (n, a.shape[0]))].mean(1)  # seeds resampled too: (n,)
+    sb = sums_b[rows, rng.integers(0, b.shape[0], (n, b.shape[0]))].mean(1)
     ok = cnt > 0
     stats = (sa[ok] - sb[ok]) / cnt[ok]
     return point, float(np.quantile(stats, 0.025)), float(np.quantile(stats, 0.975))
@@ -126,6 +130,10 @@ def _clusters(res: EvalResult) -> tuple[np.ndarray, bool]:
     if ten is None or len(ten) != len(res.question_ids):
         return np.arange(len(res.question_ids)), False
     return np.unique(np.asarray(ten), return_inverse=True)[1], True
+
+
+def _n_clusters(res: EvalResult) -> int:
+    return len(set(res.question_tenants or []))
 
 
 def comparisons(res: EvalResult, *, reference: str = REFERENCE, n: int = 2000) -> list[dict]:
@@ -242,7 +250,7 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
             if label.startswith("memforest"):
                 row(f"+ {label} + AGPR", label, ratio, "agpr")
     L.append("")
-    by_tenant = _clusters(res)[1]
+    by_tenant = _n_clusters(res) if _clusters(res)[1] else 0
     L.append(_summary(agg, labels, ratios, calls, "plain", k, reference, by_tenant))
     L.append("")
     L.append("### With AGPR")
@@ -250,8 +258,8 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
     L.append(_summary(agg, labels, ratios, calls, "agpr", k, reference, by_tenant))
     if comp:
         L.append("")
-        how = ("cluster bootstrap: conversations, questions inside them, one random seed per method"
-               if _clusters(res)[1] else "bootstrap over questions (no tenants recorded), one random seed per method")
+        how = (f"cluster bootstrap: {_n_clusters(res)} conversations, questions inside them, seeds resampled"
+               if _clusters(res)[1] else "bootstrap over questions (no tenants recorded), seeds resampled")
         L.append(f"### Differences from {reference} (retention points, 95% interval; {how})")
         L.append("")
         L.append(f"| method | ratio | retriever | Δ AnsR@B | call | Δ AnsR-c@B | call | Δ EvR@{k} | call | Δ EvR@B | call |")
@@ -274,7 +282,7 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
     return "\n".join(L) + "\n"
 
 
-def _summary(agg, labels, ratios, calls, retriever, k, reference=REFERENCE, by_tenant=True) -> str:
+def _summary(agg, labels, ratios, calls, retriever, k, reference=REFERENCE, by_tenant: int = 0) -> str:
     """Method rows, per ratio 'AnsR@B % / AnsR-c@B % / EvR@k %' (the README table)."""
     L = ["| method | " + " | ".join(f"ratio {r:g}: AnsR@B % / AnsR-c@B % / EvR@{k} %" for r in ratios) + " |",
          "|---|" + "---|" * len(ratios)]
@@ -292,9 +300,9 @@ def _summary(agg, labels, ratios, calls, retriever, k, reference=REFERENCE, by_t
                          f"{e}{mark(label, r, 'k', 'evr')}")
         L.append(f"| {label} | " + " | ".join(cells) + " |")
     L.append("")
-    how = ("cluster bootstrap over conversations (tenants), then questions inside them, with a random seed of "
-           "each method per resample" if by_tenant else "bootstrap over questions (no tenants recorded), with a "
-           "random seed of each method per resample")
+    how = (f"cluster bootstrap over conversations (tenants; {by_tenant} here), then questions inside them, "
+           "with each method's seeds resampled" if by_tenant else "bootstrap over questions (no tenants "
+           "recorded), with each method's seeds resampled")
     L.append(f"▼ / ▲: below / above {reference} beyond the noise ({how}; 95% interval excludes zero); "
              f"no mark: not distinguishable.")
     return "\n".join(L)
