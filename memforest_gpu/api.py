@@ -110,6 +110,7 @@ def compress_file(src: str | Path, dst: str | Path, config: CompressConfig, *, e
     if not os.path.exists(src):
         raise FileNotFoundError(f"memory store file not found: {src!r}")
     check_output(dst, format=out_format, inputs=[src], format_flag="out_format")
+    check_not_input(OutputLock(dst).path, [src], what="the lock file")
     if journal:
         check_not_input(journal_path(dst), [src], what="the journal")
     if isinstance(merger, str):

@@ -499,3 +499,29 @@ def test_eval_export_refuses_the_benchmark_folder(tmp_path, capsys):
     assert main(["eval", "--benchmark", str(bench), "--export", str(bench)]) == 2
     assert "--export must not be the benchmark's own folder" in capsys.readouterr().err
     assert sorted(os.listdir(bench)) == before
+
+
+def test_an_input_named_like_the_lock_or_journal_is_never_touched(tmp_path, capsys):
+    for side in (".lock", ".journal.jsonl"):
+        src = _jsonl(tmp_path / f"out.jsonl{side}")
+        before = open(src, "rb").read()
+        os.utime(src, (0, 0))  # old: a stale-lock check must not take it for an abandoned lock
+        assert main(["compress", src, str(tmp_path / "out.jsonl"), "--embedder", "none", "--quiet",
+                     "--format", "jsonl"]) == 2
+        assert "must not be the input file" in capsys.readouterr().err
+        assert open(src, "rb").read() == before
+        os.unlink(src)
+
+
+def test_graph_compress_keeps_a_graphs_own_vectors(tmp_path, capsys, caplog, model_loads):
+    g = tmp_path / "g.jsonl"
+    rng = np.random.default_rng(0)
+    g.write_text("".join(json.dumps({"kind": "node", "id": f"n{i}", "text": f"Node {i} about {i % 3}.",
+                                     "timestamp": 1.7e9 + i, "embedding": rng.standard_normal(8).tolist()}) + "\n"
+                         for i in range(12)))
+    with caplog.at_level("WARNING", logger="memforest_gpu"):
+        rc = main(["graph", "compress", str(g), str(tmp_path / "o.jsonl"), "--quiet"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "embedder mean-of-inputs" in cap.out and model_loads == []
+    assert sum("--embedder PATH" in r.getMessage() for r in caplog.records) == 1
