@@ -11,8 +11,8 @@ from .embedders import SentenceTransformerEmbedder, get_embedder
 from .engine import CompressResult, compress
 from .io import detect_format, read_store, write_store
 from .journal import JournaledMerger, journal_path, run_fingerprint
-from .outputs import OutputLock, check_not_input, check_output
 from .mergers import get_merger
+from .outputs import OutputLock, check_not_input, check_output
 from .store import MemoryStore
 
 __all__ = ["load_store", "load_store_and_embedder", "compress_file", "plan_file", "resolve_embedder",
@@ -102,7 +102,15 @@ def compress_file(src: str | Path, dst: str | Path, config: CompressConfig, *, e
     journal is an error. ``dst`` itself is only ever written whole, at the end.
 
     An LLM merger whose every request of a round failed (server down, bad key) stops the run
-    after that round with a ``ValueError``; the merges made so far stay journaled.
+    after that round with a ``ValueError``; the merges made so far stay journaled. A journal
+    that cannot be written stops the run with :class:`~memforest_gpu.journal.JournalWriteError`
+    (never a merger fallback).
+
+    Before anything is loaded, ``dst`` is checked (:func:`~memforest_gpu.outputs.check_output`:
+    not ``src`` or a link to it, a known format, not a directory, a writable folder) and its
+    folder created; while the run writes ``dst`` it holds ``dst + ".lock"``
+    (:class:`~memforest_gpu.outputs.OutputLock`: a second run is refused). Ctrl-C raises
+    :class:`RunInterrupted` whose message says how many merges are journaled.
     """
     src, dst = os.fspath(src), os.fspath(dst)
     # everything that can be checked without loading is checked first; nothing is left behind

@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("query", help="the query text")
     s.add_argument("-k", type=int, default=10, help="hits to show")
     s.add_argument("--agpr", action="store_true", help="anchor-guided propagation re-ranking")
-    s.add_argument("--tenant", default=None, help="search only this tenant's memories (default: all tenants)")
+    s.add_argument("--tenant", default=None, help="search only this tenant's memories (needed when the store has several tenants)")
     s.add_argument("--json", action="store_true", help="print the hits as JSON")
     s.add_argument("--embedder", default="auto",
                    help="auto: the store's recorded model (all-MiniLM-L6-v2 for a store without vectors) | "
@@ -256,7 +256,7 @@ def _search(a) -> int:
                          f"from {emb.name!r}")
     hits = Retriever(store).search(emb.embed([a.query]), tenants=a.tenant, config=cfg).hits(store)[0]
     if a.json:
-        print(json.dumps(hits, ensure_ascii=False, indent=2))  # JSON escapes control characters itself
+        print(json.dumps(hits, ensure_ascii=False, indent=2))  # JSON escapes the C0 control characters itself
         return 0
     for r, h in enumerate(hits, 1):
         print(f"{r:>2}. [{format_date(h['timestamp'])}] ({h['score']:.3f}) {printable(h['text'])}")
