@@ -164,9 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
     try:
         return run(a)
-    except (ValueError, FileNotFoundError, ImportError) as e:
+    except (ValueError, OSError, ImportError) as e:
         print(f"memforest eval: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("memforest eval: interrupted; the vectors of finished cells are in the embedding cache, a rerun "
+              "reuses them", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover
