@@ -525,3 +525,13 @@ def test_graph_compress_keeps_a_graphs_own_vectors(tmp_path, capsys, caplog, mod
     assert rc == 0, cap.err
     assert "embedder mean-of-inputs" in cap.out and model_loads == []
     assert sum("--embedder PATH" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_mem0_backup_and_report_never_overwrite_the_config(tmp_path, capsys):
+    cfg = tmp_path / "mem0.yaml"
+    cfg.write_text("vector_store: {provider: qdrant}\n")
+    before = cfg.read_bytes()
+    for extra in (["--backup", str(cfg)], ["--report", str(cfg)]):
+        assert main(["mem0", "compress", "--config", str(cfg), "--user-id", "u"] + extra) == 2
+        assert "must not be the input file" in capsys.readouterr().err
+    assert cfg.read_bytes() == before

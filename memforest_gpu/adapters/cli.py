@@ -88,7 +88,7 @@ def _mem0_compress(a) -> int:
     scope = Scope(user_id=a.user_id, agent_id=a.agent_id, run_id=a.run_id, all_tenants=a.all_tenants)
     cfg, merger = _config(a), _merger(a)  # bad options fail before Mem0 is opened
     if a.backup:
-        check_output(a.backup, inputs=[a.config], what="--backup")
+        check_output(a.backup, inputs=[a.config], what="--backup", needs_format=False)
     if a.report:
         check_output(a.report, inputs=[a.config, a.backup], what="--report", needs_format=False)
     memory = load_memory(a.config)
