@@ -239,11 +239,13 @@ def printable(text: str) -> str:
 def _search(a) -> int:
     from .api import load_store_and_embedder
     from .config import RetrievalConfig
+    from .io import detect_format
     from .retrieval import Retriever
     from .timeutil import format_date
 
     cfg = RetrievalConfig(k=a.k, agpr=a.agpr)
     check_embedder_flag(a.embedder, allowed=("auto", "default"))
+    detect_format(a.store, None, flag=None)  # no --format to suggest here
     store, emb = load_store_and_embedder(a.store, embedder=a.embedder, device=a.device, tenants=a.tenant,
                                          warn=False)
     if emb is None:
@@ -264,8 +266,9 @@ def _search(a) -> int:
 
 
 def _info(a) -> int:
-    from .io import read_store
+    from .io import detect_format, read_store
 
+    detect_format(a.store, None, flag=None)  # no --format to suggest here
     probe = _NoVectors()
     info = read_store(a.store, embedder=probe).info()
     if probe.used:  # the file holds no vectors: counts only

@@ -63,23 +63,24 @@ PARQUET_EMBEDDER_KEY = b"memforest.embedder"
 
 
 # --------------------------------------------------------------------------- format
-def detect_format(path: str | os.PathLike, format: str | None = None, *, flag: str = "format") -> str:
+def detect_format(path: str | os.PathLike, format: str | None = None, *, flag: str | None = "format") -> str:
     """Return ``"parquet"`` or ``"jsonl"`` from ``format`` when given, else from the suffix.
 
     Raises ``ValueError`` listing the valid formats and suffixes when neither tells; the
-    messages call the option ``flag`` (e.g. ``"--out-format"`` for the command line).
+    messages call the option ``flag`` (e.g. ``"--out-format"`` for the command line; ``None``
+    when there is no such option to suggest).
     """
     if format is not None:
         key = str(format).strip().lower().lstrip(".")
         if key not in _ALIASES:
-            raise ValueError(f"{flag} must be one of {list(FORMATS)}, got {format!r}")
+            raise ValueError(f"{flag or 'format'} must be one of {list(FORMATS)}, got {format!r}")
         return _ALIASES[key]
     suffix = os.path.splitext(os.fspath(path))[1].lower()
     if suffix not in _SUFFIXES:
         raise ValueError(
             f"cannot tell the format of {os.fspath(path)!r} from its suffix {suffix!r}: "
-            f"format must be one of {list(FORMATS)} (suffixes {sorted(_SUFFIXES)}), "
-            f"or pass {flag + ' FORMAT' if flag.startswith('-') else flag + '=...'}"
+            f"format must be one of {list(FORMATS)} (suffixes {sorted(_SUFFIXES)})"
+            + ("" if flag is None else f", or pass {flag + ' FORMAT' if flag.startswith('-') else flag + '=...'}")
         )
     return _SUFFIXES[suffix]
 

@@ -535,3 +535,13 @@ def test_mem0_backup_and_report_never_overwrite_the_config(tmp_path, capsys):
         assert main(["mem0", "compress", "--config", str(cfg), "--user-id", "u"] + extra) == 2
         assert "must not be the input file" in capsys.readouterr().err
     assert cfg.read_bytes() == before
+
+
+@pytest.mark.parametrize("cmd", [["info"], ["search", "--embedder", "default"]])
+def test_unknown_suffix_errors_suggest_no_missing_flag(tmp_path, capsys, cmd):
+    odd = tmp_path / "store.csv"
+    odd.write_text("id,text\n")
+    args = [cmd[0], str(odd)] + (["query"] + cmd[1:] if cmd[0] == "search" else [])
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "cannot tell the format" in err and "format=" not in err and "--format" not in err, err
