@@ -1,20 +1,29 @@
 """The user-facing Python API: load, compress, save, search (the CLI calls only these)."""
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 from pathlib import Path
 
 from .config import CompressConfig
 from .embedders import SentenceTransformerEmbedder, get_embedder
 from .engine import CompressResult, PlanResult, compress, plan
-from .io import read_store, write_store
+from .io import detect_format, read_store, write_store
 from .journal import JournaledMerger, journal_path, run_fingerprint
 from .mergers import get_merger
+from .outputs import OutputLock, check_not_input, check_output
 from .store import MemoryStore
 
-__all__ = ["load_store", "compress_file", "plan_file", "resolve_embedder"]
+__all__ = ["load_store", "load_store_and_embedder", "compress_file", "plan_file", "resolve_embedder",
+           "RunInterrupted"]
 
 log = logging.getLogger("memforest_gpu")
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`compress_file`; the message says what was journaled and how to
+    resume."""
 
 
 def resolve_embedder(spec: str, store_embedder: str | None, *, device=None):
@@ -22,18 +31,59 @@ def resolve_embedder(spec: str, store_embedder: str | None, *, device=None):
     else warns and falls back to the normalised mean of the merged vectors."""
     emb = get_embedder(spec, device=device, store_embedder=store_embedder)
     if emb is None and spec == "auto":
-        log.warning("the model behind this store's vectors is %s; merged nodes get the normalised mean of "
-                    "their inputs' vectors (pass --embedder PATH to re-embed merged text instead)",
-                    repr(store_embedder) if store_embedder else "not recorded")
+        _warn_mean(store_embedder)
     return emb
 
 
+def _warn_mean(store_embedder: str | None) -> None:
+    log.warning("the model behind this store's vectors is %s; merged nodes get the normalised mean of "
+                "their inputs' vectors (pass --embedder PATH, the model that made them, to re-embed merged "
+                "text instead)", repr(store_embedder) if store_embedder else "not recorded")
+
+
+def load_store_and_embedder(path: str | Path, *, embedder: str = "auto", device=None, format: str | None = None,
+                            tenants=None, warn: bool = True) -> tuple[MemoryStore, object]:
+    """Read a store and resolve the model of its vectors, loading at most one model.
+
+    ``embedder``:
+    - ``auto``: a file without vectors is embedded with all-MiniLM-L6-v2 (the returned
+      embedder); a file whose vectors record a model gets that model when it is the
+      default one or a local directory; a file whose vectors record no model, or one that
+      cannot be loaded, gets ``None`` (merged nodes: the normalised mean) and, with
+      ``warn``, one warning saying how to re-embed. Unrecorded vectors are never assumed
+      to be all-MiniLM-L6-v2.
+    - ``default`` / a model directory: that model embeds a file without vectors and is
+      taken as the model of a file's vectors (recorded in the store when the file has none).
+    - ``none``: no model; the file must hold vectors.
+    """
+    if embedder == "none":
+        try:
+            return read_store(path, format=format, embedder=None, device=device, tenants=tenants), None
+        except ValueError as e:
+            if "no embedder" in str(e):
+                raise ValueError(f"{path}: the store has no embeddings, so --embedder none cannot be used; "
+                                 "pass --embedder auto (all-MiniLM-L6-v2), default or PATH to embed it") from None
+            raise
+    if embedder == "auto":
+        reader = SentenceTransformerEmbedder(device=device)  # loads only if it embeds something
+        store = read_store(path, format=format, embedder=reader, device=device, tenants=tenants)
+        if store.embedder == reader.name:
+            return store, reader  # embedded on load, or the file records the default model: one model
+        emb = get_embedder("auto", device=device, store_embedder=store.embedder)
+        if emb is None and warn:
+            _warn_mean(store.embedder)
+        return store, emb
+    model = get_embedder(embedder, device=device)
+    store = read_store(path, format=format, embedder=model, device=device, tenants=tenants)
+    if store.embedder is None:
+        store = dataclasses.replace(store, embedder=model.name)  # the caller named the vectors' model
+    return store, model
+
+
 def load_store(path: str | Path, *, embedder: str = "auto", device=None, format: str | None = None) -> MemoryStore:
-    """Read a store; a file without embeddings is embedded on load (``auto``: the default model)."""
-    model = None
-    if embedder not in ("none",):
-        model = get_embedder("default" if embedder == "auto" else embedder, device=device)
-    return read_store(path, format=format, embedder=model, device=device)
+    """Read a store; a file without embeddings is embedded on load (``auto``: the default
+    model). See :func:`load_store_and_embedder`."""
+    return load_store_and_embedder(path, embedder=embedder, device=device, format=format, warn=False)[0]
 
 
 def compress_file(src: str | Path, dst: str | Path, config: CompressConfig, *, embedder: str = "auto",
@@ -52,14 +102,39 @@ def compress_file(src: str | Path, dst: str | Path, config: CompressConfig, *, e
     journal is an error. ``dst`` itself is only ever written whole, at the end.
 
     An LLM merger whose every request of a round failed (server down, bad key) stops the run
-    after that round with a ``ValueError``; the merges made so far stay journaled.
+    after that round with a ``ValueError``; the merges made so far stay journaled. A journal
+    that cannot be written stops the run with :class:`~memforest_gpu.journal.JournalWriteError`
+    (never a merger fallback).
+
+    Before anything is loaded, ``dst`` is checked (:func:`~memforest_gpu.outputs.check_output`:
+    not ``src`` or a link to it, a known format, not a directory, a writable folder) and its
+    folder created; while the run writes ``dst`` it holds ``dst + ".lock"``
+    (:class:`~memforest_gpu.outputs.OutputLock`: a second run is refused). Ctrl-C raises
+    :class:`RunInterrupted` whose message says how many merges are journaled.
     """
+    src, dst = os.fspath(src), os.fspath(dst)
+    # everything that can be checked without loading is checked first; nothing is left behind
+    detect_format(src, format)
+    if not os.path.exists(src):
+        raise FileNotFoundError(f"memory store file not found: {src!r}")
+    check_output(dst, format=out_format, inputs=[src], format_flag="out_format")
+    check_not_input(OutputLock(dst).path, [src], what="the lock file")
+    if journal:
+        check_not_input(journal_path(dst), [src], what="the journal")
     if isinstance(merger, str):
         merger = get_merger(merger, **(merger_options or {}))
     elif merger_options:
         raise ValueError(f"merger_options must be empty when merger is an object, got {sorted(merger_options)}")
-    store = load_store(src, embedder=embedder, device=device, format=format)
-    emb = resolve_embedder(embedder, store.embedder, device=device)
+    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)  # the journal lives there from the start
+    with OutputLock(dst):
+        return _compress_locked(src, dst, config, embedder=embedder, merger=merger, device=device,
+                                progress=progress, format=format, out_format=out_format, resume=resume,
+                                journal=journal)
+
+
+def _compress_locked(src, dst, config, *, embedder, merger, device, progress, format, out_format, resume,
+                     journal) -> CompressResult:
+    store, emb = load_store_and_embedder(src, embedder=embedder, device=device, format=format)
     run_merger = merger
     if journal:
         fp = run_fingerprint(src, config, merger, emb.name if emb is not None else "mean-of-inputs")
@@ -79,7 +154,15 @@ def compress_file(src: str | Path, dst: str | Path, config: CompressConfig, *, e
     try:
         result = compress(store, config, merger=run_merger, embedder=emb, device=device, progress=progress,
                           on_round=stop_if_broken)
-        write_store(result.store, dst, format=out_format)
+        write_store(result.store, dst, format=out_format, time_format=store.time_format)
+    except KeyboardInterrupt:
+        if not journal:
+            raise RunInterrupted("interrupted; nothing was written") from None
+        n = len(run_merger.done)  # the merges the journal holds: resumed with, plus appended since
+        if n:
+            raise RunInterrupted(f"interrupted; {n} merges are journaled in {run_merger.path!r}: rerun the same "
+                                 "command with --resume to continue from them") from None
+        raise RunInterrupted("interrupted before any merge was journaled; nothing was written") from None
     finally:
         if journal:
             run_merger.close()
@@ -94,6 +177,5 @@ def plan_file(src: str | Path, config: CompressConfig, *, embedder: str = "auto"
               format: str | None = None) -> PlanResult:
     """A dry run: the first round's planned merges (``result.records``: tenant, a, b,
     similarity; ``result.pairs``: their texts). Merges nothing and writes nothing."""
-    store = load_store(src, embedder=embedder, device=device, format=format)
-    emb = resolve_embedder(embedder, store.embedder, device=device)
+    store, emb = load_store_and_embedder(src, embedder=embedder, device=device, format=format)
     return plan(store, config, embedder=emb, device=device)

@@ -30,11 +30,12 @@ def _wrap(s: str, width: int = 96, indent: str = "    ") -> str:
 def run_demo(*, ratio: float = 0.5, out_dir: str | None = None, device=None, print_fn=print) -> dict:
     """Embed the sample, compress it at ``ratio``, print before/after statistics, a few
     merges side by side and one query answered from both stores. Returns the numbers."""
+    config = CompressConfig(merge=MergeConfig(ratio=ratio))  # a bad ratio fails before the model loads
     t0 = time.perf_counter()
     embedder = SentenceTransformerEmbedder(device=device)
     store = read_store(sample_path(), embedder=embedder, device=device)
     t_embed = time.perf_counter() - t0
-    res = compress(store, CompressConfig(merge=MergeConfig(ratio=ratio)), embedder=embedder, device=device)
+    res = compress(store, config, embedder=embedder, device=device)
     out, rep = res.store, res.report
     p = print_fn
     p(f"MemForest demo: {len(store)} sample memories of {len(store.tenant_names())} users, "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Protocol, Sequence, runtime_checkable
 
 import torch
@@ -96,12 +97,19 @@ class SentenceTransformerEmbedder:
                 from sentence_transformers import SentenceTransformer
             except ImportError:
                 raise ImportError("the sentence-transformers embedder needs: pip install 'memforest-gpu[embed]'") from None
+            if not sys.stderr.isatty():
+                _quiet_progress_bars()  # no "Loading weights" bars in logs and pipes
             self._model = SentenceTransformer(self.model_path, device=str(self.device))
             get_dim = getattr(self._model, "get_embedding_dimension", None) or \
                 self._model.get_sentence_embedding_dimension
             self._dim = int(get_dim())
             self._max_tokens = int(self._model.max_seq_length) if self._model.max_seq_length else None
         return self._model
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model has been loaded (it loads at its first use)."""
+        return self._model is not None
 
     @property
     def dim(self) -> int:
@@ -133,13 +141,30 @@ class SentenceTransformerEmbedder:
         fresh: dict[str, torch.Tensor] = {}
         if todo:
             out = self.model.encode(todo, batch_size=self.batch_size, convert_to_tensor=True,
-                                    normalize_embeddings=True, show_progress_bar=len(todo) > 2000)
+                                    normalize_embeddings=True,
+                                    show_progress_bar=len(todo) > 2000 and sys.stderr.isatty())
             out = out.to(device=self.device, dtype=torch.float32)
             fresh = {t: out[j] for j, t in enumerate(todo)}
             if cache is not None:
                 cache.update(fresh)
         rows = [fresh[t] if t in fresh else cache[t] for t in texts]  # type: ignore[index]
         return torch.stack(rows)
+
+
+def _quiet_progress_bars() -> None:
+    """Turn off the progress bars transformers and huggingface_hub draw while loading."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover - sentence-transformers depends on transformers
+        pass
+    try:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    except ImportError:  # pragma: no cover
+        pass
 
 
 def get_embedder(spec: str | None, *, device=None, store_embedder: str | None = None):

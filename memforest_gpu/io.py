@@ -63,22 +63,24 @@ PARQUET_EMBEDDER_KEY = b"memforest.embedder"
 
 
 # --------------------------------------------------------------------------- format
-def detect_format(path: str | os.PathLike, format: str | None = None) -> str:
+def detect_format(path: str | os.PathLike, format: str | None = None, *, flag: str | None = "format") -> str:
     """Return ``"parquet"`` or ``"jsonl"`` from ``format`` when given, else from the suffix.
 
-    Raises ``ValueError`` listing the valid formats and suffixes when neither tells.
+    Raises ``ValueError`` listing the valid formats and suffixes when neither tells; the
+    messages call the option ``flag`` (e.g. ``"--out-format"`` for the command line; ``None``
+    when there is no such option to suggest).
     """
     if format is not None:
         key = str(format).strip().lower().lstrip(".")
         if key not in _ALIASES:
-            raise ValueError(f"format must be one of {list(FORMATS)}, got {format!r}")
+            raise ValueError(f"{flag or 'format'} must be one of {list(FORMATS)}, got {format!r}")
         return _ALIASES[key]
     suffix = os.path.splitext(os.fspath(path))[1].lower()
     if suffix not in _SUFFIXES:
         raise ValueError(
             f"cannot tell the format of {os.fspath(path)!r} from its suffix {suffix!r}: "
-            f"format must be one of {list(FORMATS)} (suffixes {sorted(_SUFFIXES)}), "
-            f"or pass format=..."
+            f"format must be one of {list(FORMATS)} (suffixes {sorted(_SUFFIXES)})"
+            + ("" if flag is None else f", or pass {flag + ' FORMAT' if flag.startswith('-') else flag + '=...'}")
         )
     return _SUFFIXES[suffix]
 
@@ -90,12 +92,16 @@ def read_store(
     format: str | None = None,
     embedder: Any = None,
     device: Any = None,
+    tenants: str | list[str] | None = None,
 ) -> MemoryStore:
     """Load a :class:`MemoryStore` from a Parquet or JSONL file.
 
     ``embedder`` (an object with ``.name`` and ``.embed(texts)``) is used only when the
     file has no embeddings; then it is required. ``device`` is where the tensors go.
-    The embedder name recorded in the file, when present, is restored.
+    The embedder name recorded in the file, when present, is restored; a file's vectors
+    whose model is not recorded keep ``embedder=None`` (unknown) unless ``embedder`` is a
+    string naming it. ``tenants``: keep only these tenants' nodes (checked against the
+    file's tenants before anything is embedded).
     """
     path = os.fspath(path)
     fmt = detect_format(path, format)
@@ -107,10 +113,12 @@ def read_store(
         cols, file_embedder = _read_parquet_columns(path)
     else:
         cols, file_embedder = _read_jsonl_columns(path)
+    if tenants is not None:
+        cols = _select_tenants(cols, tenants, path)
     if cols["embedding"] is not None:
-        # Vectors come from the file: record the file's model name, else the caller's.
-        name = file_embedder if file_embedder is not None else embedder
-        emb_arg = name if isinstance(name, str) or name is None else getattr(name, "name", None)
+        # Vectors come from the file: they are labelled with the model the file records (or a
+        # name the caller passes as a string), never with the model the caller would embed with.
+        emb_arg = file_embedder if file_embedder is not None else (embedder if isinstance(embedder, str) else None)
     else:
         emb_arg = embedder
     try:
@@ -127,6 +135,23 @@ def read_store(
         )
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from e
+
+
+def _select_tenants(cols: dict, tenants: str | list[str], path: str) -> dict:
+    from .store import DEFAULT_TENANT
+
+    want = [tenants] if isinstance(tenants, str) else list(tenants)
+    n = len(cols["id"])
+    raw = cols["tenant"] if cols["tenant"] is not None else [None] * n
+    have = [DEFAULT_TENANT if t is None or (isinstance(t, float) and t != t) else str(t) for t in raw]
+    names = list(dict.fromkeys(have))
+    for t in want:
+        if t not in names:
+            raise ValueError(f"{path}: tenant must be one of {names}, got {t!r}")
+    keep = [j for j, t in enumerate(have) if t in set(want)]
+    out = {k: (None if v is None else (v[keep] if isinstance(v, np.ndarray) else [v[j] for j in keep]))
+           for k, v in cols.items()}
+    return out
 
 
 def _read_parquet_columns(path: str) -> tuple[dict, str | None]:
@@ -364,14 +389,22 @@ def _short(v: Any, limit: int = 80) -> str:
 
 
 # ---------------------------------------------------------------------------- write
-def write_store(store: MemoryStore, path: str | os.PathLike, *, format: str | None = None) -> None:
+def write_store(store: MemoryStore, path: str | os.PathLike, *, format: str | None = None,
+                time_format: str | None = "store") -> None:
     """Write ``store`` to ``path`` atomically (temp file + fsync + ``os.replace``).
 
     On any error the temp file is removed and an existing file at ``path`` is untouched.
-    Parent directories are created.
+    Parent directories are created. ``time_format``: ``"iso"`` writes JSONL timestamps as
+    ISO 8601 strings (UTC), ``None`` as epoch seconds; the default follows
+    ``store.time_format`` (ISO when they were read as ISO). Parquet always holds float64
+    epoch seconds.
     """
     path = os.fspath(path)
     fmt = detect_format(path, format)
+    if time_format == "store":
+        time_format = store.time_format
+    if time_format not in (None, "iso"):
+        raise ValueError(f"time_format must be one of [None, 'iso'], got {time_format!r}")
     if fmt == "parquet":
         table = _to_arrow_table(store)  # build before touching the disk
     with atomic_open(path) as f:
@@ -380,7 +413,7 @@ def write_store(store: MemoryStore, path: str | os.PathLike, *, format: str | No
 
             pq.write_table(table, f, compression="zstd")
         else:
-            _write_jsonl(store, f)
+            _write_jsonl(store, f, iso=time_format == "iso")
 
 
 @contextlib.contextmanager
@@ -485,12 +518,20 @@ def _to_arrow_table(store: MemoryStore):
     )
 
 
-def _write_jsonl(store: MemoryStore, f) -> None:
+def _iso(ts: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat()
+
+
+def _write_jsonl(store: MemoryStore, f, *, iso: bool = False) -> None:
     if store.embedder is not None:
         f.write(json.dumps({HEADER_KEY: {"embedder": str(store.embedder)}}, ensure_ascii=False).encode("utf-8"))
         f.write(b"\n")
     emb = store.embeddings.detach().to("cpu").numpy()
     ts = store.timestamps.detach().to("cpu").tolist()
+    if iso:
+        ts = [_iso(t) for t in ts]
     buf: list[str] = []
     for j in range(len(store)):
         rec = {

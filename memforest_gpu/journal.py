@@ -30,12 +30,17 @@ from typing import Sequence
 
 from .mergers.base import MergePair
 
-__all__ = ["JournaledMerger", "run_fingerprint", "journal_path", "JOURNAL_SUFFIX"]
+__all__ = ["JournaledMerger", "JournalWriteError", "run_fingerprint", "journal_path", "JOURNAL_SUFFIX"]
 
 log = logging.getLogger("memforest_gpu")
 
 JOURNAL_SUFFIX = ".journal.jsonl"
 _MAGIC = "memforest_journal"
+
+
+class JournalWriteError(RuntimeError):
+    """The journal could not be written (disk full, folder gone, permissions...). Never a
+    merger failure: the engine must not fall back and carry on without a journal."""
 
 
 def journal_path(output: str | os.PathLike) -> str:
@@ -104,16 +109,19 @@ class JournaledMerger:
         self.done: dict[str, str] = {}
         self.stats = {"replayed": 0, "journaled": 0}
         self._f = None
+        self.write_error: JournalWriteError | None = None
         if os.path.exists(self.path):
             if not resume:
                 raise ValueError(
                     f"a merge journal of an interrupted run exists at {self.path!r}: pass --resume "
-                    "(resume=True) to continue that run, or delete the file to start over")
+                    "to continue that run, or delete the file to start over")
             self._load()
 
     @property
     def fatal(self):
-        return getattr(self.inner, "fatal", None)
+        """The inner merger's fatal error, or this journal's write error: either stops the run
+        (the engine re-raises instead of falling back to the extractive merger)."""
+        return self.write_error or getattr(self.inner, "fatal", None)
 
     def identity(self) -> dict:
         return merger_identity(self.inner)
@@ -185,7 +193,14 @@ class JournaledMerger:
                 if isinstance(t, str) and t.strip():
                     recs.append({"k": keys[j], "a": pairs[j].older.id, "b": pairs[j].newer.id, "text": t})
             if recs and not self.fatal:  # a broken backend's fallbacks are not kept: redo them on resume
-                self._append(recs)
+                try:
+                    self._append(recs)
+                except OSError as e:
+                    self.write_error = JournalWriteError(
+                        f"cannot write the merge journal {self.path!r}: {e.strerror or e}; stopped before "
+                        "writing the output (the merges journaled before this one are kept: fix the problem "
+                        "and rerun with --resume)")
+                    raise self.write_error from e
                 self.done.update((r["k"], r["text"]) for r in recs)
         return out
 

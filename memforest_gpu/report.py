@@ -22,8 +22,10 @@ def format_report(r: CompressReport, *, max_tenants: int = 20) -> str:
     if r.shortfall:
         lines.append(f"shortfall: {r.shortfall} removals could not be made (reported per tenant above)")
     lines.append(f"schedule {r.schedule}: {r.merges} merges in {r.rounds} rounds; merger {r.merger}; "
-                 f"embedder {r.embedder}; node cap {r.max_node_tokens or 'none'} tokens"
-                 + (f"; {r.fallbacks} merges fell back to the extractive merger" if r.fallbacks else ""))
+                 f"embedder {r.embedder}; "
+                 + (f"node cap {r.max_node_tokens} tokens" if r.max_node_tokens else "no node cap")
+                 + (f"; {r.fallbacks} merger texts replaced by the extractive merger's (over the node cap or "
+                    "unusable)" if r.fallbacks else ""))
     s = r.seconds
     stages = ", ".join(f"{k} {s[k]:.2f}s" for k in ("partition", "setup", "trees", "merge", "embed", "output")
                        if k in s)

@@ -59,6 +59,15 @@ def as_embedding_tensor(x: Any, *, device: torch.device | None = None, what: str
     return t.to(torch.float32)
 
 
+def _is_iso(s: str) -> bool:
+    """A timestamp string that is not a number (so it was read as ISO 8601)."""
+    try:
+        float(s)
+    except ValueError:
+        return True
+    return False
+
+
 def _normalise_checked(e: torch.Tensor, ids: Sequence[str], what: str = "embedding") -> torch.Tensor:
     finite = torch.isfinite(e).all(dim=1)  # (N,)
     if not bool(finite.all()):
@@ -88,6 +97,8 @@ class MemoryStore:
     - sources: original ids each node stands for (N,); an original's is ``[its id]``
     - metadata: one JSON object per node (N,)
     - embedder: name of the model that produced the embeddings, when known
+    - time_format: ``"iso"`` when the timestamps came in as ISO 8601 strings (a JSONL
+      file is then written back with ISO strings), else ``None`` (epoch numbers)
     """
 
     ids: list[str]
@@ -98,6 +109,7 @@ class MemoryStore:
     sources: list[list[str]]
     metadata: list[dict]
     embedder: str | None = None
+    time_format: str | None = None
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -149,6 +161,7 @@ class MemoryStore:
         if isinstance(timestamps, torch.Tensor):
             timestamps = timestamps.detach().cpu().tolist()
         ts = [parse_timestamp(v, where=f"timestamp of node {i!r}") for i, v in zip(ids_, timestamps)]
+        time_format = "iso" if all(isinstance(v, str) and _is_iso(v) for v in timestamps) else None
         if tenants is None:
             tenants_ = [DEFAULT_TENANT] * n
         else:
@@ -204,7 +217,7 @@ class MemoryStore:
             embedder_name = embedder if isinstance(embedder, str) else getattr(embedder, "name", None)
         emb = _normalise_checked(emb, ids_)
         ts_t = torch.tensor(ts, dtype=torch.float64, device=emb.device)
-        return cls(ids_, texts_, emb.contiguous(), ts_t, tenants_, sources_, meta_, embedder_name)
+        return cls(ids_, texts_, emb.contiguous(), ts_t, tenants_, sources_, meta_, embedder_name, time_format)
 
     @classmethod
     def from_records(cls, records: Iterable[dict], *, embedder=None, device=None) -> "MemoryStore":
@@ -265,7 +278,7 @@ class MemoryStore:
         return MemoryStore(
             [self.ids[i] for i in idx], [self.texts[i] for i in idx], self.embeddings[it],
             self.timestamps[it], [self.tenants[i] for i in idx], [list(self.sources[i]) for i in idx],
-            [dict(self.metadata[i]) for i in idx], self.embedder,
+            [dict(self.metadata[i]) for i in idx], self.embedder, self.time_format,
         )
 
     def select_tenant(self, tenant: str) -> "MemoryStore":
@@ -277,7 +290,7 @@ class MemoryStore:
     def to(self, device: torch.device | str) -> "MemoryStore":
         d = torch.device(device)
         return MemoryStore(self.ids, self.texts, self.embeddings.to(d), self.timestamps.to(d), self.tenants,
-                           self.sources, self.metadata, self.embedder)
+                           self.sources, self.metadata, self.embedder, self.time_format)
 
     def records(self, *, with_embedding: bool = True) -> list[dict]:
         """One dict per node, the layout the file formats use."""

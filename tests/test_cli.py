@@ -41,17 +41,17 @@ def test_compress_info_roundtrip(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--ratio", "1.5"], "ratio must be in (0.0, 1.0)"),
-    (["--ratio", "0"], "ratio must be in (0.0, 1.0)"),
-    (["--schedule", "greedy"], "schedule must be one of ['sequential', 'matching']"),
-    (["--alpha", "0"], "alpha must be in"),
-    (["--beta", "1.2"], "beta must be in [0.0, 1.0]"),
-    (["--eta", "-1"], "eta must be in [0.0, 1.0]"),
-    (["--degree-norm", "sum"], "degree_norm must be one of ['none', 'max']"),
-    (["--merger", "gpt"], "merger must be one of"),
-    (["--kmeans", "approx"], "kmeans must be one of"),
-    (["--size-weight", "2"], "size_weight must be in [0.0, 1.0]"),
-    (["--time-window", "0"], "time_window must be"),
+    (["--ratio", "1.5"], "--ratio must be in (0.0, 1.0)"),
+    (["--ratio", "0"], "--ratio must be in (0.0, 1.0)"),
+    (["--schedule", "greedy"], "--schedule must be one of ['sequential', 'matching']"),
+    (["--alpha", "0"], "--alpha must be in"),
+    (["--beta", "1.2"], "--beta must be in [0.0, 1.0]"),
+    (["--eta", "-1"], "--eta must be in [0.0, 1.0]"),
+    (["--degree-norm", "sum"], "--degree-norm must be one of ['none', 'max']"),
+    (["--merger", "gpt"], "--merger must be one of"),
+    (["--kmeans", "approx"], "--kmeans must be one of"),
+    (["--size-weight", "2"], "--size-weight must be in [0.0, 1.0]"),
+    (["--time-window", "0"], "--time-window must be"),
 ])
 def test_bad_options_write_nothing(tmp_path, capsys, args, message):
     src = _write_jsonl(tmp_path / "in.jsonl")

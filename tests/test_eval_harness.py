@@ -86,7 +86,13 @@ def test_outputs_and_cached_rerun(grid):
     md = open(paths["md"]).read()
     assert "ratio 0.5" in md and "memforest-min-tree" in md and "extractive" in md
     assert "| Δ EvR@B | call |" in md and "Dates@B" in md
+    # AnsR-content beside AnsR@B, in the tables and the comparisons; calls from the cluster bootstrap
+    assert "AnsR@B all | % | AnsR-c@B all | % |" in md and "AnsR@B % / AnsR-c@B % / EvR@2 %" in md
+    assert "| Δ AnsR@B | call | Δ AnsR-c@B | call |" in md and "cluster bootstrap over conversations" in md
+    assert any(r["metric"] == "ansr_content_retention_diff_vs_memforest:sequential" for r in data["records"])
+    assert _value(res, "none", "ansr_content_retention") == 1.0
     back = load_result(str(out))
+    assert back.question_tenants == res.question_tenants == [q.tenant for q in duplicate_facts_benchmark().questions]
     assert markdown(back).splitlines()[:8] == markdown(res).splitlines()[:8]
     np.testing.assert_array_equal(back.per_question["memforest:sequential|0.5|0|plain|B|ansr"],
                                   res.per_question["memforest:sequential|0.5|0|plain|B|ansr"])

@@ -130,3 +130,60 @@ def test_paired_bootstrap():
     x = rng.random(500)
     m, lo, hi = paired_bootstrap(x, x[rng.permutation(500)])
     assert lo < 0 < hi  # no real difference: the interval covers zero
+
+
+def test_ansr_content_credits_dates_only_from_evidence_nodes():
+    """AnsR counts a date header of any retrieved node; AnsR-content only the dates of nodes
+    that hold the question's evidence (and always the node text)."""
+    orig = {"a": "Ann: plums bake in winter.", "b": "Bo: violin lessons.", "c": "Ann: hi there.",
+            "d": "Bo: the trip was long."}
+    merged = "[8 May 2023] Ann: hi there. [10 May 2023] Bo: the trip was long."
+    st = _store([orig["a"], orig["b"], merged], [["a"], ["b"], ["c", "d"]], ts=[DAY0, DAY0 + DAY, DAY0 + 2 * DAY])
+    views = NodeViews.build(st, orig)
+    assert views.content_tok[0] == frozenset(tokens(orig["a"]))  # the header's tokens are not content
+    assert views.date_tok[2] == {"10", "8", "may", "2023"}
+    may8, may9, may10 = answer_tokens("8 May 2023"), answer_tokens("9 May 2023"), answer_tokens("10 May 2023")
+    ranked = np.array([[0, -1], [1, -1], [0, -1], [2, -1], [2, -1]])
+    ans = [may8, may9, answer_tokens("plums"), may10, may10]
+    ev = [frozenset({"b"}), frozenset({"b"}), frozenset({"b"}), frozenset({"x"}), frozenset({"d"})]
+    out = score_ranked(ranked, views, ans, ev, k=1, budget=100)
+    for cut in ("k", "B"):
+        assert out[cut, "ansr"].tolist() == [1.0, 1.0, 1.0, 1.0, 1.0]
+        # q0: an unrelated node's header; q1: the evidence node's header; q2: node text;
+        # q3: a merged node's date tags without the evidence; q4: with it
+        assert out[cut, "ansr_content"].tolist() == [0.0, 1.0, 1.0, 0.0, 1.0]
+    # @B cut before d's text: the merged node does not yet show the evidence -> no date credit
+    # rendered: "[10 May 2023] [8 May 2023] Ann: hi there. [10 May 2023] Bo: ..." -> 9 tokens end at "there."
+    out = score_ranked(ranked[4:5], views, ans[4:5], ev[4:5], k=1, budget=9)
+    assert out["B", "ansr"][0] == 1.0 and out["B", "ansr_content"][0] == 0.0
+    out = score_ranked(ranked[4:5], views, ans[4:5], ev[4:5], k=1, budget=13)
+    assert out["B", "ansr_content"][0] == 1.0
+
+
+def test_cluster_bootstrap_respects_conversations_and_seeds():
+    from memforest_gpu.evaluation.report import cluster_bootstrap
+
+    rng = np.random.default_rng(0)
+    clusters = np.repeat(np.arange(5), 100)  # 5 conversations of 100 questions
+    x = rng.random(500)
+    assert cluster_bootstrap(x, x, clusters, n=200) == (0.0, 0.0, 0.0)
+    m, lo, hi = cluster_bootstrap(x + 0.25, x, clusters, n=200)
+    assert m == pytest.approx(0.25) and lo == pytest.approx(0.25) and hi == pytest.approx(0.25)
+    # a difference that lives in one conversation: a question-level bootstrap calls it,
+    # resampling conversations does not
+    b = rng.random(500)
+    a = b + np.where(clusters == 0, 0.5, 0.0) + 0.01 * rng.standard_normal(500)
+    _, qlo, _ = paired_bootstrap(a, b, n=500)
+    m, lo, hi = cluster_bootstrap(a, b, clusters, n=500)
+    assert qlo > 0 and m == pytest.approx(0.1, abs=0.01) and lo <= 0 < hi
+    # seed spread: seeds of a that disagree widely make the interval wide, seed-averaged or not
+    a3 = np.stack([b + 0.05 + s for s in (-0.2, 0.0, 0.2)])
+    _, qlo, _ = paired_bootstrap(a3.mean(0), b, n=500)
+    m, lo, hi = cluster_bootstrap(a3, b[None], np.arange(500), n=500)
+    assert qlo > 0 and m == pytest.approx(0.05) and lo < 0 < hi
+    # undefined questions are left out; shapes are checked
+    a_nan = x.copy()
+    a_nan[:100] = np.nan
+    assert cluster_bootstrap(a_nan, a_nan, clusters, n=50) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="one value per question"):
+        cluster_bootstrap(x, x[:10], clusters)

@@ -7,6 +7,7 @@ to ``run(args)``; ``main(argv)`` runs them on their own.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -32,9 +33,9 @@ def add_parser(subparsers) -> None:
     ms = m.add_subparsers(dest="sub", required=True)
     c = ms.add_parser("compress", help="back up a scope, add merged memories, then delete the ones they replace")
     c.add_argument("--config", required=True, help="Mem0 config (YAML or JSON), as given to Memory.from_config")
-    c.add_argument("--user-id", default=None)
-    c.add_argument("--agent-id", default=None)
-    c.add_argument("--run-id", default=None)
+    c.add_argument("--user-id", default=None, help="compress this user's memories")
+    c.add_argument("--agent-id", default=None, help="compress this agent's memories")
+    c.add_argument("--run-id", default=None, help="compress this run's memories")
     c.add_argument("--all-tenants", action="store_true", help="every memory of the collection")
     c.add_argument("--dry-run", action="store_true",
                    help="compress in memory (the merger is called) and print which memories would merge, with "
@@ -43,14 +44,14 @@ def add_parser(subparsers) -> None:
     c.add_argument("--show", type=int, default=50, help="merged memories shown in the plan (default 50)")
     _add_compress_options(c)
     r = ms.add_parser("restore", help="put a scope back exactly as in a backup")
-    r.add_argument("backup")
+    r.add_argument("backup", help="the backup file written by mem0 compress")
     r.add_argument("--config", required=True, help="Mem0 config (YAML or JSON)")
 
     g = subparsers.add_parser("graph", help="compress the text nodes of a graph memory (M3-Agent style)")
     gs = g.add_subparsers(dest="sub", required=True)
     gc = gs.add_parser("compress", help="merge text nodes; merged nodes inherit every edge (weights summed)")
-    gc.add_argument("input")
-    gc.add_argument("output")
+    gc.add_argument("input", help="the graph to compress (Parquet or JSONL)")
+    gc.add_argument("output", help="the compressed graph to write (a new path; never the input)")
     gc.add_argument("--embedder", default="auto", help="auto | default | none | PATH (as in memforest compress)")
     gc.add_argument("--format", default=None, help="input format: parquet | jsonl (default: from the suffix)")
     gc.add_argument("--out-format", default=None, help="output format (default: from the suffix)")
@@ -68,7 +69,7 @@ def _merger(a):
     return get_merger(a.merger, **parse_options(a.merger_option))
 
 
-def _progress(a) -> bool:
+def _progress(a) -> bool:  # bars only on a terminal
     return not a.quiet and sys.stderr.isatty()
 
 
@@ -82,8 +83,14 @@ def _write_report(a, d: dict) -> None:
 def _mem0_compress(a) -> int:
     from .mem0 import Scope, close_memory, compress_mem0, format_plan, load_memory
 
+    from ..outputs import check_output
+
     scope = Scope(user_id=a.user_id, agent_id=a.agent_id, run_id=a.run_id, all_tenants=a.all_tenants)
     cfg, merger = _config(a), _merger(a)  # bad options fail before Mem0 is opened
+    if a.backup:
+        check_output(a.backup, inputs=[a.config], what="--backup", needs_format=False)
+    if a.report:
+        check_output(a.report, inputs=[a.config, a.backup], what="--report", needs_format=False)
     memory = load_memory(a.config)
     try:
         res = compress_mem0(memory, scope, cfg, merger=merger, backup=a.backup, dry_run=a.dry_run,
@@ -131,13 +138,28 @@ def _graph_compress(a) -> int:
     from ..graph import compress_graph, read_graph, write_graph
     from ..report import format_report
 
-    cfg, merger = _config(a), _merger(a)
+    from ..cli import check_embedder_flag
+    from ..io import detect_format
+    from ..outputs import check_output
+
+    cfg = _config(a)
+    check_embedder_flag(a.embedder)
+    detect_format(a.input, a.format, flag="--format")
+    check_output(a.output, format=a.out_format, inputs=[a.input], format_flag="--out-format", what="OUTPUT")
+    if a.report:
+        check_output(a.report, inputs=[a.input, a.output], what="--report", needs_format=False)
+    merger = _merger(a)
     load_emb = None if a.embedder == "none" else get_embedder("default" if a.embedder == "auto" else a.embedder,
                                                               device=a.device)
     g = read_graph(a.input, format=a.format, embedder=load_emb, device=a.device)
     if g.texts is None:
         raise ValueError(f"{a.input}: graph must have at least one text node, got 0")
-    emb = resolve_embedder(a.embedder, g.texts.embedder, device=a.device)
+    if a.embedder == "auto" and not load_emb.loaded:  # the file's own vectors; graph files record no model
+        g = dataclasses.replace(g, texts=dataclasses.replace(g.texts, embedder=None))
+    if load_emb is not None and g.texts.embedder == load_emb.name:
+        emb = load_emb  # one model per run
+    else:
+        emb = resolve_embedder(a.embedder, g.texts.embedder, device=a.device)
     res = compress_graph(g, cfg, merger=merger, embedder=emb, device=a.device, progress=_progress(a))
     write_graph(res.graph, a.output, format=a.out_format)
     print(format_report(res.report))
@@ -167,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ImportError, RuntimeError) as e:
         print(f"memforest {args.cmd} {args.sub}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:
+        print(f"memforest {args.cmd} {args.sub}: {str(e) or 'interrupted'}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -31,7 +31,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma list of NAME[:SCHEDULE]; 'default' (baselines + memforest, both schedules), "
                         "'ablations', or 'all'")
     p.add_argument("--ratios", default="0.3,0.5,0.7", help="fractions of nodes removed")
-    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--seeds", default="0,1,2", help="seeds, one run per method, ratio and seed")
     p.add_argument("--cache", default=None, help="embedding cache folder (default: OUT/.cache)")
     p.add_argument("--embedder", default="default", help="default (all-MiniLM-L6-v2) | model PATH")
     p.add_argument("--merger", default="extractive", help="extractive")
@@ -43,11 +43,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lam", type=float, default=0.2, help="AGPR anchor fraction")
     g.add_argument("--gamma", type=float, default=0.9, help="AGPR similarity weight")
     g = p.add_argument_group("MemForest config (ablations override their own field)")
-    g.add_argument("--alpha", type=float, default=None)
-    g.add_argument("--beta", type=float, default=None)
-    g.add_argument("--window", type=int, default=None)
-    g.add_argument("--max-iter", type=int, default=None)
-    g.add_argument("--eta", type=float, default=None)
+    g.add_argument("--alpha", type=float, default=None, help="clusters per node (default: memforest compress's)")
+    g.add_argument("--beta", type=float, default=None, help="semantic weight in the reassignment")
+    g.add_argument("--window", type=int, default=None, help="temporal window, in positions")
+    g.add_argument("--max-iter", type=int, default=None, help="at most this many Lloyd steps")
+    g.add_argument("--eta", type=float, default=None, help="similarity weight in the degree-adjusted score")
     g.add_argument("--degree-norm", default=None, help="none | max")
     g.add_argument("--time-weight", type=float, default=None,
                    help="weight of local time on tree edges (0: cosine only, the paper)")
@@ -108,6 +108,10 @@ def run(a) -> int:
     from .benchmark import load_benchmark, write_benchmark
 
     if a.export:
+        bench_dir = a.benchmark if os.path.isdir(a.benchmark) else os.path.dirname(os.path.abspath(a.benchmark))
+        if os.path.realpath(a.export) == os.path.realpath(bench_dir):
+            raise ValueError(f"--export must not be the benchmark's own folder (it would overwrite its files), "
+                             f"got {a.export!r}")
         bench = load_benchmark(a.benchmark)
         write_benchmark(bench, a.export)
         print(f"wrote {a.export}/nodes.jsonl and questions.jsonl: {json.dumps(bench.summary())}")
@@ -143,7 +147,7 @@ def run(a) -> int:
         torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
     res = run_grid(bench, methods, ratios, seeds, embedder=emb, merger=get_merger(a.merger), base_config=cfg,
-                   eval_config=ecfg, device=a.device, progress=not a.quiet)
+                   eval_config=ecfg, device=a.device, progress=not a.quiet and sys.stderr.isatty())
     emb.flush()
     paths = write_outputs(res, a.out, bootstrap=a.bootstrap, reference=a.reference)
     print(f"{len(methods)} methods x {len(ratios)} ratios x {len(seeds)} seeds in {time.perf_counter() - t0:.0f}s "
@@ -160,9 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
     try:
         return run(a)
-    except (ValueError, FileNotFoundError, ImportError) as e:
+    except (ValueError, OSError, ImportError) as e:
         print(f"memforest eval: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("memforest eval: interrupted; the vectors of finished cells are in the embedding cache, a rerun "
+              "reuses them", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

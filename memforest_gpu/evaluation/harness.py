@@ -38,7 +38,7 @@ from .metrics import CUTS, NodeViews, answer_tokens, nanmean, score_ranked
 __all__ = ["EvalConfig", "EvalResult", "run_grid", "RETRIEVERS", "ranked_candidates"]
 
 RETRIEVERS = ("plain", "agpr")
-RETAINED = ("ansr", "evr")  # metrics that get a retention record
+RETAINED = ("ansr", "ansr_content", "evr")  # metrics that get a retention record
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,13 +73,15 @@ class EvalConfig:
 
 @dataclass
 class EvalResult:
-    """``records``: flat dicts; ``per_question``: {cell key: (Q,) float32}; ``meta``: run facts."""
+    """``records``: flat dicts; ``per_question``: {cell key: (Q,) float32}; ``meta``: run facts;
+    ``question_tenants``: each question's tenant (conversation), the clusters of the bootstrap."""
 
     records: list[dict]
     per_question: dict[str, np.ndarray]
     question_ids: list[str]
     categories: list[str]
     meta: dict = field(default_factory=dict)
+    question_tenants: list[str] | None = None
 
 
 def cell_key(method: str, ratio: float, seed: int, retriever: str, cut: str, metric: str) -> str:
@@ -248,7 +250,7 @@ def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
         "cells": timings,
         "cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},
     }
-    return EvalResult(records, per_q, q.ids, q.categories, meta)
+    return EvalResult(records, per_q, q.ids, q.categories, meta, list(q.tenants))
 
 
 def _seed_free(spec: MethodSpec, cfg: CompressConfig, tenant_sizes: list[int]) -> bool:

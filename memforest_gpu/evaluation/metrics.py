@@ -10,6 +10,11 @@ Per question:
 - **AnsR**: the fraction of the answer's distinct tokens (lowercase alphanumeric runs,
   minus :data:`STOP_WORDS`) found among the context's tokens. An answer with no token
   left is scored on its tokens with stop words kept; one with no token at all is NaN.
+- **AnsR-content** (``ansr_content``): the same, but a token is credited only from node
+  text (date headers and merged text's date tags removed) and from the dates of nodes
+  that hold evidence of the question (at ``B``: evidence whose text starts before the
+  cut). The date headers of unrelated nodes supply most of a temporal answer's day,
+  month and year tokens; this version does not reward showing many dates.
 - **EvR**: the fraction of the evidence ids found in the ``sources`` of the context's
   nodes; NaN for a question without evidence. At ``B`` it is strict: in the node that
   was cut, a source counts only when its text starts before the cut.
@@ -47,7 +52,7 @@ STOP_WORDS = frozenset(
     "a an the and or but of to in on at for with by from as is are was were be been being it its "
     "this that these those he she they them his her their i you we me my our your do does did has have had "
     "so than then there what which who whom whose".split())
-METRICS = ("ansr", "evr", "ctx", "dates")
+METRICS = ("ansr", "ansr_content", "evr", "ctx", "dates")
 CUTS = ("k", "B")
 _TOKEN = re.compile(r"[a-z0-9]+")
 _WS = re.compile(r"\S+")
@@ -93,7 +98,9 @@ class NodeViews:
 
     ``ws_end[j]`` are the character offsets where each whitespace token of node j's
     rendered text ends; ``starts[j]`` maps each source to its offset in the rendered text;
-    ``dates[j]`` lists ``(offset, "8 May 2023")`` for each date tag in the rendered text.
+    ``dates[j]`` lists ``(offset, "8 May 2023")`` for each date tag in the rendered text;
+    ``content[j]`` is the rendered text with every date tag blanked (same offsets), and
+    ``content_tok[j]`` / ``date_tok[j]`` its tokens / the tokens of its dates.
     """
 
     rendered: list[str]
@@ -102,11 +109,14 @@ class NodeViews:
     sources: list[list[str]]
     starts: list[dict[str, int]]
     dates: list[list[tuple[int, str]]]
+    content: list[str]
+    content_tok: list[frozenset[str]]
+    date_tok: list[frozenset[str]]
 
     @classmethod
     def build(cls, store: MemoryStore, original_text: dict[str, str]) -> "NodeViews":
         ts = store.timestamps.detach().cpu().tolist()
-        rendered, ws_end, tok, starts, dates = [], [], [], [], []
+        rendered, ws_end, tok, starts, dates, content, content_tok, date_tok = [], [], [], [], [], [], [], []
         for text, t, src in zip(store.texts, ts, store.sources):
             r = render(text, t)
             off = len(r) - len(text)
@@ -115,7 +125,12 @@ class NodeViews:
             tok.append(frozenset(tokens(r)))
             starts.append({s: off + p for s, p in source_starts(text, src, original_text).items()})
             dates.append([(m.start(), " ".join(m.groups())) for m in DATE_TAG.finditer(r)])
-        return cls(rendered, ws_end, tok, [list(s) for s in store.sources], starts, dates)
+            c = DATE_TAG.sub(lambda m: " " * len(m.group()), r)
+            content.append(c)
+            content_tok.append(frozenset(tokens(c)))
+            date_tok.append(frozenset(t for _, d in dates[-1] for t in tokens(d)))
+        return cls(rendered, ws_end, tok, [list(s) for s in store.sources], starts, dates, content, content_tok,
+                   date_tok)
 
 
 def score_ranked(ranked: np.ndarray, views: NodeViews, answers: Sequence[frozenset[str]],
@@ -137,6 +152,12 @@ def score_ranked(ranked: np.ndarray, views: NodeViews, answers: Sequence[frozens
         out["k", "dates"][q] = len({d for j in top for _, d in views.dates[j]})
         if ans:
             out["k", "ansr"][q] = len(ans & ctx_tok) / len(ans)
+            content: set[str] = set()
+            for j in top:
+                content |= views.content_tok[j]
+                if ev and not ev.isdisjoint(views.sources[j]):
+                    content |= views.date_tok[j]
+            out["k", "ansr_content"][q] = len(ans & content) / len(ans)
         if ev:
             out["k", "evr"][q] = len(ev & src) / len(ev)
         # @B
@@ -144,6 +165,7 @@ def score_ranked(ranked: np.ndarray, views: NodeViews, answers: Sequence[frozens
         ctx_tok = set()
         src = set()
         dates = set()
+        content = set()
         for j in row:
             n = len(views.ws_end[j])
             if used + n <= budget:
@@ -151,6 +173,9 @@ def score_ranked(ranked: np.ndarray, views: NodeViews, answers: Sequence[frozens
                 ctx_tok |= views.tok[j]
                 src.update(views.sources[j])
                 dates.update(d for _, d in views.dates[j])
+                content |= views.content_tok[j]
+                if ev and not ev.isdisjoint(views.sources[j]):
+                    content |= views.date_tok[j]
                 if used == budget:
                     break
                 continue
@@ -158,14 +183,19 @@ def score_ranked(ranked: np.ndarray, views: NodeViews, answers: Sequence[frozens
             if take > 0:
                 cut = int(views.ws_end[j][take - 1])
                 ctx_tok.update(tokens(views.rendered[j][:cut]))
-                src.update(s for s, p in views.starts[j].items() if p < cut)
+                shown = {s for s, p in views.starts[j].items() if p < cut}
+                src.update(shown)
                 dates.update(d for p, d in views.dates[j] if p < cut)
+                content.update(tokens(views.content[j][:cut]))
+                if ev and not ev.isdisjoint(shown):
+                    content.update(t for p, d in views.dates[j] if p < cut for t in tokens(d))
                 used += take
             break
         out["B", "ctx"][q] = used
         out["B", "dates"][q] = len(dates)
         if ans:
             out["B", "ansr"][q] = len(ans & ctx_tok) / len(ans)
+            out["B", "ansr_content"][q] = len(ans & content) / len(ans)
         if ev:
             out["B", "evr"][q] = len(ev & src) / len(ev)
     return out

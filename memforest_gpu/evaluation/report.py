@@ -2,9 +2,12 @@
 ``retention.png``.
 
 Means are over seeds; the spread (``±``) is the standard deviation over seeds. A
-method's difference from MemForest is a paired bootstrap over questions (per-question
-scores averaged over seeds first), in retention points; a difference is *called* only
-when its 95% interval excludes zero.
+method's difference from the reference (MemForest) is a cluster bootstrap
+(:func:`cluster_bootstrap`): conversations (tenants) are resampled, then questions inside
+each drawn conversation, and each method's seeds are resampled too, so
+that neither the clustering of questions in a few conversations nor the seed spread is
+ignored (each resample also resamples each method's seeds). In retention points; a difference is *called* (▼ / ▲) only when its 95%
+interval excludes zero. :func:`paired_bootstrap` (questions only) is kept for reference.
 """
 from __future__ import annotations
 
@@ -19,11 +22,12 @@ import numpy as np
 from ..io import atomic_open, atomic_write_text
 from .harness import EvalResult, cell_key
 
-__all__ = ["aggregate", "paired_bootstrap", "comparisons", "markdown", "plot", "write_outputs", "load_result",
-           "REFERENCE"]
+__all__ = ["aggregate", "paired_bootstrap", "cluster_bootstrap", "comparisons", "markdown", "plot",
+           "write_outputs", "load_result", "REFERENCE"]
 
 REFERENCE = "memforest:sequential"
-_BOOT_METRICS = (("B", "ansr"), ("k", "evr"), ("B", "evr"))
+_BOOT_METRICS = (("B", "ansr"), ("B", "ansr_content"), ("k", "evr"), ("B", "evr"))
+_DIFF = "_retention_diff_vs_"
 
 
 def _label(rec) -> str:
@@ -57,20 +61,85 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, n: int = 2000, seed: int =
     return float(d.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
-def _seed_mean(res: EvalResult, label: str, ratio: float, retriever: str, cut: str, metric: str):
+def _cluster_weights(clusters: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """How often each question is drawn in each of ``n`` two-stage resamples: clusters with
+    replacement, then, inside each drawn cluster, its questions with replacement.
+    Shape: clusters (Q,) int codes -> (n, Q) float64 counts"""
+    Q = len(clusters)
+    members = [np.flatnonzero(clusters == c) for c in np.unique(clusters)]
+    C = len(members)
+    W = np.zeros((n, Q), dtype=np.float64)
+    picks = rng.integers(0, C, size=(n, C))  # (n, C) clusters drawn per resample
+    for r in range(n):
+        for c in picks[r]:
+            m = members[c]
+            W[r] += np.bincount(m[rng.integers(0, len(m), size=len(m))], minlength=Q)
+    return W
+
+
+def cluster_bootstrap(a: np.ndarray, b: np.ndarray, clusters, *, n: int = 2000, seed: int = 0,
+                      weights: np.ndarray | None = None) -> tuple[float, float, float]:
+    """Mean of ``a - b`` (seeds averaged) over the questions where both are defined, and its
+    95% percentile interval from a two-stage cluster bootstrap with seed variation: each
+    resample draws clusters (conversations) with replacement, questions inside each drawn
+    cluster with replacement, and, for each method, as many seeds (rows) as it has, with
+    replacement, whose mean it takes (so the seed spread of the seed-averaged score counts).
+
+    Shape: a (S_a, Q), b (S_b, Q) per-seed scores (a (Q,) is one seed), clusters (Q,) ->
+    (mean, lo, hi). ``weights``: precomputed :func:`_cluster_weights` (n, Q) to share
+    between comparisons (then ``n`` is its row count).
+    """
+    a = np.atleast_2d(np.asarray(a, np.float64))
+    b = np.atleast_2d(np.asarray(b, np.float64))
+    if a.shape[1] != b.shape[1] or len(clusters) != a.shape[1]:
+        raise ValueError(f"a, b and clusters must have one value per question, got shapes {a.shape}, {b.shape} "
+                         f"and {np.shape(clusters)}")
+    valid = ~(np.isnan(a).any(0) | np.isnan(b).any(0))  # (Q,)
+    if not valid.any():
+        return math.nan, math.nan, math.nan
+    point = float((a[:, valid].mean(0) - b[:, valid].mean(0)).mean())
+    rng = np.random.default_rng(seed)
+    if weights is None:
+        _, codes = np.unique(np.asarray(clusters), return_inverse=True)
+        weights = _cluster_weights(codes, n, rng)
+    n = weights.shape[0]
+    v = valid.astype(np.float64)
+    cnt = weights @ v  # (n,)
+    rows = np.arange(n)[:, None]
+    sums_a = weights @ np.where(valid, a, 0.0).T  # (n, S_a)
+    sums_b = weights @ np.where(valid, b, 0.0).T  # (n, S_b)
+    sa = sums_a[rows, rng.integers(0, a.shape[0], (n, a.shape[0]))].mean(1)  # seeds resampled too: (n,)
+    sb = sums_b[rows, rng.integers(0, b.shape[0], (n, b.shape[0]))].mean(1)
+    ok = cnt > 0
+    stats = (sa[ok] - sb[ok]) / cnt[ok]
+    return point, float(np.quantile(stats, 0.025)), float(np.quantile(stats, 0.975))
+
+
+def _seed_rows(res: EvalResult, label: str, ratio: float, retriever: str, cut: str, metric: str):
+    """(S, Q) per-seed scores of a cell, or None."""
     seeds = res.meta.get("seeds", [0])
     rows = [res.per_question[k] for sd in seeds
             if (k := cell_key(label, ratio, sd, retriever, cut, metric)) in res.per_question]
-    if not rows:
-        return None
-    with warnings.catch_warnings():  # a question undefined in every seed (no evidence) stays NaN
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(np.stack(rows).astype(np.float64), axis=0)
+    return np.stack(rows).astype(np.float64) if rows else None
+
+
+def _clusters(res: EvalResult) -> tuple[np.ndarray, bool]:
+    """Question -> cluster code (its tenant); one cluster per question when the result
+    records no tenants (then the bootstrap is over questions). Returns (codes, by_tenant)."""
+    ten = res.question_tenants
+    if ten is None or len(ten) != len(res.question_ids):
+        return np.arange(len(res.question_ids)), False
+    return np.unique(np.asarray(ten), return_inverse=True)[1], True
+
+
+def _n_clusters(res: EvalResult) -> int:
+    return len(set(res.question_tenants or []))
 
 
 def comparisons(res: EvalResult, *, reference: str = REFERENCE, n: int = 2000) -> list[dict]:
-    """Every method's paired-bootstrap difference from ``reference`` at each ratio and
-    retriever, in retention points (x100), for AnsR@B, EvR@k and EvR@B. Flat records."""
+    """Every method's difference from ``reference`` at each ratio and retriever, in
+    retention points (x100), for AnsR@B, AnsR-content@B, EvR@k and EvR@B, with a cluster
+    bootstrap interval (:func:`cluster_bootstrap`, tenants as clusters). Flat records."""
     denom = {}
     for r in res.records:
         if r["method"] == "none" and r["retriever"] == "plain" and r["category"] == "all":
@@ -78,26 +147,28 @@ def comparisons(res: EvalResult, *, reference: str = REFERENCE, n: int = 2000) -
     labels = res.meta.get("methods", [])
     if reference not in labels:
         return []
+    codes, _ = _clusters(res)
+    weights = _cluster_weights(codes, n, np.random.default_rng(0))  # common to every comparison
     out = []
     for ratio in res.meta.get("ratios", []):
         for retriever in ("plain", "agpr"):
             for cut, metric in _BOOT_METRICS:
-                ref = _seed_mean(res, reference, ratio, retriever, cut, metric)
+                ref = _seed_rows(res, reference, ratio, retriever, cut, metric)
                 d = denom.get((cut, metric))
                 if ref is None or not d:
                     continue
                 for label in labels:
                     if label == reference:
                         continue
-                    x = _seed_mean(res, label, ratio, retriever, cut, metric)
+                    x = _seed_rows(res, label, ratio, retriever, cut, metric)
                     if x is None:
                         continue
-                    m, lo, hi = (100 * v / d for v in paired_bootstrap(x, ref, n=n))
+                    m, lo, hi = (100 * v / d for v in cluster_bootstrap(x, ref, codes, weights=weights, seed=1))
                     call = "n.s." if lo <= 0 <= hi else ("worse" if hi < 0 else "better")
                     method, _, schedule = label.partition(":")
                     base = {"benchmark": res.meta.get("benchmark"), "method": method, "schedule": schedule or "-",
                             "ratio": ratio, "seed": "mean", "retriever": retriever, "cut": cut, "category": "all"}
-                    metric_name = f"{metric}_retention_diff_vs_{reference}"
+                    metric_name = f"{metric}{_DIFF}{reference}"
                     out += [{**base, "metric": metric_name, "value": m},
                             {**base, "metric": metric_name + "_ci_lo", "value": lo},
                             {**base, "metric": metric_name + "_ci_hi", "value": hi},
@@ -124,7 +195,7 @@ def _calls(comp: list[dict], reference: str) -> dict:
     for r in comp:
         if r["metric"].endswith("_call"):
             label = r["method"] if r["schedule"] == "-" else f"{r['method']}:{r['schedule']}"
-            metric = r["metric"].split("_")[0]
+            metric = r["metric"].split(_DIFF)[0]
             out[label, r["ratio"], r["retriever"], r["cut"], metric] = {0: "n.s.", -1: "worse", 1: "better"}[r["value"]]
     return out
 
@@ -149,10 +220,11 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
              f"Merger: **{meta.get('merger')}** ({meta.get('merger_kind')}); embedder {meta.get('embedder')}; "
              f"seeds {meta.get('seeds')}; @k = top {k} nodes, @B = {B} whitespace tokens. "
              f"Values are x100, mean ± std over seeds; % = retention against the uncompressed store "
-             f"with plain top-k.")
+             f"with plain top-k. AnsR-c (AnsR-content) credits answer tokens only from node text and from "
+             f"the dates of nodes that hold the question's evidence, not from unrelated nodes' date headers.")
     L.append("")
-    head = ["Method"] + [f"AnsR@B c{c}" for c in cats] + ["AnsR@B all", "%", f"EvR@{k}", "%", "EvR@B", "%",
-                                                           f"Ctx@{k}", "Dates@B", "speedup"]
+    head = ["Method"] + [f"AnsR@B c{c}" for c in cats] + ["AnsR@B all", "%", "AnsR-c@B all", "%", f"EvR@{k}", "%",
+                                                           "EvR@B", "%", f"Ctx@{k}", "Dates@B", "speedup"]
     L.append("| " + " | ".join(head) + " |")
     L.append("|" + "---|" * len(head))
 
@@ -160,6 +232,7 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
         key = (label, ratio, retriever)
         cells = [_plain(agg, (*key, "B", "ansr", c)) for c in cats]
         cells += [_pm(agg, (*key, "B", "ansr", "all")), _pm(agg, (*key, "B", "ansr_retention", "all")),
+                  _pm(agg, (*key, "B", "ansr_content", "all")), _pm(agg, (*key, "B", "ansr_content_retention", "all")),
                   _pm(agg, (*key, "k", "evr", "all")), _pm(agg, (*key, "k", "evr_retention", "all")),
                   _pm(agg, (*key, "B", "evr", "all")), _pm(agg, (*key, "B", "evr_retention", "all")),
                   _plain(agg, (*key, "k", "ctx", "all"), scale=1, digits=0),
@@ -177,17 +250,20 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
             if label.startswith("memforest"):
                 row(f"+ {label} + AGPR", label, ratio, "agpr")
     L.append("")
-    L.append(_summary(agg, labels, ratios, calls, "plain", k, reference))
+    by_tenant = _n_clusters(res) if _clusters(res)[1] else 0
+    L.append(_summary(agg, labels, ratios, calls, "plain", k, reference, by_tenant))
     L.append("")
     L.append("### With AGPR")
     L.append("")
-    L.append(_summary(agg, labels, ratios, calls, "agpr", k, reference))
+    L.append(_summary(agg, labels, ratios, calls, "agpr", k, reference, by_tenant))
     if comp:
         L.append("")
-        L.append(f"### Paired bootstrap vs {reference} (retention points, 95% interval over questions)")
+        how = (f"cluster bootstrap: {_n_clusters(res)} conversations, questions inside them, seeds resampled"
+               if _clusters(res)[1] else "bootstrap over questions (no tenants recorded), seeds resampled")
+        L.append(f"### Differences from {reference} (retention points, 95% interval; {how})")
         L.append("")
-        L.append(f"| method | ratio | retriever | Δ AnsR@B | call | Δ EvR@{k} | call | Δ EvR@B | call |")
-        L.append("|---|---|---|---|---|---|---|---|---|")
+        L.append(f"| method | ratio | retriever | Δ AnsR@B | call | Δ AnsR-c@B | call | Δ EvR@{k} | call | Δ EvR@B | call |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|---|")
         by = defaultdict(dict)
         for r in comp:
             label = r["method"] if r["schedule"] == "-" else f"{r['method']}:{r['schedule']}"
@@ -195,7 +271,7 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
         for (label, ratio, retriever), d in by.items():
             cells = []
             for cut, metric in _BOOT_METRICS:
-                base = f"{metric}_retention_diff_vs_{reference}"
+                base = f"{metric}{_DIFF}{reference}"
                 d_cut = {m: v for (c, m), v in d.items() if c == cut}
                 if base not in d_cut:
                     cells += ["–", "–"]
@@ -206,22 +282,29 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
     return "\n".join(L) + "\n"
 
 
-def _summary(agg, labels, ratios, calls, retriever, k, reference=REFERENCE) -> str:
-    """Method rows, per ratio 'AnsR@B % / EvR@k %' (the README table)."""
-    L = ["| method | " + " | ".join(f"ratio {r:g}: AnsR@B % / EvR@{k} %" for r in ratios) + " |",
+def _summary(agg, labels, ratios, calls, retriever, k, reference=REFERENCE, by_tenant: int = 0) -> str:
+    """Method rows, per ratio 'AnsR@B % / AnsR-c@B % / EvR@k %' (the README table)."""
+    L = ["| method | " + " | ".join(f"ratio {r:g}: AnsR@B % / AnsR-c@B % / EvR@{k} %" for r in ratios) + " |",
          "|---|" + "---|" * len(ratios)]
+
+    def mark(label, r, cut, metric):
+        return {"worse": "▼", "better": "▲"}.get(calls.get((label, r, retriever, cut, metric)), "")
+
     for label in labels:
         cells = []
         for r in ratios:
             a = _pm(agg, (label, r, retriever, "B", "ansr_retention", "all"))
+            c = _pm(agg, (label, r, retriever, "B", "ansr_content_retention", "all"))
             e = _pm(agg, (label, r, retriever, "k", "evr_retention", "all"))
-            mark = {"worse": "▼", "better": "▲"}.get(calls.get((label, r, retriever, "B", "ansr")), "")
-            mark_e = {"worse": "▼", "better": "▲"}.get(calls.get((label, r, retriever, "k", "evr")), "")
-            cells.append(f"{a}{mark} / {e}{mark_e}")
+            cells.append(f"{a}{mark(label, r, 'B', 'ansr')} / {c}{mark(label, r, 'B', 'ansr_content')} / "
+                         f"{e}{mark(label, r, 'k', 'evr')}")
         L.append(f"| {label} | " + " | ".join(cells) + " |")
     L.append("")
-    L.append(f"▼ / ▲: below / above {reference} beyond the noise (paired bootstrap over questions, "
-             f"95% interval excludes zero); no mark: not distinguishable.")
+    how = (f"cluster bootstrap over conversations (tenants; {by_tenant} here), then questions inside them, "
+           "with each method's seeds resampled" if by_tenant else "bootstrap over questions (no tenants "
+           "recorded), with each method's seeds resampled")
+    L.append(f"▼ / ▲: below / above {reference} beyond the noise ({how}; 95% interval excludes zero); "
+             f"no mark: not distinguishable.")
     return "\n".join(L)
 
 
@@ -280,8 +363,9 @@ def write_outputs(res: EvalResult, out_dir: str, *, bootstrap: int = 2000, refer
              "md": os.path.join(out_dir, "results.md"), "png": os.path.join(out_dir, "retention.png")}
     atomic_write_text(paths["json"], json.dumps({"meta": res.meta, "records": res.records + comp}, indent=1))
     with atomic_open(paths["npz"]) as f:
+        extra = {} if res.question_tenants is None else {"question_tenants": np.array(res.question_tenants)}
         np.savez_compressed(f, question_ids=np.array(res.question_ids), categories=np.array(res.categories),
-                            **{k: v for k, v in res.per_question.items()})
+                            **extra, **{k: v for k, v in res.per_question.items()})
     atomic_write_text(paths["md"], markdown(res, comp, reference=reference))
     if not plot(res, paths["png"]):
         paths.pop("png")
@@ -294,7 +378,8 @@ def load_result(out_dir: str) -> EvalResult:
         data = json.load(f)
     recs = [r for r in data["records"] if r.get("seed") != "mean"]
     with np.load(os.path.join(out_dir, "per_question.npz")) as z:
-        pq = {k: z[k] for k in z.files if k not in ("question_ids", "categories")}
+        pq = {k: z[k] for k in z.files if k not in ("question_ids", "categories", "question_tenants")}
         qids = z["question_ids"].tolist()
         cats = z["categories"].tolist()
-    return EvalResult(recs, pq, qids, cats, data["meta"])
+        tenants = z["question_tenants"].tolist() if "question_tenants" in z.files else None
+    return EvalResult(recs, pq, qids, cats, data["meta"], tenants)
