@@ -52,8 +52,11 @@ def add_parser(subparsers) -> None:
     gc.add_argument("input")
     gc.add_argument("output")
     gc.add_argument("--embedder", default="auto", help="auto | default | none | PATH (as in memforest compress)")
-    gc.add_argument("--format", default=None, help="input format: parquet | jsonl (default: from the suffix)")
-    gc.add_argument("--out-format", default=None, help="output format (default: from the suffix)")
+    gc.add_argument("--format", default=None,
+                    help="input format: parquet | jsonl | m3-agent (a pickled M3-Agent VideoGraph; default: from the "
+                         "suffix, .pkl / .pickle = m3-agent)")
+    gc.add_argument("--out-format", default=None,
+                    help="output format (default: from the suffix; an M3-Agent graph is written back as one)")
     _add_compress_options(gc)
 
 
@@ -131,6 +134,10 @@ def _graph_compress(a) -> int:
     from ..graph import compress_graph, read_graph, write_graph
     from ..report import format_report
 
+    from ..m3agent import is_m3_agent_path
+
+    if is_m3_agent_path(a.input, a.format):
+        return _m3_compress(a)
     cfg, merger = _config(a), _merger(a)
     load_emb = None if a.embedder == "none" else get_embedder("default" if a.embedder == "auto" else a.embedder,
                                                               device=a.device)
@@ -146,6 +153,29 @@ def _graph_compress(a) -> int:
           f"{len(res.graph.entities)}")
     print(f"wrote {a.output}")
     _write_report(a, {**res.report.to_dict(), **res.info})
+    return 0
+
+
+def _m3_compress(a) -> int:
+    from ..api import resolve_embedder
+    from ..m3agent import compress_video_graph, is_m3_agent_path, load_video_graph, save_video_graph
+    from ..report import format_report
+
+    if a.out_format is not None and not is_m3_agent_path(a.output, a.out_format):
+        raise ValueError(f"an M3-Agent graph is written back as an M3-Agent pickle: --out-format must be m3-agent, "
+                         f"got {a.out_format!r}")
+    cfg, merger = _config(a), _merger(a)
+    g = load_video_graph(a.input)
+    emb = resolve_embedder(a.embedder, None, device=a.device)  # auto: the mean of the merged vectors
+    res = compress_video_graph(g, cfg, merger=merger, embedder=emb, device=a.device, progress=_progress(a))
+    save_video_graph(res.graph, a.output)
+    i = res.info
+    print(format_report(res.report))
+    print(f"M3-Agent graph: text nodes {i['text_in']} -> {i['text_out']} ({i['merged_nodes']} merged nodes), "
+          f"edges {i['edges_in']} -> {i['edges_out']} ({i['internal_edges']} between merged nodes dropped, the rest "
+          f"moved to the merged nodes with weights summed); face and voice nodes unchanged")
+    print(f"wrote {a.output}")
+    _write_report(a, {**res.report.to_dict(), **i})
     return 0
 
 
