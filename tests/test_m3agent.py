@@ -387,3 +387,25 @@ def test_cli(mmagent, tmp_path, capsys):
     _dump(g, src)
     assert main(["graph", "compress", str(src), str(dst)]) == 2
     assert "refusing to load global" in capsys.readouterr().err
+
+
+def test_readme_m3_agent_workflow(mmagent, tmp_path, monkeypatch, capsys):
+    """The README's M3-Agent command runs as written on a graph pickled by the stand-in."""
+    import re
+    from pathlib import Path
+
+    from extras import skip_or_fail
+    from memforest_gpu.adapters.cli import main
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    m = re.search(r"```bash\n(memforest graph compress video\.pkl .*?)\n```", readme)
+    if m is None:
+        skip_or_fail("README's M3-Agent command (memforest graph compress video.pkl ...) no longer matches")
+    g, _, _ = build_video(mmagent)
+    monkeypatch.chdir(tmp_path)
+    _dump(g, tmp_path / "video.pkl")
+    argv = m.group(1).split()
+    assert main(argv[1:]) == 0
+    assert "M3-Agent graph: text nodes 48 -> 24" in capsys.readouterr().out
+    with open(tmp_path / argv[4], "rb") as f:
+        assert type(pickle.load(f)) is mmagent.VideoGraph

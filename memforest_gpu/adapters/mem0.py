@@ -7,7 +7,7 @@
 What :func:`compress_mem0` does, in order:
 
 1. reads every memory of the scope with its vector from the vector store itself
-   (:mod:`.vectors`: Qdrant scroll, FAISS reconstruct);
+   (:mod:`.vectors`: Qdrant scroll, Chroma paged get, FAISS reconstruct);
 2. compresses them with MemForest. Tenants are Mem0 scopes: memories with different
    ``user_id`` / ``agent_id`` / ``run_id`` (or ``actor_id``) never merge. Merged text is
    embedded with Mem0's own embedder. Memories with an ``expiration_date`` and procedural
@@ -257,7 +257,7 @@ def _verify(memory, g: MergeGroup, vector: np.ndarray, payload: dict, k: int, ba
         raise RuntimeError(f"merged memory {g.new_id} is not stored as written; no original was deleted "
                            f"(restore with: memforest mem0 restore {backup})")
     vs = memory.vector_store
-    if provider_of(memory) == "qdrant":  # a filtered search, as Mem0 runs it
+    if provider_of(memory) in ("qdrant", "chroma"):  # a filtered search, as Mem0 runs it
         flt = {key: payload[key] for key in SCOPE_KEYS if payload.get(key)}
         found = g.new_id in {str(h.id) for h in vs.search(query=g.text, vectors=vector.tolist(), top_k=k, filters=flt)}
     else:  # Mem0's FAISS filters after a global top-2k, so check the flat index itself
