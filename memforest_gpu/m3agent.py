@@ -169,6 +169,22 @@ class _Writer(pickle._Pickler):  # the pure-Python pickler: its save_global can 
         self.write(pickle.STACK_GLOBAL)
         self.memoize(obj)
 
+    def save_list(self, obj):
+        """A vector (a list of Python floats) in one go: the opcodes the pickler would write
+        one float at a time (EMPTY_LIST, MARK, BINFLOAT x n, APPENDS per 1000)."""
+        if len(obj) < 16 or not all(type(x) is float for x in obj):
+            return super().save_list(obj)
+        self.write(pickle.EMPTY_LIST)
+        self.memoize(obj)
+        ops = np.empty((len(obj), 9), dtype=np.uint8)  # (n, 1 + 8): opcode, big-endian float64
+        ops[:, 0] = pickle.BINFLOAT[0]
+        ops[:, 1:] = np.asarray(obj, dtype=">f8").view(np.uint8).reshape(-1, 8)
+        raw = ops.tobytes()
+        for i in range(0, len(obj), self._BATCHSIZE):
+            self.write(pickle.MARK + raw[i * 9:(i + self._BATCHSIZE) * 9] + pickle.APPENDS)
+
+    dispatch = {**pickle._Pickler.dispatch, list: save_list}
+
 
 def save_video_graph(graph: VideoGraph, path: str | os.PathLike) -> None:
     """Write ``graph`` atomically as a pickle (protocol 4) that names M3-Agent's own
