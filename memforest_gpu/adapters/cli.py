@@ -104,7 +104,9 @@ def _mem0_compress(a) -> int:
               f"undo with: memforest mem0 restore {res.backup} --config {a.config}")
     else:
         print("nothing to merge: the store is unchanged")
+    print("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()))
     _write_report(a, {"scope": res.scope.filters or "all", "memories_in": res.n_in, "dry_run": res.dry_run,
+                      "seconds": res.seconds,
                       "backup": res.backup, "deleted": res.deleted, "left_alone": res.left_alone,
                       "merged": [g.__dict__ for g in res.groups],
                       "engine": res.report.to_dict() if res.report else None})
@@ -120,7 +122,7 @@ def _mem0_restore(a) -> int:
     finally:
         close_memory(memory)
     print(f"restored scope {r['scope'] or 'all'} from {a.backup}: {r['count']} memories; {r['restored']} put back, "
-          f"{r['rewritten']} rewritten, {r['unchanged']} unchanged, {r['removed']} removed")
+          f"{r['rewritten']} rewritten, {r['unchanged']} unchanged, {r['removed']} removed ({r['seconds']:.1f} s)")
     if "entities" in r:
         e = r["entities"]
         print(f"entities: {e['restored']} put back, {e['rewritten']} rewritten, {e['unchanged']} unchanged, "

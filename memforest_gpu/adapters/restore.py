@@ -1,6 +1,7 @@
 """Put a Mem0 scope back exactly as in a backup written by :func:`.mem0.compress_mem0`."""
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 
 import numpy as np
@@ -25,7 +26,9 @@ def restore_mem0(memory, backup) -> dict:
     entity store likewise. Payloads come back byte for byte (Chroma, which keeps no key
     order: key for key); vectors as stored (Qdrant renormalises cosine vectors on write:
     within ``VECTOR_ATOL``).
-    Returns counts: removed, restored, rewritten, unchanged (memories), entities."""
+    Returns counts: removed, restored, rewritten, unchanged (memories), entities; and the
+    wall time in ``seconds``."""
+    t0 = time.perf_counter()
     header, saved, saved_ents = read_backup(backup)
     provider = provider_of(memory)
     coll = memory.vector_store.collection_name
@@ -47,7 +50,7 @@ def restore_mem0(memory, backup) -> dict:
         ent = _put_back(memory, saved_ents, scope, es, lambda i: es.delete(vector_id=i), provider)
         ent.pop("missing")
         counts["entities"] = ent
-    return {**counts, "scope": scope, "count": len(saved)}
+    return {**counts, "scope": scope, "count": len(saved), "seconds": time.perf_counter() - t0}
 
 
 def _put_back(memory, saved: list[Point], scope: dict, store, delete, provider: str) -> dict:
