@@ -27,7 +27,7 @@ setup(
         "bench": ["matplotlib>=3.5"],
         "eval": ["matplotlib>=3.5"],
         "faiss": ["faiss-cpu>=1.7"],
-        "mem0": ["mem0ai>=2.2", "qdrant-client>=1.9", "pyyaml>=6"],
+        "mem0": ["mem0ai>=2.2", "qdrant-client>=1.9", "chromadb>=1.0", "pyyaml>=6"],
     },
     entry_points={"console_scripts": ["memforest=memforest_gpu.cli:main"]},
 )

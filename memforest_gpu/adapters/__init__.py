@@ -1,12 +1,13 @@
 """Adapters to real memory systems.
 
-- :mod:`.mem0`: compress a Mem0 store in place (Qdrant or FAISS vector store), with a
+- :mod:`.mem0`: compress a Mem0 store in place (Qdrant, Chroma or FAISS vector store), with a
   backup first (:mod:`.backup`) and a restore that puts the scope back exactly
   (:mod:`.restore`); :mod:`.mem0_client` opens Mem0, :mod:`.vectors` reads and writes
   its vector store natively.
 - :mod:`.cli`: ``memforest mem0 compress|restore`` and ``memforest graph compress``.
 
-Graph memories (M3-Agent style) live in :mod:`memforest_gpu.graph`. Nothing heavy is
+Graph memories live in :mod:`memforest_gpu.graph` (our JSONL / Parquet format) and
+:mod:`memforest_gpu.m3agent` (M3-Agent's own pickled ``VideoGraph``). Nothing heavy is
 imported with this package (the CLI stays quick); the names below load on first use.
 """
 __all__ = ["Scope", "load_memory", "close_memory", "compress_mem0", "restore_mem0", "format_plan",

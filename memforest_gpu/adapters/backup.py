@@ -25,9 +25,9 @@ BACKUP_KEY = b"memforest.mem0.backup"
 VERSION = 1
 
 
-def payload_json(payload: dict) -> str:
-    """The canonical text of a payload: JSON, key order kept, non-ASCII kept."""
-    return json.dumps(payload, ensure_ascii=False, allow_nan=False)
+def payload_json(payload: dict, *, sort_keys: bool = False) -> str:
+    """The canonical text of a payload: JSON, key order kept (or sorted), non-ASCII kept."""
+    return json.dumps(payload, ensure_ascii=False, allow_nan=False, sort_keys=sort_keys)
 
 
 def write_backup(path: str | os.PathLike, points: list[Point], *, provider: str, collection: str,

@@ -53,8 +53,11 @@ def add_parser(subparsers) -> None:
     gc.add_argument("input", help="the graph to compress (Parquet or JSONL)")
     gc.add_argument("output", help="the compressed graph to write (a new path; never the input)")
     gc.add_argument("--embedder", default="auto", help="auto | default | none | PATH (as in memforest compress)")
-    gc.add_argument("--format", default=None, help="input format: parquet | jsonl (default: from the suffix)")
-    gc.add_argument("--out-format", default=None, help="output format (default: from the suffix)")
+    gc.add_argument("--format", default=None,
+                    help="input format: parquet | jsonl | m3-agent (a pickled M3-Agent VideoGraph; default: from the "
+                         "suffix, .pkl / .pickle = m3-agent)")
+    gc.add_argument("--out-format", default=None,
+                    help="output format (default: from the suffix; an M3-Agent graph is written back as one)")
     _add_compress_options(gc)
 
 
@@ -108,7 +111,9 @@ def _mem0_compress(a) -> int:
               f"undo with: memforest mem0 restore {res.backup} --config {a.config}")
     else:
         print("nothing to merge: the store is unchanged")
+    print("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()))
     _write_report(a, {"scope": res.scope.filters or "all", "memories_in": res.n_in, "dry_run": res.dry_run,
+                      "seconds": res.seconds,
                       "backup": res.backup, "deleted": res.deleted, "left_alone": res.left_alone,
                       "merged": [g.__dict__ for g in res.groups],
                       "engine": res.report.to_dict() if res.report else None})
@@ -124,7 +129,7 @@ def _mem0_restore(a) -> int:
     finally:
         close_memory(memory)
     print(f"restored scope {r['scope'] or 'all'} from {a.backup}: {r['count']} memories; {r['restored']} put back, "
-          f"{r['rewritten']} rewritten, {r['unchanged']} unchanged, {r['removed']} removed")
+          f"{r['rewritten']} rewritten, {r['unchanged']} unchanged, {r['removed']} removed ({r['seconds']:.1f} s)")
     if "entities" in r:
         e = r["entities"]
         print(f"entities: {e['restored']} put back, {e['rewritten']} rewritten, {e['unchanged']} unchanged, "
@@ -140,8 +145,12 @@ def _graph_compress(a) -> int:
 
     from ..cli import check_embedder_flag
     from ..io import detect_format
+    from ..m3agent import is_m3_agent_path
     from ..outputs import check_output
 
+    if is_m3_agent_path(a.input, a.format):
+        check_output(a.output, inputs=[a.input], what="OUTPUT", needs_format=False)
+        return _m3_compress(a)
     cfg = _config(a)
     check_embedder_flag(a.embedder)
     detect_format(a.input, a.format, flag="--format")
@@ -168,6 +177,29 @@ def _graph_compress(a) -> int:
           f"{len(res.graph.entities)}")
     print(f"wrote {a.output}")
     _write_report(a, {**res.report.to_dict(), **res.info})
+    return 0
+
+
+def _m3_compress(a) -> int:
+    from ..api import resolve_embedder
+    from ..m3agent import compress_video_graph, is_m3_agent_path, load_video_graph, save_video_graph
+    from ..report import format_report
+
+    if a.out_format is not None and not is_m3_agent_path(a.output, a.out_format):
+        raise ValueError(f"an M3-Agent graph is written back as an M3-Agent pickle: --out-format must be m3-agent, "
+                         f"got {a.out_format!r}")
+    cfg, merger = _config(a), _merger(a)
+    g = load_video_graph(a.input)
+    emb = resolve_embedder(a.embedder, None, device=a.device)  # auto: the mean of the merged vectors
+    res = compress_video_graph(g, cfg, merger=merger, embedder=emb, device=a.device, progress=_progress(a))
+    save_video_graph(res.graph, a.output)
+    i = res.info
+    print(format_report(res.report))
+    print(f"M3-Agent graph: text nodes {i['text_in']} -> {i['text_out']} ({i['merged_nodes']} merged nodes), "
+          f"edges {i['edges_in']} -> {i['edges_out']} ({i['internal_edges']} between merged nodes dropped, the rest "
+          f"moved to the merged nodes with weights summed); face and voice nodes unchanged")
+    print(f"wrote {a.output}")
+    _write_report(a, {**res.report.to_dict(), **i})
     return 0
 
 

@@ -7,7 +7,7 @@
 What :func:`compress_mem0` does, in order:
 
 1. reads every memory of the scope with its vector from the vector store itself
-   (:mod:`.vectors`: Qdrant scroll, FAISS reconstruct);
+   (:mod:`.vectors`: Qdrant scroll, Chroma paged get, FAISS reconstruct);
 2. compresses them with MemForest. Tenants are Mem0 scopes: memories with different
    ``user_id`` / ``agent_id`` / ``run_id`` (or ``actor_id``) never merge. Merged text is
    embedded with Mem0's own embedder. Memories with an ``expiration_date`` and procedural
@@ -18,7 +18,8 @@ What :func:`compress_mem0` does, in order:
    history table records it) with ``metadata.merged_from`` = the original ids, the newest
    original's ``created_at``, the scope ids, the shared ``actor_id``/``role`` and the other
    metadata of its originals (newer wins);
-6. checks that every merged memory is stored and found by a vector search in its scope,
+6. checks that every merged memory is stored and found by a vector search in its scope
+   (the searches batched per scope),
    and links it to every entity of Mem0's entity store that one of its originals links to;
 7. only then deletes the memories they replace, through Mem0's API (history: DELETE; Mem0
    unlinks them from their entities, which keep the merged memory).
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable
@@ -114,6 +116,7 @@ class Mem0CompressResult:
     dry_run: bool = False
     previews: dict = field(default_factory=dict)  # memory id -> (created_at, text) of the scope's memories
     relinked: int = 0  # entities of Mem0's entity store linked to a merged memory
+    seconds: dict = field(default_factory=dict)  # wall time per step: read, compress, backup, add, verify, ...
 
 
 def default_backup_path(scope: Scope) -> str:
@@ -162,7 +165,9 @@ def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *,
     original is deleted (a failure there leaves every original in place).
     """
     provider = provider_of(memory)
+    clock = _Clock()
     points = read_points(memory, scope.filters)
+    clock("read")
     why = {p.id: _eligible(p) for p in points}
     left: dict[str, int] = {}
     for r in why.values():
@@ -170,12 +175,14 @@ def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *,
             left[r] = left.get(r, 0) + 1
     todo = [p for p in points if why[p.id] is None]
     previews = {p.id: (p.payload.get("created_at"), p.payload.get("data")) for p in todo}
-    result = Mem0CompressResult(scope, len(points), [], [], left, dry_run=dry_run, previews=previews)
+    result = Mem0CompressResult(scope, len(points), [], [], left, dry_run=dry_run, previews=previews,
+                                seconds=clock.seconds)
     if not todo:
         return result
     emb = Mem0Embedder(memory, device=device)
     store = _store_of(todo, emb.name)
     res = compress(store, config, merger=merger, embedder=emb, device=device, progress=progress)
+    clock("compress")
     result.report = res.report
     by_id = {p.id: p for p in todo}
     pos = {i: j for j, i in enumerate(store.ids)}
@@ -199,18 +206,36 @@ def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *,
     ents = read_points(memory, scope.filters, store=es) if es is not None else []
     write_backup(result.backup, points, provider=provider, collection=memory.vector_store.collection_name,
                  scope=scope.filters, entities=ents, entity_collection=es.collection_name if es is not None else None)
+    clock("backup")
     for g in result.groups:
         g.new_id = _add_merged(memory, g, [by_id[x] for x in g.members])
-    for g in result.groups:
-        _verify(memory, g, out_emb[id(g)], by_id[g.members[0]].payload, verify_k, result.backup)
+    clock("add")
+    _verify(memory, result.groups, [out_emb[id(g)] for g in result.groups],
+            [by_id[g.members[0]].payload for g in result.groups], verify_k, result.backup)
+    clock("verify")
     result.relinked = _relink(es, ents, result.groups)
+    clock("relink")
     if after_write is not None:
         after_write(result.groups)
     for g in result.groups:
         for x in g.members:
             memory.delete(x)
             result.deleted.append(x)
+    clock("delete")
     return result
+
+
+class _Clock:
+    """``clock(step)`` adds the wall time since the last call to ``seconds[step]``."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.t = time.perf_counter()
+
+    def __call__(self, step: str) -> None:
+        now = time.perf_counter()
+        self.seconds[step] = self.seconds.get(step, 0.0) + now - self.t
+        self.t = now
 
 
 def _add_merged(memory, g: MergeGroup, members: list[Point]) -> str:
@@ -251,22 +276,56 @@ def _relink(es, ents: list[Point], groups: list[MergeGroup]) -> int:
     return n
 
 
-def _verify(memory, g: MergeGroup, vector: np.ndarray, payload: dict, k: int, backup: str) -> None:
-    got = memory.get(g.new_id)
-    if got is None or got.get("memory") != g.text:
-        raise RuntimeError(f"merged memory {g.new_id} is not stored as written; no original was deleted "
-                           f"(restore with: memforest mem0 restore {backup})")
+def _verify(memory, groups: list[MergeGroup], vectors: list[np.ndarray], payloads: list[dict], k: int,
+            backup: str) -> None:
+    """Every merged memory is stored as written (Mem0's ``get``) and found by a vector search
+    for its own vector in its scope (top ``k``). The searches go to the store batched: one
+    request list per scope (Qdrant ``query_batch_points``, Chroma one ``query`` with many
+    vectors); FAISS, which Mem0 filters after a global top-2k, is checked in its flat index."""
+    for g in groups:
+        got = memory.get(g.new_id)
+        if got is None or got.get("memory") != g.text:
+            raise RuntimeError(f"merged memory {g.new_id} is not stored as written; no original was deleted "
+                               f"(restore with: memforest mem0 restore {backup})")
+    provider = provider_of(memory)
     vs = memory.vector_store
-    if provider_of(memory) == "qdrant":  # a filtered search, as Mem0 runs it
-        flt = {key: payload[key] for key in SCOPE_KEYS if payload.get(key)}
-        found = g.new_id in {str(h.id) for h in vs.search(query=g.text, vectors=vector.tolist(), top_k=k, filters=flt)}
-    else:  # Mem0's FAISS filters after a global top-2k, so check the flat index itself
-        pos = [i for i, x in vs.index_to_id.items() if x == g.new_id]
-        v = vs.index.reconstruct(int(pos[-1])) if pos else None
-        found = v is not None and float(np.dot(v, vector) / (np.linalg.norm(v) * np.linalg.norm(vector))) > 0.99
-    if not found:
-        raise RuntimeError(f"merged memory {g.new_id} is stored but not found by a search in its scope; no "
-                           f"original was deleted (restore with: memforest mem0 restore {backup})")
+    found: dict[str, bool] = {}
+    if provider in ("qdrant", "chroma"):
+        by_scope: dict[tuple, list[int]] = {}
+        for j, p in enumerate(payloads):
+            by_scope.setdefault(tuple((key, p[key]) for key in SCOPE_KEYS if p.get(key)), []).append(j)
+        for flt, js in by_scope.items():
+            for lo in range(0, len(js), 256):
+                chunk = js[lo:lo + 256]
+                hits = _search_batch(vs, provider, [vectors[j] for j in chunk], dict(flt), k)
+                for j, ids in zip(chunk, hits):
+                    found[groups[j].new_id] = groups[j].new_id in ids
+    else:
+        where = {x: i for i, x in vs.index_to_id.items()}  # the newest position of each id
+        for g, vec in zip(groups, vectors):
+            pos = where.get(g.new_id)
+            v = vs.index.reconstruct(int(pos)) if pos is not None else None
+            found[g.new_id] = v is not None and float(np.dot(v, vec) / (np.linalg.norm(v) * np.linalg.norm(vec))) > 0.99
+    missing = [g.new_id for g in groups if not found[g.new_id]]
+    if missing:
+        raise RuntimeError(f"merged memory {missing[0]} is stored but not found by a search in its scope "
+                           f"({len(missing)} such); no original was deleted (restore with: memforest mem0 restore "
+                           f"{backup})")
+
+
+def _search_batch(vs, provider: str, vectors: list[np.ndarray], filters: dict, k: int) -> list[set[str]]:
+    """The ids found by a filtered top-``k`` search for each vector, in one request: Mem0's
+    own ``search_batch`` for Qdrant, one ``query`` with many vectors for Chroma."""
+    if provider == "chroma":
+        from .vectors import chroma_where
+
+        n = min(k, vs.collection.count())
+        r = vs.collection.query(query_embeddings=[v.astype(np.float32) for v in vectors], n_results=max(n, 1),
+                                where=chroma_where(filters), include=[])
+        return [set(map(str, ids)) for ids in r["ids"]]
+    hits = vs.search_batch(queries=[""] * len(vectors), vectors_list=[v.tolist() for v in vectors], top_k=k,
+                           filters=filters)
+    return [{str(h.id) for h in row} for row in hits]
 
 
 # --------------------------------------------------------------------------- plan text

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import torch
 
-from .vectors import provider_of
+from .vectors import check_provider, provider_of
 
 __all__ = ["load_config", "load_memory", "close_memory", "entity_store", "Mem0Embedder"]
 
@@ -42,7 +42,10 @@ def load_memory(config: dict | str | os.PathLike):
     ``infer=False``); a config without an ``llm`` section gets a placeholder so that Mem0
     starts without an API key."""
     cfg = dict(load_config(config) if not isinstance(config, dict) else config)
+    vs = cfg.get("vector_store") or {}
+    check_provider(vs.get("provider", "qdrant") if isinstance(vs, dict) else vs)  # before Mem0 connects anywhere
     os.environ.setdefault("MEM0_TELEMETRY", "False")
+    os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")  # Chroma's own telemetry
     try:
         from mem0 import Memory
     except ImportError:
@@ -73,8 +76,11 @@ def entity_store(memory):
         return memory._entity_store
     vs = memory.vector_store
     name = f"{vs.collection_name}_entities"
-    if provider_of(memory) == "qdrant":
+    provider = provider_of(memory)
+    if provider == "qdrant":
         exists = vs.client.collection_exists(name)
+    elif provider == "chroma":
+        exists = name in {getattr(c, "name", c) for c in vs.client.list_collections()}
     else:
         exists = bool(vs.path) and os.path.exists(os.path.join(vs.path, f"{name}.faiss"))
     return memory.entity_store if exists else None

@@ -1,13 +1,14 @@
 """Put a Mem0 scope back exactly as in a backup written by :func:`.mem0.compress_mem0`."""
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 
 import numpy as np
 
-from .backup import payload_json, read_backup
+from .backup import read_backup
 from .mem0_client import entity_store
-from .vectors import Point, provider_of, read_points, write_points
+from .vectors import Point, payloads_equal, provider_of, read_points, write_points
 
 __all__ = ["restore_mem0", "VECTOR_ATOL"]
 
@@ -22,9 +23,12 @@ def restore_mem0(memory, backup) -> dict:
     backup are deleted (through Mem0, so its history records it), backed-up memories that
     are missing or changed are written back with their ids, vectors and payloads (a
     restored memory also gets an ADD in Mem0's history); the scope's entities in Mem0's
-    entity store likewise. Payloads come back byte for byte; vectors as stored (Qdrant
-    renormalises cosine vectors on write: within ``VECTOR_ATOL``).
-    Returns counts: removed, restored, rewritten, unchanged (memories), entities."""
+    entity store likewise. Payloads come back byte for byte (Chroma, which keeps no key
+    order: key for key); vectors as stored (Qdrant renormalises cosine vectors on write:
+    within ``VECTOR_ATOL``).
+    Returns counts: removed, restored, rewritten, unchanged (memories), entities; and the
+    wall time in ``seconds``."""
+    t0 = time.perf_counter()
     header, saved, saved_ents = read_backup(backup)
     provider = provider_of(memory)
     coll = memory.vector_store.collection_name
@@ -35,7 +39,7 @@ def restore_mem0(memory, backup) -> dict:
     es = entity_store(memory)
     if es is None and saved_ents:
         es = memory.entity_store  # the backup has entities: bring the entity store back
-    counts = _put_back(memory, saved, scope, None, memory.delete)
+    counts = _put_back(memory, saved, scope, None, memory.delete, provider)
     db = getattr(memory, "db", None)
     now = datetime.now(timezone.utc).isoformat()
     for p in counts.pop("missing"):  # Mem0's history: the memory is back (dated now, as Mem0 dates a DELETE)
@@ -43,13 +47,13 @@ def restore_mem0(memory, backup) -> dict:
             db.add_history(p.id, None, p.payload.get("data"), "ADD", created_at=p.payload.get("created_at"),
                            updated_at=now, actor_id=p.payload.get("actor_id"), role=p.payload.get("role"))
     if es is not None:
-        ent = _put_back(memory, saved_ents, scope, es, lambda i: es.delete(vector_id=i))
+        ent = _put_back(memory, saved_ents, scope, es, lambda i: es.delete(vector_id=i), provider)
         ent.pop("missing")
         counts["entities"] = ent
-    return {**counts, "scope": scope, "count": len(saved)}
+    return {**counts, "scope": scope, "count": len(saved), "seconds": time.perf_counter() - t0}
 
 
-def _put_back(memory, saved: list[Point], scope: dict, store, delete) -> dict:
+def _put_back(memory, saved: list[Point], scope: dict, store, delete, provider: str) -> dict:
     """Make the points of one collection in ``scope`` equal ``saved``: delete the extra
     ones, write the missing and changed ones, check the payloads."""
     cur = {p.id: p for p in read_points(memory, scope, store=store)}
@@ -62,14 +66,14 @@ def _put_back(memory, saved: list[Point], scope: dict, store, delete) -> dict:
         c = cur.get(p.id)
         if c is None:
             missing.append(p)
-        elif payload_json(c.payload) != payload_json(p.payload) or (c.sparse or None) != (p.sparse or None) \
+        elif not payloads_equal(c.payload, p.payload, provider) or (c.sparse or None) != (p.sparse or None) \
                 or not np.allclose(c.vector, p.vector, rtol=0, atol=VECTOR_ATOL):
             changed.append(p)
         else:
             same += 1
     write_points(memory, missing + changed, replace={p.id for p in changed}, store=store)
     after = {p.id: p for p in read_points(memory, scope, store=store)}
-    bad = [p.id for p in saved if p.id not in after or payload_json(after[p.id].payload) != payload_json(p.payload)]
+    bad = [p.id for p in saved if p.id not in after or not payloads_equal(after[p.id].payload, p.payload, provider)]
     if bad or len(after) != len(saved):
         raise RuntimeError(f"restore could not put the scope back: {len(bad)} points differ (first: {bad[:3]}), "
                            f"{len(after)} found, {len(saved)} in the backup")

@@ -2,9 +2,15 @@
 with its vector, write points back exactly (id, vector, payload). Mem0's own ``get_all``
 returns no vectors and pages badly, so reads go to the store itself.
 
-Supported: Qdrant (embedded ``path=`` or a server; ``scroll(with_vectors=True)`` paged)
-and FAISS (Mem0's docstore + ``reconstruct``). Writes that Mem0's API can do (add,
-delete) go through Mem0, so its history table records them; only restore writes here.
+Supported: Qdrant (embedded ``path=`` or a server; ``scroll(with_vectors=True)`` paged),
+Chroma (embedded persistent ``path=`` or a server; ``collection.get(include=embeddings)``
+paged by ``limit``/``offset``) and FAISS (Mem0's docstore + ``reconstruct``). Writes that
+Mem0's API can do (add, delete) go through Mem0, so its history table records them; only
+restore writes here.
+
+Chroma keeps no key order in a payload (each read may list the keys differently) and
+merges metadata on upsert, so a Chroma payload is compared by content
+(:func:`payloads_equal`) and a changed point is deleted and added again.
 """
 from __future__ import annotations
 
@@ -12,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Point", "STORES", "read_points", "write_points", "provider_of"]
+__all__ = ["Point", "STORES", "read_points", "write_points", "provider_of", "check_provider", "payloads_equal"]
 
-STORES = ("qdrant", "faiss")
+STORES = ("qdrant", "chroma", "faiss")
 
 
 @dataclass
@@ -28,12 +34,25 @@ class Point:
     sparse: dict | None = None
 
 
-def provider_of(memory) -> str:
-    p = memory.config.vector_store.provider
+def check_provider(p) -> str:
     if p not in STORES:
         raise ValueError(f"vector_store.provider must be one of {list(STORES)} for memforest's Mem0 adapter, "
                          f"got {p!r}")
     return p
+
+
+def provider_of(memory) -> str:
+    return check_provider(memory.config.vector_store.provider)
+
+
+def payloads_equal(a: dict, b: dict, provider: str) -> bool:
+    """Same payload: the same JSON text, key order included; for Chroma (which keeps no key
+    order) the same keys and values."""
+    from .backup import payload_json
+
+    if provider == "chroma":
+        return a == b and payload_json(a, sort_keys=True) == payload_json(b, sort_keys=True)
+    return payload_json(a) == payload_json(b)
 
 
 def _matches(payload: dict, filters: dict) -> bool:
@@ -45,8 +64,11 @@ def read_points(memory, filters: dict, *, store=None, page: int = 512) -> list[P
     the whole collection. ``store``: another Mem0 vector store of the same provider (the
     entity store); default the memories. Order: Qdrant's id order / FAISS insertion order."""
     vs = store if store is not None else memory.vector_store
-    if provider_of(memory) == "qdrant":
+    provider = provider_of(memory)
+    if provider == "qdrant":
         return _qdrant_read(vs, filters, page)
+    if provider == "chroma":
+        return _chroma_read(vs, filters, page)
     return _faiss_read(vs, filters)
 
 
@@ -56,8 +78,11 @@ def write_points(memory, points: list[Point], *, replace: set[str] = frozenset()
     if not points:
         return
     vs = store if store is not None else memory.vector_store
-    if provider_of(memory) == "qdrant":
+    provider = provider_of(memory)
+    if provider == "qdrant":
         _qdrant_write(vs, points)
+    elif provider == "chroma":
+        _chroma_write(vs, points, replace)
     else:
         _faiss_write(vs, points, replace)
 
@@ -102,6 +127,38 @@ def _qdrant_write(vs, points: list[Point]) -> None:
         structs.append(models.PointStruct(id=p.id, vector=vec, payload=p.payload))
     for i in range(0, len(structs), 256):
         vs.client.upsert(collection_name=vs.collection_name, points=structs[i:i + 256], wait=True)
+
+
+# --------------------------------------------------------------------------- chroma
+def chroma_where(filters: dict) -> dict | None:
+    """Chroma's ``where`` for key == value filters: one clause, or their ``$and``."""
+    clauses = [{k: {"$eq": v}} for k, v in filters.items()]
+    return None if not clauses else clauses[0] if len(clauses) == 1 else {"$and": clauses}
+
+
+def _chroma_read(vs, filters: dict, page: int) -> list[Point]:
+    out: list[Point] = []
+    where = chroma_where(filters)
+    while True:
+        r = vs.collection.get(where=where, limit=page, offset=len(out), include=["embeddings", "metadatas"])
+        ids = r["ids"]
+        emb = r["embeddings"]
+        for j, i in enumerate(ids):
+            if emb is None or emb[j] is None:
+                raise ValueError(f"memory {i!s} has no vector in collection {vs.collection_name!r}")
+            out.append(Point(str(i), np.asarray(emb[j], dtype=np.float32), dict(r["metadatas"][j] or {})))
+        if len(ids) < page:
+            return out
+
+
+def _chroma_write(vs, points: list[Point], replace: set[str]) -> None:
+    gone = [p.id for p in points if p.id in replace]
+    if gone:  # an upsert would merge the old metadata into the new
+        vs.collection.delete(ids=gone)
+    for i in range(0, len(points), 256):
+        chunk = points[i:i + 256]
+        vs.collection.add(ids=[p.id for p in chunk], embeddings=[p.vector.astype(np.float32) for p in chunk],
+                          metadatas=[dict(p.payload) for p in chunk])
 
 
 # --------------------------------------------------------------------------- faiss
