@@ -180,7 +180,8 @@ def main(argv=None) -> int:
         env = dict(env, CUDA_VISIBLE_DEVICES="")  # the rehearsal is the CPU path, GPU or not
     ok = fig.get("package") is not None
     append_record(records, step="setup", name="install", status="ok" if ok else "fail", rehearse=a.rehearse,
-                  summary=f"{fig['method']}: {fig.get('package') or _PROBE_ERROR[-1:]}", seconds=time.perf_counter() - t0,
+                  summary=f"{fig['method']}: {fig.get('package') or _PROBE_ERROR[-1:]}",
+                  seconds=time.perf_counter() - t0,
                   python=sys.version.split()[0], **fig)
     if not ok:
         print(summary_table(read_records(records)[start:]))

@@ -38,7 +38,8 @@ class Step:
 
 # in order of value; limits sum to about the 470 s budget (bench/gpu.py stops at the budget anyway)
 STEPS = [
-    Step("agreement", 110, 60, "CUDA agreement: pytest on CUDA, kernels CUDA vs CPU, Triton vs PyTorch, engine invariants"),
+    Step("agreement", 110, 60,
+         "CUDA agreement: pytest on CUDA, kernels CUDA vs CPU, Triton vs PyTorch, engine invariants"),
     Step("plan", 90, 40, "1M nodes d=384: partition + trees + first-round plan, host reads"),
     Step("kmeans", 40, 30, "k-means assignment TFLOP/s against the measured matmul ceiling"),
     Step("merge", 140, 60, "LLM merges/s and tokens/s (Qwen2.5 shapes, random weights) + MiniLM re-embedding"),
