@@ -93,3 +93,15 @@ def test_step_limits_fit_the_budget():
     assert [s.name for s in STEPS] == ["agreement", "plan", "kmeans", "merge", "retrieval", "optional"]
     assert SIZES["gpu"]["plan_n"] == SIZES["gpu"]["ret_n"] == 1_000_000 and SIZES["gpu"]["ret_q"] == 10_000
     assert SIZES["gpu"]["lm_batches"] == [64, 256, 1024]
+
+
+def test_environment_yml_is_the_gpu_environment():
+    yaml = pytest.importorskip("yaml")
+    env = yaml.safe_load(open(os.path.join(ROOT, "environment.yml")))
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    names = {d.split("=")[0].split(">")[0] for d in conda}
+    assert {"faiss-gpu", "cupy", "cuda-version"} <= names and "conda-forge" in env["channels"]
+    pins = dict(p.split("==") for p in pip if "==" in p)
+    assert {"torch", "vllm", "transformers", "sentence-transformers"} <= set(pins) and "-e ." in pip
+    assert not pins["torch"].startswith("2.13")  # the CPU pin belongs to the README's pip path
