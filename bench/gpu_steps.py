@@ -56,7 +56,7 @@ SIZES = {
                 ("gpu_marked", ["tests", "-m", "gpu"], 25)],
         agree_n=20000, agree_k=512, agree_d=384, agree_trees=(64, 48), agree_q=2000, agree_store=4000,
         plan_n=1_000_000, plan_dim=384, plan_tenants=8, plan_kmeans=("two-level", "exact"),
-        matmul=8192, assign_n=1_000_000, assign_k=50_000, assign_d=384, reps=3,
+        matmul=8192, assign_n=1_000_000, assign_k=50_000, assign_d=384, reps=2,
         lms=("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b"), lm_batches=[64, 256, 1024], out_tokens=64,
         bpe_vocab=16000, enc_batches=[64, 256, 1024],
         ret_n=1_000_000, ret_q=10_000, ret_dim=384, ret_tenants=(1, 64), k=10,
@@ -121,15 +121,20 @@ class Ctx:
 
 
 def fast_store(n: int, dim: int, *, tenants: int = 1, big_share: float = 0.5, seed: int = 0, device="cpu"):
-    """A memory-like store built with array ops (1M nodes in seconds): per tenant, embeddings
-    drift through topics over time (a topic lasts ~12 memories), timestamps an hour apart
-    on average. Same idea as :func:`memforest_gpu.synthetic.synthetic_store`, without its
-    per-node Python loop. Shape: -> MemoryStore, embeddings (n, dim)"""
+    """A memory-like store built with array ops on ``device`` (1M nodes in about a second on a
+    GPU): per tenant, embeddings drift through topics over time (a topic lasts ~12
+    memories), timestamps an hour apart on average. Same idea as
+    :func:`memforest_gpu.synthetic.synthetic_store`, without its per-node Python loop, and
+    built straight into :class:`MemoryStore`'s documented fields (unique ids, unit float32
+    rows, float64 times, one source per node) instead of through ``from_columns``, whose
+    per-value validation takes longer than the benchmark itself at this size.
+    Shape: -> MemoryStore, embeddings (n, dim)"""
     import numpy as np
     import torch
 
     from memforest_gpu.store import MemoryStore
 
+    dev = torch.device(device)
     rng = np.random.default_rng(seed)
     if tenants > 1:
         n_big = int(round(n * big_share))
@@ -138,21 +143,21 @@ def fast_store(n: int, dim: int, *, tenants: int = 1, big_share: float = 0.5, se
         sizes = np.concatenate([[n_big], sizes])
     else:
         sizes = np.array([n])
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=dev).manual_seed(seed)
     embs, ts, ten, ids = [], [], [], []
     for t, size in enumerate(sizes.tolist()):
         n_topics = max(1, size // 40)
-        centres = torch.randn(n_topics, dim, generator=g)
+        centres = torch.randn(n_topics, dim, generator=g, device=dev)
         seg = np.cumsum(rng.random(size) < 0.08)  # a new topic segment starts with probability 0.08
-        topic = torch.from_numpy(rng.integers(0, n_topics, seg[-1] + 1)[seg])
-        embs.append(centres[topic] + 0.35 * torch.randn(size, dim, generator=g))
+        topic = torch.from_numpy(rng.integers(0, n_topics, seg[-1] + 1)[seg]).to(dev)
+        embs.append(centres[topic] + 0.35 * torch.randn(size, dim, generator=g, device=dev))  # (size, dim)
         ts.append(1.6e9 + np.cumsum(rng.exponential(3600.0, size)))
         ten += [f"tenant-{t}"] * size
         ids += [f"t{t}-{i}" for i in range(size)]
-    texts = [f"Memory {i} of {t}." for i, t in zip(ids, ten)]
-    emb = torch.cat(embs)
-    return MemoryStore.from_columns(ids=ids, texts=texts, timestamps=np.concatenate(ts), embeddings=emb,
-                                    tenants=ten, device=device)
+    emb = torch.nn.functional.normalize(torch.cat(embs), dim=1)  # (n, dim)
+    return MemoryStore(ids=ids, texts=[f"Memory {i} of {t}." for i, t in zip(ids, ten)], embeddings=emb,
+                       timestamps=torch.from_numpy(np.concatenate(ts)).to(dev, torch.float64), tenants=ten,
+                       sources=[[i] for i in ids], metadata=[{} for _ in ids])
 
 
 # --------------------------------------------------------------------------- 1. agreement
@@ -424,8 +429,9 @@ def step_kmeans(ctx: Ctx) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     n, K, D = s["assign_n"], s["assign_k"], s["assign_d"]
     g = torch.Generator().manual_seed(0)
-    X = torch.nn.functional.normalize(torch.randn(1, n, D, generator=g), dim=-1).to(ctx.dev)
-    C = X[:, torch.randperm(n, generator=g)[:K].to(ctx.dev)].clone()
+    gd = torch.Generator(device=ctx.dev).manual_seed(0)
+    X = torch.nn.functional.normalize(torch.randn(1, n, D, generator=gd, device=ctx.dev), dim=-1)  # (1, n, D)
+    C = X[:, torch.randperm(n, generator=g)[:K].to(ctx.dev)].clone()  # (1, K, D)
     cv = torch.ones(1, K, dtype=torch.bool, device=ctx.dev)
     flops = 2.0 * n * K * D
     ref_index = None
@@ -445,7 +451,7 @@ def step_kmeans(ctx: Ctx) -> None:
             agree = _frac_equal(idx, ref_index)
         ctx.emit(name=f"assign_{backend}", summary=f"{tflops:.3g} TFLOP/s = {tflops / ceiling['tf32']:.1%} of TF32, "
                  f"{tflops / ceiling['bf16']:.1%} of bf16, {tflops / ceiling['fp32']:.1%} of fp32 matmul "
-                 f"({sec:.3f} s)", n=n, k=K, d=D, backend=backend, seconds=sec, tflops=tflops,
+                 f"({sec:.3g} s)", n=n, k=K, d=D, backend=backend, seconds=sec, tflops=tflops,
                  frac_of_tf32=tflops / ceiling["tf32"], frac_of_bf16=tflops / ceiling["bf16"],
                  frac_of_fp32=tflops / ceiling["fp32"], labels_equal_to_torch_fp32=agree,
                  triton_fallbacks=fallback_reasons())
@@ -478,8 +484,9 @@ def _queries(store, Q: int, seed: int = 0):
 
     g = torch.Generator().manual_seed(seed)
     rows = torch.randint(0, len(store), (Q,), generator=g)
-    e = store.embeddings.cpu()[rows] + 0.3 * torch.randn(Q, store.dim, generator=g) / store.dim ** 0.5
-    return torch.nn.functional.normalize(e, dim=1).to(store.device), [store.tenants[i] for i in rows.tolist()]
+    noise = 0.3 * torch.randn(Q, store.dim, generator=g) / store.dim ** 0.5
+    e = store.embeddings[rows.to(store.device)] + noise.to(store.device)  # (Q, D) noisy copies of stored rows
+    return torch.nn.functional.normalize(e, dim=1), [store.tenants[i] for i in rows.tolist()]
 
 
 def step_retrieval(ctx: Ctx) -> None:
