@@ -185,7 +185,7 @@ def real_merger():
 @needs_vllm
 def test_vllm_real_model_raw_output_reaches_the_validator(real_merger, monkeypatch):
     """A trivially mergeable pair: the model's raw reply must be non-empty and the assistant's
-    turn only (no chat-template tokens, no role header, no echoed prompt), and exactly that
+    turn only (no chat-template tokens, no role header), and exactly that
     reply, cleaned, is what the validator judges. A broken template or decode fails here even
     though the fallback would keep the merge lossless."""
     pair = MergePair(MemoryItem("x1", "Bob has two dogs named Rex and Max.", T0),
