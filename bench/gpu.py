@@ -51,6 +51,32 @@ def plan(store, config, device):
 
 
 PROBE = "import memforest_gpu, memforest_gpu.kernels; print(memforest_gpu.__file__)"
+VERSIONS = """
+import importlib.metadata as md, json, shutil, subprocess, torch
+v = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": None, "driver": None}
+for p in ("triton", "transformers", "faiss-gpu", "faiss-cpu", "vllm", "cupy", "numpy"):
+    try:
+        v[p] = md.version(p)
+    except md.PackageNotFoundError:
+        v[p] = None
+if torch.cuda.is_available():
+    v["gpu"] = torch.cuda.get_device_name(0)
+    v["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
+if shutil.which("nvidia-smi"):
+    r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                       text=True, timeout=30)
+    v["driver"] = r.stdout.strip() or None
+print(json.dumps(v))
+"""
+
+
+def versions(env: dict) -> dict:
+    """torch, CUDA, GPU, driver and the optional packages as a fresh interpreter sees them."""
+    import json
+
+    r = subprocess.run([sys.executable, "-c", VERSIONS], env=env, cwd=HERE, capture_output=True, text=True,
+                       timeout=120)
+    return json.loads(r.stdout) if r.returncode == 0 else {"versions_error": r.stderr.strip()[-300:]}
 INSTALLS = ("auto", "installed", "pip", "path")
 
 
@@ -179,10 +205,12 @@ def main(argv=None) -> int:
     if a.rehearse:
         env = dict(env, CUDA_VISIBLE_DEVICES="")  # the rehearsal is the CPU path, GPU or not
     ok = fig.get("package") is not None
+    ver = versions(env)
     append_record(records, step="setup", name="install", status="ok" if ok else "fail", rehearse=a.rehearse,
-                  summary=f"{fig['method']}: {fig.get('package') or _PROBE_ERROR[-1:]}",
-                  seconds=time.perf_counter() - t0,
-                  python=sys.version.split()[0], **fig)
+                  summary=f"{fig['method']}: {fig.get('package') or _PROBE_ERROR[-1:]}; torch {ver.get('torch')}, "
+                          f"CUDA {ver.get('cuda')}, {ver.get('gpu') or 'no GPU'}",
+                  device=ver.get("gpu") or "cpu", seconds=time.perf_counter() - t0,
+                  python=sys.version.split()[0], versions=ver, **fig)
     if not ok:
         print(summary_table(read_records(records)[start:]))
         return 1
