@@ -133,6 +133,21 @@ def test_engine_arguments_alone_and_under_torchrun():
         engine_kwargs(**base, env=env, device_count=1)  # each rank pinned to one GPU
 
 
+def test_under_torchrun_the_engine_gets_the_external_launcher(monkeypatch):
+    mod, log = _fake_vllm(_good)
+    monkeypatch.setitem(sys.modules, "vllm", mod)
+    for k, v in {"LOCAL_RANK": "1", "RANK": "1", "WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "unset")  # recorded, so the test leaves it as it was
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    m = get_merger("vllm", model="/models/x", gpu_memory_utilization=0.4)
+    m.merge(PAIRS[:1])
+    kw = log["llm_kwargs"]
+    assert kw["distributed_executor_backend"] == "external_launcher" and kw["data_parallel_size"] == 2
+    assert kw["seed"] == 0 and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+
+
 def test_memory_share_is_computed_at_load_not_construction(monkeypatch):
     mod, log = _fake_vllm(_good)
     monkeypatch.setitem(sys.modules, "vllm", mod)

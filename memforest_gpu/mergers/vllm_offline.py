@@ -27,8 +27,10 @@ Choices that depend on vLLM's documented behaviour:
   executor"; examples/offline_inference/torchrun_example.py and torchrun_dp_example.py):
   ranks in groups of ``tensor_parallel_size`` form one engine, the groups are vLLM
   data-parallel replicas that each generate their own rank's prompts, all with the same
-  ``seed``. That executor puts a rank on ``cuda:LOCAL_RANK``, so every GPU of the node must
-  stay visible to every rank. See :func:`engine_kwargs`.
+  ``seed``. That executor reads ``RANK`` and ``LOCAL_RANK`` from the environment (``env://``),
+  puts the rank's worker on ``cuda:LOCAL_RANK`` (so every GPU of the node must stay visible
+  to every rank) and requires ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, which :meth:`~VLLMMerger.load`
+  sets. See :func:`engine_kwargs`.
 - ``model`` is a model directory or hub name in safetensors form: GGUF loading left vLLM's
   core for the ``vllm-gguf-plugin`` package (vllm-project/vllm#39612, vLLM 0.24).
 """
@@ -165,6 +167,10 @@ class VLLMMerger(LLMMerger):
         self.kwargs_ = engine_kwargs(dtype=self.dtype, tensor_parallel_size=self.tensor_parallel_size,
                                      gpu_memory_utilization=util, seed=self.seed, max_model_len=self.max_model_len,
                                      engine_options=self.engine_options)
+        if self.kwargs_.get("distributed_executor_backend") == "external_launcher":
+            # ExecutorWithExternalLauncher asserts this ("To get deterministic execution, please set
+            # VLLM_ENABLE_V1_MULTIPROCESSING=0"): the engine must run in this rank's process
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         self.llm_ = vllm.LLM(model=self.model, **self.kwargs_)
         self.sampling_ = vllm.SamplingParams(temperature=0.0, max_tokens=self.max_tokens, seed=self.seed)
 
