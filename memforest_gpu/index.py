@@ -20,11 +20,12 @@ lists over a few hundred vectors cost more than they save.
 On the GPU (choices that follow faiss's documentation):
 
 - one ``StandardGpuResources`` per device for the whole process, shared by every tenant's
-  index (:func:`gpu_resources`): each such object reserves its own scratch memory (by
-  default a share of the device's memory, up to 1.5 GiB), and "a single GPU resource
-  object can be used by multiple indices, as long as they are not issuing concurrent
-  queries" (faiss wiki, Running on GPUs). Searches through a shared object are therefore
-  serialised by a per-device lock.
+  index (:func:`gpu_resources`): each such object reserves its own scratch memory (faiss
+  ``StandardGpuResources.cpp``, ``getDefaultTempMemForGPU``: 512 MiB on GPUs of <= 4 GiB,
+  1 GiB up to 8 GiB, 1.5 GiB above) and 256 MiB of pinned host memory, and "a single GPU
+  resource object can be used by multiple indices, as long as they are not issuing
+  concurrent queries" (faiss wiki, Running on GPUs). Searches through a shared object are
+  therefore serialised by a per-device lock.
 - queries go to ``index.search`` as torch tensors (``faiss.contrib.torch_utils``: "pytorch
   Tensors (CPU or GPU) ... as arguments to Faiss indexes", on PyTorch's current stream):
   a GPU index given device pointers on its own GPU makes no copies (faiss wiki, Faiss on
