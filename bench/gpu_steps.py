@@ -61,7 +61,7 @@ SIZES = {
         ret_n=1_000_000, ret_q=10_000, ret_dim=384, ret_tenants=(1, 64), k=10,
         faiss_n=1_000_000, faiss_q=10_000),
     "rehearse": dict(
-        pytest=[("triton", ["tests/test_triton_kernels.py", "-k", "all_invalid or module_level or switched_off"],
+        pytest=[("triton", ["tests/test_triton_*.py", "-k", "all_invalid or module_level or switched_off"],
                  40)],
         agree_n=600, agree_k=24, agree_d=16, agree_trees=(4, 12), agree_q=50, agree_store=300,
         plan_n=3000, plan_dim=32, plan_tenants=3, plan_kmeans=("two-level", "exact"),
