@@ -42,7 +42,8 @@ TINY_ENCODER = dict(vocab_size=4096, hidden_size=32, num_hidden_layers=2, num_at
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 NOTE = ("random weights: merged texts are meaningless, the throughput is real; prompts are the real merge prompts, "
-        "tokenised by a byte-level BPE trained on them (not the model's own tokenizer); one attempt per batch "
+        "tokenised by a byte-level BPE trained on them (not the model's own tokenizer), so generated ids past the "
+        "BPE's vocabulary decode to nothing (nonempty_texts is not a quality figure); one attempt per batch "
         "(render, tokenise, generate, decode), no validation or retry")
 
 
