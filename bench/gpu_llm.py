@@ -11,7 +11,6 @@ prompt length in tokens.
 """
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 

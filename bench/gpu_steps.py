@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+from gpu_agree import step_agreement  # noqa: E402
+from gpu_ctx import Ctx, fast_store, frac_equal, noisy_queries  # noqa: E402
 from gpu_record import RECORDS, append_record  # noqa: E402
 
 
@@ -72,307 +71,6 @@ SIZES = {
 }
 
 
-# --------------------------------------------------------------------------- shared bits
-class Ctx:
-    """What a step needs: sizes, the device, and ``emit`` (one record, written at once)."""
-
-    def __init__(self, step: str, out: str, rehearse: bool):
-        import torch
-
-        self.step, self.out, self.rehearse = step, out, rehearse
-        self.size = SIZES["rehearse" if rehearse else "gpu"]
-        self.dev = torch.device("cpu" if rehearse else "cuda")
-        self.device_name = "cpu" if rehearse else torch.cuda.get_device_name(0)
-        self.deadline = time.perf_counter() + float(os.environ.get("MEMFOREST_STEP_LIMIT", "600"))
-        self.emit = partial(append_record, os.path.join(out, RECORDS), step=step, device=self.device_name,
-                            rehearse=rehearse)
-
-    def left(self) -> float:
-        return self.deadline - time.perf_counter()
-
-    def sync(self):
-        import torch
-
-        if self.dev.type == "cuda":
-            torch.cuda.synchronize()
-
-    def timed(self, fn, reps: int = 1):
-        """Best wall time of ``reps`` calls (synchronised) and the last result."""
-        best, out = float("inf"), None
-        for _ in range(reps):
-            self.sync()
-            t = time.perf_counter()
-            out = fn()
-            self.sync()
-            best = min(best, time.perf_counter() - t)
-        return best, out
-
-    def peak_mb(self):
-        import torch
-
-        return torch.cuda.max_memory_allocated() / 2 ** 20 if self.dev.type == "cuda" else None
-
-    def reset_peak(self):
-        import torch
-
-        if self.dev.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-
-
-def fast_store(n: int, dim: int, *, tenants: int = 1, big_share: float = 0.5, seed: int = 0, device="cpu"):
-    """A memory-like store built with array ops on ``device`` (1M nodes in about a second on a
-    GPU): per tenant, embeddings drift through topics over time (a topic lasts ~12
-    memories), timestamps an hour apart on average. Same idea as
-    :func:`memforest_gpu.synthetic.synthetic_store`, without its per-node Python loop, and
-    built straight into :class:`MemoryStore`'s documented fields (unique ids, unit float32
-    rows, float64 times, one source per node) instead of through ``from_columns``, whose
-    per-value validation takes longer than the benchmark itself at this size.
-    Shape: -> MemoryStore, embeddings (n, dim)"""
-    import numpy as np
-    import torch
-
-    from memforest_gpu.store import MemoryStore
-
-    dev = torch.device(device)
-    rng = np.random.default_rng(seed)
-    if tenants > 1:
-        n_big = int(round(n * big_share))
-        sizes = np.full(tenants - 1, (n - n_big) // (tenants - 1))
-        sizes[: (n - n_big) - sizes.sum()] += 1
-        sizes = np.concatenate([[n_big], sizes])
-    else:
-        sizes = np.array([n])
-    g = torch.Generator(device=dev).manual_seed(seed)
-    embs, ts, ten, ids = [], [], [], []
-    for t, size in enumerate(sizes.tolist()):
-        n_topics = max(1, size // 40)
-        centres = torch.randn(n_topics, dim, generator=g, device=dev)
-        seg = np.cumsum(rng.random(size) < 0.08)  # a new topic segment starts with probability 0.08
-        topic = torch.from_numpy(rng.integers(0, n_topics, seg[-1] + 1)[seg]).to(dev)
-        embs.append(centres[topic] + 0.35 * torch.randn(size, dim, generator=g, device=dev))  # (size, dim)
-        ts.append(1.6e9 + np.cumsum(rng.exponential(3600.0, size)))
-        ten += [f"tenant-{t}"] * size
-        ids += [f"t{t}-{i}" for i in range(size)]
-    emb = torch.nn.functional.normalize(torch.cat(embs), dim=1)  # (n, dim)
-    return MemoryStore(ids=ids, texts=[f"Memory {i} of {t}." for i, t in zip(ids, ten)], embeddings=emb,
-                       timestamps=torch.from_numpy(np.concatenate(ts)).to(dev, torch.float64), tenants=ten,
-                       sources=[[i] for i in ids], metadata=[{} for _ in ids])
-
-
-# --------------------------------------------------------------------------- 1. agreement
-def _pytest(ctx: Ctx, name: str, args: list[str], cap: float) -> None:
-    limit = min(cap, ctx.left() - 25)  # leave time for the in-process checks
-    if limit < 5:
-        ctx.emit(name=f"pytest_{name}", status="skipped", summary="no time left in the step")
-        return
-    import glob
-
-    args = [x for a in args for x in (sorted(glob.glob(os.path.join(ROOT, a))) if "*" in a else [a])]
-    with tempfile.TemporaryDirectory() as d:
-        xml = os.path.join(d, "junit.xml")
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *args]
-        t0 = time.perf_counter()
-        try:
-            r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=limit)
-        except subprocess.TimeoutExpired as e:
-            tail = (e.stdout or b"")[-800:]
-            ctx.emit(name=f"pytest_{name}", status="timeout", summary=f"pytest killed at {limit:.0f} s",
-                     args=args, output_tail=tail.decode() if isinstance(tail, bytes) else tail)
-            return
-        sec = time.perf_counter() - t0
-        counts, failed = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}, []
-        if os.path.exists(xml):
-            root = ET.parse(xml).getroot()
-            for suite in root.iter("testsuite"):
-                for k in counts:
-                    counts[k] += int(suite.get(k, 0))
-            for case in root.iter("testcase"):
-                if case.find("failure") is not None or case.find("error") is not None:
-                    failed.append(f"{case.get('classname')}::{case.get('name')}")
-    passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    ok = r.returncode in (0, 5) and not failed  # 5: nothing collected (e.g. no gpu-marked test runs)
-    ctx.emit(name=f"pytest_{name}", status="ok" if ok else "fail",
-             summary=f"{passed} passed, {len(failed)} failed, {counts['skipped']} skipped in {sec:.0f} s",
-             args=args, passed=passed, failed=failed[:30], skipped=counts["skipped"], rc=r.returncode, seconds=sec,
-             output_tail=r.stdout[-600:] if not ok else "")
-
-
-def _agree(ctx: Ctx, name: str, fn: Callable[[], dict]) -> None:
-    t0 = time.perf_counter()
-    try:
-        fig = fn()
-    except Exception as e:  # noqa: BLE001 - one failed check must not hide the others
-        ctx.emit(name=name, status="error", summary=f"{type(e).__name__}: {e}"[:200])
-        return
-    ok = fig.pop("ok")
-    ctx.emit(name=name, status="ok" if ok else "fail", seconds=time.perf_counter() - t0, **fig)
-
-
-def _frac_equal(a, b) -> float:
-    return float((a.cpu() == b.cpu()).float().mean()) if a.numel() else 1.0
-
-
-def check_best_match(ctx: Ctx) -> dict:
-    """The PyTorch assignment on the device against the same code on the CPU, same inputs."""
-    import torch
-
-    from memforest_gpu.kernels import best_match
-
-    s = ctx.size
-    g = torch.Generator().manual_seed(1)
-    X = torch.nn.functional.normalize(torch.randn(1, s["agree_n"], s["agree_d"], generator=g), dim=-1)
-    C = X[:, torch.randperm(s["agree_n"], generator=g)[: s["agree_k"]]]
-    cv = torch.ones(1, s["agree_k"], dtype=torch.bool)
-    v_ref, i_ref = best_match(X, C, cv, backend="torch")
-    v, i = best_match(X.to(ctx.dev), C.to(ctx.dev), cv.to(ctx.dev), backend="torch")
-    frac = _frac_equal(i, i_ref)
-    diff = float((v.cpu() - v_ref).abs().max())
-    return dict(ok=frac >= 0.9999 and diff <= 1e-4, index_agreement=frac, max_abs_score_diff=diff,
-                summary=f"device vs cpu: {frac:.6f} of labels equal, max |score diff| {diff:.1e}",
-                rule="labels equal for >= 99.99% of points (a near-tie may flip), scores within 1e-4",
-                n=s["agree_n"], k=s["agree_k"], d=s["agree_d"])
-
-
-def check_triton(ctx: Ctx) -> dict:
-    """The Triton kernel against the explicit PyTorch path on the same device and inputs."""
-    import torch
-
-    from memforest_gpu.kernels import best_match
-    from memforest_gpu.kernels.triton_assign import unavailable_reason
-
-    why = unavailable_reason(ctx.dev)
-    if why is not None:
-        return dict(ok=False, summary=f"kernel cannot run: {why}", reason=why)
-    s = ctx.size
-    g = torch.Generator().manual_seed(2)
-    X = torch.nn.functional.normalize(torch.randn(3, s["agree_n"] // 3, s["agree_d"], generator=g), dim=-1)
-    C = torch.randn(3, s["agree_k"], s["agree_d"], generator=g)
-    C[:, 5] = C[:, 1]  # duplicate centres: the lower index must win on both paths
-    cv = torch.rand(3, s["agree_k"], generator=g) > 0.1
-    cv[:, 1] = True
-    X, C, cv = X.to(ctx.dev), C.to(ctx.dev), cv.to(ctx.dev)
-    out = {}
-    for mode in ("l2", "dot"):
-        v_ref, i_ref = best_match(X, C, cv, mode=mode, backend="torch")
-        v, i = best_match(X, C, cv, mode=mode, backend="triton")
-        out[mode] = (_frac_equal(i, i_ref), float((v - v_ref).abs().max()))
-    ok = all(f == 1.0 and d <= 1e-4 for f, d in out.values())
-    return dict(ok=ok, agreement={m: f for m, (f, _) in out.items()},
-                max_abs_score_diff={m: d for m, (_, d) in out.items()},
-                summary=" ".join(f"{m}: {f:.6f} equal, |diff| {d:.1e};" for m, (f, d) in out.items()),
-                rule="labels exactly equal, scores within 1e-4 (both fp32, tie rule: lowest index within TIE_EPS)")
-
-
-def check_kmeans(ctx: Ctx) -> dict:
-    """Batched k-means on the device against the CPU, same inputs and seeds."""
-    import torch
-
-    from memforest_gpu.kernels import kmeans
-
-    s = ctx.size
-    g = torch.Generator().manual_seed(3)
-    T, n, d = 4, s["agree_n"] // 4, s["agree_d"]
-    centres = torch.randn(T, 16, d, generator=g)
-    X = torch.nn.functional.normalize(centres[:, torch.randint(0, 16, (n,), generator=g)]
-                                      + 0.3 * torch.randn(T, n, d, generator=g), dim=-1)
-    valid = torch.ones(T, n, dtype=torch.bool)
-    valid[1, n // 2:] = False
-    k = torch.tensor([16, 8, 16, 3])
-
-    def inertia(X, labels, C):
-        return float(((X - C.gather(1, labels.clamp(min=0)[..., None].expand_as(X))) ** 2).sum(-1)[valid].sum())
-
-    lab_ref, C_ref, _, it_ref = kmeans(X, valid, k, seed=0)
-    lab, C, _, it = kmeans(X.to(ctx.dev), valid.to(ctx.dev), k.to(ctx.dev), seed=0)
-    lab, C = lab.cpu(), C.cpu()
-    frac = float((lab == lab_ref)[valid].float().mean())
-    j_ref, j = inertia(X, lab_ref, C_ref), inertia(X, lab, C)
-    rel = abs(j - j_ref) / max(j_ref, 1e-12)
-    return dict(ok=frac == 1.0 or rel <= 1e-3, label_agreement=frac, inertia_rel_diff=rel,
-                iterations=[int(it_ref), int(it)],
-                summary=f"device vs cpu: {frac:.4f} labels equal, inertia rel. diff {rel:.1e}",
-                rule="labels equal, or inertia within 1e-3 relative (a float near-tie may move one point, "
-                     "and Lloyd then diverges legitimately)")
-
-
-def check_trees(ctx: Ctx) -> dict:
-    """Batched maximum spanning trees on the device against the CPU (distinct weights: one tree)."""
-    import torch
-
-    from memforest_gpu.kernels import spanning_forest
-
-    B, m = ctx.size["agree_trees"]
-    g = torch.Generator().manual_seed(4)
-    W = torch.rand(B, m, m, generator=g, dtype=torch.float64).float()
-    W = (W + W.transpose(1, 2)) / 2  # exactly symmetric
-    active = torch.rand(B, m, generator=g) > 0.1
-    ref = spanning_forest(W, active)
-    got = [t.cpu() for t in spanning_forest(W.to(ctx.dev), active.to(ctx.dev))]
-    same = all(torch.equal(a, b) for a, b in zip((ref[0], ref[1], ref[3]), (got[0], got[1], got[3])))
-    return dict(ok=same, edges_equal=same, trees=B, m=m,
-                summary=f"{B} trees of {m}: edges {'identical' if same else 'DIFFER'} on device and cpu",
-                rule="edge lists exactly equal (distinct weights)")
-
-
-def check_retrieval(ctx: Ctx) -> dict:
-    """Top-k and AGPR on the device against the CPU, same store and queries."""
-    import torch
-
-    from memforest_gpu import RetrievalConfig, Retriever
-
-    s = ctx.size
-    store = fast_store(s["agree_store"] * 3, 32, tenants=3, seed=5)
-    g = torch.Generator().manual_seed(6)
-    rows = torch.randint(0, len(store), (s["agree_q"],), generator=g)
-    q = torch.nn.functional.normalize(store.embeddings[rows] + 0.2 * torch.randn(len(rows), 32, generator=g), dim=1)
-    tens = [store.tenants[i] for i in rows.tolist()]
-    out = {}
-    for agpr in (False, True):
-        cfg = RetrievalConfig(k=10, agpr=agpr)
-        a = Retriever(store).search(q, tenants=tens, config=cfg)
-        b = Retriever(store.to(ctx.dev)).search(q.to(ctx.dev), tenants=tens, config=cfg)
-        out["agpr" if agpr else "topk"] = (_frac_equal(a.index, b.index),
-                                           float((a.score - b.score.cpu()).nan_to_num(0, 0, 0).abs().max()))
-    ok = all(f >= 0.999 and d <= 1e-4 for f, d in out.values())
-    return dict(ok=ok, agreement={k: f for k, (f, _) in out.items()},
-                summary=" ".join(f"{k}: {f:.4f} equal |diff| {d:.1e};" for k, (f, d) in out.items()),
-                rule="hits equal for >= 99.9% (a near-tie of similarities may swap two), scores within 1e-4")
-
-
-def check_engine(ctx: Ctx) -> dict:
-    """compress() on the device: SPEC's invariants, and how much of the plan equals the CPU run."""
-    from memforest_gpu import CompressConfig, MergeConfig, compress
-    from memforest_gpu.quota import removal_target
-    from memforest_gpu.synthetic import synthetic_store
-
-    store = synthetic_store(ctx.size["agree_store"], tenants=3, dim=32, seed=7)
-    cfg = CompressConfig(merge=MergeConfig(ratio=0.5, schedule="matching"))
-    res = compress(store, cfg, device=ctx.dev)
-    ref = compress(store, cfg, device="cpu")
-    srcs = sorted(s for src in res.store.sources for s in src)
-    every_once = srcs == sorted(store.ids)
-    per_tenant = {t: store.tenants.count(t) for t in store.tenant_names()}
-    out_tenant = {t: res.store.tenants.count(t) for t in per_tenant}
-    exact_removal = all(per_tenant[t] - out_tenant[t] == removal_target(per_tenant[t], 0.5) for t in per_tenant)
-    same = [frozenset(x) for x in res.store.sources] == [frozenset(x) for x in ref.store.sources]
-    return dict(ok=every_once and exact_removal, every_original_once=every_once, exact_removal=exact_removal,
-                same_output_as_cpu=same, nodes_in=len(store), nodes_out=len(res.store),
-                summary=f"invariants {'hold' if every_once and exact_removal else 'BROKEN'}; "
-                        f"output {'identical to' if same else 'differs from'} the cpu run",
-                rule="every original id in exactly one output node; each tenant loses round(ratio * N_t); "
-                     "equality with the cpu run is reported, not required (float near-ties)")
-
-
-def step_agreement(ctx: Ctx) -> None:
-    for name, args, cap in ctx.size["pytest"]:
-        _pytest(ctx, name, args, cap)
-    for name, fn in (("best_match_device_vs_cpu", check_best_match), ("triton_vs_torch", check_triton),
-                     ("kmeans_device_vs_cpu", check_kmeans), ("trees_device_vs_cpu", check_trees),
-                     ("retrieval_device_vs_cpu", check_retrieval), ("engine_invariants", check_engine)):
-        _agree(ctx, name, partial(fn, ctx))
-
-
-# --------------------------------------------------------------------------- 2. plan at 1M
 def step_plan(ctx: Ctx) -> None:
     from gpu import plan
 
@@ -407,7 +105,6 @@ def step_plan(ctx: Ctx) -> None:
                  store_build_s=build_s, triton_fallbacks=fallback_reasons())
 
 
-# --------------------------------------------------------------------------- 3. k-means throughput
 def step_kmeans(ctx: Ctx) -> None:
     import torch
 
@@ -427,7 +124,6 @@ def step_kmeans(ctx: Ctx) -> None:
         ceiling[label] = 2.0 * M ** 3 / sec / 1e12
         ctx.emit(name=f"matmul_{label}", summary=f"{ceiling[label]:.3g} TFLOP/s ({M}^3 matmul)", m=M, dtype=label,
                  seconds=sec, tflops=ceiling[label])
-        del a, b
     torch.backends.cuda.matmul.allow_tf32 = False
     n, K, D = s["assign_n"], s["assign_k"], s["assign_d"]
     g = torch.Generator().manual_seed(0)
@@ -450,7 +146,7 @@ def step_kmeans(ctx: Ctx) -> None:
         if ref_index is None:
             ref_index = idx
         else:
-            agree = _frac_equal(idx, ref_index)
+            agree = frac_equal(idx, ref_index)
         ctx.emit(name=f"assign_{backend}", summary=f"{tflops:.3g} TFLOP/s = {tflops / ceiling['tf32']:.1%} of TF32, "
                  f"{tflops / ceiling['bf16']:.1%} of bf16, {tflops / ceiling['fp32']:.1%} of fp32 matmul "
                  f"({sec:.3g} s)", n=n, k=K, d=D, backend=backend, seconds=sec, tflops=tflops,
@@ -460,7 +156,6 @@ def step_kmeans(ctx: Ctx) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
 
 
-# --------------------------------------------------------------------------- 4. LLM merges
 def step_merge(ctx: Ctx) -> None:
     from gpu_llm import MINILM_L6, QWEN25, TINY_ENCODER, TINY_LM, encoder_throughput, lm_throughput
     from gpu_merge import sample_pairs
@@ -480,24 +175,13 @@ def step_merge(ctx: Ctx) -> None:
                       vocab=s["bpe_vocab"])
 
 
-# --------------------------------------------------------------------------- 5. retrieval
-def _queries(store, Q: int, seed: int = 0):
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    rows = torch.randint(0, len(store), (Q,), generator=g)
-    noise = 0.3 * torch.randn(Q, store.dim, generator=g) / store.dim ** 0.5
-    e = store.embeddings[rows.to(store.device)] + noise.to(store.device)  # (Q, D) noisy copies of stored rows
-    return torch.nn.functional.normalize(e, dim=1), [store.tenants[i] for i in rows.tolist()]
-
-
 def step_retrieval(ctx: Ctx) -> None:
     from memforest_gpu import RetrievalConfig, Retriever
 
     s = ctx.size
     for tenants in s["ret_tenants"]:
         store = fast_store(s["ret_n"], s["ret_dim"], tenants=tenants, big_share=0.5, seed=3, device=ctx.dev)
-        q, tens = _queries(store, s["ret_q"])
+        q, tens = noisy_queries(store, s["ret_q"])
         r = Retriever(store)
         for agpr in (False, True):
             cfg = RetrievalConfig(k=s["k"], agpr=agpr)
@@ -510,7 +194,6 @@ def step_retrieval(ctx: Ctx) -> None:
                      hits_found=float((res.index >= 0).float().mean()))
 
 
-# --------------------------------------------------------------------------- 6. faiss-gpu, vLLM
 def step_optional(ctx: Ctx) -> None:
     import importlib.util
 
@@ -535,7 +218,7 @@ def _faiss(ctx: Ctx, faiss) -> None:
     s = ctx.size
     gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
     store = fast_store(s["faiss_n"], s["ret_dim"], tenants=1, seed=4, device=ctx.dev)
-    q, tens = _queries(store, s["faiss_q"], seed=1)
+    q, tens = noisy_queries(store, s["faiss_q"], seed=1)
     cfg = RetrievalConfig(k=s["k"], agpr=True)
     exact = Retriever(store).search(q, tenants=tens, config=cfg)
     for kind in ("faiss-flat", "faiss-ivf"):
@@ -546,16 +229,14 @@ def _faiss(ctx: Ctx, faiss) -> None:
         sec, res = ctx.timed(lambda: r.search(q, tenants=tens, config=cfg), reps=2)
         got = {ix.kind for ix in r.indexes.values()}
         ctx.emit(name=kind, summary=f"{len(q) / sec:,.0f} queries/s on {sorted(got)}, "
-                 f"{_frac_equal(res.index, exact.index):.4f} of AGPR hits equal to exact", n=len(store),
+                 f"{frac_equal(res.index, exact.index):.4f} of AGPR hits equal to exact", n=len(store),
                  queries=len(q), seconds=sec, qps=len(q) / sec, build_s=build, index_kinds=sorted(got),
-                 faiss_gpus=gpus, agreement_with_exact=_frac_equal(res.index, exact.index))
+                 faiss_gpus=gpus, agreement_with_exact=frac_equal(res.index, exact.index))
 
 
 def _vllm(ctx: Ctx) -> None:
     """vLLM with dummy (random) weights of the Qwen2.5-0.5B shape: merges/s at the GPU batch sizes."""
     import json
-
-    import torch
 
     from gpu_llm import QWEN25, chatml_tokenizer
     from gpu_merge import sample_pairs
@@ -587,8 +268,6 @@ def _vllm(ctx: Ctx) -> None:
             ctx.emit(name=f"vllm_qwen2.5-0.5b_b{b}", summary=f"{b / sec:.1f} merges/s, {ctok / sec:,.0f} gen tok/s",
                      batch=b, seconds=sec, merges_per_s=b / sec, completion_tokens_per_s=ctok / sec, load_s=load_s,
                      gpu_memory_utilization=util, note="vLLM load_format=dummy: random weights, real throughput")
-    del m
-    torch.cuda.empty_cache()
 
 
 STEP_FUNCS = {"agreement": step_agreement, "plan": step_plan, "kmeans": step_kmeans, "merge": step_merge,
@@ -612,7 +291,7 @@ def main(argv=None) -> int:
         return 1
     if a.rehearse:
         torch.set_num_threads(min(2, torch.get_num_threads()))
-    STEP_FUNCS[a.step](Ctx(a.step, a.out, a.rehearse))
+    STEP_FUNCS[a.step](Ctx(a.step, a.out, a.rehearse, SIZES["rehearse" if a.rehearse else "gpu"]))
     return 0
 
 
