@@ -229,6 +229,9 @@ def main(argv=None) -> int:
     recs = read_records(records)[start:]
     print(f"\n# {len(recs)} records in {time.perf_counter() - t0:.0f} s -> {records}")
     print(summary_table(recs), flush=True)
+    n_ok = sum(r.get("status") == "ok" for r in recs)
+    n_skip = sum(r.get("status") == "skipped" for r in recs)
+    print(f"records: {n_ok} passed, {len(recs) - n_ok - n_skip} failed, {n_skip} skipped", flush=True)
     return 0 if all(r.get("status") in ("ok", "skipped") for r in recs) else 1
 
 
