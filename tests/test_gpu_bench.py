@@ -105,3 +105,24 @@ def test_environment_yml_is_the_gpu_environment():
     pins = dict(p.split("==") for p in pip if "==" in p)
     assert {"torch", "vllm", "transformers", "sentence-transformers"} <= set(pins) and "-e ." in pip
     assert not pins["torch"].startswith("2.13")  # the CPU pin belongs to the README's pip path
+
+
+def test_fast_store_is_a_valid_memory_like_store():
+    import torch
+
+    from gpu_ctx import fast_store, noisy_queries
+    from memforest_gpu.store import MemoryStore
+
+    st = fast_store(5000, 16, tenants=4, big_share=0.5, seed=3)
+    assert len(st) == 5000 and len(set(st.ids)) == 5000 and st.sources == [[i] for i in st.ids]
+    sizes = {t: st.tenants.count(t) for t in st.tenant_names()}
+    assert sizes["tenant-0"] == 2500 and sum(sizes.values()) == 5000
+    torch.testing.assert_close(st.embeddings.norm(dim=1), torch.ones(5000), rtol=0, atol=1e-5)
+    assert st.timestamps.dtype == torch.float64 and bool((st.timestamps[1:2500] > st.timestamps[:2499]).all())
+    # the same columns through the validating constructor give the same store
+    ref = MemoryStore.from_columns(ids=st.ids, texts=st.texts, timestamps=st.timestamps, embeddings=st.embeddings,
+                                   tenants=st.tenants)
+    torch.testing.assert_close(ref.embeddings, st.embeddings, rtol=0, atol=1e-6)
+    assert torch.equal(ref.timestamps, st.timestamps) and ref.tenants == st.tenants
+    q, tens = noisy_queries(st, 7)
+    assert q.shape == (7, 16) and len(tens) == 7
