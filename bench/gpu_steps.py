@@ -72,6 +72,7 @@ SIZES = {
 
 
 def step_plan(ctx: Ctx) -> None:
+    """Step 2: partition + trees + the first round's plan of a 1M-node store, per k-means kind, with host reads."""
     from gpu import plan
 
     from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig
@@ -106,6 +107,7 @@ def step_plan(ctx: Ctx) -> None:
 
 
 def step_kmeans(ctx: Ctx) -> None:
+    """Step 3: the dense matmul ceiling of this device, then the k-means assignment against it."""
     import torch
 
     from memforest_gpu.kernels import best_match
@@ -157,6 +159,7 @@ def step_kmeans(ctx: Ctx) -> None:
 
 
 def step_merge(ctx: Ctx) -> None:
+    """Step 4: re-embedding and LLM merge throughput with random-weight models (:mod:`gpu_llm`)."""
     from gpu_llm import MINILM_L6, QWEN25, TINY_ENCODER, TINY_LM, encoder_throughput, lm_throughput
     from gpu_merge import sample_pairs
 
@@ -176,6 +179,7 @@ def step_merge(ctx: Ctx) -> None:
 
 
 def step_retrieval(ctx: Ctx) -> None:
+    """Step 5: batched top-k and AGPR over a 1M-node store, one tenant and many."""
     from memforest_gpu import RetrievalConfig, Retriever
 
     s = ctx.size
@@ -195,6 +199,7 @@ def step_retrieval(ctx: Ctx) -> None:
 
 
 def step_optional(ctx: Ctx) -> None:
+    """Step 6: faiss-gpu and vLLM where importable, else a record saying they are not."""
     import importlib.util
 
     try:
