@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--tp", type=int, default=1, help="vllm: tensor-parallel size")
-    ap.add_argument("--gpu-mem", type=float, default=0.80, help="vllm: GPU memory fraction")
+    ap.add_argument("--gpu-mem", type=float, default=None, help="vllm: GPU memory fraction (default: from free memory)")
     ap.add_argument("--batch-size", type=int, default=32, help="transformers: prompts per generate")
     ap.add_argument("--device", default=None, help="transformers: cpu | cuda")
     ap.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="openai: endpoint")

@@ -5,8 +5,6 @@ tile's (T, rows, K) scores stay under ``budget`` elements, keeping a running arg
 """
 from __future__ import annotations
 
-import os
-
 import torch
 
 __all__ = ["best_match", "MODES", "TIE_EPS"]
@@ -17,9 +15,6 @@ TIE_EPS = 1e-6  # scores this close to the best are ties (lowest index wins)
 
 def _rows_per_tile(T: int, n: int, K: int, budget: int) -> int:
     return max(1, min(n, budget // max(1, T * K)))
-
-
-_TRITON_FAILED = False
 
 
 def best_match(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *, mode: str = "l2",
@@ -34,28 +29,19 @@ def best_match(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *, mode:
 
     ``backend``: "torch" (this function, the reference), "triton" (the fused kernel of
     :mod:`.triton_assign`), or "auto": Triton on CUDA when it is installed (set
-    ``MEMFOREST_TRITON=0`` to turn it off), falling back to torch if it fails to build.
+    ``MEMFOREST_TRITON=0`` to turn it off), else torch; on CUDA every fallback is recorded with
+    its reason (:func:`.triton_assign.fallback_reasons`).
 
     Shape: X (T, n, D), C (T, K, D), c_valid (T, K) -> score (T, n), index (T, n) int64
     """
-    global _TRITON_FAILED
     if backend not in ("auto", "torch", "triton"):
         raise ValueError(f"backend must be one of ['auto', 'torch', 'triton'], got {backend!r}")
     if backend != "torch" and mode in MODES:
-        from .triton_assign import best_match_triton, triton_available
+        from .triton_assign import try_best_match_triton
 
-        use = backend == "triton" or (X.is_cuda and not _TRITON_FAILED and os.environ.get("MEMFOREST_TRITON") != "0"
-                                      and triton_available(X.device))
-        if use:
-            try:
-                return best_match_triton(X, C, c_valid, mode=mode)
-            except Exception as e:  # noqa: BLE001 - a kernel that fails to build must not stop the run
-                if backend == "triton":
-                    raise
-                _TRITON_FAILED = True
-                import logging
-
-                logging.getLogger("memforest_gpu").warning("Triton best_match failed (%s); using PyTorch", e)
+        out = try_best_match_triton(X, C, c_valid, mode=mode, backend=backend)
+        if out is not None:
+            return out
     if mode not in MODES:
         raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
     if X.ndim != 3 or C.ndim != 3 or X.shape[0] != C.shape[0] or X.shape[2] != C.shape[2]:

@@ -4,62 +4,97 @@ Same contract as :func:`memforest_gpu.kernels.best_match` (its PyTorch reference
 fallback): for every point of every problem, the best valid centre, ties (scores within
 ``TIE_EPS``) to the lowest centre index. The kernel resolves ties per centre tile as it
 walks them, so it can differ from the reference only for a chain of distinct scores
-spread wider than ``TIE_EPS`` around the best, never for duplicate centres. One program handles BLOCK_N points of one problem and walks all centres
-in BLOCK_K tiles, keeping the best score and index in registers.
+spread wider than ``TIE_EPS`` around the best, never for duplicate centres. One program
+handles BLOCK_N points of one problem and walks all centres in BLOCK_K tiles, keeping the
+best score and index in registers.
 
 Runs on CUDA, or anywhere under the Triton interpreter (``TRITON_INTERPRET=1``), which
 is how CI checks it on a CPU.
+
+Choices that depend on Triton's documented behaviour:
+
+- ``triton`` and ``triton.language`` are imported at module level and the kernel is a
+  module-level function: ``@triton.jit`` resolves the names a kernel uses from its
+  function's globals; looking names up in ``fn.__closure__`` came only with
+  triton-lang/triton#7105 (June 2025), so on older Triton a kernel defined inside a
+  function that imported ``tl`` locally fails to build.
+- Pointer offsets are computed in int64: Triton types integer scalars and ``tl.arange`` as
+  int32 and keeps ``int32 * int32`` in int32, so ``row * stride`` wraps once ``n x D``
+  passes 2**31 (triton-lang/triton#6748: pointers do not widen offsets; the usual fix is
+  casting the program id to int64 before multiplying by a stride, as done here).
+- ``triton.jit`` picks the interpreter or the compiler when it decorates
+  (``knobs.runtime.interpret``, from ``TRITON_INTERPRET``), so the decoration is done
+  on first use, once per mode.
+
+When ``backend="auto"`` runs on CUDA and the kernel cannot be used, :func:`try_best_match_triton`
+records why (:func:`fallback_reasons`) and logs it once per reason; the PyTorch path
+then runs. Nothing is switched off silently.
 """
 from __future__ import annotations
 
+import logging
 import os
+import threading
+from collections import Counter
 
 import torch
 
-__all__ = ["triton_available", "best_match_triton"]
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the PyTorch path is used; fallback_reasons() says so on CUDA
+    triton = tl = None
+
+__all__ = ["triton_available", "unavailable_reason", "best_match_triton", "try_best_match_triton",
+           "fallback_reasons", "reset_fallbacks"]
+
+log = logging.getLogger("memforest_gpu")
+
+
+def _interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def unavailable_reason(device: torch.device | str) -> str | None:
+    """Why the Triton kernel cannot run on ``device``, or ``None`` when it can (CUDA, or
+    the interpreter switched on, and ``MEMFOREST_TRITON`` not ``0``)."""
+    if triton is None:
+        return "triton is not installed (pip install 'memforest-gpu[triton]')"
+    if os.environ.get("MEMFOREST_TRITON") == "0":
+        return "MEMFOREST_TRITON=0"
+    dev = torch.device(device)
+    if dev.type != "cuda" and not _interpret():
+        return f"device {dev.type!r} is not CUDA and TRITON_INTERPRET is not 1"
+    return None
 
 
 def triton_available(device: torch.device | str) -> bool:
     """Triton can run here: CUDA present, or the interpreter switched on."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    dev = torch.device(device)
-    return dev.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+    return unavailable_reason(device) is None
 
 
-_KERNEL = None
-
-
-def _kernel():
-    global _KERNEL
-    if _KERNEL is not None:
-        return _KERNEL
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def best_match_kernel(X, C, BIAS, OUT_V, OUT_I, n, K, D, scale, tie_eps,
-                          sxt, sxn, sct, sck, sbt, sot,
-                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr):
-        t = tl.program_id(0)
-        pid = tl.program_id(1)
-        rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+if tl is not None:
+    def _best_match_kernel(X, C, BIAS, OUT_V, OUT_I, n, K, D, scale, tie_eps,
+                           sxt, sxn, sct, sck, sbt, sot,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr):
+        # int64 from here on: rows * sxn passes 2**31 when n x D does
+        t = tl.program_id(0).to(tl.int64)
+        pid = tl.program_id(1).to(tl.int64)
+        rows = pid * BLOCK_N + tl.arange(0, BLOCK_N).to(tl.int64)  # (BLOCK_N,)
         rmask = rows < n
+        x_base = X + t * sxt + rows[:, None] * sxn  # (BLOCK_N, 1) pointers
         best_v = tl.full((BLOCK_N,), float("-inf"), tl.float32)
         best_i = tl.full((BLOCK_N,), -1, tl.int64)
         for k0 in range(0, K, BLOCK_K):
-            cols = k0 + tl.arange(0, BLOCK_K)  # (BLOCK_K,)
+            cols = k0 + tl.arange(0, BLOCK_K).to(tl.int64)  # (BLOCK_K,)
             cmask = cols < K
+            c_base = C + t * sct + cols[:, None] * sck  # (BLOCK_K, 1) pointers
             acc = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
             for d0 in range(0, D, BLOCK_D):
                 ds = d0 + tl.arange(0, BLOCK_D)
                 dmask = ds < D
-                x = tl.load(X + t * sxt + rows[:, None] * sxn + ds[None, :], mask=rmask[:, None] & dmask[None, :],
-                            other=0.0)  # (BLOCK_N, BLOCK_D)
-                c = tl.load(C + t * sct + cols[:, None] * sck + ds[None, :], mask=cmask[:, None] & dmask[None, :],
-                            other=0.0)  # (BLOCK_K, BLOCK_D)
+                x = tl.load(x_base + ds[None, :], mask=rmask[:, None] & dmask[None, :], other=0.0)  # (BLOCK_N, BLOCK_D)
+                c = tl.load(c_base + ds[None, :], mask=cmask[:, None] & dmask[None, :], other=0.0)  # (BLOCK_K, BLOCK_D)
                 acc += tl.dot(x, tl.trans(c), input_precision="ieee")
             b = tl.load(BIAS + t * sbt + cols, mask=cmask, other=float("-inf"))  # (BLOCK_K,)
             s = acc * scale + b[None, :]
@@ -73,8 +108,15 @@ def _kernel():
         tl.store(OUT_V + t * sot + rows, best_v, mask=rmask)
         tl.store(OUT_I + t * sot + rows, best_i, mask=rmask)
 
-    _KERNEL = best_match_kernel
-    return _KERNEL
+
+_JITTED: dict[bool, object] = {}  # interpreter on/off -> decorated kernel
+
+
+def _kernel():
+    mode = _interpret()
+    if mode not in _JITTED:
+        _JITTED[mode] = triton.jit(_best_match_kernel)
+    return _JITTED[mode]
 
 
 def best_match_triton(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *, mode: str = "l2",
@@ -83,10 +125,12 @@ def best_match_triton(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *
 
     Shape: X (T, n, D), C (T, K, D), c_valid (T, K) -> score (T, n), index (T, n) int64
     """
-    import triton
-
+    if triton is None:
+        raise ImportError("the Triton best-match kernel needs triton: pip install 'memforest-gpu[triton]'")
     if mode not in ("l2", "dot"):
         raise ValueError(f"mode must be one of ['l2', 'dot'], got {mode!r}")
+    if X.ndim != 3 or C.ndim != 3 or X.shape[0] != C.shape[0] or X.shape[2] != C.shape[2]:
+        raise ValueError(f"X and C must be (T, n, D) and (T, K, D), got {tuple(X.shape)} and {tuple(C.shape)}")
     T, n, D = X.shape
     K = C.shape[1]
     Xc = X.float().contiguous()
@@ -107,3 +151,62 @@ def best_match_triton(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *
                     BLOCK_N=block_n, BLOCK_K=block_k, BLOCK_D=block_d)
     out_i = torch.where(torch.isfinite(out_v), out_i, torch.full_like(out_i, -1))
     return out_v, out_i
+
+
+# --------------------------------------------------------------------------- fallback record
+_lock = threading.Lock()
+_FALLBACKS: Counter = Counter()  # reason -> PyTorch runs instead of the kernel
+_BROKEN: dict[tuple[str, str], str] = {}  # (device, mode) -> why the kernel failed there
+
+
+def _record(reason: str) -> None:
+    with _lock:
+        first = reason not in _FALLBACKS
+        _FALLBACKS[reason] += 1
+    if first:
+        log.warning("Triton best_match not used, PyTorch path instead: %s", reason)
+
+
+def fallback_reasons() -> dict[str, int]:
+    """How often ``backend="auto"`` on CUDA ran the PyTorch path instead of the kernel, by reason."""
+    with _lock:
+        return dict(_FALLBACKS)
+
+
+def reset_fallbacks() -> None:
+    """Forget the recorded fallbacks and kernel failures (the next call tries the kernel again)."""
+    with _lock:
+        _FALLBACKS.clear()
+        _BROKEN.clear()
+
+
+def _kernel_expected(X: torch.Tensor) -> bool:
+    """``backend="auto"`` means the kernel for these inputs (CUDA tensors)."""
+    return X.is_cuda
+
+
+def try_best_match_triton(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *, mode: str, backend: str):
+    """The kernel's result, or ``None`` where the PyTorch path should run.
+
+    ``backend="triton"``: always the kernel (its errors propagate). ``backend="auto"``: the
+    kernel for CUDA tensors; when it cannot run or fails, the reason is recorded (see
+    :func:`fallback_reasons`) and ``None`` returned. A kernel that failed on a device and
+    mode is not retried there until :func:`reset_fallbacks`; each skipped call is counted
+    under the same reason. CPU tensors return ``None`` without a record: the PyTorch path
+    is the CPU path, not a fallback.
+    """
+    if backend == "triton":
+        return best_match_triton(X, C, c_valid, mode=mode)
+    if not _kernel_expected(X):
+        return None
+    key = (str(X.device), mode)
+    reason = unavailable_reason(X.device) or _BROKEN.get(key)
+    if reason is None:
+        try:
+            return best_match_triton(X, C, c_valid, mode=mode)
+        except Exception as e:  # noqa: BLE001 - a kernel that fails to build must not stop the run
+            reason = f"kernel failed on {key[0]} ({mode}): {type(e).__name__}: {e}"
+            with _lock:
+                _BROKEN[key] = reason
+    _record(reason)
+    return None

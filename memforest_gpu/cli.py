@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="transformers/vllm: auto | float16 | bfloat16 | float32 (default: auto)")
     c.add_argument("--tensor-parallel-size", type=int, default=None, help="vllm: GPUs per model (default 1)")
     c.add_argument("--gpu-memory-utilization", type=float, default=None,
-                   help="vllm: fraction of GPU memory for the model and KV cache (default 0.85)")
+                   help="vllm: fraction of GPU memory for the model and KV cache "
+                        "(default: what is free when the model loads, less 2 GiB)")
     c.add_argument("--format", default=None, help="input format: parquet | jsonl (default: from the suffix)")
     c.add_argument("--out-format", default=None, help="output format: parquet | jsonl (default: from the suffix)")
     c.add_argument("--report", default=None, help="also write the run report as JSON to this path (default: none)")

@@ -17,12 +17,28 @@ faiss runs on the GPU when the store is on CUDA and faiss-gpu sees a GPU (``gpu=
 else on the CPU. Tenants smaller than ``ivf_min_nodes`` get a flat index: inverted
 lists over a few hundred vectors cost more than they save.
 
+On the GPU (choices that follow faiss's documentation):
+
+- one ``StandardGpuResources`` per device for the whole process, shared by every tenant's
+  index (:func:`gpu_resources`): each such object reserves its own scratch memory (faiss
+  ``StandardGpuResources.cpp``, ``getDefaultTempMemForGPU``: 512 MiB on GPUs of <= 4 GiB,
+  1 GiB up to 8 GiB, 1.5 GiB above) and 256 MiB of pinned host memory, and "a single GPU
+  resource object can be used by multiple indices, as long as they are not issuing
+  concurrent queries" (faiss wiki, Running on GPUs). Searches through a shared object are
+  therefore serialised by a per-device lock.
+- queries go to ``index.search`` as torch tensors (``faiss.contrib.torch_utils``: "pytorch
+  Tensors (CPU or GPU) ... as arguments to Faiss indexes", on PyTorch's current stream):
+  a GPU index given device pointers on its own GPU makes no copies (faiss wiki, Faiss on
+  the GPU), and the results come back as tensors on that device. No numpy, no host
+  round-trip per search.
+
 >>> r = IndexedRetriever(store, IndexConfig(kind="faiss-ivf", nprobe=16))
 >>> r.search(query_embeddings, tenants="alice", config=RetrievalConfig(k=10, agpr=True))
 """
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +48,8 @@ from .kernels import topk_search
 from .retrieval import Retriever
 from .store import MemoryStore
 
-__all__ = ["IndexConfig", "INDEXES", "build_index", "default_nlist", "IndexedRetriever", "TorchIndex", "FaissIndex"]
+__all__ = ["IndexConfig", "INDEXES", "build_index", "default_nlist", "IndexedRetriever", "TorchIndex", "FaissIndex",
+           "gpu_resources"]
 
 INDEXES = ("torch", "faiss-flat", "faiss-ivf")
 
@@ -68,10 +85,24 @@ def default_nlist(n: int) -> int:
 def _import_faiss():
     try:
         import faiss
+        import faiss.contrib.torch_utils  # noqa: F401 - index.search/add take torch tensors (CPU or GPU)
     except ImportError:
         raise ImportError("the faiss indexes need faiss: pip install faiss-cpu (or faiss-gpu), "
                           "or pip install 'memforest-gpu[faiss]'") from None
     return faiss
+
+
+_GPU_RES: dict[int, tuple[object, threading.Lock]] = {}  # device -> (StandardGpuResources, search lock)
+_GPU_RES_LOCK = threading.Lock()
+
+
+def gpu_resources(device: int = 0):
+    """The process's one ``faiss.StandardGpuResources`` for ``device`` and the lock that
+    serialises searches through it (created on first use, then shared by every index)."""
+    with _GPU_RES_LOCK:
+        if device not in _GPU_RES:
+            _GPU_RES[device] = (_import_faiss().StandardGpuResources(), threading.Lock())
+        return _GPU_RES[device]
 
 
 def _sort_candidates(sims: torch.Tensor, idx: torch.Tensor):
@@ -131,20 +162,29 @@ class FaissIndex:
             if not hasattr(faiss, "StandardGpuResources") or faiss.get_num_gpus() == 0:
                 raise ValueError("gpu must be False or None when faiss sees no GPU (install faiss-gpu on a CUDA "
                                  f"machine), got gpu={config.gpu!r}")
-            self._res = faiss.StandardGpuResources()
             dev_id = X.device.index if X.is_cuda and X.device.index is not None else 0
-            index = faiss.index_cpu_to_gpu(self._res, dev_id, index)
+            res, self._lock = gpu_resources(dev_id)
+            index = faiss.index_cpu_to_gpu(res, dev_id, index)
             self.kind += "-gpu"
+            # queries go to the index's own GPU as they are; a CPU store's queries are copied once
+            self._qdev = torch.device("cuda", dev_id)
+        else:
+            self._lock, self._qdev = None, torch.device("cpu")
         self.index = index
 
     def search(self, Qe: torch.Tensor, c: int):
-        """Shape: Qe (Q, D) -> sims (Q, c'), index (Q, c'), c' = min(c, N); -1 / -inf where fewer found"""
+        """Shape: Qe (Q, D) -> sims (Q, c'), index (Q, c'), c' = min(c, N); -1 / -inf where fewer found
+
+        Torch tensors in and out (``faiss.contrib.torch_utils``): on the GPU the index reads
+        the queries where they are and writes its results there."""
         c = min(c, self.N)
-        q = np.ascontiguousarray(Qe.detach().to("cpu", torch.float32).numpy())
-        D, I = self.index.search(q, c)  # (Q, c) each
-        sims = torch.from_numpy(D).to(self.device)
-        idx = torch.from_numpy(I).to(self.device, torch.int64)
-        return _sort_candidates(sims, idx)
+        q = Qe.detach().to(self._qdev, torch.float32).contiguous()  # a no-op for a CUDA store's queries
+        if self._lock is not None:
+            with self._lock:  # one StandardGpuResources, shared: no concurrent queries through it
+                D, I = self.index.search(q, c)  # (Q, c) each, torch, on the index's device
+        else:
+            D, I = self.index.search(q, c)
+        return _sort_candidates(D.to(self.device), I.to(self.device, torch.int64))
 
 
 def build_index(X: torch.Tensor, config: IndexConfig | str = "torch"):

