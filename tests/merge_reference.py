@@ -157,6 +157,7 @@ class RefResult:
     shortfall: dict  # tenant -> nodes it could not remove
     rounds: int
     moved: int  # quota units stuck trees handed to other trees (rule 8)
+    replans: int  # planning passes that found no pair but handed quota on (rule 8)
 
 
 class _Nodes:
@@ -251,7 +252,7 @@ def reference_compress(store, config, merger, *, tree: list[int] | None = None) 
             quota[k] = x
         shortfall[t] = target - sum(q)
     stuck = [False] * n_trees
-    moved = 0
+    moved = replans = 0
 
     eta = _f32(tc.eta)
     one_minus_eta = _f32(1 - tc.eta)
@@ -269,6 +270,7 @@ def reference_compress(store, config, merger, *, tree: list[int] | None = None) 
         moved += _redistribute(stuck, quota, count, tree_tenant, trees_of, shortfall)
         if not plan:
             if any(quota[k] > 0 and not stuck[k] and count[k] >= 2 for k in range(n_trees)):
+                replans += 1
                 continue
             break
         rounds += 1
@@ -287,7 +289,8 @@ def reference_compress(store, config, merger, *, tree: list[int] | None = None) 
         texts=[nodes.texts[r] for r in live], timestamps=[nodes.ts[r] for r in live],
         tenants=[nodes.tenant[r] for r in live],
         embeddings=np.stack([nodes.vec[r] for r in live]) if live else np.zeros((0, store.dim), np.float32),
-        shortfall={names[t]: shortfall[t] for t in range(len(names))}, rounds=rounds, moved=moved)
+        shortfall={names[t]: shortfall[t] for t in range(len(names))}, rounds=rounds, moved=moved,
+        replans=replans)
 
 
 def _plan_tree(slot_rows, nodes: _Nodes, cap, eta, one_minus_eta, degree_norm, schedule, quota):

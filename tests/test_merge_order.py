@@ -164,16 +164,18 @@ def test_exact_ties(seed, degree_norm, schedule):
 
 @pytest.mark.parametrize("merger", [ConcatMerger, ExtractiveMerger], ids=["concat", "extractive"])
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", [0, 2, 3, 6, 8, 9])
 def test_node_cap_strands_trees(seed, schedule, merger):
-    """A cap that strands trees: their quota moves to other trees of the tenant, and what
-    no tree can take is the shortfall."""
+    """A cap that strands trees (a third of the texts are too long to merge): their quota
+    moves to other trees of the tenant by live size, a planning pass can find no pair and
+    hand quota to trees that sat it out, and what no tree can take is the shortfall."""
     rng = np.random.default_rng(2000 + seed)
     sizes = rng.integers(20, 61, size=2).tolist()
     store = random_store(seed, sizes, 16, long_share=0.3)
-    ref = compare(store, config(ratio=0.7, schedule=schedule, alpha=0.2, cap=40), merger)
+    ref = compare(store, config(ratio=0.3, schedule=schedule, alpha=0.35, cap=30), merger)
     assert ref.moved > 0, "no quota moved: the case does not exercise redistribution"
     assert sum(ref.shortfall.values()) > 0, "no shortfall: the case does not exercise it"
+    assert ref.replans > 0, "no empty planning pass: the case does not exercise it"
 
 
 def test_reference_degree_term_changes_the_pick():
