@@ -8,9 +8,9 @@ float32. ``tests/test_merge_order.py`` compares it merge for merge with
 Input: a store, a :class:`~memforest_gpu.CompressConfig`, a merger, and the partition
 (``tree`` id per node, trees numbered tenant by tenant); by default the engine's own
 :func:`memforest_gpu.partition.partition` is called as the engine calls it (k-means is
-out of scope here). Only ``TreeConfig(kind="max", time_weight=0, size_weight=0)`` is
-covered; other settings raise ``ValueError``. No embedder: merged vectors are the
-normalised mean of the two inputs.
+out of scope here). Only ``TreeConfig(kind="max")`` is covered (the "min" and "random"
+ablations raise ``ValueError``). No embedder: merged vectors are the normalised mean of
+the two inputs.
 
 Rules, in the order they apply:
 
@@ -21,14 +21,20 @@ Rules, in the order they apply:
 2. **Slots.** A tree's nodes sit in slots ``0..n-1`` in time order ``(timestamp, row)``.
    A merge puts the merged node into the lower of the two slots and empties the other,
    so slot order never changes.
-3. **Lengths** (only with ``MergeConfig.max_node_tokens = cap``): an original's length is
+3. **Lengths** (with ``MergeConfig.max_node_tokens = cap`` or ``size_weight > 0``): an original's length is
    :func:`~memforest_gpu.embedders.count_words` of its text, a merged node's is
    ``count_words`` of the merger's output. The estimated length of merging ``a`` and
    ``b`` is ``tok_a + tok_b + 12`` if ``floor(ts_a / 86400) != floor(ts_b / 86400)``
    (the date tags, ``DATE_TAG_TOKENS``), else ``tok_a + tok_b``. A pair whose estimate
    is above ``cap`` is not an edge at all.
-4. **Weights.** ``w_ij`` = the exact dot product of the two float32 unit vectors, rounded
-   to float32 (the engine accumulates in float64 and stores float32).
+4. **Weights.** ``cos_ij`` = the exact dot product of the two float32 unit vectors, rounded
+   to float32 (the engine accumulates in float64 and stores float32). The tree's weight
+   ``w_ij`` is ``cos_ij``, then, in float32 arithmetic and in this order:
+   with ``time_weight = tw > 0``, ``w = f32(1 - tw) * w + f32(tw) * [gap <= time_window]``,
+   where a node's span is the first and last position (rank in its tenant by
+   ``(timestamp, row)``) of its originals and ``gap = max(lo_i, lo_j) - min(hi_i, hi_j)``;
+   with ``size_weight = sw > 0``, ``w = w - f32(sw) * f32(est_ij) / f32(scale)``, ``scale``
+   = cap, else 256 (``SIZE_SCALE``).
 5. **Spanning tree** (every round, for every tree that still has quota, is not stuck and
    has >= 2 live nodes): Kruskal over the tree's edges sorted by ``(w desc, min slot asc,
    max slot asc)``, union-find skipping cycles: a maximum spanning forest when the cap
@@ -55,7 +61,7 @@ Rules, in the order they apply:
 10. **Output**: live nodes ordered by their first original row.
 
 Records: one dict per merge ``{round, tenant, a, b, into, similarity}`` (``a`` older id,
-``b`` newer id, ``similarity`` = ``w`` of the pair), rounds numbered from 1.
+``b`` newer id, ``similarity`` = ``cos`` of the pair), rounds numbered from 1.
 """
 from __future__ import annotations
 
@@ -71,6 +77,7 @@ from memforest_gpu.mergers.base import MemoryItem, MergePair
 __all__ = ["DATE_TAG_TOKENS", "removal_target", "largest_remainder", "kruskal", "RefResult", "reference_compress"]
 
 DATE_TAG_TOKENS = 12
+SIZE_SCALE = 256
 _DAY = 86400.0
 _f32 = np.float32
 
@@ -170,6 +177,8 @@ class _Nodes:
         self.tenant = list(store.tenants)
         self.sources = [list(s) for s in store.sources]
         self.first = list(range(len(store)))
+        self.lo = _tenant_positions(self.tenant, self.ts)  # span of positions of the originals inside
+        self.hi = list(self.lo)
         self.vec = list(store.embeddings.detach().cpu().numpy().astype(np.float32))
         self.tok = tokens
         self._cos: dict[tuple[int, int], float] = {}
@@ -197,10 +206,22 @@ class _Nodes:
         self.tenant.append(self.tenant[older])
         self.sources.append(src)
         self.first.append(min(self.first[older], self.first[newer]))
+        self.lo.append(min(self.lo[older], self.lo[newer]))
+        self.hi.append(max(self.hi[older], self.hi[newer]))
         self.vec.append(_mean_vector(self.vec[older], self.vec[newer]))
         if self.tok is not None:
             self.tok.append(count_words([text])[0])
         return older, newer, len(self.ids) - 1
+
+
+def _tenant_positions(tenants: list[str], ts: list[float]) -> list[int]:
+    """Each node's rank among its tenant's nodes by (timestamp, row)."""
+    pos = [0] * len(ts)
+    seen: dict[str, int] = {}
+    for i in sorted(range(len(ts)), key=lambda i: (ts[i], i)):
+        pos[i] = seen.get(tenants[i], 0)
+        seen[tenants[i]] = pos[i] + 1
+    return pos
 
 
 def _default_partition(store, config) -> tuple[list[int], list[int]]:
@@ -218,8 +239,8 @@ def reference_compress(store, config, merger, *, tree: list[int] | None = None) 
     the order quotas break ties); ``None`` calls the engine's partition.
     """
     tc, mc = config.tree, config.merge
-    if tc.kind != "max" or tc.time_weight != 0 or tc.size_weight != 0:
-        raise ValueError(f"tree config must be kind='max', time_weight=0, size_weight=0 here, got {tc!r}")
+    if tc.kind != "max":
+        raise ValueError(f"tree kind must be 'max' here, got {tc.kind!r}")
     names = store.tenant_names()
     code = {t: j for j, t in enumerate(names)}
     if tree is None:
@@ -233,7 +254,8 @@ def reference_compress(store, config, merger, *, tree: list[int] | None = None) 
             tree_tenant[t] = code[store.tenants[i]]
     n_trees = len(tree_tenant)
     cap = mc.max_node_tokens
-    nodes = _Nodes(store, count_words(store.texts) if cap is not None else None)
+    nodes = _Nodes(store, count_words(store.texts) if cap is not None or tc.size_weight > 0 else None)
+    weight = _edge_weight(tc, cap, nodes)
 
     # slots: a tree's nodes in (timestamp, row) order
     slots: list[list[int | None]] = [[] for _ in range(n_trees)]
@@ -263,7 +285,8 @@ def reference_compress(store, config, merger, *, tree: list[int] | None = None) 
         for k in range(n_trees):
             if quota[k] <= 0 or stuck[k] or count[k] < 2:
                 continue
-            pairs = _plan_tree(slots[k], nodes, cap, eta, one_minus_eta, tc.degree_norm, mc.schedule, quota[k])
+            pairs = _plan_tree(slots[k], nodes, cap, weight, eta, one_minus_eta, tc.degree_norm, mc.schedule,
+                               quota[k])
             if not pairs:
                 stuck[k] = True
             plan += [(k,) + p for p in pairs]
@@ -293,8 +316,25 @@ def reference_compress(store, config, merger, *, tree: list[int] | None = None) 
         replans=replans)
 
 
-def _plan_tree(slot_rows, nodes: _Nodes, cap, eta, one_minus_eta, degree_norm, schedule, quota):
-    """This round's pairs of one tree: [(slot_a, slot_b, w)] with slot_a < slot_b."""
+def _edge_weight(tc, cap, nodes: _Nodes):
+    """The spanning tree's edge weight of two rows (rule 4), as a float32 value."""
+    tw, sw = tc.time_weight, tc.size_weight
+    scale = _f32(cap if cap is not None else SIZE_SCALE)
+
+    def weight(a: int, b: int):
+        w = _f32(nodes.cos(a, b))
+        if tw > 0:
+            gap = max(nodes.lo[a], nodes.lo[b]) - min(nodes.hi[a], nodes.hi[b])
+            w = _f32(1 - tw) * w + _f32(tw) * _f32(gap <= tc.time_window)
+        if sw > 0:
+            w = w - _f32(sw) * _f32(nodes.est(a, b)) / scale
+        return w
+
+    return weight
+
+
+def _plan_tree(slot_rows, nodes: _Nodes, cap, weight, eta, one_minus_eta, degree_norm, schedule, quota):
+    """This round's pairs of one tree: [(slot_a, slot_b, cos)] with slot_a < slot_b."""
     live = [s for s, r in enumerate(slot_rows) if r is not None]
     edges = []
     for x, i in enumerate(live):
@@ -302,7 +342,7 @@ def _plan_tree(slot_rows, nodes: _Nodes, cap, eta, one_minus_eta, degree_norm, s
             a, b = slot_rows[i], slot_rows[j]
             if cap is not None and nodes.est(a, b) > cap:
                 continue  # over the cap: no edge
-            edges.append((nodes.cos(a, b), i, j))
+            edges.append((weight(a, b), i, j))
     forest = kruskal(len(slot_rows), edges)
     if not forest:
         return []
@@ -314,8 +354,8 @@ def _plan_tree(slot_rows, nodes: _Nodes, cap, eta, one_minus_eta, degree_norm, s
     if degree_norm == "max":
         dmax = max(max(dsum), _f32(1))
         dsum = [_f32(d / dmax) for d in dsum]
-    ranked = sorted(((eta * _f32(w) - one_minus_eta * d, i, j, w) for (i, j, w), d in zip(forest, dsum)),
-                    key=lambda e: (-e[0], e[1], e[2]))
+    ranked = sorted(((eta * _f32(w) - one_minus_eta * d, i, j, nodes.cos(slot_rows[i], slot_rows[j]))
+                     for (i, j, w), d in zip(forest, dsum)), key=lambda e: (-e[0], e[1], e[2]))
     if schedule == "sequential":
         _, i, j, w = ranked[0]
         return [(i, j, w)]

@@ -128,9 +128,11 @@ def compare(store, cfg, merger_cls):
     return ref
 
 
-def config(*, ratio, schedule, degree_norm="none", eta=0.99, alpha=0.05, cap=None):
+def config(*, ratio, schedule, degree_norm="none", eta=0.99, alpha=0.05, cap=None, time_weight=0.0,
+           size_weight=0.0):
     return CompressConfig(partition=PartitionConfig(alpha=alpha),
-                          tree=TreeConfig(eta=eta, degree_norm=degree_norm),
+                          tree=TreeConfig(eta=eta, degree_norm=degree_norm, time_weight=time_weight,
+                                          size_weight=size_weight),
                           merge=MergeConfig(ratio=ratio, schedule=schedule, max_node_tokens=cap))
 
 
@@ -178,6 +180,21 @@ def test_node_cap_strands_trees(seed, schedule, merger):
     assert ref.moved > 0, "no quota moved: the case does not exercise redistribution"
     assert sum(ref.shortfall.values()) > 0, "no shortfall: the case does not exercise it"
     assert ref.replans > 0, "no empty planning pass: the case does not exercise it"
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+@pytest.mark.parametrize("seed", range(6))
+def test_time_and_size_terms(seed, schedule):
+    """The optional edge terms: local time (time_weight, spans of positions) and merged
+    length (size_weight, in units of the cap or of 256 tokens)."""
+    tw, sw, cap = [(0.2, 0.0, None), (0.0, 0.5, None), (0.0, 0.3, 60), (0.3, 0.4, 60), (0.5, 0.0, 40),
+                   (0.1, 1.0, None)][seed]
+    rng = np.random.default_rng(3000 + seed)
+    sizes = rng.integers(10, 61, size=2).tolist()
+    store = random_store(seed, sizes, 16, long_share=0.2)
+    ref = compare(store, config(ratio=0.5, schedule=schedule, alpha=0.1, cap=cap, time_weight=tw,
+                                size_weight=sw, degree_norm=("none", "max")[seed % 2]), ExtractiveMerger)
+    assert ref.merges
 
 
 def test_reference_degree_term_changes_the_pick():
