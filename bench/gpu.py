@@ -42,12 +42,11 @@ from gpu_steps import STEPS  # noqa: E402 - names and limits only; imports nothi
 def plan(store, config, device):
     """The first merge round's plan for ``store`` (partition, spanning trees, pairs), no merging.
 
-    The one call of the engine's planning API in the GPU run: today
-    ``compress(..., plan_only=True)``; returns its ``CompressResult`` (``report.seconds`` per
-    stage, ``merges`` = the planned pairs)."""
-    from memforest_gpu import compress
+    The one call of the engine's planning API in the GPU run: :func:`memforest_gpu.engine.plan`;
+    returns its ``PlanResult`` (``report.seconds`` per stage, ``records`` = the planned pairs)."""
+    from memforest_gpu.engine import plan as plan_first_round
 
-    return compress(store, config, device=device, plan_only=True)
+    return plan_first_round(store, config, device=device)
 
 
 PROBE = "import memforest_gpu, memforest_gpu.kernels; print(memforest_gpu.__file__)"

@@ -98,9 +98,9 @@ def step_plan(ctx: Ctx) -> None:
         r = res.report
         stages = {f"{k}_s": v for k, v in r.seconds.items()}
         ctx.emit(name=f"plan_{kmeans}", summary=f"{sec:.2f} s for {len(store):,} nodes ({r.trees:,} trees, "
-                 f"{len(res.merges):,} pairs planned), {reads.total:,} host reads",
+                 f"{len(res.records):,} pairs planned), {reads.total:,} host reads",
                  n=len(store), dim=store.dim, tenants=s["plan_tenants"], kmeans=kmeans, schedule="matching",
-                 seconds=sec, **stages, trees=r.trees, planned_pairs=len(res.merges),
+                 seconds=sec, **stages, trees=r.trees, planned_pairs=len(res.records),
                  kmeans_iterations=r.kmeans_iterations, host_reads=reads.total,
                  host_reads_by_name=dict(reads.by_name.most_common()), peak_gpu_mb=ctx.peak_mb(),
                  store_build_s=build_s, triton_fallbacks=fallback_reasons())
