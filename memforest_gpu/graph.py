@@ -23,6 +23,8 @@ and Parquet (one row each; ``metadata`` is a JSON string there)::
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 from dataclasses import dataclass, field
@@ -66,7 +68,7 @@ class GraphCompressResult:
     info: dict = field(default_factory=dict)
 
 
-def fold_edges(source: list[str], target: list[str], weight: np.ndarray, merges: list[dict]):
+def fold_edges(source: list[str], target: list[str], weight: np.ndarray, merges: list):
     """Replay a merge log (``a, b -> into`` in order) over an edge list: endpoints follow
     their node into the merged node, edges that become the same (source, target) are
     summed (in edge order), edges inside one merged node are dropped.
@@ -110,8 +112,9 @@ def compress_graph(graph: MemoryGraph, config: CompressConfig | None = None, *, 
                         [f"{t}{_SEP}{ty}" for t, ty in zip(st.tenants, graph.types)],
                         st.sources, st.metadata, st.embedder)
     res = compress(keyed, config, merger=merger, embedder=embedder, device=device, progress=progress)
-    for row in res.report.tenants + res.merges:  # "video-1/episodic" in reports and logs
+    for row in res.report.tenants:  # "video-1/episodic" in reports and logs
         row["tenant"] = row["tenant"].replace(_SEP, "/")
+    res.merges = [dataclasses.replace(m, tenant=m.tenant.replace(_SEP, "/")) for m in res.merges]
     out = res.store
     # clip ids of every input node, then of every merged node, by replaying the log
     clips: dict[str, list] = {}

@@ -262,7 +262,7 @@ def compress_video_graph(graph: VideoGraph, config: CompressConfig | None = None
     # which input nodes each output node holds, by replaying the merge log
     members = {i: [i] for i in mg.texts.ids}
     for m in res.merges:
-        members[m["into"]] = members.pop(m["a"]) + members.pop(m["b"])
+        members[m.into] = members.pop(m.a) + members.pop(m.b)
     order = {k: j for j, k in enumerate(map(str, graph.nodes))}  # insertion order = id order in M3-Agent
     owner: dict = {}  # input node id -> output node id (original ids, original types)
     merged: dict = {}

@@ -8,6 +8,7 @@ import torch
 
 from memforest_gpu import CompressConfig, MergeConfig
 from memforest_gpu.graph import compress_graph, fold_edges, read_graph, write_graph
+from memforest_gpu.records import MergeRecord
 
 
 def synthetic_graph_records(seed=0, videos=2, episodic=60, semantic=16, dim=16):
@@ -105,7 +106,7 @@ def test_compress_folds_edges(graph_file):
 
 
 def test_fold_edges_replays_the_log_in_order():
-    merges = [{"a": "x", "b": "y", "into": "xy"}, {"a": "xy", "b": "z", "into": "xyz"}]
+    merges = [MergeRecord(1, "t", "x", "y", 1.0, "xy"), MergeRecord(2, "t", "xy", "z", 1.0, "xyz")]
     s, t, w, internal = fold_edges(["x", "y", "z", "face", "x", "q"], ["face", "face", "voice", "x", "y", "z"],
                                    np.array([1.0, 2.0, 0.5, 4.0, 9.0, 1.5]), merges)
     assert list(zip(s, t, w.tolist())) == [("xyz", "face", 3.0), ("xyz", "voice", 0.5), ("face", "xyz", 4.0),

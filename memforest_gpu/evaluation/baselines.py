@@ -158,9 +158,9 @@ class _Table(NodeTable):
         """Merge each pair (one merger call for all); returns the new rows (not embedded yet)."""
         ordered = [self.order(a, b) for a, b in pairs]
         batch = [self.merge_pair(o, n) for o, n in ordered]
-        from ..engine import _run_merger  # the engine's fallback rules: never lose a memory
+        from ..merge_call import merge_round  # the engine's fallback rules: never lose a memory
 
-        texts, _ = _run_merger(merger, fallback, batch)
+        texts, _, _ = merge_round(merger, fallback, batch)
         new = []
         for (o, n), text in zip(ordered, texts):
             new.append(self.add(o, n, text))

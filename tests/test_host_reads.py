@@ -1,0 +1,83 @@
+"""The engine's synchronisation budget, checked on the CPU: device->host reads counted by
+:func:`memforest_gpu.host_reads.count_host_reads` (each one is a GPU synchronisation on CUDA).
+
+A merge round reads the device a constant number of times, whatever the number of trees,
+pairs and tenants; a whole 20,000-node compress stays under a fixed total.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memforest_gpu.config import CompressConfig, MergeConfig
+from memforest_gpu.engine import compress
+from memforest_gpu.host_reads import count_host_reads
+from memforest_gpu.store import MemoryStore
+from memforest_gpu.synthetic import synthetic_store
+
+ROUND_BUDGET = 10  # host reads per merge round
+TOTAL_BUDGET = 300  # host reads of a whole 20,000-node compress
+
+
+class Concat:
+    name = "concat"
+
+    def merge(self, pairs):
+        return [f"{p.older.text} {p.newer.text}" for p in pairs]
+
+
+def _store(n: int, tenants: int, dim: int = 64) -> MemoryStore:
+    ids, texts, ts, ten, embs = [], [], [], [], []
+    for j in range(tenants):
+        s = synthetic_store(n // tenants, dim=dim, seed=j)
+        ids += [f"t{j}-{i}" for i in s.ids]
+        texts += s.texts
+        ts += s.timestamps.tolist()
+        ten += [f"t{j}"] * len(s)
+        embs.append(s.embeddings)
+    return MemoryStore.from_columns(ids=ids, texts=texts, timestamps=ts, embeddings=torch.cat(embs), tenants=ten)
+
+
+def _reads(store, schedule):
+    per_round = []
+    with count_host_reads() as reads:
+        last = [0]
+
+        def on_round(_k, _merges):
+            per_round.append(reads.total - last[0])
+            last[0] = reads.total
+
+        res = compress(store, CompressConfig(merge=MergeConfig(ratio=0.5, schedule=schedule)), merger=Concat(),
+                       device="cpu", on_round=on_round)
+    return res, reads, per_round
+
+
+def test_counter_sees_the_reads_and_restores_torch():
+    x = torch.arange(5)
+    item = torch.Tensor.item
+    with count_host_reads() as reads:
+        x.sum().item()
+        x.tolist()
+        if (x > 2).any():
+            pass
+        torch.nonzero(x)
+    assert reads.by_name == {"Tensor.item": 1, "Tensor.tolist": 1, "Tensor.__bool__": 1, "torch.nonzero": 1}
+    assert torch.Tensor.item is item
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_reads_per_round_do_not_grow_with_trees_and_tenants(schedule):
+    small, _, per_small = _reads(_store(2000, 2), schedule)  # ~100 trees, 2 tenants
+    big, _, per_big = _reads(_store(20000, 20), schedule)  # ~1,000 trees, 20 tenants
+    assert big.report.trees >= 9 * small.report.trees
+    assert per_small and per_big
+    # round 1's count includes the reads between the setup and the first round
+    assert max(per_big[1:]) == max(per_small[1:]) <= ROUND_BUDGET, (per_small, per_big)
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_a_whole_20000_node_compress_stays_under_budget(schedule):
+    res, reads, per_round = _reads(_store(20000, 2), schedule)
+    assert res.report.trees >= 900 and res.report.merges == 10000
+    assert reads.total <= TOTAL_BUDGET, dict(reads.by_name)
+    assert max(per_round[1:]) <= ROUND_BUDGET
