@@ -84,10 +84,11 @@ class TreeConfig:
     time_weight: float = 0.0
     time_window: int = 1  # in positions, as the partition's window
     # size on the edges (ToMe's size weighting, for a fixed context budget): each edge loses
-    # size_weight * (tok_i + tok_j + date tags) / cap, the estimated length of the merged node in
-    # units of the node-token cap (max_node_tokens, else the embedder's limit, else 256 tokens), so
-    # short nodes (chit-chat, near duplicates) merge first and long ones late; 0 = the paper
+    # size_weight * (tok_i + tok_j + date tags) / size_unit, the estimated length of the merged
+    # node in units of size_unit tokens, so short nodes (chit-chat, near duplicates) merge first
+    # and long ones late; 0 = the paper
     size_weight: float = 0.0
+    size_unit: int = 256  # tokens; its own field, so the node-token cap never changes the term
 
     def __post_init__(self):
         _check_range("eta", self.eta, 0.0, 1.0)
@@ -96,6 +97,7 @@ class TreeConfig:
         _check_range("time_weight", self.time_weight, 0.0, 1.0)
         _check_int("time_window", self.time_window, 1)
         _check_range("size_weight", self.size_weight, 0.0, 1.0)
+        _check_int("size_unit", self.size_unit, 1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,7 +107,7 @@ class MergeConfig:
     ratio: float = 0.5  # fraction of each tenant's nodes to remove, in (0, 1)
     schedule: str = "sequential"  # "sequential" | "matching"
     max_node_tokens: int | None = None  # None: the embedder's limit (no cap when it has none)
-    seed: int = 0  # only used by the "random" tree kind (ablation)
+    seed: int = 0  # drives only the "random" tree kind (ablation): its random edge weights
 
     def __post_init__(self):
         _check_range("ratio", self.ratio, 0.0, 1.0, lo_open=True, hi_open=True)

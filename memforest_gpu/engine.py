@@ -29,14 +29,14 @@ from .mergers.base import MergePair
 from .mergers.extractive import ExtractiveMerger
 from .node_table import NodeTable, merged_id
 from .partition import Partition, partition
-from .plan_round import DATE_TAG_TOKENS, SIZE_SCALE, Plan, plan_round
+from .plan_round import DATE_TAG_TOKENS, Plan, plan_round
 from .quota import Quotas, quotas, redistribute
 from .records import MergeRecord
 from .store import MemoryStore
 from .tree_batch import TreeBatch, build_trees
 
 __all__ = ["compress", "plan", "CompressResult", "CompressReport", "PlanResult", "MergeRecord", "merged_id",
-           "DATE_TAG_TOKENS", "SIZE_SCALE"]
+           "DATE_TAG_TOKENS"]
 
 
 @dataclass

@@ -21,10 +21,9 @@ from .kernels import best_edge_per_tree, greedy_matching, spanning_forest, tree_
 from .kernels.mst import edge_key
 from .tree_batch import Bucket, TreeBatch
 
-__all__ = ["Plan", "plan_round", "DATE_TAG_TOKENS", "SIZE_SCALE"]
+__all__ = ["Plan", "plan_round", "DATE_TAG_TOKENS"]
 
 DATE_TAG_TOKENS = 12  # upper bound on the word pieces the date tags of one merge add
-SIZE_SCALE = 256  # tokens: the size term's unit when no node-token cap is set
 _DAY = 86400.0
 _COLS = 8  # bucket, row, slot_a, slot_b, tree, node_a, node_b, similarity bits
 
@@ -76,9 +75,8 @@ def _edge_weights(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap: int | N
         tok, day = bk.tok[r], torch.floor(bk.ts[r] / _DAY)
         est = tok[:, :, None] + tok[:, None, :] + DATE_TAG_TOKENS * (day[:, :, None] != day[:, None, :]).long()
     if cfg.tree.size_weight > 0 and kind != "random" and est is not None:
-        # size on the edges: the merged node's estimated length, in units of the cap
-        scale = float(cap) if cap is not None else float(SIZE_SCALE)
-        pen = cfg.tree.size_weight * est.to(W.dtype) / scale  # (B', m, m)
+        # size on the edges: the merged node's estimated length, in units of size_unit tokens
+        pen = cfg.tree.size_weight * est.to(W.dtype) / float(cfg.tree.size_unit)  # (B', m, m)
         Wt = Wt + pen if kind == "min" else Wt - pen
     if cap is not None and est is not None:
         # a pair whose merge would pass the cap is no edge: the tree spans the pairs that fit,

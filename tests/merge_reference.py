@@ -34,7 +34,7 @@ Rules, in the order they apply:
    where a node's span is the first and last position (rank in its tenant by
    ``(timestamp, row)``) of its originals and ``gap = max(lo_i, lo_j) - min(hi_i, hi_j)``;
    with ``size_weight = sw > 0``, ``w = w - f32(sw) * f32(est_ij) / f32(scale)``, ``scale``
-   = cap, else 256 (``SIZE_SCALE``).
+   = ``TreeConfig.size_unit`` (256 tokens by default, whatever the cap).
 5. **Spanning tree** (every round, for every tree that still has quota, is not stuck and
    has >= 2 live nodes): Kruskal over the tree's edges sorted by ``(w desc, min slot asc,
    max slot asc)``, union-find skipping cycles: a maximum spanning forest when the cap
@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from fractions import Fraction
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,7 +78,6 @@ from memforest_gpu.mergers.base import MemoryItem, MergePair
 __all__ = ["DATE_TAG_TOKENS", "removal_target", "largest_remainder", "kruskal", "RefResult", "reference_compress"]
 
 DATE_TAG_TOKENS = 12
-SIZE_SCALE = 256
 _DAY = 86400.0
 _f32 = np.float32
 
@@ -93,16 +93,17 @@ def largest_remainder(total: int, weights: list[float], caps: list[int]) -> list
     Repeated until all is given: every item with room gets ``floor(share)`` (at most its
     room) of ``share = remaining * w / sum(w over items with room)`` (equal weights when
     those sum to 0); the units still missing go one each to items with room left, by
-    fraction ``share - floor(share)`` descending, ties to the lower index.
+    fraction ``share - floor(share)`` descending, ties to the lower index. Shares are exact
+    rationals, so equal fractions are ties (float shares would break some ties by rounding).
     """
     n = len(weights)
     out = [0] * n
     remaining = min(int(total), sum(int(c) for c in caps))
     while remaining > 0:
         free = [caps[i] - out[i] > 0 for i in range(n)]
-        w = [float(weights[i]) if free[i] else 0.0 for i in range(n)]
+        w = [Fraction(weights[i]) if free[i] else Fraction(0) for i in range(n)]
         if sum(w) <= 0:
-            w = [1.0 if f else 0.0 for f in free]
+            w = [Fraction(1 if f else 0) for f in free]
         total_w = sum(w)
         share = [remaining * w[i] / total_w for i in range(n)]
         base = [min(math.floor(share[i]), caps[i] - out[i]) for i in range(n)]
@@ -319,7 +320,7 @@ def reference_compress(store, config, merger, *, tree: list[int] | None = None) 
 def _edge_weight(tc, cap, nodes: _Nodes):
     """The spanning tree's edge weight of two rows (rule 4), as a float32 value."""
     tw, sw = tc.time_weight, tc.size_weight
-    scale = _f32(cap if cap is not None else SIZE_SCALE)
+    scale = _f32(tc.size_unit)
 
     def weight(a: int, b: int):
         w = _f32(nodes.cos(a, b))
