@@ -59,7 +59,7 @@ def run_demo(*, ratio: float = 0.5, out_dir: str | None = None, device=None, pri
             continue
         shown.add(rec.tenant)
         j = by_id[rec.into]
-        p(f"\n  [{rec['tenant']}] similarity {rec['similarity']:.2f}")
+        p(f"\n  [{rec.tenant}] similarity {rec.similarity:.2f}")
         for label, nid in (("older", rec.a), ("newer", rec.b)):
             if nid in store.ids:
                 k = store.ids.index(nid)

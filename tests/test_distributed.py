@@ -147,3 +147,14 @@ def test_cli_errors(tmp_path, capsys):
     assert main(["compress", str(src), str(tmp_path / "o.parquet"), "--device", "cpu", "--embedder", "none"]) == 0
     assert "1 rank(s), backend none" in capsys.readouterr().out
     same_store(read_store(tmp_path / "o.parquet"), compress(read_store(src), CompressConfig()).store)
+
+
+def test_cli_refuses_an_output_that_is_its_input(tmp_path):
+    from memforest_gpu.distributed.__main__ import main
+    from memforest_gpu.io import write_store
+
+    src = tmp_path / "in.parquet"
+    write_store(_store(), src)
+    before = src.read_bytes()
+    assert main(["compress", str(src), str(src), "--device", "cpu", "--embedder", "none"]) == 2
+    assert src.read_bytes() == before

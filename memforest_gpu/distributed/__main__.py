@@ -75,7 +75,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from ..api import load_store, resolve_embedder
     from ..io import atomic_write_text, write_store
     from ..mergers import get_merger
     from ..report import format_report
@@ -99,8 +98,15 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config_from_args(args)
         options = parse_options(args.merger_option)
         get_merger(args.merger, **options)  # bad names and options fail here, on every rank, before any work
-        store = load_store(args.input, embedder=args.embedder, device=device, format=args.format)
-        emb = resolve_embedder(args.embedder, store.embedder, device=device)
+        from ..api import load_store_and_embedder
+        from ..outputs import check_output
+
+        # the output never overwrites the input, and a bad target fails before any work
+        check_output(args.output, format=args.out_format, inputs=[args.input], format_flag="--out-format",
+                     what="OUTPUT")
+        if args.report:
+            check_output(args.report, inputs=[args.input, args.output], what="--report", needs_format=False)
+        store, emb = load_store_and_embedder(args.input, embedder=args.embedder, device=device, format=args.format)
         res = compress_distributed(store, cfg, merger_factory=lambda: get_merger(args.merger, **options),
                                    embedder=emb, device=device, split_above=args.split_above,
                                    progress=not args.quiet and rank == 0 and sys.stderr.isatty())
@@ -120,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         if world > 1:
             dist.barrier()
         return 0
-    except (ValueError, FileNotFoundError, ImportError) as e:
+    except (ValueError, OSError, ImportError) as e:
         where = f"[rank {rank}] " if world > 1 else ""
         print(f"{where}memforest_gpu.distributed {args.cmd}: error: {e}", file=sys.stderr)
         return 2

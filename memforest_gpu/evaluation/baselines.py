@@ -110,7 +110,7 @@ def kmeans_prune(store: MemoryStore, config: CompressConfig, **_) -> CompressRes
         valid = torch.ones(1, n, dtype=torch.bool, device=store.device)
         u = torch.from_numpy(rng.random((k, 1))).to(store.device)  # (k, 1) k-means++ draws
         labels, means, c_valid, _ = kmeans(X, valid, torch.tensor([k], device=store.device),
-                                           max_iter=config.partition.max_iter, uniforms=u)
+                                           max_iter=config.partition.max_iter, seeding="k-means++", uniforms=u)
         centre = cluster_centres(X, valid, labels, means, c_valid)[0]  # (k,)
         chosen = np.unique(centre[centre >= 0].cpu().numpy())
         if len(chosen) < k:  # clusters left empty: make up the count at random
