@@ -134,16 +134,21 @@ def test_size_weight_merges_short_nodes_first(schedule):
     assert sized.merges[0].similarity == pytest.approx(float(st.embeddings[2] @ st.embeddings[3]), abs=1e-6)
 
 
-def test_size_weight_is_measured_against_the_cap():
-    """The same lengths weigh more under a smaller cap (the unit of the size term)."""
+def test_size_weight_is_measured_in_size_unit_not_the_cap():
+    """The same lengths weigh more under a smaller unit; the node cap never changes the term."""
     st = _long_and_short()
-    cfg = CompressConfig(partition=PartitionConfig(alpha=0.01), tree=TreeConfig(eta=1.0, size_weight=0.2),
-                         merge=MergeConfig(ratio=0.25, max_node_tokens=10000))
-    # 0.96 - 0.2 * 202/10000 > 0.89 - 0.2 * 4/10000: the long pair still wins under a loose cap ...
-    assert _groups(compress(st, cfg, device="cpu")) == [[0, 1], [2], [3]]
-    tight = CompressConfig(partition=cfg.partition, tree=cfg.tree, merge=MergeConfig(ratio=0.25, max_node_tokens=250))
-    # ... and loses under a cap close to its merged length: 0.96 - 0.2 * 202/250 < 0.89 - 0.2 * 4/250
-    assert _groups(compress(st, tight, device="cpu")) == [[0], [1], [2, 3]]
+
+    def cfg(unit, cap):
+        return CompressConfig(partition=PartitionConfig(alpha=0.01),
+                              tree=TreeConfig(eta=1.0, size_weight=0.2, size_unit=unit),
+                              merge=MergeConfig(ratio=0.25, max_node_tokens=cap))
+
+    # 0.96 - 0.2 * 202/10000 > 0.89 - 0.2 * 4/10000: the long pair still wins under a large unit ...
+    assert _groups(compress(st, cfg(10000, 10000), device="cpu")) == [[0, 1], [2], [3]]
+    # ... and loses under a unit close to its merged length: 0.96 - 0.2 * 202/250 < 0.89 - 0.2 * 4/250
+    assert _groups(compress(st, cfg(250, 10000), device="cpu")) == [[0], [1], [2, 3]]
+    # the cap is not the unit: a tight cap that still admits both pairs leaves the choice alone
+    assert _groups(compress(st, cfg(10000, 250), device="cpu")) == [[0, 1], [2], [3]]
 
 
 def test_size_weight_zero_is_the_paper():
