@@ -53,7 +53,7 @@ class PartitionConfig:
     window: int = 5  # temporal window, in positions (rank by (timestamp, index))
     max_iter: int = 30  # at most this many Lloyd steps
     seed: int = 0  # the k-means seeding's random stream (each tenant draws from (seed, its name))
-    # "batched": D^2 sampling in doubling batches (log2 K steps, no device read);
+    # "batched": D^2 sampling in growing batches (O(log K) steps, no device read);
     # "k-means++": one centre per step (K steps), SPEC's wording, slower on large K
     seeding: str = "batched"
     use_semantic: bool = True  # ablation: False drops the cos term from the reassignment

@@ -484,3 +484,60 @@ def test_reassign_duplicate_centres_tie(device, beta, use_temporal):
                                   T([[2, 1, 2, 0]], device), T([[3, 1, 2]], device), beta=beta, window=1,
                                   use_temporal=use_temporal)
         assert int(out[0, 0]) == 0  # clusters 0 and 1 tie for point 0 (label 2 scores lower): lowest id
+
+
+# --------------------------------------------------------------------------- batched D^2 seeding
+def test_counter_uniform_is_a_pure_function_of_its_keys():
+    from memforest_gpu.kernels.rand import counter_uniform, stream_keys
+
+    s = stream_keys([3, 7, 11])
+    u = counter_uniform(5, s, 2, 1000)
+    assert u.dtype == torch.float64 and u.shape == (3, 1000)
+    assert bool(((u > 0) & (u < 1)).all())
+    assert torch.equal(u[1:2], counter_uniform(5, s[1:2], 2, 1000))  # a stream never depends on its batch
+    assert torch.equal(u[:, :10], counter_uniform(5, s, 2, 10))  # nor on how many positions are drawn
+    assert not torch.equal(u, counter_uniform(6, s, 2, 1000)) and not torch.equal(u, counter_uniform(5, s, 3, 1000))
+    assert abs(float(u.mean()) - 0.5) < 0.02
+
+
+def test_batched_seeds_are_distinct_valid_and_batch_independent(device):
+    from memforest_gpu.kernels import batched_d2_seeds
+    from memforest_gpu.kernels.kmeans import seeding_steps
+    from memforest_gpu.kernels.rand import stream_keys
+
+    rng = np.random.default_rng(4)
+    sizes, ks = [50, 9, 33], [12, 9, 1]
+    X = np.zeros((3, 50, 6), dtype=np.float32)
+    valid = np.zeros((3, 50), dtype=bool)
+    for t, n in enumerate(sizes):
+        X[t, :n] = rng.standard_normal((n, 6))
+        valid[t, :n] = True
+    X[1, :9] = X[1, 0]  # every point of problem 1 the same: d^2 = 0 after the first draw
+    Xt, vt, kt = T(X, device, torch.float32), T(valid, device), T(ks, device)
+    streams = stream_keys([10, 20, 30], device=Xt.device)
+    seeds = N(batched_d2_seeds(Xt, vt, kt, seed=1, streams=streams))
+    assert seeds.shape == (3, 12)
+    for t, (n, k) in enumerate(zip(sizes, ks)):
+        s = seeds[t, :k]
+        assert (s >= 0).all() and (s < n).all() and len(set(s.tolist())) == k  # k distinct valid points
+        assert (seeds[t, k:] == -1).all()
+        alone = N(batched_d2_seeds(Xt[t:t + 1, :n], vt[t:t + 1, :n], kt[t:t + 1], seed=1, streams=streams[t:t + 1]))
+        assert (alone[0, :k] == s).all()  # nothing depends on the batch-mates
+    assert seeds[1, :9].tolist()[1:] == sorted(seeds[1, 1:9].tolist())  # duplicates: lowest index first
+    assert sum(seeding_steps(1000)) == 1000 and len(seeding_steps(1000)) < 40
+
+
+def test_batched_seeding_spreads_over_separated_clusters():
+    """D^2 sampling finds well-separated blobs: 8 tight clusters, 8 seeds. Every stream hits
+    at least 7 clusters and about half hit all 8 (a batch of two can land in one cluster;
+    uniform seeding hits all 8 with probability 8!/8^8 = 0.2%)."""
+    from memforest_gpu.kernels import batched_d2_seeds
+
+    rng = np.random.default_rng(0)
+    centres = rng.standard_normal((8, 16)) * 20
+    X = torch.tensor(np.concatenate([c + rng.standard_normal((40, 16)) * 0.1 for c in centres]), dtype=torch.float32)
+    T_ = 20
+    seeds = batched_d2_seeds(X[None].expand(T_, -1, -1), torch.ones(T_, 320, dtype=torch.bool),
+                             torch.full((T_,), 8), streams=torch.arange(T_))
+    hit = [len(set((s // 40).tolist())) for s in seeds]
+    assert min(hit) >= 7 and sum(h == 8 for h in hit) >= 8, hit
