@@ -25,7 +25,7 @@ class Bucket:
     """B trees padded to m slots. Tensors are updated in place by ``apply_round``.
 
     Shape: trees (B,), slot (B, m) node row (-1 = empty), X (B, m, D), W (B, m, m),
-           ts (B, m) float64, tok (B, m) int64 or None, lo / hi (B, m) first and last
+           ts (B, m) float64, tok (B, m) int64 or None, lo / hi (B, m) int64 first and last
            position of each slot's originals
     """
 
@@ -92,8 +92,8 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
     T = len(tree_size)
     order = torch.argsort(timestamps, stable=True)  # slots in time order inside each tree
     index, _, _ = pack_segments(tree, T, order=order, max_size=int(tree_size.max()) if T else 0)
-    pos = torch.empty(N, dtype=embeddings.dtype, device=dev)  # rank by (tenant, time, index)
-    pos[time_order(codes, timestamps)] = torch.arange(N, dtype=embeddings.dtype, device=dev)
+    pos = torch.empty(N, dtype=torch.int64, device=dev)  # rank by (tenant, time, index), exact at any N
+    pos[time_order(codes, timestamps)] = torch.arange(N, dtype=torch.int64, device=dev)
     bucket_of = np.full(T, -1, dtype=np.int64)
     row_of = np.full(T, -1, dtype=np.int64)
     buckets = []

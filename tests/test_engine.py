@@ -33,10 +33,12 @@ from engine_helpers import (CPU, DAY, NAMES, SIZES, build_store, cfg_of, run, ch
 # --------------------------------------------------------------------------- invariants
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
 @pytest.mark.parametrize("ratio", [0.3, 0.5, 0.7])
-def test_invariants_many_tenants(big_store, ratio, schedule):
+def test_invariants_many_tenants(big_store, ratio, schedule, device):
+    """On every available device (CPU always, CUDA when present); the store moves there."""
     assert len(big_store) == sum(SIZES)
-    res = run(big_store, cfg_of(ratio, schedule))
-    check_invariants(big_store, res, ratio)
+    store = big_store.to(device)
+    res = compress(store, cfg_of(ratio, schedule), device=device)
+    check_invariants(store.to("cpu"), _to_cpu(res), ratio)
     rows = {r["tenant"]: r for r in res.report.tenants}
     # big tenants always reach the target exactly
     for t in NAMES[:4]:
@@ -82,9 +84,11 @@ def test_defaults_and_bad_arguments(small_store):
 
 # --------------------------------------------------------------------------- determinism
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
-def test_deterministic(small_store, schedule):
+def test_deterministic(small_store, schedule, device):
+    """Two runs on the same device give the same output (CPU always, CUDA when present)."""
     cfg = cfg_of(0.5, schedule)
-    a, b = run(small_store, cfg), run(small_store, cfg)
+    store = small_store.to(device)
+    a, b = compress(store, cfg, device=device), compress(store, cfg, device=device)
     assert same_output(a.store, b.store)
     assert a.store.metadata == b.store.metadata
     assert a.merges == b.merges
@@ -395,3 +399,8 @@ def test_assemble_picks_originals_and_merged_rows_in_output_order():
     out = assemble(table, live, st.embeddings, merged)
     assert out.ids[0] == "n0" and out.texts == ["t0", "t1 t3", "t2"]
     assert torch.equal(out.embeddings, torch.stack([st.embeddings[0], merged[0], st.embeddings[2]]))
+
+
+def _to_cpu(res):
+    res.store = res.store.to("cpu")
+    return res
