@@ -269,9 +269,10 @@ def _older_first(table: NodeTable, p: Plan) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _report(s: _Setup, store, merger, embedder, out, shortfall, rounds, merges, fallbacks) -> CompressReport:
+    """The run's report; a dry run (no merger) has no per-tenant rows."""
     q = s.quotas
     rows = []
-    if merges or merger is not None:
+    if merger is not None:
         n_in = np.bincount(q.tree_tenant, weights=q.tree_size, minlength=len(s.names)).astype(np.int64)
         n_trees = np.bincount(q.tree_tenant, minlength=len(s.names))
         per = dict.fromkeys(s.names, 0)

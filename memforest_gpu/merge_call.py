@@ -40,8 +40,8 @@ def _call(merger, fallback, pairs: list[MergePair]) -> tuple[list[str], int]:
         if len(texts) != len(pairs):
             raise ValueError(f"merger must return one text per pair ({len(pairs)}), got {len(texts)}")
     except Exception as e:  # noqa: BLE001 - an LLM backend failing must never lose memories
-        if merger is fallback or getattr(merger, "fatal", False) or getattr(e, "fatal", False):
-            raise  # the extractive merger itself, or a backend / journal that is down as a whole
+        if merger is fallback or getattr(merger, "fatal", False):
+            raise  # the extractive merger itself, or a backend (or its journal) that is down as a whole
         log.warning("merger %r failed on a batch of %d pairs (%s); using the extractive merger",
                     getattr(merger, "name", merger), len(pairs), e)
         return fallback.merge(pairs), len(pairs)

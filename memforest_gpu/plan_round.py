@@ -25,7 +25,6 @@ __all__ = ["Plan", "plan_round", "DATE_TAG_TOKENS"]
 
 DATE_TAG_TOKENS = 12  # upper bound on the word pieces the date tags of one merge add
 _DAY = 86400.0
-_COLS = 8  # bucket, row, slot_a, slot_b, tree, node_a, node_b, similarity bits
 
 
 @dataclass(frozen=True)
@@ -113,7 +112,8 @@ def plan_round(batch: TreeBatch, need: np.ndarray, remaining: np.ndarray, cfg: C
     """
     dev = batch.buckets[0].X.device if batch.buckets else torch.device("cpu")
     matching = cfg.merge.schedule == "matching"
-    parts = []  # per bucket: (bucket id, row, slot_a, slot_b, tree, score, cos, take)
+    cands = []  # per bucket, flat (C,) tensors: the candidate pairs (matching: every tree edge)
+    off = 0  # matching: vertex ids made global over every (bucket, row), for one flat matching
     for b, bk in enumerate(batch.buckets):
         rows = np.flatnonzero(need[bk.trees_np])
         if len(rows) == 0:
@@ -123,43 +123,32 @@ def plan_round(batch: TreeBatch, need: np.ndarray, remaining: np.ndarray, cfg: C
         B, E = u.shape
         if E == 0:
             continue
-        tree = bk.trees[r]  # (B',)
         slot = bk.slot[r]  # (B', m) node rows
         if matching:
-            row = r[:, None].expand(B, E)
-            parts.append([b, row, u, v, tree[:, None].expand(B, E), score, cos, ok, key, bk.m,
-                          slot.gather(1, u), slot.gather(1, v)])
+            base = off + torch.arange(B, device=dev)[:, None] * bk.m  # (B', 1)
+            off += B * bk.m
+            c = dict(row=r[:, None].expand(B, E), a=u, b=v, tree=bk.trees[r][:, None].expand(B, E), score=score,
+                     cos=cos, take=ok, key=key, ga=base + u, gb=base + v, na=slot.gather(1, u), nb=slot.gather(1, v))
         else:
             e = best_edge_per_tree(score, key, ok)  # (B',)
-            j = torch.arange(B, device=dev)
-            ec = e.clamp(min=0)
+            j, ec = torch.arange(B, device=dev), e.clamp(min=0)
             ua, vb = u[j, ec], v[j, ec]
-            parts.append([b, r, ua, vb, tree, score[j, ec], cos[j, ec], e >= 0, None, bk.m,
-                          slot[j, ua], slot[j, vb]])
-    if not parts:
+            c = dict(row=r, a=ua, b=vb, tree=bk.trees[r], score=score[j, ec], cos=cos[j, ec], take=e >= 0,
+                     na=slot[j, ua], nb=slot[j, vb])
+        c = {k: x.reshape(-1) for k, x in c.items()}
+        c["bucket"] = torch.full_like(c["row"], b)
+        cands.append(c)
+    if not cands:
         return _empty_plan(len(batch.buckets), dev)
-    if matching:
-        # one matching over every tree of every bucket: vertex ids made global per (bucket, row)
-        off, gu, gv = 0, [], []
-        for p in parts:
-            row_local = torch.arange(p[1].shape[0], device=dev)[:, None]
-            gu.append((off + row_local * p[9] + p[2]).reshape(-1))
-            gv.append((off + row_local * p[9] + p[3]).reshape(-1))
-            off += p[1].shape[0] * p[9]
-        flat = lambda k: torch.cat([p[k].reshape(-1) for p in parts])  # noqa: E731
-        tree_e = flat(4)
+    cat = {k: torch.cat([c[k] for c in cands]) for k in cands[0]}
+    take = cat["take"]
+    if matching:  # one greedy matching over every tree of every bucket, capped by each tree's quota
         quota = torch.as_tensor(remaining, dtype=torch.int64, device=dev)
-        take = greedy_matching(torch.cat(gu)[None], torch.cat(gv)[None], flat(5)[None], flat(8)[None],
-                               flat(7)[None], off, cap=quota, group=tree_e[None])[0]
-        bucket = torch.cat([torch.full((p[1].numel(),), p[0], dtype=torch.int64, device=dev) for p in parts])
-        row, sa, sb, score, cos, node_a, node_b = (flat(k) for k in (1, 2, 3, 5, 6, 10, 11))
-    else:
-        bucket = torch.cat([torch.full((p[1].shape[0],), p[0], dtype=torch.int64, device=dev) for p in parts])
-        row, sa, sb, tree_e, score, cos, take = (torch.cat([p[k] for p in parts]) for k in range(1, 8))
-        node_a, node_b = (torch.cat([p[k] for p in parts]) for k in (10, 11))
+        take = greedy_matching(cat["ga"][None], cat["gb"][None], cat["score"][None], cat["key"][None], take[None],
+                               off, cap=quota, group=cat["tree"][None])[0]
     sel = torch.nonzero(take).flatten()  # host read 1: how many pairs
     bucket, row, sa, sb, tree_e, score, cos, node_a, node_b = (
-        x[sel] for x in (bucket, row, sa, sb, tree_e, score, cos, node_a, node_b))
+        cat[k][sel] for k in ("bucket", "row", "a", "b", "tree", "score", "cos", "na", "nb"))
     packed = torch.stack([bucket, row, sa, sb, tree_e, node_a, node_b,
                           cos.to(torch.float64).view(torch.int64)], 1)  # (P, 8)
     host = packed.cpu().numpy()  # host read 2: the round's pairs

@@ -88,7 +88,6 @@ def allocate_segments(total: np.ndarray, weights: np.ndarray, caps: np.ndarray, 
     remaining = np.minimum(np.asarray(total, dtype=np.int64),
                            np.bincount(seg, weights=np.maximum(caps, 0), minlength=n_seg).astype(np.int64))
     idx = np.arange(T)
-    start = np.searchsorted(seg, np.arange(n_seg))  # first item of each segment
     while (remaining > 0).any():
         room = caps - out
         free = room > 0

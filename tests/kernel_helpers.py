@@ -38,26 +38,11 @@ def N(t):
 
 
 def kruskal_ref(W: np.ndarray, active: np.ndarray, maximum: bool = True) -> set:
-    """Plain Kruskal with SPEC's explicit order: weight desc (asc for minimum), then (i, j) asc."""
-    m = W.shape[0]
-    act = [i for i in range(m) if active[i]]
-    edges = [(i, j) for a, i in enumerate(act) for j in act[a + 1:]]
-    sign = -1.0 if maximum else 1.0
-    edges.sort(key=lambda e: (sign * float(W[e[0], e[1]]), e[0], e[1]))
-    parent = list(range(m))
+    """Plain Kruskal with SPEC's explicit order: weight desc (asc for minimum), then (i, j) asc
+    (the union-find of :func:`merge_reference.kruskal`, on every pair of active vertices)."""
+    from merge_reference import kruskal
 
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    out = []
-    for i, j in edges:
-        if len(out) == len(act) - 1:
-            break
-        ri, rj = find(i), find(j)
-        if ri != rj:
-            parent[ri] = rj
-            out.append((i, j))
-    return set(out)
+    act = [i for i in range(W.shape[0]) if active[i]]
+    sign = 1.0 if maximum else -1.0
+    edges = [(sign * float(W[i, j]), i, j) for a, i in enumerate(act) for j in act[a + 1:]]
+    return {(i, j) for i, j, _ in kruskal(W.shape[0], edges)}

@@ -16,8 +16,7 @@ import pytest
 from memforest_gpu.config import CompressConfig, MergeConfig
 from memforest_gpu.engine import compress
 from memforest_gpu.mergers import ExtractiveMerger, get_merger
-from memforest_gpu.mergers import llm as llm_module
-from memforest_gpu.mergers.base import MemoryItem, MergePair
+from llm_helpers import spy_raw_and_judged, trivial_pair
 from memforest_gpu.mergers.validate import check_merge, clean_output
 from memforest_gpu.store import MemoryStore
 
@@ -62,14 +61,8 @@ def test_raw_output_of_a_trivial_pair_reaches_the_validator(loaded, monkeypatch)
     passes. Without this, a merger whose every reply is garbage would still pass the
     compress test above, since every pair falls back losslessly."""
     m = _fresh(loaded, max_tokens=48)
-    pair = MergePair(MemoryItem("x1", "Bob has two dogs named Rex and Max.", T0),
-                     MemoryItem("x2", "Bob has two dogs, Rex and Max.", T0 + 60.0), "t")
-    raw, judged = [], []
-    real_generate = m._generate
-    monkeypatch.setattr(m, "_generate", lambda convs: raw.extend(out := real_generate(convs)) or out)
-    real_check = llm_module.check_merge
-    monkeypatch.setattr(llm_module, "check_merge",
-                        lambda text, p, slack=12: judged.append(text) or real_check(text, p, slack))
+    pair = trivial_pair()
+    raw, judged = spy_raw_and_judged(monkeypatch, m)
     text = m.merge([pair])[0]
     first = raw[0]
     assert first is not None and first.strip(), f"empty raw reply {first!r}"

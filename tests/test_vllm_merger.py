@@ -20,6 +20,7 @@ from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig
 from memforest_gpu.engine import compress
 from memforest_gpu.mergers import ExtractiveMerger, get_merger
 from memforest_gpu.mergers.base import MemoryItem, MergePair
+from llm_helpers import spy_raw_and_judged, trivial_pair
 from memforest_gpu.mergers import llm as llm_module
 from memforest_gpu.mergers.validate import check_merge, clean_output
 from memforest_gpu.mergers.vllm_offline import engine_kwargs, free_memory_utilization, torchrun_world
@@ -203,14 +204,8 @@ def test_vllm_real_model_raw_output_reaches_the_validator(real_merger, monkeypat
     turn only (no chat-template tokens, no role header), and exactly that
     reply, cleaned, is what the validator judges. A broken template or decode fails here even
     though the fallback would keep the merge lossless."""
-    pair = MergePair(MemoryItem("x1", "Bob has two dogs named Rex and Max.", T0),
-                     MemoryItem("x2", "Bob has two dogs, Rex and Max.", T0 + 60.0), "t")
-    raw, judged = [], []
-    real_generate = real_merger._generate
-    monkeypatch.setattr(real_merger, "_generate", lambda convs: raw.extend(out := real_generate(convs)) or out)
-    real_check = llm_module.check_merge
-    monkeypatch.setattr(llm_module, "check_merge",
-                        lambda text, p, slack=12: judged.append(text) or real_check(text, p, slack))
+    pair = trivial_pair()
+    raw, judged = spy_raw_and_judged(monkeypatch, real_merger)
     real_merger.merge([pair])
     first = raw[0]
     assert first is not None and first.strip(), f"empty raw reply {first!r}"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import warnings
 from collections import defaultdict
 
 import numpy as np
