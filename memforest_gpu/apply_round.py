@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .plan_round import Plan
-from .tree_batch import TreeBatch, row_sims
+from .tree_batch import TreeBatch, compute_dtype, row_sims
 
 __all__ = ["apply_round", "pair_means"]
 
@@ -27,7 +27,9 @@ def pair_means(batch: TreeBatch, plan: Plan) -> torch.Tensor:
         lo, hi = plan.offsets[b], plan.offsets[b + 1]
         if lo < hi:
             r = plan.row[lo:hi]
-            parts.append(bk.X[r, plan.slot_a[lo:hi]] + bk.X[r, plan.slot_b[lo:hi]])  # (P_b, D)
+            xa, xb = bk.X[r, plan.slot_a[lo:hi]], bk.X[r, plan.slot_b[lo:hi]]
+            ct = compute_dtype(xa.dtype)  # half-precision storage: add in float32
+            parts.append(xa.to(ct) + xb.to(ct))  # (P_b, D)
     if not parts:
         return torch.zeros(0, D)
     return torch.nn.functional.normalize(torch.cat(parts), dim=1)

@@ -35,6 +35,8 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
                    help="penalty on the merged node's length, in units of the token cap (0 = the paper)")
     g.add_argument("--max-node-tokens", type=int, default=None,
                    help="cap on merged node length (default: the embedder's limit)")
+    g.add_argument("--storage-dtype", default="float32",
+                   help="float32 | float16 | bfloat16: the vectors kept in the padded trees (half the memory)")
 
 
 def config_from_args(a: argparse.Namespace):
@@ -49,6 +51,7 @@ def config_from_args(a: argparse.Namespace):
             tree=TreeConfig(eta=a.eta, degree_norm=a.degree_norm, time_weight=a.time_weight,
                             time_window=a.time_window, size_weight=a.size_weight),
             merge=MergeConfig(ratio=a.ratio, schedule=a.schedule, max_node_tokens=a.max_node_tokens, seed=a.seed),
+            storage_dtype=getattr(a, "storage_dtype", "float32"),
         )
     except ValueError as e:
         raise ValueError(as_flag_error(str(e), a)) from None

@@ -141,8 +141,12 @@ class CompressConfig:
     partition: PartitionConfig = field(default_factory=PartitionConfig)
     tree: TreeConfig = field(default_factory=TreeConfig)
     merge: MergeConfig = field(default_factory=MergeConfig)
+    # dtype of the vectors the engine keeps in its padded trees: "float32" | "float16" | "bfloat16"
+    # (half the memory; similarities still accumulated in float64, so only the stored values round)
+    storage_dtype: str = "float32"
 
     def __post_init__(self):
+        _check_choice("storage_dtype", self.storage_dtype, ("float32", "float16", "bfloat16"))
         for name, cls in (("partition", PartitionConfig), ("tree", TreeConfig), ("merge", MergeConfig)):
             if not isinstance(getattr(self, name), cls):
                 raise ValueError(f"{name} must be a {cls.__name__}, got {getattr(self, name)!r}")

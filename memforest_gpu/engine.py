@@ -146,7 +146,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         rounds += 1
         t = time.perf_counter()
         older, newer = _older_first(table, p)
-        texts, tokens, nfb = merge_round(merger, fallback, [table.merge_pair(a, b) for a, b in zip(older, newer)],
+        texts, tokens, nfb = merge_round(merger, fallback, table.merge_pairs(older, newer),
                                          counter=s.counter, cap=s.cap)
         fallbacks += nfb
         times["merge"] += time.perf_counter() - t
@@ -160,8 +160,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         consumed += [older, newer]
         remaining -= got
         count -= got
-        done = [MergeRecord(rounds, table.tenant[j], table.ids[a], table.ids[b], float(w), table.ids[j], table.texts[j])
-                for a, b, j, w in zip(older, newer, new, p.similarity)]
+        done = _records(table, rounds, older, newer, p.similarity, new)
         records += done
         times["trees"] += time.perf_counter() - t
         if on_round is not None:
@@ -172,7 +171,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         bar.close()
     t = time.perf_counter()
     batch = s.batch = None  # the padded tree tensors (about 2x the embeddings) are not needed any more
-    live = np.ones(len(table.ids), dtype=bool)
+    live = np.ones(len(table), dtype=bool)
     live[np.concatenate(consumed) if consumed else np.zeros(0, dtype=np.int64)] = False
     out = assemble(table, live, s.emb, torch.cat(vectors) if vectors else s.emb[:0])
     times["output"] = time.perf_counter() - t
@@ -190,9 +189,8 @@ def plan(store: MemoryStore, config: CompressConfig | None = None, *, embedder=N
     need = (q.per_tree > 0) & (q.tree_size >= 2)
     p = plan_round(s.batch, need, q.per_tree, s.cfg, s.cap, np.random.default_rng(s.cfg.merge.seed))
     older, newer = _older_first(s.table, p)
-    t = s.table
-    records = [MergeRecord(1, t.tenant[a], t.ids[a], t.ids[b], float(w)) for a, b, w in zip(older, newer, p.similarity)]
-    pairs = [t.merge_pair(a, b) for a, b in zip(older, newer)]
+    records = _records(s.table, 1, older, newer, p.similarity)
+    pairs = s.table.merge_pairs(older, newer)
     s.times["total"] = time.perf_counter() - s.times.pop("_t0")
     report = _report(s, store, None, embedder, store, q.shortfall, 0, 0, 0)
     return PlanResult(records, pairs, report)
@@ -242,7 +240,7 @@ def _setup(store, config, embedder, device, progress, part, q, budget) -> _Setup
     if cap is not None or cfg.tree.size_weight > 0:  # the size term needs lengths too
         counter = getattr(embedder, "count_tokens", None) or count_words
         tokens = torch.tensor(counter(store.texts), dtype=torch.int64, device=dev)
-    batch = build_trees(part.tree, tree_size, emb, ts, codes, tokens)
+    batch = build_trees(part.tree, tree_size, emb, ts, codes, tokens, dtype=getattr(torch, cfg.storage_dtype))
     times["setup"] = time.perf_counter() - t1
     return _Setup(cfg, names, part, q, batch, NodeTable(store), emb, cap, counter, times)
 
@@ -262,10 +260,19 @@ def _check_partition(part: Partition, n: int, n_tenants: int) -> None:
 
 def _older_first(table: NodeTable, p: Plan) -> tuple[np.ndarray, np.ndarray]:
     """Each planned pair as (older, newer) rows: the merger's order."""
-    pairs = [table.order(a, b) for a, b in zip(p.node_a.tolist(), p.node_b.tolist())]
-    older = np.array([a for a, _ in pairs], dtype=np.int64)
-    newer = np.array([b for _, b in pairs], dtype=np.int64)
-    return older, newer
+    return table.order_many(p.node_a, p.node_b)
+
+
+def _records(table: NodeTable, rnd: int, older: np.ndarray, newer: np.ndarray, sims, new: np.ndarray | None = None
+             ) -> list[MergeRecord]:
+    """One MergeRecord per pair (a dry run's have no ``into`` / ``text``); the merged text is
+    the table's own string, not a copy."""
+    ten, ia, ib = table.tenant_of(older), table.ids_of(older), table.ids_of(newer)
+    w = np.asarray(sims, dtype=np.float64).tolist()
+    if new is None:
+        return [MergeRecord(rnd, ten[k], ia[k], ib[k], w[k]) for k in range(len(ia))]
+    into, text = table.ids_of(new), table.texts_of(new)
+    return [MergeRecord(rnd, ten[k], ia[k], ib[k], w[k], into[k], text[k]) for k in range(len(ia))]
 
 
 def _report(s: _Setup, store, merger, embedder, out, shortfall, rounds, merges, fallbacks) -> CompressReport:
@@ -276,8 +283,7 @@ def _report(s: _Setup, store, merger, embedder, out, shortfall, rounds, merges, 
         n_in = np.bincount(q.tree_tenant, weights=q.tree_size, minlength=len(s.names)).astype(np.int64)
         n_trees = np.bincount(q.tree_tenant, minlength=len(s.names))
         per = dict.fromkeys(s.names, 0)
-        for t in out.tenants:
-            per[t] += 1
+        per.update(zip(out.tenant_table, np.bincount(out.tenant_codes_np, minlength=len(out.tenant_table)).tolist()))
         for j, name in enumerate(s.names):
             n, o = int(n_in[j]), per[name]
             rows.append({"tenant": name, "nodes_in": n, "nodes_out": o, "requested": int(q.target[j]),

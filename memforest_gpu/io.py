@@ -110,11 +110,11 @@ def read_store(
     if not os.path.isfile(path):
         raise ValueError(f"{path}: not a regular file")
     if fmt == "parquet":
-        cols, file_embedder = _read_parquet_columns(path)
+        cols, file_embedder = _read_parquet_columns(path, tenants)
     else:
         cols, file_embedder = _read_jsonl_columns(path)
-    if tenants is not None:
-        cols = _select_tenants(cols, tenants, path)
+        if tenants is not None:
+            cols = _select_tenants(cols, tenants, path)
     if cols["embedding"] is not None:
         # Vectors come from the file: they are labelled with the model the file records (or a
         # name the caller passes as a string), never with the model the caller would embed with.
@@ -138,6 +138,7 @@ def read_store(
 
 
 def _select_tenants(cols: dict, tenants: str | list[str], path: str) -> dict:
+    """Keep only the rows of ``tenants`` (JSONL columns: Python lists)."""
     from .store import DEFAULT_TENANT
 
     want = [tenants] if isinstance(tenants, str) else list(tenants)
@@ -154,9 +155,59 @@ def _select_tenants(cols: dict, tenants: str | list[str], path: str) -> dict:
     return out
 
 
-def _read_parquet_columns(path: str) -> tuple[dict, str | None]:
+_BATCH_ROWS = 1 << 16  # rows per Parquet record batch read
+
+
+def _tenant_mask(pf, want: list[str], path: str):
+    """Rows of ``want`` tenants: one pass over the tenant column alone. Returns (count, per-batch
+    masks) for the batches :func:`_read_parquet_columns` reads, or raises naming the tenants."""
     import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from .store import DEFAULT_TENANT
+
+    names: dict[str, None] = {}
+    masks, count = [], 0
+    has = "tenant" in pf.schema_arrow.names
+    for rb in pf.iter_batches(batch_size=_BATCH_ROWS, columns=["tenant"] if has else ["id"]):
+        if has:
+            col = pc.cast(rb.column(0), pa.large_string())
+            col = pc.if_else(pc.equal(col, ""), pa.scalar(None, pa.large_string()), col).fill_null(DEFAULT_TENANT)
+        else:
+            col = pa.array(np.full(rb.num_rows, DEFAULT_TENANT, dtype=object), type=pa.large_string())
+        names.update(dict.fromkeys(col.unique().to_pylist()))
+        m = pc.is_in(col, value_set=pa.array(want, type=pa.large_string()))
+        masks.append(m)
+        count += pc.sum(m).as_py() or 0
+    for t in want:
+        if t not in names:
+            # first appearance order, as the store names them
+            raise ValueError(f"{path}: tenant must be one of {_first_appearance(pf, has)}, got {t!r}")
+    return count, masks
+
+
+def _first_appearance(pf, has: bool) -> list[str]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from .store import DEFAULT_TENANT
+
+    if not has:
+        return [DEFAULT_TENANT]
+    col = pc.cast(pf.read(columns=["tenant"]).column(0), pa.large_string()).combine_chunks()
+    col = pc.if_else(pc.equal(col, ""), pa.scalar(None, pa.large_string()), col).fill_null(DEFAULT_TENANT)
+    return col.dictionary_encode().dictionary.to_pylist()
+
+
+def _read_parquet_columns(path: str, tenants: str | list[str] | None = None) -> tuple[dict, str | None]:
+    """The file's columns, read in record batches: ids, texts, tenants, sources and metadata
+    as Arrow arrays, embeddings straight into one preallocated float32 (N, D) tensor (no
+    Python object per node, no float64 copy). ``tenants``: only those tenants' rows are kept,
+    batch by batch (the whole table is never in memory)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
+    import torch
 
     try:
         pf = pq.ParquetFile(path)
@@ -165,43 +216,141 @@ def _read_parquet_columns(path: str) -> tuple[dict, str | None]:
         for c in REQUIRED_COLUMNS:
             if c not in schema.names:
                 raise ValueError(f"{path}: missing required column {c!r} (columns: {schema.names})")
-        table = pf.read(columns=wanted)
+        masks = None
+        if tenants is not None:
+            want = [tenants] if isinstance(tenants, str) else list(tenants)
+            n, masks = _tenant_mask(pf, want, path)
+        else:
+            n = pf.metadata.num_rows
+        meta = schema.metadata or {}
+        file_embedder = meta.get(PARQUET_EMBEDDER_KEY)
+        file_embedder = file_embedder.decode("utf-8") if file_embedder else None
+        has_emb = "embedding" in wanted
+        if has_emb:
+            et = schema.field("embedding").type
+            if not (pa.types.is_list(et) or pa.types.is_large_list(et) or pa.types.is_fixed_size_list(et)):
+                raise ValueError(f"{path}: column 'embedding' must be a list of floats, got type {et}")
+        parts: dict[str, list] = {c: [] for c in wanted if c != "embedding"}
+        emb = None  # (n, D) float32, allocated at the first batch with a vector
+        state = {"pos": 0, "d": None, "null": None, "first_id": None}
+        for b, rb in enumerate(pf.iter_batches(batch_size=_BATCH_ROWS, columns=wanted)):
+            if masks is not None:
+                rb = rb.filter(masks[b])
+            if rb.num_rows == 0:
+                continue
+            ids_b = rb.column("id")
+            for c in parts:
+                parts[c].append(rb.column(c))
+            if has_emb:
+                emb = _embeddings_batch(rb.column("embedding"), ids_b, path, n, emb, state)
+            state["pos"] += rb.num_rows
     except (pa.ArrowException, OSError) as e:
         raise ValueError(f"{path}: cannot read as Parquet: {e}") from None
-    meta = schema.metadata or {}
-    file_embedder = meta.get(PARQUET_EMBEDDER_KEY)
-    file_embedder = file_embedder.decode("utf-8") if file_embedder else None
 
-    ids = table.column("id").to_pylist()
+    def col(c):
+        if c not in parts:
+            return None
+        arrs = parts[c]
+        if not arrs:
+            return pa.array([], type=schema.field(c).type)
+        return pa.chunked_array(arrs, type=arrs[0].type).combine_chunks()
+
+    ids = col("id")
     cols: dict[str, Any] = {
         "id": ids,
-        "text": table.column("text").to_pylist(),
-        "timestamp": _parquet_timestamps(table.column("timestamp"), path),
-        "embedding": None,
-        "tenant": None,
+        "text": col("text"),
+        "timestamp": _parquet_timestamps(col("timestamp"), path),
+        "embedding": emb if has_emb and not state["null"] else None,
+        "tenant": col("tenant"),
         "sources": None,
         "metadata": None,
     }
-    if "embedding" in table.column_names:
-        cols["embedding"] = _parquet_embeddings(table.column("embedding"), ids, path)
-    if "tenant" in table.column_names:
-        cols["tenant"] = table.column("tenant").to_pylist()
-    if "sources" in table.column_names:
-        col = table.column("sources")
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-            cols["sources"] = [_json_cell(v, "sources", i, path) for i, v in zip(ids, col.to_pylist())]
+    if has_emb and emb is None and n:
+        cols["embedding"] = None
+    if "sources" in parts:
+        c = col("sources")
+        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
+            cols["sources"] = [_json_cell(v, "sources", i, path) for i, v in zip(ids.to_pylist(), c.to_pylist())]
         else:
-            cols["sources"] = col.to_pylist()
-    if "metadata" in table.column_names:
-        col = table.column("metadata")
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-            cols["metadata"] = [_json_cell(v, "metadata", i, path) for i, v in zip(ids, col.to_pylist())]
+            cols["sources"] = c
+    if "metadata" in parts:
+        c = col("metadata")
+        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
+            cols["metadata"] = _metadata_text(c, ids, path)
         else:  # struct / map columns written by other tools
-            vals = col.to_pylist()
-            if pa.types.is_map(col.type):
+            vals = c.to_pylist()
+            if pa.types.is_map(c.type):
                 vals = [dict(v) if v is not None else None for v in vals]
             cols["metadata"] = vals
+    if has_emb and emb is not None and not state["null"]:
+        cols["embedding"] = emb
     return cols, file_embedder
+
+
+def _metadata_text(col, ids, path: str):
+    """A JSON-text metadata column as Arrow, with invalid JSON reported as the reader does."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    todo = np.flatnonzero(~pc.equal(col.fill_null("{}"), "{}").fill_null(True).to_numpy(zero_copy_only=False))
+    for j in todo.tolist():  # only rows other than {} are parsed (once more in the store)
+        _json_cell(col[j].as_py(), "metadata", ids[j].as_py(), path)
+    return col if col.type == pa.large_string() else col.cast(pa.large_string())
+
+
+def _embeddings_batch(arr, ids, path: str, n: int, emb, state: dict):
+    """Copy one batch of the embedding column into ``emb`` (allocated here at the first
+    vector: (n, D) float32) at row ``state['pos']``; checks nulls and dimensions, naming the node."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import torch
+
+    t = arr.type
+    m = len(arr)
+    nulls = arr.null_count
+    if state["null"] is None:  # the first row decides: vectors everywhere, or nowhere
+        state["null"] = bool(arr[0].as_py() is None) if m else None
+    if state["null"]:
+        if nulls != m:
+            # vectors after missing ones: name the first node without one (row 0 of the file)
+            raise ValueError(f"{path}: embedding of node {state['first_id']!r} is missing while other nodes have one")
+        if state["first_id"] is None:
+            state["first_id"] = ids[0].as_py()
+        return emb
+    if nulls:
+        j = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
+        raise ValueError(f"{path}: embedding of node {ids[j].as_py()!r} is missing while other nodes have one")
+    if pa.types.is_fixed_size_list(t):
+        d = t.list_size
+        if state["d"] is None:
+            state["d"], state["d_id"] = d, ids[0].as_py()
+    else:
+        lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+        if state["d"] is None:
+            state["d"], state["d_id"] = int(lengths[0]), ids[0].as_py()
+        d = state["d"]
+        bad = np.flatnonzero(lengths != d)
+        if bad.size:
+            j = int(bad[0])
+            raise ValueError(
+                f"{path}: embeddings must all have the same dimension, node {state['d_id']!r} has {d} "
+                f"but node {ids[j].as_py()!r} has {int(lengths[j])}"
+            )
+    if d == 0:
+        raise ValueError(f"{path}: embeddings must have dimension > 0, got 0")
+    values = arr.flatten()  # respects slicing/offsets
+    if not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
+        raise ValueError(f"{path}: column 'embedding' must hold numbers, got type {values.type}")
+    if values.null_count:
+        j = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0]) // d
+        raise ValueError(f"{path}: embedding of node {ids[j].as_py()!r} contains a null value")
+    if emb is None:
+        emb = torch.empty(n, d, dtype=torch.float32)
+    if values.type != pa.float32():
+        values = pc.cast(values, pa.float32())
+    pos = state["pos"]
+    emb.numpy()[pos:pos + m] = values.to_numpy(zero_copy_only=False).reshape(m, d)
+    return emb
 
 
 def _json_cell(v: Any, what: str, node_id: Any, path: str) -> Any:
@@ -215,8 +364,8 @@ def _json_cell(v: Any, what: str, node_id: Any, path: str) -> Any:
         raise ValueError(f"{path}: {what} of node {node_id!r} is not valid JSON: {e}") from None
 
 
-def _parquet_timestamps(col, path: str) -> list:
-    """Timestamp column -> list of epoch floats (or raw values for MemoryStore to parse)."""
+def _parquet_timestamps(col, path: str):
+    """Timestamp column -> float64 epoch seconds (N,) numpy, or raw values for MemoryStore to parse."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -224,55 +373,16 @@ def _parquet_timestamps(col, path: str) -> list:
     if col.null_count:
         return col.to_pylist()  # MemoryStore names the node with the missing value
     if pa.types.is_floating(t) or pa.types.is_integer(t):
-        return pc.cast(col, pa.float64()).to_numpy().tolist()
+        return pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
     if pa.types.is_date(t):
         col = pc.cast(col, pa.timestamp("s"))
         t = col.type
     if pa.types.is_timestamp(t):
         per_second = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}[t.unit]
         # Arrow stores instants as UTC counts; naive ones are read as UTC, like ISO strings.
-        raw = pc.cast(col, pa.int64()).to_numpy()
-        return (raw / per_second).tolist()
+        raw = pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False)
+        return raw / per_second
     return col.to_pylist()
-
-
-def _parquet_embeddings(col, ids: list, path: str) -> np.ndarray | None:
-    """list / fixed_size_list column -> float32 (N, D) numpy array, vectorised."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    t = col.type
-    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)):
-        raise ValueError(f"{path}: column 'embedding' must be a list of floats, got type {t}")
-    n = len(col)
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if arr.null_count:
-        if arr.null_count == n:
-            return None  # no embeddings at all: embed on load
-        j = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
-        raise ValueError(f"{path}: embedding of node {ids[j]!r} is missing while other nodes have one")
-    if pa.types.is_fixed_size_list(t):
-        d = t.list_size
-    else:
-        lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
-        d = int(lengths[0]) if n else 0
-        bad = np.flatnonzero(lengths != d)
-        if bad.size:
-            j = int(bad[0])
-            raise ValueError(
-                f"{path}: embeddings must all have the same dimension, node {ids[0]!r} has {d} "
-                f"but node {ids[j]!r} has {int(lengths[j])}"
-            )
-    if n and d == 0:
-        raise ValueError(f"{path}: embeddings must have dimension > 0, got 0")
-    values = arr.flatten()  # respects slicing/offsets
-    if not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
-        raise ValueError(f"{path}: column 'embedding' must hold numbers, got type {values.type}")
-    if values.null_count:
-        j = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0]) // d
-        raise ValueError(f"{path}: embedding of node {ids[j]!r} contains a null value")
-    flat = pc.cast(values, pa.float32()).to_numpy(zero_copy_only=False, writable=True)
-    return flat.reshape(n, d)
 
 
 def _read_jsonl_columns(path: str) -> tuple[dict, str | None]:
@@ -481,13 +591,18 @@ def _dumps(v: Any, what: str, node_id: str) -> str:
 
 
 def _to_arrow_table(store: MemoryStore):
+    """The store as one Arrow table in the file layout (see the module docstring). The
+    store's Arrow columns are reused; the vectors are a zero-copy view of a float32 host copy."""
     import pyarrow as pa
 
     n, d = len(store), store.dim
-    emb = np.ascontiguousarray(store.embeddings.detach().to("cpu").numpy(), dtype=np.float32)
+    emb = store.embeddings.detach().to("cpu", torch_float32())
+    emb = np.ascontiguousarray(emb.numpy())
     embedding = pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1)), d)
     ts = np.ascontiguousarray(store.timestamps.detach().to("cpu").numpy(), dtype=np.float64)
-    meta_json = [_dumps(m, "metadata", i) for i, m in zip(store.ids, store.metadata)]
+    cols = store.columns()
+    names = pa.array(store.tenant_table, type=pa.string())
+    tenant = names.take(pa.array(store.tenant_codes_np, type=pa.int64()))
     schema_meta = {}
     if store.embedder is not None:
         schema_meta[PARQUET_EMBEDDER_KEY] = str(store.embedder).encode("utf-8")
@@ -506,16 +621,22 @@ def _to_arrow_table(store: MemoryStore):
     assert len(ts) == n
     return pa.Table.from_arrays(
         [
-            pa.array(store.ids, type=pa.string()),
-            pa.array(store.texts, type=pa.string()),
+            cols["ids"].cast(pa.string()),
+            cols["texts"].cast(pa.string()),
             embedding,
             pa.array(ts),
-            pa.array(store.tenants, type=pa.string()),
-            pa.array(store.sources, type=pa.list_(pa.string())),
-            pa.array(meta_json, type=pa.string()),
+            tenant,
+            cols["sources"].cast(pa.list_(pa.string())),
+            cols["metadata"].cast(pa.string()),
         ],
         schema=schema,
     )
+
+
+def torch_float32():
+    import torch
+
+    return torch.float32
 
 
 def _iso(ts: float) -> str:
@@ -524,28 +645,20 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat()
 
 
-def _write_jsonl(store: MemoryStore, f, *, iso: bool = False) -> None:
+def _write_jsonl(store: MemoryStore, f, *, iso: bool = False, block: int = 1 << 12) -> None:
+    """One JSON object per line, ``block`` rows at a time (never a dict per node for the whole store)."""
     if store.embedder is not None:
         f.write(json.dumps({HEADER_KEY: {"embedder": str(store.embedder)}}, ensure_ascii=False).encode("utf-8"))
         f.write(b"\n")
-    emb = store.embeddings.detach().to("cpu").numpy()
-    ts = store.timestamps.detach().to("cpu").tolist()
-    if iso:
-        ts = [_iso(t) for t in ts]
-    buf: list[str] = []
-    for j in range(len(store)):
-        rec = {
-            "id": store.ids[j],
-            "text": store.texts[j],
-            "timestamp": ts[j],
-            "tenant": store.tenants[j],
-            "sources": list(store.sources[j]),
-            "metadata": store.metadata[j],
-            "embedding": emb[j].tolist(),
-        }
-        buf.append(_dumps(rec, "record", store.ids[j]))
-        if len(buf) >= 1024:
-            f.write(("\n".join(buf) + "\n").encode("utf-8"))
-            buf.clear()
-    if buf:
+    ids, texts, tenants, sources, metas = store.ids, store.texts, store.tenants, store.sources, store.metadata
+    for lo in range(0, len(store), block):
+        hi = min(len(store), lo + block)
+        emb = store.embeddings[lo:hi].detach().to("cpu", torch_float32()).numpy()
+        ts = store.timestamps[lo:hi].detach().to("cpu").tolist()
+        if iso:
+            ts = [_iso(t) for t in ts]
+        buf = [_dumps({"id": i, "text": t, "timestamp": s_, "tenant": ten, "sources": src, "metadata": m,
+                       "embedding": e.tolist()}, "record", i)
+               for i, t, s_, ten, src, m, e in zip(ids[lo:hi], texts[lo:hi], ts, tenants[lo:hi], sources[lo:hi],
+                                                    metas[lo:hi], emb)]
         f.write(("\n".join(buf) + "\n").encode("utf-8"))

@@ -5,16 +5,18 @@ T trees, E edges, Q queries, C candidates.
 """
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 import torch
 
 from .timeutil import parse_timestamp
 
-__all__ = ["MemoryStore", "as_embedding_tensor", "DEFAULT_TENANT"]
+__all__ = ["MemoryStore", "as_embedding_tensor", "DEFAULT_TENANT", "ColumnView", "ArrowView", "MetadataView", "TenantView"]
 
 DEFAULT_TENANT = "default"
 
@@ -68,48 +70,240 @@ def _is_iso(s: str) -> bool:
     return False
 
 
-def _normalise_checked(e: torch.Tensor, ids: Sequence[str], what: str = "embedding") -> torch.Tensor:
-    finite = torch.isfinite(e).all(dim=1)  # (N,)
-    if not bool(finite.all()):
-        i = int((~finite).nonzero()[0])
-        raise ValueError(f"{what} of node {ids[i]!r} must be finite, got NaN or inf")
-    norms = e.double().norm(dim=1)  # (N,) in float64: a large finite vector must not overflow to inf
+def _normalise_checked(e: torch.Tensor, ids: Sequence[str], what: str = "embedding",
+                       chunk: int = 1 << 16) -> torch.Tensor:
+    """``e`` with unit rows, checked finite and non-zero; a block of ``chunk`` rows at a time,
+    so no float64 copy of the whole matrix is made. Rows are divided by their float64 norm
+    only when some row is not already unit length (then every row is, as a new tensor).
+
+    Shape: (N, D) -> (N, D)
+    """
+    N = e.shape[0]
+    norms = torch.empty(N, dtype=torch.float64, device=e.device)
+    for c in range(0, N, chunk):
+        blk = e[c:c + chunk]
+        finite = torch.isfinite(blk).all(dim=1)  # (n,)
+        if not bool(finite.all()):
+            i = c + int((~finite).nonzero()[0])
+            raise ValueError(f"{what} of node {ids[i]!r} must be finite, got NaN or inf")
+        norms[c:c + chunk] = blk.double().norm(dim=1)  # float64: a large finite vector must not overflow
     zero = norms <= 1e-12
     if bool(zero.any()):
         i = int(zero.nonzero()[0])
         raise ValueError(f"{what} of node {ids[i]!r} must have non-zero norm, got norm 0")
     if bool(((norms - 1.0).abs() <= 1e-6).all()):
         return e  # already unit length: keep the exact values (a load/save round trip is bit-exact)
-    return (e.double() / norms[:, None]).to(torch.float32)
+    out = torch.empty(e.shape, dtype=torch.float32, device=e.device)
+    for c in range(0, N, chunk):
+        out[c:c + chunk] = (e[c:c + chunk].double() / norms[c:c + chunk, None]).to(torch.float32)
+    return out
 
 
-@dataclass(eq=False)
+# --------------------------------------------------------------------------- column views
+def _dumps_meta(m: Any, node_id: Any) -> str:
+    try:
+        return json.dumps(m, ensure_ascii=False, sort_keys=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"metadata of node {node_id!r} cannot be written as JSON: {e}") from None
+
+
+def _loads_meta(s: str | None) -> dict:
+    return {} if s is None or s == "{}" else json.loads(s)
+
+
+class ColumnView(Sequence):
+    """A read-only sequence over one column of a store: ``len``, indexing (plain Python
+    values), slicing and iteration (lists), ``==`` against any sequence. Values are made on
+    access, a block at a time when iterating; the column itself is never copied."""
+
+    _block = 1 << 14
+
+    def __init__(self, n: int):
+        self._n = n
+
+    def _values(self, lo: int, hi: int) -> list:  # rows lo..hi as Python values
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            lo, hi, step = i.indices(self._n)
+            if step == 1:
+                return self._values(lo, max(lo, hi))
+            return [self[j] for j in range(lo, hi, step)]
+        j = int(i)  # numpy / torch integers too
+        if j < 0:
+            j += self._n
+        if not 0 <= j < self._n:
+            raise IndexError(f"index must be in [{-self._n}, {self._n}), got {i}")
+        return self._values(j, j + 1)[0]
+
+    def __iter__(self):
+        for lo in range(0, self._n, self._block):
+            yield from self._values(lo, min(self._n, lo + self._block))
+
+    def __eq__(self, other):
+        if isinstance(other, (ColumnView, list, tuple)):
+            return len(other) == self._n and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __add__(self, other):
+        return list(self) + list(other)
+
+    def __radd__(self, other):
+        return list(other) + list(self)
+
+    def __repr__(self) -> str:
+        head = self._values(0, min(self._n, 3))
+        return f"{type(self).__name__}({head!r}{' ...' if self._n > 3 else ''}, n={self._n})"
+
+
+class ArrowView(ColumnView):
+    """Strings or lists of strings held in one Arrow array."""
+
+    def __init__(self, arr):
+        super().__init__(len(arr))
+        self.arrow = arr
+
+    def _values(self, lo, hi):
+        return self.arrow.slice(lo, hi - lo).to_pylist()
+
+
+class MetadataView(ArrowView):
+    """JSON objects kept as JSON text, parsed on access (``{}`` without the parser)."""
+
+    def _values(self, lo, hi):
+        return [_loads_meta(s) for s in self.arrow.slice(lo, hi - lo).to_pylist()]
+
+
+class TenantView(ColumnView):
+    """Tenant names from integer codes and a name table."""
+
+    def __init__(self, names: list[str], codes: np.ndarray):
+        super().__init__(len(codes))
+        self.names, self.codes = names, codes
+
+    def _values(self, lo, hi):
+        nm = self.names
+        return [nm[c] for c in self.codes[lo:hi].tolist()]
+
+    def count(self, value) -> int:
+        return int((self.codes == self.names.index(value)).sum()) if value in self.names else 0
+
+
+def _large_str(x) -> Any:
+    """An Arrow large_string array of ``x`` (a view's array is reused, not copied)."""
+    import pyarrow as pa
+
+    if isinstance(x, ArrowView):
+        x = x.arrow
+    if isinstance(x, pa.ChunkedArray):
+        x = x.combine_chunks() if x.num_chunks != 1 else x.chunk(0)
+    if isinstance(x, pa.Array):
+        return x if x.type == pa.large_string() else x.cast(pa.large_string())
+    return pa.array(list(x), type=pa.large_string())
+
+
+def _identity_sources(ids) -> Any:
+    """Each node's sources = [its id], as a list array over the ids (no Python list per node)."""
+    import pyarrow as pa
+
+    return pa.LargeListArray.from_arrays(pa.array(np.arange(len(ids) + 1, dtype=np.int64)), ids)
+
+
+def _encode_tenants(names_in) -> tuple[list[str], np.ndarray]:
+    """(names in order of first appearance, codes (N,) int64) of a tenant column."""
+    import pyarrow as pa
+
+    if isinstance(names_in, TenantView):
+        return names_in.names, names_in.codes
+    arr = _large_str(names_in)
+    enc = arr.dictionary_encode()  # dictionary in order of first appearance
+    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return enc.dictionary.to_pylist(), codes
+
+
+def compact_codes(names: list[str], codes: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Drop names no row uses and renumber in order of first appearance.
+
+    Shape: codes (N,) -> (N,)
+    """
+    if len(codes) == 0:
+        return [], codes.astype(np.int64)
+    u, first = np.unique(codes, return_index=True)
+    order = u[np.argsort(first, kind="stable")]
+    if len(order) == len(names) and np.array_equal(order, np.arange(len(names))):
+        return names, codes
+    remap = np.zeros(len(names), dtype=np.int64)
+    remap[order] = np.arange(len(order))
+    return [names[j] for j in order.tolist()], remap[codes]
+
+
+@dataclass(init=False, repr=False, eq=False)
 class MemoryStore:
-    """A table of memory nodes. Build one with :meth:`from_columns` or :meth:`from_records`
-    (they validate); the fields are then read-only by convention.
+    """A table of memory nodes, kept as columns. Build one with :meth:`from_columns` or
+    :meth:`from_records` (they validate); the constructor only converts (no validation).
 
-    Fields
-    - ids: unique node ids (N,)
-    - texts: memory texts (N,)
-    - embeddings: float32 tensor (N, D), L2-normalised, on any device
+    Columns (read-only)
+    - ids, texts: Arrow large_string arrays; ``store.ids`` / ``store.texts`` are read-only
+      sequences of str over them
+    - embeddings: tensor (N, D), L2-normalised, on any device (float32, or a storage dtype)
     - timestamps: float64 tensor (N,), epoch seconds, on the embeddings' device
-    - tenants: scope of each node (N,); nothing ever crosses a tenant
-    - sources: original ids each node stands for (N,); an original's is ``[its id]``
-    - metadata: one JSON object per node (N,)
+    - tenants: integer codes ``tenant_codes`` (N,) int64 on the device (``tenant_codes_np``
+      on the host) and the name table ``tenant_table`` (first appearance); nothing ever
+      crosses a tenant; ``store.tenants`` is a sequence of names
+    - sources: original ids each node stands for, an Arrow list<large_string> array; an
+      original's is ``[its id]``
+    - metadata: one JSON object per node kept as JSON text, parsed on access
     - embedder: name of the model that produced the embeddings, when known
     - time_format: ``"iso"`` when the timestamps came in as ISO 8601 strings (a JSONL
       file is then written back with ISO strings), else ``None`` (epoch numbers)
     """
 
-    ids: list[str]
-    texts: list[str]
+    # the constructor's arguments, as dataclass fields (``dataclasses.replace(store, embedder=None)``
+    # works); ids, texts, tenants, sources and metadata are read back through their views
+    ids: ColumnView
+    texts: ColumnView
     embeddings: torch.Tensor
     timestamps: torch.Tensor
-    tenants: list[str]
-    sources: list[list[str]]
-    metadata: list[dict]
-    embedder: str | None = None
-    time_format: str | None = None
+    tenants: ColumnView
+    sources: ColumnView
+    metadata: ColumnView
+    embedder: str | None
+    time_format: str | None
+
+    def __init__(self, ids, texts, embeddings: torch.Tensor, timestamps: torch.Tensor, tenants, sources=None,
+                 metadata=None, embedder: str | None = None, time_format: str | None = None):
+        import pyarrow as pa
+
+        self._ids = _large_str(ids)
+        self._texts = _large_str(texts)
+        self.embeddings = embeddings
+        self.timestamps = timestamps
+        self.tenant_table, self.tenant_codes_np = _encode_tenants(tenants)
+        self.tenant_codes = torch.as_tensor(self.tenant_codes_np, dtype=torch.int64).to(embeddings.device)
+        if sources is None:
+            self._sources = _identity_sources(self._ids)
+        elif isinstance(sources, ArrowView):
+            self._sources = sources.arrow
+        elif isinstance(sources, (pa.Array, pa.ChunkedArray)):
+            self._sources = sources.combine_chunks() if isinstance(sources, pa.ChunkedArray) else sources
+        else:
+            self._sources = pa.array([list(s) for s in sources], type=pa.large_list(pa.large_string()))
+        if metadata is None:
+            self._meta = pa.array(np.full(len(self._ids), "{}", dtype=object), type=pa.large_string())
+        elif isinstance(metadata, ArrowView):
+            self._meta = metadata.arrow
+        else:
+            ids_ = self._ids
+            self._meta = pa.array([_dumps_meta(m, ids_[j].as_py()) for j, m in enumerate(metadata)],
+                                  type=pa.large_string())
+        self.embedder = embedder
+        self.time_format = time_format
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -129,6 +323,10 @@ class MemoryStore:
         """Validate columns and build a store. ``embeddings=None`` embeds ``texts`` with
         ``embedder`` (an :class:`~memforest_gpu.embedders.Embedder`).
 
+        Columns may be Python sequences or Arrow arrays (``ids``, ``texts``, ``tenants``:
+        strings; ``sources``: list of strings; ``metadata``: JSON text, null or ``""`` for
+        ``{}``); Arrow columns are validated with vectorised kernels, not per node.
+
         Raises ``ValueError`` naming the first bad value (empty store, duplicate ids,
         non-finite/zero/mixed-dimension embeddings, unreadable timestamps, ...).
         """
@@ -141,73 +339,18 @@ class MemoryStore:
                           ("sources", sources), ("metadata", metadata)):
             if col is not None and len(col) != n:
                 raise ValueError(f"column {name!r} must have one value per id ({n}), got {len(col)}")
-        ids_ = []
-        for i in ids:
-            if isinstance(i, np.integer):
-                i = int(i)
-            if not isinstance(i, (str, int)) or isinstance(i, bool) or str(i) == "":
-                raise ValueError(f"id must be a non-empty string, got {i!r}")
-            ids_.append(str(i))
-        seen: set[str] = set()
-        for i in ids_:
-            if i in seen:
-                raise ValueError(f"ids must be unique, got duplicate id {i!r}")
-            seen.add(i)
-        texts_ = []
-        for i, t in zip(ids_, texts):
-            if not isinstance(t, str) or not t.strip():
-                raise ValueError(f"text of node {i!r} must be a non-empty string, got {t!r}")
-            texts_.append(t)
-        if isinstance(timestamps, torch.Tensor):
-            timestamps = timestamps.detach().cpu().tolist()
-        ts = [parse_timestamp(v, where=f"timestamp of node {i!r}") for i, v in zip(ids_, timestamps)]
-        time_format = "iso" if all(isinstance(v, str) and _is_iso(v) for v in timestamps) else None
-        if tenants is None:
-            tenants_ = [DEFAULT_TENANT] * n
-        else:
-            tenants_ = []
-            for i, t in zip(ids_, tenants):
-                if t is None or (isinstance(t, float) and math.isnan(t)):
-                    t = DEFAULT_TENANT
-                if not isinstance(t, (str, int)) or isinstance(t, bool) or str(t) == "":
-                    raise ValueError(f"tenant of node {i!r} must be a non-empty string, got {t!r}")
-                tenants_.append(str(t))
-        if sources is None:
-            sources_ = [[i] for i in ids_]
-        else:
-            sources_ = []
-            for i, s in zip(ids_, sources):
-                if s is None:
-                    s = [i]
-                if isinstance(s, np.ndarray):
-                    s = s.tolist()
-                if isinstance(s, str) or not isinstance(s, (list, tuple)) or not s:
-                    raise ValueError(f"sources of node {i!r} must be a non-empty list of ids, got {s!r}")
-                sources_.append([str(x) for x in s])
-            owner: dict[str, str] = {}
-            for i, s in zip(ids_, sources_):
-                for x in s:
-                    if x in owner:
-                        raise ValueError(
-                            f"sources must not overlap, got original {x!r} in both {owner[x]!r} and {i!r}"
-                        )
-                    owner[x] = i
-        if metadata is None:
-            meta_ = [{} for _ in range(n)]
-        else:
-            meta_ = []
-            for i, m in zip(ids_, metadata):
-                if m is None:
-                    m = {}
-                if not isinstance(m, dict):
-                    raise ValueError(f"metadata of node {i!r} must be a JSON object, got {m!r}")
-                meta_.append(dict(m))
+        ids_ = _check_ids(ids)
+        texts_ = _check_texts(texts, ids_)
+        ts, time_format = _check_timestamps(timestamps, ids_)
+        names, codes = _check_tenants(tenants, ids_)
+        sources_ = _check_sources(sources, ids_)
+        meta_ = _check_metadata(metadata, ids_)
 
         if embeddings is None:
             if embedder is None:
                 raise ValueError("embeddings are missing and no embedder was given to compute them")
             dev = resolve_device(device)
-            emb = as_embedding_tensor(embedder.embed(texts_), device=dev, what="embedder output")
+            emb = as_embedding_tensor(embedder.embed(texts_.to_pylist()), device=dev, what="embedder output")
             embedder_name = embedder.name
         else:
             dev = resolve_device(device) if device is not None else None
@@ -215,9 +358,10 @@ class MemoryStore:
             if emb.shape[0] != n:
                 raise ValueError(f"embeddings must have one row per id ({n}), got shape {tuple(emb.shape)}")
             embedder_name = embedder if isinstance(embedder, str) else getattr(embedder, "name", None)
-        emb = _normalise_checked(emb, ids_)
-        ts_t = torch.tensor(ts, dtype=torch.float64, device=emb.device)
-        return cls(ids_, texts_, emb.contiguous(), ts_t, tenants_, sources_, meta_, embedder_name, time_format)
+        emb = _normalise_checked(emb, ArrowView(ids_))
+        ts_t = torch.as_tensor(ts, dtype=torch.float64).to(emb.device)
+        return cls(ids_, texts_, emb.contiguous(), ts_t, TenantView(names, codes), sources_, meta_,
+                   embedder_name, time_format)
 
     @classmethod
     def from_records(cls, records: Iterable[dict], *, embedder=None, device=None) -> "MemoryStore":
@@ -249,8 +393,32 @@ class MemoryStore:
         )
 
     # ----------------------------------------------------------------- views
+    @property
+    def ids(self) -> ArrowView:
+        return ArrowView(self._ids)
+
+    @property
+    def texts(self) -> ArrowView:
+        return ArrowView(self._texts)
+
+    @property
+    def tenants(self) -> TenantView:
+        return TenantView(self.tenant_table, self.tenant_codes_np)
+
+    @property
+    def sources(self) -> ArrowView:
+        return ArrowView(self._sources)
+
+    @property
+    def metadata(self) -> MetadataView:
+        return MetadataView(self._meta)
+
+    def columns(self) -> dict:
+        """The Arrow columns: ids, texts, sources (list<large_string>), metadata (JSON text)."""
+        return {"ids": self._ids, "texts": self._texts, "sources": self._sources, "metadata": self._meta}
+
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self._ids)
 
     @property
     def dim(self) -> int:
@@ -262,44 +430,44 @@ class MemoryStore:
 
     def tenant_names(self) -> list[str]:
         """Tenants in order of first appearance."""
-        return list(dict.fromkeys(self.tenants))
+        return list(self.tenant_table)
 
     def tenant_index(self) -> tuple[list[str], torch.Tensor]:
         """(names, codes): codes (N,) int64 on the store's device, name order = first appearance."""
-        names = self.tenant_names()
-        pos = {t: j for j, t in enumerate(names)}
-        codes = torch.tensor([pos[t] for t in self.tenants], dtype=torch.int64, device=self.device)
-        return names, codes
+        return list(self.tenant_table), self.tenant_codes
 
     def take(self, index: Sequence[int] | torch.Tensor) -> "MemoryStore":
         """A new store with the rows ``index`` (in that order). No validation is repeated."""
-        idx = index.tolist() if isinstance(index, torch.Tensor) else list(index)
+        import pyarrow as pa
+
+        if isinstance(index, torch.Tensor):
+            idx = index.detach().cpu().numpy().astype(np.int64)
+        else:
+            idx = np.asarray(list(index) if not isinstance(index, np.ndarray) else index, dtype=np.int64)
         it = torch.as_tensor(idx, dtype=torch.int64, device=self.device)
-        return MemoryStore(
-            [self.ids[i] for i in idx], [self.texts[i] for i in idx], self.embeddings[it],
-            self.timestamps[it], [self.tenants[i] for i in idx], [list(self.sources[i]) for i in idx],
-            [dict(self.metadata[i]) for i in idx], self.embedder, self.time_format,
-        )
+        pi = pa.array(idx, type=pa.int64())
+        names, codes = compact_codes(self.tenant_table, self.tenant_codes_np[idx])
+        return MemoryStore(self._ids.take(pi), self._texts.take(pi), self.embeddings[it], self.timestamps[it],
+                           TenantView(names, codes), self._sources.take(pi), ArrowView(self._meta.take(pi)),
+                           self.embedder, self.time_format)
 
     def select_tenant(self, tenant: str) -> "MemoryStore":
-        idx = [i for i, t in enumerate(self.tenants) if t == tenant]
-        if not idx:
+        if tenant not in self.tenant_table:
             raise ValueError(f"tenant must be one of {self.tenant_names()}, got {tenant!r}")
-        return self.take(idx)
+        return self.take(np.flatnonzero(self.tenant_codes_np == self.tenant_table.index(tenant)))
 
     def to(self, device: torch.device | str) -> "MemoryStore":
         d = torch.device(device)
-        return MemoryStore(self.ids, self.texts, self.embeddings.to(d), self.timestamps.to(d), self.tenants,
-                           self.sources, self.metadata, self.embedder, self.time_format)
+        return MemoryStore(self._ids, self._texts, self.embeddings.to(d), self.timestamps.to(d), self.tenants,
+                           self._sources, ArrowView(self._meta), self.embedder, self.time_format)
 
     def records(self, *, with_embedding: bool = True) -> list[dict]:
         """One dict per node, the layout the file formats use."""
-        emb = self.embeddings.detach().cpu().numpy() if with_embedding else None
+        emb = self.embeddings.detach().to("cpu", torch.float32).numpy() if with_embedding else None
         ts = self.timestamps.detach().cpu().tolist()
         out = []
-        for j in range(len(self)):
-            r = {"id": self.ids[j], "text": self.texts[j], "timestamp": ts[j], "tenant": self.tenants[j],
-                 "sources": list(self.sources[j]), "metadata": dict(self.metadata[j])}
+        for j, (i, t, ten, s, m) in enumerate(zip(self.ids, self.texts, self.tenants, self.sources, self.metadata)):
+            r = {"id": i, "text": t, "timestamp": ts[j], "tenant": ten, "sources": s, "metadata": m}
             if emb is not None:
                 r["embedding"] = emb[j].tolist()
             out.append(r)
@@ -307,21 +475,225 @@ class MemoryStore:
 
     def info(self) -> dict:
         """Counts, tenants, dimension and time span, as plain JSON-able values."""
+        import pyarrow.compute as pc
+
         from .timeutil import format_date
 
         ts = self.timestamps
-        per = {t: 0 for t in self.tenant_names()}
-        for t in self.tenants:
-            per[t] += 1
-        n_orig = sum(len(s) for s in self.sources)
+        counts = np.bincount(self.tenant_codes_np, minlength=len(self.tenant_table))
+        per = {t: int(c) for t, c in zip(self.tenant_table, counts.tolist())}
+        lengths = pc.list_value_length(self._sources).to_numpy(zero_copy_only=False)
         return {
             "nodes": len(self),
-            "originals": n_orig,
+            "originals": int(lengths.sum()),
             "tenants": len(per),
             "nodes_per_tenant": per,
             "dim": self.dim,
             "embedder": self.embedder,
             "time_first": format_date(float(ts.min())),
             "time_last": format_date(float(ts.max())),
-            "merged_nodes": sum(1 for s in self.sources if len(s) > 1),
+            "merged_nodes": int((lengths > 1).sum()),
         }
+
+
+# --------------------------------------------------------------------------- validation
+def _is_arrow(x) -> bool:
+    import pyarrow as pa
+
+    return isinstance(x, (pa.Array, pa.ChunkedArray, ArrowView))
+
+
+def _first(mask) -> int:
+    return int(np.flatnonzero(np.asarray(mask))[0])
+
+
+def _check_ids(ids):
+    """Ids as a large_string array: non-empty strings (ints are turned into strings), unique."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if _is_arrow(ids) and (arr := _large_str(ids)) is not None:
+        bad = pc.or_kleene(arr.is_null(), pc.equal(pc.utf8_length(arr), 0)).fill_null(True)
+        if pc.any(bad).as_py():
+            raise ValueError(f"id must be a non-empty string, got {arr[_first(bad.to_numpy(zero_copy_only=False))].as_py()!r}")
+    else:
+        out = []
+        for i in ids:
+            if isinstance(i, np.integer):
+                i = int(i)
+            if not isinstance(i, (str, int)) or isinstance(i, bool) or str(i) == "":
+                raise ValueError(f"id must be a non-empty string, got {i!r}")
+            out.append(str(i))
+        arr = pa.array(out, type=pa.large_string())
+    if pc.count_distinct(arr).as_py() != len(arr):
+        seen: set[str] = set()
+        for i in arr.to_pylist():
+            if i in seen:
+                raise ValueError(f"ids must be unique, got duplicate id {i!r}")
+            seen.add(i)
+    return arr
+
+
+def _check_texts(texts, ids):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if _is_arrow(texts):
+        arr = _large_str(texts)
+        bad = pc.or_kleene(arr.is_null(), pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(arr)), 0)).fill_null(True)
+        if pc.any(bad).as_py():
+            j = _first(bad.to_numpy(zero_copy_only=False))
+            raise ValueError(f"text of node {ids[j].as_py()!r} must be a non-empty string, got {arr[j].as_py()!r}")
+        return arr
+    for j, t in enumerate(texts):
+        if not isinstance(t, str) or not t.strip():
+            raise ValueError(f"text of node {ids[j].as_py()!r} must be a non-empty string, got {t!r}")
+    return pa.array(list(texts), type=pa.large_string())
+
+
+def _check_timestamps(timestamps, ids) -> tuple[np.ndarray, str | None]:
+    """(epoch seconds (N,) float64, time_format). Numeric arrays are checked vectorised."""
+    from .timeutil import EPOCH_MAX, EPOCH_MIN
+
+    if isinstance(timestamps, torch.Tensor):
+        timestamps = timestamps.detach().cpu().numpy()
+    if isinstance(timestamps, np.ndarray) and timestamps.dtype.kind in "fiu":
+        ts = timestamps.astype(np.float64)
+        bad = ~(np.isfinite(ts) & (ts >= EPOCH_MIN) & (ts <= EPOCH_MAX))
+        if bad.any():
+            j = _first(bad)
+            v = timestamps[j].item()
+            parse_timestamp(v, where=f"timestamp of node {ids[j].as_py()!r}")  # raises with the message
+        return ts, None
+    vals = list(timestamps)
+    ts = np.array([parse_timestamp(v, where=f"timestamp of node {ids[j].as_py()!r}") for j, v in enumerate(vals)],
+                  dtype=np.float64)
+    return ts, ("iso" if all(isinstance(v, str) and _is_iso(v) for v in vals) else None)
+
+
+def _check_tenants(tenants, ids) -> tuple[list[str], np.ndarray]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(ids)
+    if tenants is None:
+        return [DEFAULT_TENANT], np.zeros(n, dtype=np.int64)
+    if isinstance(tenants, TenantView):
+        return tenants.names, tenants.codes
+    if _is_arrow(tenants):
+        arr = _large_str(tenants)
+        arr = pc.if_else(pc.or_kleene(arr.is_null(), pc.equal(pc.utf8_length(arr), 0)).fill_null(True),
+                         pa.scalar(None, pa.large_string()), arr)
+        empty = pc.equal(pc.utf8_length(_large_str(tenants)), 0).fill_null(False)
+        if pc.any(empty).as_py():
+            j = _first(empty.to_numpy(zero_copy_only=False))
+            raise ValueError(f"tenant of node {ids[j].as_py()!r} must be a non-empty string, got ''")
+        return _encode_tenants(arr.fill_null(DEFAULT_TENANT))
+    out = []
+    for j, t in enumerate(tenants):
+        if t is None or (isinstance(t, float) and math.isnan(t)):
+            t = DEFAULT_TENANT
+        if not isinstance(t, (str, int)) or isinstance(t, bool) or str(t) == "":
+            raise ValueError(f"tenant of node {ids[j].as_py()!r} must be a non-empty string, got {t!r}")
+        out.append(str(t))
+    return _encode_tenants(out)
+
+
+def _check_sources(sources, ids):
+    """list<large_string> sources: each a non-empty list of ids (null = [id]); no original twice."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if sources is None:
+        return _identity_sources(ids)
+    if _is_arrow(sources) and not pa.types.is_string(_arrow_type(sources)):
+        arr = sources.arrow if isinstance(sources, ArrowView) else sources
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        arr = arr.cast(pa.large_list(pa.large_string()))
+        if arr.null_count:  # null = [id]
+            fill = _identity_sources(ids)
+            arr = pc.if_else(arr.is_null(), fill, arr)
+        lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+        if (lengths == 0).any():
+            j = _first(lengths == 0)
+            raise ValueError(f"sources of node {ids[j].as_py()!r} must be a non-empty list of ids, got []")
+        values = arr.flatten()
+        if values.null_count:
+            arr = pa.array(arr.to_pylist(), type=pa.large_list(pa.large_string()))  # error path below
+            return _check_sources(arr.to_pylist(), ids)
+        if pc.count_distinct(values).as_py() != len(values):
+            _overlap_error(arr.to_pylist(), ids)
+        return arr
+    out = []
+    for j, s in enumerate(sources):
+        i = ids[j].as_py()
+        if s is None:
+            s = [i]
+        if isinstance(s, np.ndarray):
+            s = s.tolist()
+        if isinstance(s, str) or not isinstance(s, (list, tuple)) or not s:
+            raise ValueError(f"sources of node {i!r} must be a non-empty list of ids, got {s!r}")
+        out.append([str(x) for x in s])
+    arr = pa.array(out, type=pa.large_list(pa.large_string()))
+    values = arr.flatten()
+    if pc.count_distinct(values).as_py() != len(values):
+        _overlap_error(out, ids)
+    return arr
+
+
+def _arrow_type(x):
+    return (x.arrow if isinstance(x, ArrowView) else x).type
+
+
+def _overlap_error(sources: list, ids) -> None:
+    owner: dict[str, str] = {}
+    for j, s in enumerate(sources):
+        i = ids[j].as_py()
+        for x in s:
+            if x in owner:
+                raise ValueError(f"sources must not overlap, got original {x!r} in both {owner[x]!r} and {i!r}")
+            owner[x] = i
+
+
+def _check_metadata(metadata, ids) -> ArrowView:
+    """Metadata as JSON text of objects. An Arrow string column is JSON text already (null
+    and ``""`` mean ``{}``); only its rows other than ``{}`` are parsed (checked to be
+    objects) and rewritten in this package's JSON form."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(ids)
+    if metadata is None:
+        return ArrowView(pa.array(np.full(n, "{}", dtype=object), type=pa.large_string()))
+    if _is_arrow(metadata) and pa.types.is_string(_arrow_type(metadata)) or (
+            _is_arrow(metadata) and pa.types.is_large_string(_arrow_type(metadata))):
+        arr = _large_str(metadata)
+        arr = arr.fill_null("{}")
+        empty = pc.equal(arr, "")
+        arr = pc.if_else(empty, pa.scalar("{}", pa.large_string()), arr)
+        todo = np.flatnonzero(~pc.equal(arr, "{}").to_numpy(zero_copy_only=False))
+        if len(todo) == 0:
+            return ArrowView(arr)
+        vals = arr.to_pylist() if len(todo) > n // 4 else None
+        fixed = []
+        for j in todo.tolist():
+            s = vals[j] if vals is not None else arr[j].as_py()
+            try:
+                m = json.loads(s)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"metadata of node {ids[j].as_py()!r} is not valid JSON: {e}") from None
+            if not isinstance(m, dict):
+                raise ValueError(f"metadata of node {ids[j].as_py()!r} must be a JSON object, got {m!r}")
+            fixed.append(_dumps_meta(m, ids[j].as_py()))
+        out = np.asarray(arr.to_numpy(zero_copy_only=False), dtype=object)
+        out[todo] = fixed
+        return ArrowView(pa.array(out, type=pa.large_string()))
+    out = []
+    for j, m in enumerate(metadata):
+        if m is None:
+            m = {}
+        if not isinstance(m, dict):
+            raise ValueError(f"metadata of node {ids[j].as_py()!r} must be a JSON object, got {m!r}")
+        out.append("{}" if not m else _dumps_meta(m, ids[j].as_py()))
+    return ArrowView(pa.array(out, type=pa.large_string()))

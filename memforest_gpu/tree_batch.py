@@ -17,7 +17,7 @@ import torch
 from .kernels import pack_segments
 from .partition import time_order
 
-__all__ = ["TreeBatch", "Bucket", "build_trees", "bucket_classes", "row_sims"]
+__all__ = ["TreeBatch", "Bucket", "build_trees", "bucket_classes", "row_sims", "compute_dtype"]
 
 
 @dataclass(frozen=True)
@@ -66,12 +66,20 @@ def bucket_classes(sizes: np.ndarray, *, min_size: int = 2) -> list[np.ndarray]:
     return [np.flatnonzero(keep & (cls == c)) for c in np.unique(cls[keep])[::-1]]
 
 
+HALF = (torch.float16, torch.bfloat16)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of similarities for vectors stored in ``dtype``: float32 for a half storage."""
+    return torch.float32 if dtype in HALF else dtype
+
+
 def _cosines(X: torch.Tensor) -> torch.Tensor:
     """(B, m, m) cosines, accumulated in float64 and made exactly symmetric, so a value never
     depends on which other trees share the batch (ties must stay ties). At most ~256 MB of
-    float64 temporaries at a time."""
+    float64 temporaries at a time. Half-precision vectors give float32 cosines."""
     B, m, _ = X.shape
-    W = torch.empty(B, m, m, dtype=X.dtype, device=X.device)
+    W = torch.empty(B, m, m, dtype=compute_dtype(X.dtype), device=X.device)
     step = max(1, (1 << 25) // max(1, m * m))
     for b0 in range(0, B, step):
         Xd = X[b0:b0 + step].double()
@@ -81,12 +89,18 @@ def _cosines(X: torch.Tensor) -> torch.Tensor:
 
 
 def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Tensor, timestamps: torch.Tensor,
-                codes: torch.Tensor, tokens: torch.Tensor | None) -> TreeBatch:
+                codes: torch.Tensor, tokens: torch.Tensor | None, *, dtype: torch.dtype | None = None,
+                chunk: int = 1 << 22) -> TreeBatch:
     """Lay out every tree of ``tree`` (global tree id per node) as padded buckets.
+
+    ``dtype``: storage dtype of the padded vectors (default the embeddings'; float16 /
+    bfloat16 halve them, similarities are still accumulated in float64). Vectors are
+    gathered about ``chunk`` elements at a time, so no second padded copy is ever made.
 
     Shape: tree (N,), tree_size (T,) host, embeddings (N, D), timestamps (N,), codes (N,),
            tokens (N,) or None -> TreeBatch
     """
+    dtype = dtype or embeddings.dtype
     dev = embeddings.device
     N = embeddings.shape[0]
     T = len(tree_size)
@@ -103,7 +117,10 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
         slots = index[trees, :m]  # (B, m)
         val = slots >= 0
         s0 = slots.clamp(min=0)
-        X = embeddings[s0] * val[:, :, None]  # (B, m, D)
+        X = torch.empty(len(ids), m, embeddings.shape[1], dtype=dtype, device=dev)  # (B, m, D)
+        step = max(1, chunk // max(1, m * embeddings.shape[1]))
+        for c in range(0, len(ids), step):
+            X[c:c + step] = (embeddings[s0[c:c + step]] * val[c:c + step, :, None]).to(dtype)
         lo = pos[s0]
         buckets.append(Bucket(trees, ids, slots, X, _cosines(X), timestamps[s0].to(torch.float64),
                               tokens[s0] if tokens is not None else None, lo, lo.clone()))
@@ -121,6 +138,7 @@ def row_sims(X: torch.Tensor, r: np.ndarray, E: torch.Tensor, *, budget: int = 1
     plan's host copy), so the grouping costs no device read.
 
     Shape: X (B, m, D), r (P,) host row of each pair, E (P, D) -> (P, m) in X's dtype
+           (float32 for half-precision X)
     """
     P, D = E.shape
     m = X.shape[1]
@@ -137,11 +155,11 @@ def row_sims(X: torch.Tensor, r: np.ndarray, E: torch.Tensor, *, budget: int = 1
     rows_t = torch.as_tensor(rows, dtype=torch.int64, device=dev)
     Ep = torch.zeros(R, pmax, D, dtype=torch.float64, device=dev)
     Ep[inv_t, col_t] = E.double()  # (R, pmax, D): each tree's new vectors
-    out = torch.empty(P, m, dtype=X.dtype, device=dev)
+    out = torch.empty(P, m, dtype=compute_dtype(X.dtype), device=dev)
     step = max(1, budget // max(1, m * (D + pmax)))
     for c0 in range(0, R, step):
         S = torch.bmm(X[rows_t[c0:c0 + step]].double(), Ep[c0:c0 + step].transpose(1, 2))  # (Rc, m, pmax)
         sel = np.flatnonzero((inv >= c0) & (inv < c0 + step))
         st = torch.as_tensor(sel, dtype=torch.int64, device=dev)
-        out[st] = S[inv_t[st] - c0, :, col_t[st]].to(X.dtype)
+        out[st] = S[inv_t[st] - c0, :, col_t[st]].to(out.dtype)
     return out

@@ -364,11 +364,12 @@ def test_write_creates_parents_and_replaces(tmp_path):
 
 
 def test_unserialisable_metadata_is_value_error(tmp_path):
+    # metadata is kept as JSON text (columnar store), so a value that cannot be written is
+    # refused when the store is built, naming the node, and nothing reaches the disk
     s = make_store(n=2)
-    s.metadata[0] = {"bad": object()}
-    path = tmp_path / "s.jsonl"
+    with pytest.raises(ValueError, match="metadata of node 'm0' cannot be written as JSON"):
+        MemoryStore.from_columns(ids=s.ids, texts=s.texts, timestamps=s.timestamps, embeddings=s.embeddings,
+                                 metadata=[{"bad": object()}, {}])
     with pytest.raises(ValueError, match="metadata of node 'm0'"):
-        write_store(s, tmp_path / "s.parquet")
-    with pytest.raises(ValueError, match="node 'm0'"):
-        write_store(s, path)
+        MemoryStore(s.ids, s.texts, s.embeddings, s.timestamps, s.tenants, s.sources, [{"bad": object()}, {}])
     assert os.listdir(tmp_path) == []

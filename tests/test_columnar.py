@@ -1,0 +1,207 @@
+"""The columnar store (issue 12): Arrow columns behind read-only views, tenant codes, batched
+Parquet reads (tenant filter, preallocated vectors), the columnar node table, and the
+storage dtype of the engine's padded trees."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import memforest_gpu.io as mio
+from memforest_gpu import CompressConfig, MergeConfig, compress
+from memforest_gpu.io import read_store, write_store
+from memforest_gpu.node_table import NodeTable
+from memforest_gpu.store import ArrowView, MemoryStore, TenantView
+from memforest_gpu.synthetic import synthetic_store
+from memforest_gpu.tree_batch import build_trees
+
+from test_io import assert_same, make_store
+
+
+def err(fn, *a, **kw) -> str:
+    with pytest.raises(ValueError) as e:
+        fn(*a, **kw)
+    return str(e.value)
+
+
+# --------------------------------------------------------------------------- views
+def test_views_behave_like_read_only_lists():
+    s = make_store(n=5)
+    assert isinstance(s.ids, ArrowView) and isinstance(s.tenants, TenantView)
+    assert s.ids == [f"m{i}" for i in range(5)] and s.ids[-1] == "m4" and s.ids[np.int64(2)] == "m2"
+    assert s.ids[1:3] == ["m1", "m2"] and s.ids[::2] == ["m0", "m2", "m4"] and list(s.ids) == s.ids[:]
+    assert s.tenants.count("bob") == 3 and s.tenants.count("nobody") == 0 and "alice" in s.tenants
+    assert s.sources[1] == ["m1", "orig1a", "orig1b"] and s.sources[0] == ["m0"]
+    assert s.metadata[1] == {} and s.metadata[0]["speaker"] == "Zoë"
+    with pytest.raises(IndexError):
+        s.ids[5]
+    with pytest.raises(TypeError):
+        s.ids[0] = "x"
+    got = s.metadata[0]
+    got["i"] = 99  # a parsed copy: the store keeps its value
+    assert s.metadata[0]["i"] == 0
+
+
+def test_tenant_codes_are_stored_not_recomputed():
+    s = make_store(n=5)
+    names, codes = s.tenant_index()
+    assert names == ["bob", "alice"] and codes is s.tenant_codes and codes.dtype == torch.int64
+    assert codes.tolist() == [0, 1, 0, 1, 0] and s.tenant_table == ["bob", "alice"]
+    sub = s.take([1, 0])  # the name table follows the rows' first appearance
+    assert sub.tenant_names() == ["alice", "bob"] and sub.tenant_codes.tolist() == [0, 1]
+    assert s.select_tenant("alice").tenant_names() == ["alice"]
+
+
+def test_constructor_and_replace_accept_lists_views_and_arrow():
+    s = make_store(n=4)
+    a = MemoryStore(list(s.ids), list(s.texts), s.embeddings, s.timestamps, list(s.tenants), list(s.sources),
+                    list(s.metadata), s.embedder)
+    b = MemoryStore(s.ids, s.texts, s.embeddings, s.timestamps, s.tenants, s.sources, s.metadata, s.embedder)
+    for x in (a, b, dataclasses.replace(s, embedder="other")):
+        assert x.ids == s.ids and x.tenants == s.tenants and x.sources == s.sources and x.metadata == s.metadata
+    assert dataclasses.replace(s, embedder="other").embedder == "other"
+
+
+def test_arrow_columns_are_validated_with_the_same_messages():
+    base = dict(texts=pa.array(["a", "b", "c"]), timestamps=np.array([1.0, 2.0, 3.0]), embeddings=torch.eye(3))
+    assert "duplicate id 'x'" in err(MemoryStore.from_columns, ids=pa.array(["x", "y", "x"]), **base)
+    assert "id must be a non-empty string" in err(MemoryStore.from_columns, ids=pa.array(["x", "", "z"]), **base)
+    ids = pa.array(["x", "y", "z"])
+    msg = err(MemoryStore.from_columns, ids=ids, **{**base, "texts": pa.array(["a", "  ", "c"])})
+    assert "text of node 'y' must be a non-empty string" in msg
+    msg = err(MemoryStore.from_columns, ids=ids, **{**base, "timestamps": np.array([1.0, np.nan, 3.0])})
+    assert "timestamp of node 'y' must be finite" in msg
+    msg = err(MemoryStore.from_columns, ids=ids, **{**base, "timestamps": np.array([1.0, 2e12, 3.0])})
+    assert "timestamp of node 'y'" in msg and "milliseconds" in msg
+    src = pa.array([["a"], ["b", "a"], None], type=pa.list_(pa.string()))
+    assert "original 'a' in both 'x' and 'y'" in err(MemoryStore.from_columns, ids=ids, sources=src, **base)
+    src = pa.array([["a"], [], None], type=pa.list_(pa.string()))
+    assert "sources of node 'y' must be a non-empty list" in err(MemoryStore.from_columns, ids=ids, sources=src,
+                                                                 **base)
+    meta = pa.array(['{"k": 1}', "[1]", None])
+    assert "metadata of node 'y' must be a JSON object" in err(MemoryStore.from_columns, ids=ids, metadata=meta,
+                                                               **base)
+    ten = pa.array(["t", None, ""])
+    assert "tenant of node 'z' must be a non-empty string" in err(MemoryStore.from_columns, ids=ids, tenants=ten,
+                                                                  **base)
+    ok = MemoryStore.from_columns(ids=ids, tenants=pa.array(["t", None, "u"]), sources=pa.array(
+        [["a"], None, ["q", "r"]], type=pa.list_(pa.string())), metadata=pa.array(['{"k":1}', None, ""]), **base)
+    assert ok.tenants == ["t", "default", "u"] and ok.sources == [["a"], ["y"], ["q", "r"]]
+    assert ok.metadata == [{"k": 1}, {}, {}] and ok.columns()["metadata"].to_pylist()[0] == '{"k": 1}'
+
+
+# --------------------------------------------------------------------------- batched Parquet reads
+@pytest.fixture
+def small_batches(monkeypatch):
+    monkeypatch.setattr(mio, "_BATCH_ROWS", 3)
+
+
+def test_batched_read_equals_one_batch(tmp_path, monkeypatch):
+    s = make_store(n=11)
+    p = tmp_path / "s.parquet"
+    write_store(s, p)
+    whole = read_store(p)
+    monkeypatch.setattr(mio, "_BATCH_ROWS", 2)
+    assert_same(whole, read_store(p))
+    assert torch.equal(whole.embeddings, read_store(p).embeddings)
+
+
+def test_read_only_some_tenants(tmp_path, small_batches):
+    s = make_store(n=11)
+    p = tmp_path / "s.parquet"
+    write_store(s, p)
+    alice = read_store(p, tenants=["alice"])
+    assert_same(s.select_tenant("alice"), alice)
+    both = read_store(p, tenants="bob")
+    assert both.tenant_names() == ["bob"] and len(both) == 6
+    msg = err(read_store, p, tenants=["carol"])
+    assert "tenant must be one of ['bob', 'alice'], got 'carol'" in msg
+
+
+def test_batched_read_of_list_vectors_and_errors(tmp_path, small_batches):
+    ids = [f"n{i}" for i in range(7)]
+    vec = [[1.0, 0.0, 0.0]] * 7
+    base = {"id": ids, "text": ["t"] * 7, "timestamp": [1.0 * i for i in range(7)]}
+    p = tmp_path / "a.parquet"
+    pq.write_table(pa.table({**base, "embedding": pa.array(vec, type=pa.list_(pa.float64()))}), p)
+    s = read_store(p)
+    assert s.embeddings.dtype == torch.float32 and s.embeddings.shape == (7, 3) and s.tenants == ["default"] * 7
+    bad = vec[:5] + [[1.0, 0.0]] + vec[6:]
+    pq.write_table(pa.table({**base, "embedding": pa.array(bad, type=pa.list_(pa.float64()))}), p)
+    assert "node 'n0' has 3 but node 'n5' has 2" in err(read_store, p)
+    miss = vec[:4] + [None] + vec[5:]
+    pq.write_table(pa.table({**base, "embedding": pa.array(miss, type=pa.list_(pa.float32()))}), p)
+    assert "embedding of node 'n4' is missing while other nodes have one" in err(read_store, p)
+    meta = ["{}"] * 4 + ["{not json"] + ["{}"] * 2
+    pq.write_table(pa.table({**base, "embedding": pa.array(vec, type=pa.list_(pa.float32())), "metadata": meta}), p)
+    assert "metadata of node 'n4' is not valid JSON" in err(read_store, p)
+    meta = ["{}"] * 4 + ['{ "a" :1 }'] + [""] * 2  # any JSON spacing: kept as this package writes it
+    pq.write_table(pa.table({**base, "embedding": pa.array(vec, type=pa.list_(pa.float32())), "metadata": meta}), p)
+    s = read_store(p)
+    assert s.metadata[4] == {"a": 1} and s.columns()["metadata"].to_pylist()[4:] == ['{"a": 1}', "{}", "{}"]
+
+
+# --------------------------------------------------------------------------- node table and engine
+def test_node_table_batch_methods_agree_with_single_ones():
+    st = synthetic_store(40, tenants=2, dim=8, seed=1)
+    t = NodeTable(st)
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 40, 30), rng.integers(0, 40, 30)
+    o, n = t.order_many(a, b)
+    assert [(int(x), int(y)) for x, y in zip(o, n)] == [t.order(int(x), int(y)) for x, y in zip(a, b)]
+    j = t.add(int(o[0]), int(n[0]), "merged text")
+    assert t.merge_pairs(np.array([j, 3]), np.array([5, j])) == [t.merge_pair(j, 5), t.merge_pair(3, j)]
+    assert t.texts[j] == "merged text" and t.ids[j].startswith("mf-") and len(t) == 41
+    assert t.tenant[j] == st.tenants[int(o[0])] and t.ts[j] == max(t.ts[o[0]], t.ts[n[0]])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_storage_keeps_every_guarantee(dtype):
+    st = synthetic_store(600, tenants=3, dim=32, seed=2)
+    cfg = CompressConfig(merge=MergeConfig(ratio=0.5, schedule="matching"), storage_dtype=dtype)
+    r = compress(st, cfg)
+    names, codes = st.tenant_index()
+    for j, name in enumerate(names):
+        n = int((codes == j).sum())
+        row = next(x for x in r.report.tenants if x["tenant"] == name)
+        assert row["removed"] + row["shortfall"] == round(0.5 * n) and row["shortfall"] == 0
+    srcs = [x for s in r.store.sources for x in s]
+    assert sorted(srcs) == sorted(st.ids)  # every original in exactly one output node
+    assert r.store.embeddings.dtype == torch.float32
+    again = compress(st, cfg)
+    assert again.store.ids == r.store.ids and torch.equal(again.store.embeddings, r.store.embeddings)
+
+
+def test_build_trees_half_storage_and_chunked_gather():
+    st = synthetic_store(300, tenants=1, dim=16, seed=3)
+    tree = torch.arange(300) % 7
+    size = np.bincount(tree.numpy(), minlength=7)
+    full = build_trees(tree, size, st.embeddings, st.timestamps, st.tenant_codes, None)
+    tiny = build_trees(tree, size, st.embeddings, st.timestamps, st.tenant_codes, None, chunk=16)
+    half = build_trees(tree, size, st.embeddings, st.timestamps, st.tenant_codes, None, dtype=torch.float16)
+    for a, b, h in zip(full.buckets, tiny.buckets, half.buckets):
+        assert torch.equal(a.X, b.X) and torch.equal(a.W, b.W)
+        assert h.X.dtype == torch.float16 and h.W.dtype == torch.float32
+        assert torch.equal(h.X, a.X.half()) and (h.W - a.W).abs().max() < 2e-3
+
+
+def test_storage_dtype_is_checked():
+    assert "storage_dtype must be one of" in err(CompressConfig, storage_dtype="int8")
+
+
+def test_outputs_written_in_order_from_arrow_columns(tmp_path):
+    st = synthetic_store(200, tenants=3, dim=8, seed=4)
+    r = compress(st, CompressConfig(merge=MergeConfig(ratio=0.4)))
+    write_store(r.store, tmp_path / "o.parquet")
+    write_store(r.store, tmp_path / "o.jsonl")
+    back = read_store(tmp_path / "o.parquet")
+    assert_same(r.store, back)
+    lines = (tmp_path / "o.jsonl").read_text().splitlines()
+    assert [json.loads(x)["id"] for x in lines] == list(r.store.ids)
+    merged = [m for m in r.store.metadata if "merged_from" in m]
+    assert len(merged) == sum(1 for s in r.store.sources if len(s) > 1) > 0
