@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     tuned = CompressConfig(partition=PartitionConfig(alpha=0.001), tree=TreeConfig(time_weight=0.5, size_weight=0.2),
                            merge=MergeConfig(schedule="matching"))
     out = []
-    print(f"{'dtype':>9} {'ratio':>5} {'retriever':>9} {'AnsR@B':>7} {'EvR@10':>7} {'nodes':>6}")
+    print(f"{'dtype':>9} {'ratio':>5} {'retriever':>9} {'AnsR@B':>7} {'EvR@10':>7}")
     for dt in a.dtypes.split(","):
         cfg = dataclasses.replace(tuned, storage_dtype=dt)
         res = run_grid(bench, ["memforest:matching"], ratios, [0], embedder=emb, base_config=cfg,

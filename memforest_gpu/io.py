@@ -156,6 +156,8 @@ def _select_tenants(cols: dict, tenants: str | list[str], path: str) -> dict:
 
 
 _BATCH_ROWS = 1 << 16  # rows per Parquet record batch read
+_READ_BUFFER = 1 << 22  # bytes of the Parquet reader's stream buffer per column
+ROW_GROUP_ROWS = 1 << 16  # rows per Parquet row group written (a reader can stream the file)
 
 
 def _tenant_mask(pf, want: list[str], path: str):
@@ -210,7 +212,9 @@ def _read_parquet_columns(path: str, tenants: str | list[str] | None = None) -> 
     import torch
 
     try:
-        pf = pq.ParquetFile(path)
+        # buffered, not pre-buffered: a column chunk is streamed through a small buffer instead of
+        # being loaded whole (a file written as one row group would otherwise be in memory twice)
+        pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=_READ_BUFFER)
         schema = pf.schema_arrow
         wanted = [c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in schema.names]
         for c in REQUIRED_COLUMNS:
@@ -521,7 +525,7 @@ def write_store(store: MemoryStore, path: str | os.PathLike, *, format: str | No
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
-            pq.write_table(table, f, compression="zstd")
+            pq.write_table(table, f, compression="zstd", row_group_size=ROW_GROUP_ROWS)
         else:
             _write_jsonl(store, f, iso=time_format == "iso")
 

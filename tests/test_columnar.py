@@ -205,3 +205,13 @@ def test_outputs_written_in_order_from_arrow_columns(tmp_path):
     assert [json.loads(x)["id"] for x in lines] == list(r.store.ids)
     merged = [m for m in r.store.metadata if "merged_from" in m]
     assert len(merged) == sum(1 for s in r.store.sources if len(s) > 1) > 0
+
+
+def test_parquet_written_in_row_groups(tmp_path, monkeypatch):
+    monkeypatch.setattr(mio, "ROW_GROUP_ROWS", 4)
+    s = make_store(n=11)
+    write_store(s, tmp_path / "s.parquet")
+    assert pq.ParquetFile(tmp_path / "s.parquet").metadata.num_row_groups == 3
+    monkeypatch.setattr(mio, "_BATCH_ROWS", 3)  # batches across row-group boundaries
+    assert_same(s, read_store(tmp_path / "s.parquet"))
+    assert_same(s.select_tenant("bob"), read_store(tmp_path / "s.parquet", tenants=["bob"]))
