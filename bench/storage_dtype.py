@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import print_hardware, write_records  # noqa: E402
+from common import print_hardware, write_records
 
 
 def main(argv=None) -> int:
@@ -35,7 +35,12 @@ def main(argv=None) -> int:
 
     import torch
 
-    from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+    from memforest_gpu.config import (
+        CompressConfig,
+        MergeConfig,
+        PartitionConfig,
+        TreeConfig,
+    )
     from memforest_gpu.embedders import SentenceTransformerEmbedder
     from memforest_gpu.evaluation.benchmark import load_benchmark
     from memforest_gpu.evaluation.cache import CachedEmbedder

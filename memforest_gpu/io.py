@@ -13,8 +13,9 @@ Formats (see :data:`FORMATS`):
     metadata   string (one JSON object per row)
 
   The embedder name lives in the schema metadata under ``memforest.embedder``.
-  Reading and writing are vectorised (no per-row Python work for embeddings), so
-  millions of rows are fine.
+  Reading is streamed in record batches straight into the store's columns (Arrow arrays
+  and one preallocated float32 tensor; ``tenants=`` filters each batch), writing goes out
+  in row groups of 65,536 rows; no Python object per row, so millions of rows are fine.
 
 ``jsonl`` (``.jsonl``, ``.ndjson``, ``.json``) -- one JSON object per line with keys
   ``id``, ``text``, ``timestamp`` and optional ``embedding``, ``tenant``, ``sources``,
@@ -37,13 +38,14 @@ import contextlib
 import json
 import os
 import secrets
+from datetime import UTC
 from typing import Any
 
 import numpy as np
 
 from .store import MemoryStore
 
-__all__ = ["read_store", "write_store", "detect_format", "FORMATS", "atomic_open", "atomic_write_text"]
+__all__ = ["FORMATS", "atomic_open", "atomic_write_text", "detect_format", "read_store", "write_store"]
 
 FORMATS = ("parquet", "jsonl")
 
@@ -207,9 +209,7 @@ def _read_parquet_columns(path: str, tenants: str | list[str] | None = None) -> 
     Python object per node, no float64 copy). ``tenants``: only those tenants' rows are kept,
     batch by batch (the whole table is never in memory)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    import torch
 
     try:
         # buffered, not pre-buffered: a column chunk is streamed through a small buffer instead of
@@ -264,13 +264,11 @@ def _read_parquet_columns(path: str, tenants: str | list[str] | None = None) -> 
         "id": ids,
         "text": col("text"),
         "timestamp": _parquet_timestamps(col("timestamp"), path),
-        "embedding": emb if has_emb and not state["null"] else None,
+        "embedding": None if state["null"] else emb,  # all-null vectors: embed on load
         "tenant": col("tenant"),
         "sources": None,
         "metadata": None,
     }
-    if has_emb and emb is None and n:
-        cols["embedding"] = None
     if "sources" in parts:
         c = col("sources")
         if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
@@ -286,8 +284,6 @@ def _read_parquet_columns(path: str, tenants: str | list[str] | None = None) -> 
             if pa.types.is_map(c.type):
                 vals = [dict(v) if v is not None else None for v in vals]
             cols["metadata"] = vals
-    if has_emb and emb is not None and not state["null"]:
-        cols["embedding"] = emb
     return cols, file_embedder
 
 
@@ -644,9 +640,9 @@ def torch_float32():
 
 
 def _iso(ts: float) -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat()
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat()
 
 
 def _write_jsonl(store: MemoryStore, f, *, iso: bool = False, block: int = 1 << 12) -> None:

@@ -16,13 +16,20 @@ Columnar: the originals are the store's own Arrow columns (never copied); numeri
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from .mergers.base import MemoryItem, MergePair
-from .store import ArrowView, ColumnView, MemoryStore, TenantView, _loads_meta, compact_codes
+from .store import (
+    ArrowView,
+    ColumnView,
+    MemoryStore,
+    TenantView,
+    _loads_meta,
+    compact_codes,
+)
 
 __all__ = ["NodeTable", "merged_id"]
 

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import torch
 
 from .timeutil import parse_timestamp
 
-__all__ = ["MemoryStore", "as_embedding_tensor", "DEFAULT_TENANT", "ColumnView", "ArrowView", "MetadataView", "TenantView"]
+__all__ = ["DEFAULT_TENANT", "ArrowView", "ColumnView", "MemoryStore", "MetadataView", "TenantView", "as_embedding_tensor"]
 
 DEFAULT_TENANT = "default"
 
@@ -217,8 +217,6 @@ def _identity_sources(ids) -> Any:
 
 def _encode_tenants(names_in) -> tuple[list[str], np.ndarray]:
     """(names in order of first appearance, codes (N,) int64) of a tenant column."""
-    import pyarrow as pa
-
     if isinstance(names_in, TenantView):
         return names_in.names, names_in.codes
     arr = _large_str(names_in)
@@ -319,7 +317,7 @@ class MemoryStore:
         metadata: Sequence[Any] | None = None,
         embedder: Any = None,
         device: torch.device | str | None = None,
-    ) -> "MemoryStore":
+    ) -> MemoryStore:
         """Validate columns and build a store. ``embeddings=None`` embeds ``texts`` with
         ``embedder`` (an :class:`~memforest_gpu.embedders.Embedder`).
 
@@ -364,7 +362,7 @@ class MemoryStore:
                    embedder_name, time_format)
 
     @classmethod
-    def from_records(cls, records: Iterable[dict], *, embedder=None, device=None) -> "MemoryStore":
+    def from_records(cls, records: Iterable[dict], *, embedder=None, device=None) -> MemoryStore:
         """Build from dicts with keys id, text, timestamp and optional embedding, tenant,
         sources, metadata. A record missing a required key raises naming it."""
         recs = list(records)
@@ -436,7 +434,7 @@ class MemoryStore:
         """(names, codes): codes (N,) int64 on the store's device, name order = first appearance."""
         return list(self.tenant_table), self.tenant_codes
 
-    def take(self, index: Sequence[int] | torch.Tensor) -> "MemoryStore":
+    def take(self, index: Sequence[int] | torch.Tensor) -> MemoryStore:
         """A new store with the rows ``index`` (in that order). No validation is repeated."""
         import pyarrow as pa
 
@@ -451,12 +449,12 @@ class MemoryStore:
                            TenantView(names, codes), self._sources.take(pi), ArrowView(self._meta.take(pi)),
                            self.embedder, self.time_format)
 
-    def select_tenant(self, tenant: str) -> "MemoryStore":
+    def select_tenant(self, tenant: str) -> MemoryStore:
         if tenant not in self.tenant_table:
             raise ValueError(f"tenant must be one of {self.tenant_names()}, got {tenant!r}")
         return self.take(np.flatnonzero(self.tenant_codes_np == self.tenant_table.index(tenant)))
 
-    def to(self, device: torch.device | str) -> "MemoryStore":
+    def to(self, device: torch.device | str) -> MemoryStore:
         d = torch.device(device)
         return MemoryStore(self._ids, self._texts, self.embeddings.to(d), self.timestamps.to(d), self.tenants,
                            self._sources, ArrowView(self._meta), self.embedder, self.time_format)

@@ -17,7 +17,7 @@ import torch
 from .kernels import pack_segments
 from .partition import time_order
 
-__all__ = ["TreeBatch", "Bucket", "build_trees", "bucket_classes", "row_sims", "compute_dtype"]
+__all__ = ["Bucket", "TreeBatch", "bucket_classes", "build_trees", "compute_dtype", "row_sims"]
 
 
 @dataclass(frozen=True)

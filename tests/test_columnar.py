@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from test_io import assert_same, make_store
 
 import memforest_gpu.io as mio
 from memforest_gpu import CompressConfig, MergeConfig, compress
@@ -19,8 +20,6 @@ from memforest_gpu.node_table import NodeTable
 from memforest_gpu.store import ArrowView, MemoryStore, TenantView
 from memforest_gpu.synthetic import synthetic_store
 from memforest_gpu.tree_batch import build_trees
-
-from test_io import assert_same, make_store
 
 
 def err(fn, *a, **kw) -> str:
