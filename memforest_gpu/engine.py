@@ -173,7 +173,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     batch = s.batch = None  # the padded tree tensors (about 2x the embeddings) are not needed any more
     live = np.ones(len(table), dtype=bool)
     live[np.concatenate(consumed) if consumed else np.zeros(0, dtype=np.int64)] = False
-    out = assemble(table, live, s.emb, torch.cat(vectors) if vectors else s.emb[:0])
+    out = assemble(table, live, s.emb, vectors)  # the blocks, released as they are read
     times["output"] = time.perf_counter() - t
     times["total"] = time.perf_counter() - times.pop("_t0")
     report = _report(s, store, merger, embedder, out, shortfall, rounds, len(records), fallbacks)

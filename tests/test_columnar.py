@@ -214,3 +214,20 @@ def test_parquet_written_in_row_groups(tmp_path, monkeypatch):
     monkeypatch.setattr(mio, "_BATCH_ROWS", 3)  # batches across row-group boundaries
     assert_same(s, read_store(tmp_path / "s.parquet"))
     assert_same(s.select_tenant("bob"), read_store(tmp_path / "s.parquet", tenants=["bob"]))
+
+
+def test_assemble_from_round_blocks_equals_one_tensor():
+    from memforest_gpu.assemble import assemble
+
+    st = synthetic_store(6, tenants=1, dim=4, seed=5)
+    table = NodeTable(st)
+    for a, b in ((0, 1), (2, 3), (6, 4)):  # rows 6, 7, 8
+        table.add(a, b, f"m{a}{b}")
+    merged = torch.nn.functional.normalize(torch.randn(3, 4, generator=torch.Generator().manual_seed(0)), dim=1)
+    live = np.array([False, False, False, False, False, True, False, True, True])
+    one = assemble(table, live, st.embeddings, merged)
+    blocks = [merged[:2], merged[2:]]
+    two = assemble(table, live, st.embeddings, blocks)
+    assert blocks == [None, None]  # released as read
+    assert two.ids == one.ids and torch.equal(two.embeddings, one.embeddings)
+    assert one.texts == ["m64", "m23", st.texts[5]]  # by earliest original inside
