@@ -73,7 +73,7 @@ def many_tenants(a) -> list[dict]:
           f"{(sizes < 50).mean():.1%} under 50, {(sizes > 5000).sum()} over 5,000, largest {sizes.max():,}); "
           f"made in {time.perf_counter() - t0:.1f} s", flush=True)
     if a.many_compress:
-        cfg = CompressConfig(partition=PartitionConfig(kmeans=a.kmeans),
+        cfg = CompressConfig(partition=PartitionConfig(kmeans=a.kmeans, two_level_min_nodes=a.two_level_min),
                              merge=MergeConfig(ratio=0.5, schedule="matching"))
         with Timer() as t:
             res = compress(store, cfg, device=a.device)
@@ -88,7 +88,7 @@ def many_tenants(a) -> list[dict]:
               f"{short:,} with a reported shortfall ({rep.shortfall:,} nodes), every tenant round(0.5 n) or "
               f"its shortfall: {ok}; stages {secs}", flush=True)
         records.append({"bench": "many-tenants-compress", "n": rep.nodes_in, "tenants": a.many_tenants,
-                        "dim": a.dim, "kmeans": a.kmeans, "seconds": t.seconds, "stages": rep.seconds,
+                        "dim": a.dim, "kmeans": a.kmeans, "two_level_min_nodes": a.two_level_min, "seconds": t.seconds, "stages": rep.seconds,
                         "peak_rss_mb": peak_rss_mb(), "nodes_out": rep.nodes_out, "shortfall": rep.shortfall,
                         "exact_or_reported": ok})
         store = res.store
@@ -141,6 +141,8 @@ def main(argv=None):
     ap.add_argument("--many-nodes", type=int, default=500_000)
     ap.add_argument("--many-compress", action="store_true", help="compress the many-tenant store first")
     ap.add_argument("--kmeans", default="two-level", help="partitioning of --many-compress")
+    ap.add_argument("--two-level-min", type=int, default=PartitionConfig().two_level_min_nodes,
+                    help="--many-compress: tenants from this size use two-level k-means")
     a = ap.parse_args(argv)
     print_hardware()
     if a.many_tenants:
