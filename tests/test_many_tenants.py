@@ -120,19 +120,23 @@ def test_partition_closed_form_equals_kmeans_path(seeding):
 
 
 # --------------------------------------------------------------------------- the engine on 1,000 tenants
-@pytest.mark.parametrize("schedule", ["sequential", "matching"])
-def test_invariants_on_1000_tenants(store, schedule):
-    res = compress(store, _cfg(schedule), merger=Concat(), device="cpu")
+@pytest.fixture(scope="module", params=["sequential", "matching"])
+def run_1000(request, store):
+    """(schedule, config, result) of compressing the 1,000-tenant store, once per schedule."""
+    cfg = _cfg(request.param)
+    return request.param, cfg, compress(store, cfg, merger=Concat(), device="cpu")
+
+
+def test_invariants_on_1000_tenants(store, run_1000):
+    _, _, res = run_1000
     check_invariants(store, res, 0.5)
     assert len(res.report.tenants) == 1000
     # check_invariants: a tenant falls short only when every one of its trees is down to one node
     assert sum(r["removed"] for r in res.report.tenants) == res.report.merges > 0
 
 
-@pytest.mark.parametrize("schedule", ["sequential", "matching"])
-def test_isolation_and_determinism_on_1000_tenants(store, schedule):
-    cfg = _cfg(schedule)
-    full = compress(store, cfg, merger=Concat(), device="cpu")
+def test_isolation_and_determinism_on_1000_tenants(store, run_1000):
+    _, cfg, full = run_1000
     again = compress(store, cfg, merger=Concat(), device="cpu")
     assert same_output(full.store, again.store)
     assert [(m.a, m.b, m.into) for m in full.merges] == [(m.a, m.b, m.into) for m in again.merges]
