@@ -12,11 +12,11 @@ from .rand import counter_uniform
 from .reassign import reassign_to_centres
 from .mst import spanning_forest, tree_degrees
 from .matching import greedy_matching, best_edge_per_tree
-from .agpr import agpr_rerank, dense_rank, topk_search
+from .agpr import agpr_rerank, dense_rank, topk_rows, topk_search
 
 __all__ = [
     "pack_segments", "unpack_segments", "size_buckets", "best_match", "kmeans", "batched_d2_seeds", "kmeans_plus_plus",
     "lloyd_step", "counter_uniform",
     "cluster_centres", "reassign_to_centres", "spanning_forest", "tree_degrees", "greedy_matching",
-    "best_edge_per_tree", "agpr_rerank", "dense_rank", "topk_search",
+    "best_edge_per_tree", "agpr_rerank", "dense_rank", "topk_search", "topk_rows",
 ]

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-__all__ = ["topk_search", "topk_search_sorted", "dense_rank", "agpr_rerank", "n_anchors"]
+__all__ = ["topk_search", "topk_rows", "topk_search_sorted", "dense_rank", "agpr_rerank", "n_anchors"]
 
 
 def n_anchors(k: int, lam: float) -> int:
@@ -36,22 +36,31 @@ def topk_search(Qe: torch.Tensor, X: torch.Tensor, c: int, *, valid: torch.Tenso
             S = S.masked_fill(~valid[q0:q0 + step], float("-inf"))
         if c == 0:
             continue
-        tv, cols = torch.topk(S, c, dim=1)  # (Qc, c); which of equal values it returns is unspecified
-        thr = tv[:, -1:]  # the c-th largest value
-        amb = (S >= thr).sum(1) > c  # more rows tie at the threshold than fit: pick the lowest indices
-        if bool(amb.any()):
-            Sa = S[amb]
-            above, tied = Sa > thr[amb], Sa == thr[amb]
-            need = c - above.sum(1, keepdim=True)
-            sel = above | (tied & (torch.cumsum(tied, 1) <= need))  # exactly c per query
-            cols[amb] = sel.nonzero(as_tuple=True)[1].view(-1, c)
-        cols = torch.sort(cols, dim=1).values  # index order, so a stable sort by value breaks ties by index
-        sv = S.gather(1, cols)
-        order = torch.sort(sv, dim=1, descending=True, stable=True).indices  # equal values keep index order
-        vals[q0:q0 + step] = sv.gather(1, order)
-        idx[q0:q0 + step] = cols.gather(1, order)
+        vals[q0:q0 + step], idx[q0:q0 + step] = topk_rows(S, c)
     idx = torch.where(torch.isfinite(vals), idx, torch.full_like(idx, -1))
     return vals, idx
+
+
+def topk_rows(S: torch.Tensor, c: int):
+    """The ``c`` largest entries of each row of a score matrix, largest first, ties to the
+    lower column (a partial top-c plus an exact tie rule, no full sort). -inf entries are
+    returned as they are (callers mark them -1).
+
+    Shape: S (Q, N), 1 <= c <= N -> vals (Q, c), cols (Q, c) int64
+    """
+    tv, cols = torch.topk(S, c, dim=1)  # (Q, c); which of equal values it returns is unspecified
+    thr = tv[:, -1:]  # the c-th largest value
+    amb = (S >= thr).sum(1) > c  # more rows tie at the threshold than fit: pick the lowest indices
+    if bool(amb.any()):
+        Sa = S[amb]
+        above, tied = Sa > thr[amb], Sa == thr[amb]
+        need = c - above.sum(1, keepdim=True)
+        sel = above | (tied & (torch.cumsum(tied, 1) <= need))  # exactly c per query
+        cols[amb] = sel.nonzero(as_tuple=True)[1].view(-1, c)
+    cols = torch.sort(cols, dim=1).values  # index order, so a stable sort by value breaks ties by index
+    sv = S.gather(1, cols)
+    order = torch.sort(sv, dim=1, descending=True, stable=True).indices  # equal values keep index order
+    return sv.gather(1, order), cols.gather(1, order)
 
 
 def topk_search_sorted(Qe: torch.Tensor, X: torch.Tensor, c: int, *, valid: torch.Tensor | None = None):

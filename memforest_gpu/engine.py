@@ -280,15 +280,21 @@ def _report(s: _Setup, store, merger, embedder, out, shortfall, rounds, merges, 
     q = s.quotas
     rows = []
     if merger is not None:
-        n_in = np.bincount(q.tree_tenant, weights=q.tree_size, minlength=len(s.names)).astype(np.int64)
-        n_trees = np.bincount(q.tree_tenant, minlength=len(s.names))
-        per = dict.fromkeys(s.names, 0)
-        per.update(zip(out.tenant_table, np.bincount(out.tenant_codes_np, minlength=len(out.tenant_table)).tolist()))
-        for j, name in enumerate(s.names):
-            n, o = int(n_in[j]), per[name]
-            rows.append({"tenant": name, "nodes_in": n, "nodes_out": o, "requested": int(q.target[j]),
-                         "removed": n - o, "ratio": (n - o) / n if n else 0.0, "shortfall": int(shortfall[j]),
-                         "trees": int(n_trees[j])})
+        n_ten = len(s.names)
+        n_in = np.bincount(q.tree_tenant, weights=q.tree_size, minlength=n_ten).astype(np.int64)
+        n_trees = np.bincount(q.tree_tenant, minlength=n_ten)
+        out_names, out_codes = out.tenant_index()  # the output's own codes -> the run's codes
+        code = {t: j for j, t in enumerate(s.names)}
+        to_run = np.array([code[t] for t in out_names], dtype=np.int64)
+        n_out = np.bincount(to_run[out_codes.cpu().numpy()], minlength=n_ten).astype(np.int64) \
+            if len(out_names) else np.zeros(n_ten, dtype=np.int64)
+        removed = n_in - n_out
+        ratio = np.divide(removed, n_in, out=np.zeros(n_ten), where=n_in > 0)
+        rows = [{"tenant": name, "nodes_in": n, "nodes_out": o, "requested": r, "removed": d, "ratio": f,
+                 "shortfall": sf, "trees": tr}
+                for name, n, o, r, d, f, sf, tr in zip(s.names, n_in.tolist(), n_out.tolist(), q.target.tolist(),
+                                                       removed.tolist(), ratio.tolist(), shortfall.tolist(),
+                                                       n_trees.tolist())]
     return CompressReport(
         tenants=rows, nodes_in=len(store), nodes_out=len(out), trees=len(q.per_tree), rounds=rounds, merges=merges,
         schedule=s.cfg.merge.schedule, merger=getattr(merger, "name", type(merger).__name__) if merger else "none",

@@ -199,7 +199,10 @@ def build_index(X: torch.Tensor, config: IndexConfig | str = "torch"):
 
 class IndexedRetriever(Retriever):
     """:class:`~memforest_gpu.retrieval.Retriever` with a choice of vector index per tenant.
-    With ``index="torch"`` it returns exactly what ``Retriever`` returns.
+    With ``index="torch"`` it is ``Retriever`` (the batched exact search over the
+    tenant-grouped rows; ``indexes`` stays empty); a faiss kind builds one index per tenant
+    (``indexes``, by name) over a view of its segment, and a search runs one faiss call per
+    queried tenant.
 
     >>> r = IndexedRetriever(store, "faiss-flat")
     >>> res = r.search(q, tenants=["alice"] * len(q), config=RetrievalConfig(k=10, agpr=True))
@@ -208,7 +211,21 @@ class IndexedRetriever(Retriever):
     def __init__(self, store: MemoryStore, index: IndexConfig | str = "torch"):
         super().__init__(store)
         self.index_config = IndexConfig(kind=index) if isinstance(index, str) else index
-        self.indexes = {t: build_index(e, self.index_config) for t, e in self._emb.items()}
+        self.indexes = {}
+        if self.index_config.kind != "torch":
+            self.indexes = {t: build_index(self._emb[slice(*self._segment(j))], self.index_config)
+                            for j, t in enumerate(self.tenants)}
 
-    def _candidates(self, tenant: str, queries: torch.Tensor, c: int):
-        return self.indexes[tenant].search(queries, c)
+    def _candidates(self, codes: np.ndarray, queries: torch.Tensor, c: int):
+        if self.index_config.kind == "torch":
+            return super()._candidates(codes, queries, c)
+        Q, dev = queries.shape[0], queries.device
+        sims = torch.full((Q, c), float("-inf"), device=dev)
+        pos = torch.full((Q, c), -1, dtype=torch.int64, device=dev)
+        for t in np.unique(codes).tolist():
+            qi = torch.as_tensor(np.flatnonzero(codes == t), dtype=torch.int64, device=dev)
+            v, i = self.indexes[self.tenants[t]].search(queries[qi], c)  # (Q_t, c')
+            s = int(self._start[t])
+            sims[qi, :v.shape[1]] = v.to(sims.dtype)
+            pos[qi, :v.shape[1]] = torch.where(i >= 0, i + s, i)
+        return sims, pos

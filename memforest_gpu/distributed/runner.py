@@ -21,8 +21,10 @@ another rank here, and the tenant reports a shortfall instead.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -97,11 +99,12 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
     cfg = config or CompressConfig()
     rank, world = _world(group)
     t0 = time.perf_counter()
-    names = store.tenant_names()
-    rows_of: dict[str, list[int]] = {t: [] for t in names}
-    for i, t in enumerate(store.tenants):
-        rows_of[t].append(i)
-    sizes = {t: len(r) for t, r in rows_of.items()}
+    names, codes = store.tenant_index()
+    codes = codes.cpu().numpy()
+    counts = np.bincount(codes, minlength=len(names))
+    grouped = np.argsort(codes, kind="stable")  # rows by tenant, store order inside
+    rows_of: dict[str, np.ndarray] = dict(zip(names, np.split(grouped, np.cumsum(counts)[:-1])))
+    sizes = dict(zip(names, counts.tolist()))
     split = [t for t in tenants_to_split(sizes, world, split_above) if _splittable(cfg, sizes[t])]
 
     # trees of the split tenants, computed by all ranks together
@@ -116,7 +119,7 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
         size = np.array([(tree == c).sum() for c in ids], dtype=np.int64)
         q = allocate(removal_target(sizes[t], cfg.merge.ratio), size, size - 1)
         for c, s, qq in zip(ids.tolist(), size.tolist(), q.tolist()):
-            tree_rows[(t, c)] = [rows_of[t][j] for j in np.flatnonzero(tree == c).tolist()]
+            tree_rows[(t, c)] = rows_of[t][tree == c].tolist()
             quota[(t, c)] = qq
             items.append(WorkItem(t, s, tree=c))
     plan = balance(items, world)
@@ -129,7 +132,8 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
     outputs: list[MemoryStore] = []
     merges: list[MergeRecord] = []
     reports: list[CompressReport] = []
-    whole = sorted(i for it in mine if it.tree is None for i in rows_of[it.tenant])
+    whole = [rows_of[it.tenant] for it in mine if it.tree is None]
+    whole = np.sort(np.concatenate(whole)).tolist() if whole else []
     if whole:
         res = compress(store.take(whole), cfg, merger=merger, embedder=embedder, device=device, progress=progress)
         outputs.append(res.store)
@@ -145,10 +149,8 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
         reports.append(res.report)
 
     # ---- gather every rank's rows on rank 0; order them as the single-process engine does
-    first_of = {}
-    for i, src in enumerate(store.sources):
-        for s in src:
-            first_of[s] = i
+    lens = np.fromiter(map(len, store.sources), dtype=np.int64, count=len(store))
+    first_of = dict(zip(itertools.chain.from_iterable(store.sources), np.repeat(np.arange(len(store)), lens).tolist()))
     chunks = []
     for out in outputs:
         chunks.append({"first": [min(first_of[s] for s in src) for src in out.sources], "ids": out.ids,
@@ -186,10 +188,10 @@ def _assemble(store, cfg, gathered, plan, split, sizes, seconds) -> DistributedR
     ts = torch.cat([c["ts"] for c in chunks])[o].to(dev) if chunks else store.timestamps[:0]
     out = MemoryStore(col("ids"), col("texts"), emb, ts, col("tenants"), [list(s) for s in col("sources")],
                       [dict(m) for m in col("metadata")], store.embedder)
-    per = {t: 0 for t in sizes}
-    for t in out.tenants:
-        per[t] += 1
-    trees = {t: sum(1 for p in plan for it in p if it.tenant == t) for t in split}
+    per = dict.fromkeys(sizes, 0)
+    per.update(Counter(out.tenants))
+    n_items = Counter(it.tenant for p in plan for it in p)
+    trees = {t: n_items[t] for t in split}
     for g in gathered:
         trees.update(g["trees"])
     tenants = []
