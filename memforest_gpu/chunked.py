@@ -38,9 +38,11 @@ log = logging.getLogger("memforest_gpu")
 
 # Working set of one node while a group is compressed, as a multiple of its float32 vector
 # (4*D bytes) plus a fixed part (ids, texts, sources, metadata as Python objects). Measured
-# with tests/../bench (see README "Bigger than memory"): peak RSS of `compress` minus the
-# process baseline, divided by N, at N = 20k..100k, D = 384.
-VECTOR_FACTOR = 6.0
+# (not quiet, 2 cores): whole-process peak RSS of `memforest compress --embedder none
+# --schedule matching` on synthetic Parquet stores (8 tenants, one of half the nodes, D = 384)
+# less the baseline of a 500-node run (408 MB): 23.5 KB a node at N = 20,000, 19.2 KB at
+# N = 60,000, i.e. about 13 vectors' worth (with the 2 KB fixed part).
+VECTOR_FACTOR = 13.0
 NODE_FIXED_BYTES = 2048
 # what the process holds besides the group: interpreter, torch, the tenant scan
 BASELINE_BYTES = 400 << 20
