@@ -186,25 +186,27 @@ def _scan_parquet(path: str) -> TenantScan:
 
 def _jsonl_items(path: str):
     """``(raw line or None, record)`` of a JSONL file (or a JSON array file, whose items have
-    no raw line); lines that are not JSON objects are left for the store reader to report."""
+    no raw line). A record that is not a JSON object, or lacks a required column, raises
+    the store reader's ``ValueError`` (naming the line of ``path``)."""
+    from .io import HEADER_KEY, REQUIRED_COLUMNS, _short, iter_jsonl_objects
+
     with open(path, "rb") as f:
         head = f.read(4096).lstrip(b"\xef\xbb\xbf").lstrip()
     if head.startswith(b"["):
         with open(path, encoding="utf-8-sig") as f:
-            data = json.load(f)
-        for rec in data:
-            yield None, rec
-        return
-    with open(path, "rb") as f:
-        for ln, raw in enumerate(f, 1):
-            line = raw.lstrip(b"\xef\xbb\xbf") if ln == 1 else raw
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                rec = None
-            yield line if line.endswith(b"\n") else line + b"\n", rec
+            items = [(f"item {j}", None, rec) for j, rec in enumerate(json.load(f))]
+    else:
+        items = ((where, None, rec) for where, rec in iter_jsonl_objects(path))
+    first = True
+    for where, raw, rec in items:
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}: {where} must be a JSON object, got {type(rec).__name__}: {_short(rec)}")
+        if not (first and HEADER_KEY in rec):
+            for key in REQUIRED_COLUMNS:
+                if key not in rec:
+                    raise ValueError(f"{path}: {where} is missing required column {key!r}")
+        first = False
+        yield raw, rec
 
 
 def _scan_jsonl(path: str) -> TenantScan:
@@ -259,9 +261,44 @@ def plan_groups(sizes: np.ndarray, per_node: int, capacity: int) -> tuple[list[n
 
 
 # ----------------------------------------------------------------------------- split
-def _split_parquet(path: str, row_group: np.ndarray, n_groups: int, paths: list[str]) -> None:
-    """One pass over ``path`` in record batches; row i goes to ``paths[row_group[i]]``."""
+class _SplitChecks:
+    """What the in-memory run checks across the whole store and a group alone cannot see:
+    ids unique over all tenants, no original in two nodes' sources, and whether every vector
+    is already unit length (else the whole store's vectors are normalised, so a group whose
+    vectors all are unit must be normalised too, for the same bits)."""
+
+    def __init__(self, n_groups: int):
+        self.keys: list = []  # Arrow arrays of ids (and sources) of every row
+        self.has_sources = False
+        self.unit = np.ones(n_groups, dtype=bool)  # (G,) every vector of the group is unit length
+
+    def vectors(self, e: np.ndarray, g: np.ndarray) -> None:
+        """``e`` (B, D) float32 vectors of rows in groups ``g`` (B,)."""
+        norms = np.linalg.norm(e.astype(np.float64), axis=1)
+        bad = ~(np.abs(norms - 1.0) <= 1e-6)
+        self.unit[np.unique(g[bad])] = False
+
+    def raise_duplicates(self, src: str, ids: list, sources: list | None) -> None:
+        """The in-memory run's message for the first duplicate id / overlapping original."""
+        seen: set = set()
+        for i in ids:
+            if i in seen:
+                raise ValueError(f"{src}: ids must be unique, got duplicate id {i!r}")
+            seen.add(i)
+        owner: dict = {}
+        for i, srcs in zip(ids, sources or [None] * len(ids)):
+            for x in (srcs or [i]):
+                if x in owner:
+                    raise ValueError(f"{src}: sources must not overlap, got original {x!r} in both {owner[x]!r} "
+                                     f"and {i!r}")
+                owner[x] = i
+
+
+def _split_parquet(path: str, row_group: np.ndarray, n_groups: int, paths: list[str]) -> np.ndarray:
+    """One pass over ``path`` in record batches; row i goes to ``paths[row_group[i]]``.
+    Returns the groups whose vectors are all unit length (G,) bool (see :class:`_SplitChecks`)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from .io import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
@@ -269,12 +306,30 @@ def _split_parquet(path: str, row_group: np.ndarray, n_groups: int, paths: list[
     pf = pq.ParquetFile(path)
     cols = [c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in pf.schema_arrow.names]
     schema = pa.schema([pf.schema_arrow.field(c) for c in cols], metadata=pf.schema_arrow.metadata)
+    checks = _SplitChecks(n_groups)
+    list_sources = "sources" in cols and (pa.types.is_list(schema.field("sources").type)
+                                          or pa.types.is_large_list(schema.field("sources").type))
     writers = [None] * n_groups
     start = 0
     try:
         for batch in pf.iter_batches(batch_size=SPLIT_BATCH_ROWS, columns=cols):
             g = row_group[start:start + len(batch)]
             start += len(batch)
+            ids = pc.cast(batch.column("id"), pa.string())
+            if list_sources:
+                srcs = batch.column("sources")
+                has = pc.is_valid(srcs)
+                checks.keys += [pc.filter(ids, pc.invert(has)), pc.cast(pc.list_flatten(pc.filter(srcs, has)),
+                                                                         pa.string())]
+            else:
+                checks.keys.append(ids)
+            if "embedding" in cols:
+                col = batch.column("embedding")
+                if not col.null_count and len(col):
+                    flat = col.flatten()
+                    if not flat.null_count and len(flat) % len(col) == 0:
+                        e = pc.cast(flat, pa.float32()).to_numpy(zero_copy_only=False).reshape(len(col), -1)
+                        checks.vectors(e, g)
             order = np.argsort(g, kind="stable")
             bounds = np.searchsorted(g[order], np.arange(n_groups + 1))
             for j in np.flatnonzero(np.diff(bounds)).tolist():
@@ -286,13 +341,23 @@ def _split_parquet(path: str, row_group: np.ndarray, n_groups: int, paths: list[
         for w in writers:
             if w is not None:
                 w.close()
+    keys = pa.chunked_array(checks.keys, type=pa.string())
+    if len(pc.unique(keys)) != len(keys):
+        t = pf.read(columns=["id", "sources"] if list_sources else ["id"])
+        checks.raise_duplicates(path, [str(x) for x in t.column("id").to_pylist()],
+                                t.column("sources").to_pylist() if list_sources else None)
     for p in paths:
         os.replace(p + ".tmp", p)
+    return checks.unit
 
 
-def _split_jsonl(path: str, header: bytes | None, row_group: np.ndarray, n_groups: int, paths: list[str]) -> None:
+def _split_jsonl(path: str, header: bytes | None, row_group: np.ndarray, n_groups: int,
+                 paths: list[str]) -> np.ndarray:
+    """As :func:`_split_parquet` for JSON Lines (records written back as read)."""
     from .io import HEADER_KEY
 
+    checks = _SplitChecks(n_groups)
+    ids, sources = [], []
     files = [open(p + ".tmp", "wb") for p in paths]
     try:
         if header is not None:
@@ -304,13 +369,22 @@ def _split_jsonl(path: str, header: bytes | None, row_group: np.ndarray, n_group
                 first = False
                 continue
             first = False
-            files[row_group[i]].write(raw if raw is not None else json.dumps(rec, ensure_ascii=False).encode() + b"\n")
+            g = row_group[i]
+            files[g].write(raw if raw is not None else json.dumps(rec, ensure_ascii=False).encode() + b"\n")
             i += 1
+            if isinstance(rec, dict):
+                ids.append(str(rec.get("id")))
+                sources.append(rec.get("sources") if isinstance(rec.get("sources"), list) else None)
+                e = rec.get("embedding")
+                if isinstance(e, list) and e and all(isinstance(x, (int, float)) for x in e):
+                    checks.vectors(np.asarray([e], dtype=np.float32), np.array([g]))
     finally:
         for f in files:
             f.close()
+    checks.raise_duplicates(path, ids, sources)
     for p in paths:
         os.replace(p + ".tmp", p)
+    return checks.unit
 
 
 # -------------------------------------------------------------------------- compress
@@ -414,10 +488,11 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
     if not state["split"] and not all(done):
         ts = time.perf_counter()
         if fmt == "parquet":
-            _split_parquet(src, row_group, len(groups), in_paths)
+            unit = _split_parquet(src, row_group, len(groups), in_paths)
         else:
-            _split_jsonl(src, scan.header, row_group, len(groups), in_paths)
+            unit = _split_jsonl(src, scan.header, row_group, len(groups), in_paths)
         state["split"] = True
+        state["unit"] = unit.tolist()
         _write_json(state_path, state)
         say(f"split the input into {len(groups)} group file(s) in {time.perf_counter() - ts:.1f}s")
     elif not state.get("split"):
@@ -426,6 +501,9 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
     reused = sum(done)
     if reused:
         say(f"resuming: {reused} of {len(groups)} group(s) already done")
+    unit = state.get("unit") or [True] * len(groups)
+    # the in-memory run normalises every vector unless all are unit length already
+    renormalise = [not all(unit) and u for u in unit]
     runner = _GroupRunner(src, config, embedder, merger, device, progress, resume, jpath)
     try:
         for g, codes in enumerate(groups):
@@ -433,7 +511,7 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
                 continue
             n_g = int(scan.sizes[codes].sum())
             tg = time.perf_counter()
-            res, sub = runner.run(in_paths[g], fmt)
+            res, sub = runner.run(in_paths[g], fmt, renormalise[g])
             keys = _output_keys(sub, res.store, np.flatnonzero(row_group == g))
             _write_part(res.store, keys, out_paths[g], res.report, sub.time_format)
             os.unlink(in_paths[g])
@@ -486,11 +564,14 @@ class _GroupRunner:
             store = dataclasses.replace(store, embedder=self.label)  # as load_store_and_embedder names it
         return store
 
-    def run(self, path: str, fmt: str):
+    def run(self, path: str, fmt: str, renormalise: bool = False):
         from .engine import compress
         from .journal import JournaledMerger, run_fingerprint
 
         store = self._load(path, fmt)
+        if renormalise:  # the whole store's vectors are normalised in memory: the same division here
+            e = store.embeddings.double()
+            store = dataclasses.replace(store, embeddings=(e / e.norm(dim=1)[:, None]).to(store.embeddings.dtype))
         if self.journal is None:
             fp = run_fingerprint(self.src, self.config, self.merger,
                                  self.emb.name if self.emb is not None else "mean-of-inputs")

@@ -191,3 +191,56 @@ def test_write_synthetic_parquet_in_batches(tmp_path):
     assert len(st) == 3000 and st.dim == 8 and len(set(st.ids)) == 3000
     names, codes = st.tenant_index()
     assert np.bincount(codes.numpy()).tolist() == sizes.tolist()
+
+
+def _jsonl(path, rows):
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def test_whole_store_checks_span_groups(tmp_path, capsys):
+    """A duplicate id in two tenants (two groups) is refused as in the in-memory run."""
+    rng = np.random.default_rng(1)
+    rows = [{"id": f"n{i}", "text": f"memory {i}", "timestamp": 1.6e9 + i, "tenant": f"u{i % 4}",
+             "embedding": rng.standard_normal(DIM).tolist()} for i in range(40)]
+    rows[-1]["id"] = "n0"  # tenant u3 repeats tenant u0's id
+    src = str(tmp_path / "dup.jsonl")
+    _jsonl(src, rows)
+    assert main(["compress", src, str(tmp_path / "a.jsonl"), "--embedder", "none"]) == 2
+    err_a = capsys.readouterr().err
+    assert main(["compress", src, str(tmp_path / "b.jsonl"), "--embedder", "none",
+                 "--memory-budget", str(_budget_for(10))]) == 2
+    err_b = capsys.readouterr().err
+    assert "ids must be unique, got duplicate id 'n0'" in err_a
+    assert err_a.split("error: ")[1] == err_b.split("error: ")[1]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_mixed_unit_and_raw_vectors(tmp_path, fmt):
+    """One tenant's vectors are not unit length: the in-memory run normalises every vector
+    of the store, so the groups whose vectors all are unit are normalised the same way."""
+    import pyarrow as pa
+    import torch
+
+    st = synthetic_store(300, tenants=6, dim=DIM, seed=2)
+    raw = torch.from_numpy(np.random.default_rng(3).standard_normal((300, DIM)).astype(np.float32))
+    e = raw / raw.norm(dim=1, keepdim=True)  # unit length in float32 arithmetic (within 1e-6)
+    big = torch.tensor([t == "tenant-5" for t in st.tenants])
+    e[big] = raw[big] * 3.0
+    redone = (e.double() / e.double().norm(dim=1)[:, None]).float()
+    assert not torch.equal(redone[:50], e[:50])  # the division changes some bits of unit vectors
+    table = pa.Table.from_pydict({"id": st.ids, "text": st.texts, "timestamp": st.timestamps.tolist(),
+                                  "tenant": st.tenants, "embedding": e.tolist()})
+    src = str(tmp_path / f"in.{fmt}")
+    if fmt == "parquet":
+        pq.write_table(table, src)
+    else:
+        _jsonl(src, table.to_pylist())
+    _run(src, str(tmp_path / f"a.{fmt}"))
+    _run(src, str(tmp_path / f"b.{fmt}"), "--memory-budget", str(_budget_for(60)))
+    if fmt == "jsonl":
+        with open(tmp_path / "a.jsonl", "rb") as f, open(tmp_path / "b.jsonl", "rb") as g:
+            assert f.read() == g.read()
+    else:
+        assert pq.read_table(tmp_path / "a.parquet").equals(pq.read_table(tmp_path / "b.parquet"))
