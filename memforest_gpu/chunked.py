@@ -456,10 +456,12 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
     per_node = node_bytes(scan.dim)
     cap = group_capacity(memory_budget)
     groups, over = plan_groups(scan.sizes, per_node, cap)
-    for t, need in over:
+    for t, need in over[:5]:
         log.warning("tenant %r has %d nodes, about %s of working set: %s over the group capacity of "
                     "--memory-budget %s; it is compressed alone", scan.names[t], int(scan.sizes[t]),
                     format_size(need), format_size(need - cap), format_size(memory_budget))
+    if len(over) > 5:
+        log.warning("... and %d more tenants over the group capacity, each compressed alone", len(over) - 5)
     group_names = [[scan.names[t] for t in g.tolist()] for g in groups]
     say(f"memory budget {format_size(memory_budget)}: {len(scan.row_tenant)} nodes, {len(scan.names)} tenants, "
         f"about {format_size(per_node)} a node -> {len(groups)} group(s)")
@@ -634,6 +636,7 @@ def _write_part(out, keys: np.ndarray, path: str, report, time_format) -> None:
     d["time_format"] = time_format
     d["embedder_label"] = out.embedder
     _write_json(path + ".json", d)
+    np.save(path + ".keys.npy", keys)
     with pa.OSFile(path + ".tmp", "wb") as f, ipc.new_file(f, table.schema) as w:
         w.write_table(table, max_chunksize=PART_BATCH_ROWS)
     os.replace(path + ".tmp", path)
@@ -647,13 +650,14 @@ class _PartReader:
         import pyarrow as pa
         import pyarrow.ipc as ipc
 
+        self.path = path
         self.file = pa.OSFile(path, "rb")
         self.reader = ipc.open_file(self.file)
         self.cache: dict[int, object] = {}
 
     def keys(self) -> np.ndarray:
-        return np.concatenate([self.reader.get_batch(i).column(KEY).to_numpy() for i in
-                               range(self.reader.num_record_batches)] or [np.zeros(0, dtype=np.int64)])
+        """(N_part,) int64 output keys, from the sidecar written with the part."""
+        return np.load(self.path + ".keys.npy")
 
     def take(self, local: np.ndarray):
         import pyarrow as pa
