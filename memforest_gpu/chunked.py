@@ -38,11 +38,13 @@ log = logging.getLogger("memforest_gpu")
 
 # Working set of one node while a group is compressed, as a multiple of its float32 vector
 # (4*D bytes) plus a fixed part (ids, texts, sources, metadata as Python objects). Measured
-# (not quiet, 2 cores): whole-process peak RSS of `memforest compress --embedder none
-# --schedule matching` on synthetic Parquet stores (8 tenants, one of half the nodes, D = 384)
-# less the baseline of a 500-node run (408 MB): 23.5 KB a node at N = 20,000, 19.2 KB at
-# N = 60,000, i.e. about 13 vectors' worth (with the 2 KB fixed part).
-VECTOR_FACTOR = 13.0
+# (not quiet, 2 cores, D = 384, `--embedder none --kmeans two-level --schedule matching` or
+# exact k-means for the small runs): whole-process peak RSS less the 408 MB of a 500-node run,
+# per node: 23.5 KB (20,000 nodes, 8 tenants, one of half), 19.2 KB (60,000, same shape),
+# 46 KB (200,000 nodes over 20,000 heavy-tailed tenants, in memory) and 39.5 KB (the same
+# store under --memory-budget 1G: groups of <= 29,700 nodes, peak 1,580 MB). The many-tenant
+# figure sets the factor: (39.5 KB - 2 KB) / 1.5 KB = 25 vectors.
+VECTOR_FACTOR = 25.0
 NODE_FIXED_BYTES = 2048
 # what the process holds besides the group: interpreter, torch, the tenant scan
 BASELINE_BYTES = 400 << 20
