@@ -9,7 +9,7 @@ import time
 
 import torch
 
-__all__ = ["hardware", "sync", "Timer", "peak_rss_mb", "reset_peak", "write_records", "print_hardware"]
+__all__ = ["hardware", "sync", "Timer", "peak_rss_mb", "reset_peak", "write_records", "print_hardware", "run_measured"]
 
 
 def hardware() -> dict:
@@ -67,3 +67,30 @@ def write_records(path: str, records: list[dict]) -> None:
     with open(path, "w") as f:
         json.dump([{**hardware(), **r} for r in records], f, indent=1)
     print(f"# wrote {path}", flush=True)
+
+
+def run_measured(cmd: list[str], *, env: dict | None = None) -> dict:
+    """Run ``cmd`` as a child process; return its wall ``seconds``, whole-process
+    ``peak_rss_mb`` (``/usr/bin/time -v``'s "Maximum resident set size" when that tool
+    exists, else ``getrusage(RUSAGE_CHILDREN)``, the largest child so far), ``peak_source``,
+    ``returncode`` and the tail of its output."""
+    import re
+    import shutil
+    import subprocess
+
+    timer = "/usr/bin/time" if os.path.exists("/usr/bin/time") else shutil.which("time")
+    full = [timer, "-v", *cmd] if timer else list(cmd)
+    t = time.perf_counter()
+    p = subprocess.run(full, capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - t
+    peak, source = None, None
+    if timer:
+        m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
+        if m:
+            peak, source = int(m.group(1)) / 1024.0, "time -v"
+    if peak is None:
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+        source = "getrusage(RUSAGE_CHILDREN)"
+    tail = (p.stdout + p.stderr)[-3000:]
+    return {"seconds": seconds, "peak_rss_mb": peak, "peak_source": source, "returncode": p.returncode,
+            "output_tail": tail, "output": p.stdout + p.stderr}

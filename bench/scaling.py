@@ -1,67 +1,164 @@
 """Time per stage against store size, on synthetic memory-like stores.
 
-Stores have clustered embeddings with temporal drift, several small tenants and one big
-tenant (``--big-share`` of the nodes). Merging uses the extractive (non-LLM) merger and
-mean embeddings (re-embedding excluded) unless ``--reembed`` is given.
+Stores have clustered embeddings with temporal drift. Two tenant shapes:
+
+- ``few`` (default): ``--tenants`` 8, one big tenant holding ``--big-share`` of the nodes;
+- ``many``: ``--tenants`` (default min(100,000, N/10)) with heavy-tailed sizes (most under
+  50 nodes, a few over 5,000 at 1M nodes; :func:`memforest_gpu.synthetic.heavy_tailed_sizes`).
+
+Merging uses the extractive (non-LLM) merger and mean embeddings (re-embedding excluded)
+unless ``--reembed`` is given.
+
+In-process mode times ``compress`` alone (peak RSS of the compression). ``--cli`` writes
+each store to Parquet in record batches (under ``--workdir``, reused when already there)
+and runs ``memforest compress`` as a child process, reporting its wall time and
+whole-process peak RSS (``/usr/bin/time -v``), with ``--memory-budget`` passed through.
+One JSON record per run.
 
     python bench/scaling.py --sizes 1000,10000,100000 --out runs/scaling.json --plot runs/scaling.png
     python bench/scaling.py --sizes 1000000 --kmeans two-level --schedule matching
+    python bench/scaling.py --cli --tenants-shape many --sizes 1000000 --kmeans two-level --schedule matching
+    python bench/scaling.py --cli --tenants-shape many --sizes 5000000 --memory-budget 4G --kmeans two-level
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import Timer, peak_rss_mb, print_hardware, reset_peak, write_records  # noqa: E402
+from common import Timer, peak_rss_mb, print_hardware, reset_peak, run_measured, write_records  # noqa: E402
 
 from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig, compress  # noqa: E402
-from memforest_gpu.synthetic import synthetic_store  # noqa: E402
+from memforest_gpu.synthetic import (few_tenant_sizes, heavy_tailed_sizes, synthetic_store,  # noqa: E402
+                                     write_synthetic_parquet)
 
 STAGES = ("partition", "setup", "trees", "merge", "embed", "output")
+
+
+def tenant_sizes(n: int, a):
+    """The tenant sizes of an ``n``-node store of shape ``a.tenants_shape``. Shape: -> (T,)"""
+    if a.tenants_shape == "many":
+        t = a.tenants if a.tenants is not None else min(100_000, max(1, n // 10))
+        return heavy_tailed_sizes(n, min(t, n), seed=n)
+    return few_tenant_sizes(n, min(a.tenants if a.tenants is not None else 8, n), a.big_share)
+
+
+def store_file(n: int, a) -> str:
+    """A Parquet store of ``n`` nodes in ``a.workdir`` (written in record batches; reused)."""
+    sizes = tenant_sizes(n, a)
+    name = f"{a.tenants_shape}-n{n}-t{len(sizes)}-d{a.dim}" + (f"-b{a.big_share}" if a.tenants_shape == "few" else "")
+    path = os.path.join(a.workdir, name + ".parquet")
+    if not os.path.exists(path):
+        os.makedirs(a.workdir, exist_ok=True)
+        t = time.perf_counter()
+        write_synthetic_parquet(path, sizes, dim=a.dim, seed=n)
+        print(f"# wrote {path} ({len(sizes)} tenants) in {time.perf_counter() - t:.1f}s", flush=True)
+    return path
+
+
+def run_cli(n: int, a) -> dict:
+    src = store_file(n, a)
+    out = os.path.join(a.workdir, f"out-{os.getpid()}.parquet")
+    report = out + ".report.json"
+    for p in (out, report):
+        if os.path.exists(p):
+            os.unlink(p)
+    cmd = [sys.executable, "-m", "memforest_gpu.cli", "compress", src, out, "--ratio", str(a.ratio), "--schedule",
+           a.schedule, "--kmeans", a.kmeans, "--embedder", "default" if a.reembed else "none", "--report", report]
+    if a.device:
+        cmd += ["--device", a.device]
+    if a.memory_budget:
+        cmd += ["--memory-budget", a.memory_budget]
+    m = run_measured(cmd)
+    rec = {"bench": "scaling-cli", "n": n, "dim": a.dim, "tenants_shape": a.tenants_shape,
+           "tenants": int(len(tenant_sizes(n, a))), "kmeans": a.kmeans, "schedule": a.schedule, "ratio": a.ratio,
+           "reembed": a.reembed, "memory_budget": a.memory_budget, "seconds": m["seconds"],
+           "peak_rss_mb": m["peak_rss_mb"], "peak_source": m["peak_source"], "returncode": m["returncode"]}
+    if m["returncode"] != 0:
+        rec["error"] = m["output_tail"]
+        print(m["output_tail"], file=sys.stderr)
+    else:
+        with open(report) as f:
+            r = json.load(f)
+        rec.update(nodes_out=r["nodes_out"], shortfall=r["shortfall"], rounds=r["rounds"], trees=r["trees"],
+                   **{f"{s}_s": r["seconds"].get(s, 0.0) for s in STAGES})
+        groups = [ln for ln in m["output"].splitlines() if ln.startswith("memory budget")]
+        if groups:
+            rec["budget_plan"] = groups[-1]
+    for p in (out, report):
+        if os.path.exists(p):
+            os.unlink(p)
+    print(f"n={n:>8} {a.tenants_shape} cli total {m['seconds']:8.2f}s  peak {m['peak_rss_mb']:.0f} MB "
+          f"({m['peak_source']})  rc {m['returncode']}", flush=True)
+    return rec
+
+
+def run_in_process(n: int, a, cfg, embedder) -> dict:
+    if a.tenants_shape == "many":
+        from memforest_gpu.io import read_store
+
+        store = read_store(store_file(n, a), device=a.device)
+    else:
+        store = synthetic_store(n, tenants=min(a.tenants or 8, n), dim=a.dim if not a.reembed else 384,
+                                big_tenant_share=a.big_share, seed=n, device=a.device)
+    store_mb = peak_rss_mb()
+    reset_peak()  # peak of the compression itself, not of building the synthetic store
+    with Timer() as t:
+        res = compress(store, cfg, embedder=embedder, device=a.device)
+    sec = res.report.seconds
+    rec = {"bench": "scaling", "n": n, "dim": store.dim, "tenants_shape": a.tenants_shape,
+           "tenants": len(store.tenant_names()), "kmeans": a.kmeans, "schedule": a.schedule, "ratio": a.ratio,
+           "reembed": a.reembed, "seconds": t.seconds, "peak_mb": peak_rss_mb(), "store_build_peak_mb": store_mb,
+           "rounds": res.report.rounds, "trees": res.report.trees, "nodes_out": res.report.nodes_out,
+           "shortfall": res.report.shortfall, **{f"{s}_s": sec.get(s, 0.0) for s in STAGES}}
+    print(f"n={n:>8} total {t.seconds:8.2f}s  " + "  ".join(f"{s} {sec.get(s, 0):.2f}" for s in STAGES)
+          + f"  rounds {res.report.rounds}  peak {rec['peak_mb']:.0f} MB", flush=True)
+    return rec
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1000,3000,10000,30000,100000")
     ap.add_argument("--dim", type=int, default=384)
-    ap.add_argument("--tenants", type=int, default=8)
-    ap.add_argument("--big-share", type=float, default=0.5, help="fraction of nodes in the one big tenant")
+    ap.add_argument("--tenants-shape", default="few", choices=("few", "many"),
+                    help="few: --tenants (8) with one big tenant; many: --tenants (min(100000, N/10)) heavy-tailed")
+    ap.add_argument("--tenants", type=int, default=None, help="tenants (default: 8 for few, min(100000, N/10) many)")
+    ap.add_argument("--big-share", type=float, default=0.5, help="few: fraction of nodes in the one big tenant")
     ap.add_argument("--ratio", type=float, default=0.5)
     ap.add_argument("--schedule", default="sequential")
     ap.add_argument("--kmeans", default="exact", help="exact | two-level")
     ap.add_argument("--device", default=None)
     ap.add_argument("--reembed", action="store_true", help="re-embed merged text with all-MiniLM-L6-v2")
+    ap.add_argument("--cli", action="store_true",
+                    help="run `memforest compress` on a Parquet store as a child process (whole-process peak RSS)")
+    ap.add_argument("--memory-budget", default=None, help="--cli: passed to memforest compress")
+    ap.add_argument("--workdir", default="/tmp/memforest-scaling", help="--cli / many: where stores are written")
     ap.add_argument("--out", default="runs/scaling.json")
     ap.add_argument("--plot", default=None)
     a = ap.parse_args(argv)
+    if a.memory_budget and not a.cli:
+        ap.error("--memory-budget needs --cli (it is an option of memforest compress)")
     print_hardware()
+    records = []
+    sizes = [int(x) for x in a.sizes.split(",")]
+    if a.cli:
+        for n in sizes:
+            records.append(run_cli(n, a))
+        write_records(a.out, records)
+        return
     embedder = None
     if a.reembed:
         from memforest_gpu import SentenceTransformerEmbedder
 
         embedder = SentenceTransformerEmbedder(device=a.device)
-    records = []
     cfg = CompressConfig(partition=PartitionConfig(kmeans=a.kmeans, two_level_min_nodes=20000),
                          merge=MergeConfig(ratio=a.ratio, schedule=a.schedule))
     compress(synthetic_store(500, tenants=2, dim=a.dim if not a.reembed else 384), cfg, device=a.device)  # warm-up
-    for n in [int(x) for x in a.sizes.split(",")]:
-        store = synthetic_store(n, tenants=min(a.tenants, n), dim=a.dim if not a.reembed else 384,
-                                big_tenant_share=a.big_share, seed=n, device=a.device)
-        store_mb = peak_rss_mb()
-        reset_peak()  # peak of the compression itself, not of building the synthetic store
-        with Timer() as t:
-            res = compress(store, cfg, embedder=embedder, device=a.device)
-        sec = res.report.seconds
-        rec = {"bench": "scaling", "n": n, "dim": store.dim, "tenants": len(store.tenant_names()),
-               "kmeans": a.kmeans, "schedule": a.schedule, "ratio": a.ratio, "reembed": a.reembed,
-               "seconds": t.seconds, "peak_mb": peak_rss_mb(), "store_build_peak_mb": store_mb, "rounds": res.report.rounds,
-               "trees": res.report.trees, "nodes_out": res.report.nodes_out,
-               **{f"{s}_s": sec.get(s, 0.0) for s in STAGES}}
-        print(f"n={n:>8} total {t.seconds:8.2f}s  " + "  ".join(f"{s} {sec.get(s, 0):.2f}" for s in STAGES)
-              + f"  rounds {res.report.rounds}  peak {rec['peak_mb']:.0f} MB", flush=True)
-        records.append(rec)
+    for n in sizes:
+        records.append(run_in_process(n, a, cfg, embedder))
     write_records(a.out, records)
     if a.plot:
         import matplotlib

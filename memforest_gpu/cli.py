@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--report", default=None, help="also write the run report as JSON to this path (default: none)")
     c.add_argument("--resume", action="store_true",
                    help="continue an interrupted run from OUTPUT.journal.jsonl without redoing its merges")
+    c.add_argument("--memory-budget", default=None, metavar="SIZE",
+                   help="compress tenant groups that fit SIZE (e.g. 4G, 512M) one at a time, for stores bigger "
+                        "than memory; same output as without it (default: the whole store at once)")
     c.add_argument("--dry-run", action="store_true",
                    help="print the first round's planned merges (pairs, similarity) and write nothing")
     c.add_argument("--quiet", action="store_true",
@@ -148,6 +151,14 @@ def _compress(a) -> int:
 
     # every cheap check first: nothing is loaded and nothing is written when one fails
     cfg = config_from_args(a)
+    budget = None
+    if a.memory_budget is not None:
+        from .chunked import parse_size
+
+        budget = parse_size(a.memory_budget)
+        if a.dry_run:
+            raise ValueError("--memory-budget cannot be combined with --dry-run (a dry run plans the first round "
+                             "of the whole store): drop one of them")
     check_embedder_flag(a.embedder)
     detect_format(a.input, a.format, flag="--format")
     if not a.dry_run:
@@ -163,9 +174,18 @@ def _compress(a) -> int:
         print(_format_plan(res))
         print("dry run: nothing merged, nothing written")
         return 0
-    res = compress_file(a.input, a.output, cfg, embedder=a.embedder, merger=merger, device=a.device,
-                        progress=not a.quiet and sys.stderr.isatty(), format=a.format, out_format=a.out_format,
-                        resume=a.resume)
+    if budget is not None:
+        from .chunked import compress_file_budgeted
+
+        res = compress_file_budgeted(a.input, a.output, cfg, memory_budget=budget, embedder=a.embedder,
+                                     merger=merger, device=a.device, progress=not a.quiet and sys.stderr.isatty(),
+                                     format=a.format, out_format=a.out_format, resume=a.resume,
+                                     echo=None if a.quiet else (lambda line: print(line, file=sys.stderr,
+                                                                                   flush=True)))
+    else:
+        res = compress_file(a.input, a.output, cfg, embedder=a.embedder, merger=merger, device=a.device,
+                            progress=not a.quiet and sys.stderr.isatty(), format=a.format,
+                            out_format=a.out_format, resume=a.resume)
     print(format_report(res.report))
     stats = merger.summary() if hasattr(merger, "summary") else None
     if stats:

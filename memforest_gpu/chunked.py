@@ -1,0 +1,804 @@
+"""Compress a store bigger than memory: tenant groups that fit a memory budget, one at a time.
+
+Tenants never interact (SPEC), so compressing a subset of whole tenants gives exactly the
+rows the whole-store run gives for them. :func:`compress_budgeted` therefore
+
+1. scans only the tenant column (:func:`scan_tenants`) and plans groups of whole tenants
+   whose estimated working set fits the budget (:func:`plan_groups`; a tenant that is too
+   big on its own gets a group of its own and a warning saying by how much);
+2. splits the input into one file per group in a single streamed pass (``OUT.parts/``);
+3. compresses each group with the same config, seed, merger and journal, and writes its
+   output to an Arrow IPC part with each node's *key*: the input row of the earliest
+   original it holds (the in-memory run's output order);
+4. writes the output in batches, in key order, reading the parts batch by batch.
+
+The journal (``OUT.journal.jsonl``) is shared by every group, so Ctrl-C and ``--resume``
+work as in the in-memory run; a group whose part is written is not redone on resume.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["parse_size", "format_size", "node_bytes", "group_capacity", "output_batch_rows", "scan_tenants", "plan_groups", "compress_budgeted",
+           "compress_file_budgeted", "TenantScan", "BudgetedResult", "parts_dir"]
+
+log = logging.getLogger("memforest_gpu")
+
+# Working set of one node while a group is compressed, as a multiple of its float32 vector
+# (4*D bytes) plus a fixed part (ids, texts, sources, metadata as Python objects). Measured
+# (not quiet, 2 cores, D = 384, `--embedder none --kmeans two-level --schedule matching` or
+# exact k-means for the small runs): whole-process peak RSS less the 408 MB of a 500-node run,
+# per node: 23.5 KB (20,000 nodes, 8 tenants, one of half), 19.2 KB (60,000, same shape),
+# 46 KB (200,000 nodes over 20,000 heavy-tailed tenants, in memory) and 39.5 KB (the same
+# store under --memory-budget 1G: groups of <= 29,700 nodes, peak 1,580 MB). The many-tenant
+# figure sets the factor: (39.5 KB - 2 KB) / 1.5 KB = 25 vectors.
+VECTOR_FACTOR = 25.0
+NODE_FIXED_BYTES = 2048
+# what the process holds besides the group: interpreter, torch, the tenant scan
+BASELINE_BYTES = 400 << 20
+PART_BATCH_ROWS = 8192  # rows per record batch in the Arrow IPC parts
+SPLIT_BATCH_ROWS = 65536  # rows per record batch read while splitting a Parquet input
+OUTPUT_ROW_FIXED = 1024  # bytes of an output row besides its vector (id, text, sources, metadata)
+OUTPUT_ROW_GROUP = 1 << 20  # pyarrow's default row group: the in-memory write_store's layout
+PARTS_SUFFIX = ".parts"
+KEY = "__key"
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str | int, *, flag: str = "--memory-budget") -> int:
+    """``"4G"``, ``"512M"``, ``"1.5G"``, ``"64KiB"`` or a byte count -> bytes (powers of 1024).
+
+    Raises ``ValueError`` naming ``flag``, the value and the rule."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:I?B)?\s*", str(text), flags=re.IGNORECASE)
+        if not m:
+            raise ValueError(f"{flag} must be a size such as 4G, 512M or a byte count (units K, M, G, T), "
+                             f"got {text!r}")
+        value = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    if value <= 0:
+        raise ValueError(f"{flag} must be greater than 0 bytes, got {text!r}")
+    return value
+
+
+def format_size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def node_bytes(dim: int) -> int:
+    """Estimated bytes one node of dimension ``dim`` takes while its group is compressed."""
+    return int(4 * dim * VECTOR_FACTOR + NODE_FIXED_BYTES)
+
+
+def output_batch_rows(budget: int, dim: int) -> int:
+    """Rows per batch of the final write: pyarrow's default row group (then a Parquet output
+    is byte for byte the in-memory run's), fewer when half the group capacity cannot hold
+    that many (each output row is held about three times while a batch is assembled; the
+    file then has smaller row groups, with the same rows)."""
+    return int(max(1, min(OUTPUT_ROW_GROUP, group_capacity(budget) // 2 // (3 * 4 * dim + OUTPUT_ROW_FIXED))))
+
+
+def group_capacity(budget: int) -> int:
+    """Bytes a group may use: the budget less the process baseline, but at least half the
+    budget (a tiny budget still plans groups)."""
+    return max(budget - BASELINE_BYTES, budget // 2)
+
+
+def parts_dir(output: str | os.PathLike) -> str:
+    """The folder beside ``output`` that holds a budgeted run's parts until it finishes."""
+    return os.fspath(output) + PARTS_SUFFIX
+
+
+# ------------------------------------------------------------------------------ scan
+@dataclass(frozen=True)
+class TenantScan:
+    """The tenant column of a store, read without the rest.
+
+    - names: tenants in order of first appearance (T,)
+    - sizes: nodes per tenant (T,) int64
+    - row_tenant: tenant code of each input row (N,) int64
+    - dim: the vectors' dimension (384 when the file holds none: they are embedded on load)
+    - header: JSONL only, the raw ``__memforest__`` header line (or ``None``)
+    """
+
+    names: list
+    sizes: np.ndarray
+    row_tenant: np.ndarray
+    dim: int
+    header: bytes | None = None
+
+
+def scan_tenants(path: str, fmt: str) -> TenantScan:
+    """Read only the tenant column (Parquet: in record batches) of the store at ``path``."""
+    return _scan_parquet(path) if fmt == "parquet" else _scan_jsonl(path)
+
+
+def _tenant_name(t) -> str:
+    from .store import DEFAULT_TENANT
+
+    if t is None or (isinstance(t, float) and math.isnan(t)):
+        return DEFAULT_TENANT
+    return str(t)
+
+
+def _scan_parquet(path: str) -> TenantScan:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from .store import DEFAULT_TENANT
+
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(f"{path}: cannot read as Parquet: {e}") from None
+    schema = pf.schema_arrow
+    code: dict[str, int] = {}
+    chunks = []
+    if "tenant" not in schema.names:
+        n = pf.metadata.num_rows
+        code[DEFAULT_TENANT] = 0
+        chunks.append(np.zeros(n, dtype=np.int64))
+    else:
+        simple = pa.types.is_string(schema.field("tenant").type) or pa.types.is_large_string(
+            schema.field("tenant").type) or pa.types.is_integer(schema.field("tenant").type)
+        for batch in pf.iter_batches(batch_size=SPLIT_BATCH_ROWS, columns=["tenant"]):
+            col = batch.column(0)
+            if simple:  # vectorised: dictionary-encode the batch, map its few names to codes
+                enc = pc.fill_null(pc.cast(col, pa.string()), DEFAULT_TENANT).dictionary_encode()
+                local = np.array([code.setdefault(v, len(code)) for v in enc.dictionary.to_pylist()],
+                                 dtype=np.int64)
+                chunks.append(local[enc.indices.to_numpy(zero_copy_only=False)] if len(local) else
+                              np.zeros(0, dtype=np.int64))
+            else:  # other types (floats, ...): the store's own rule, per value
+                chunks.append(np.array([code.setdefault(_tenant_name(t), len(code)) for t in col.to_pylist()],
+                                       dtype=np.int64))
+    row_tenant = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+    dim = 384
+    if "embedding" in schema.names:
+        t = schema.field("embedding").type
+        if pa.types.is_fixed_size_list(t):
+            dim = t.list_size
+        else:
+            for batch in pf.iter_batches(batch_size=16, columns=["embedding"]):
+                first = batch.column(0)[0].as_py() if len(batch) else None
+                dim = len(first) if first else dim
+                break
+    names = list(code)
+    return TenantScan(names, np.bincount(row_tenant, minlength=len(names)).astype(np.int64), row_tenant, dim)
+
+
+def _jsonl_items(path: str):
+    """``(raw line or None, record)`` of a JSONL file (or a JSON array file, whose items have
+    no raw line). A record that is not a JSON object, or lacks a required column, raises
+    the store reader's ``ValueError`` (naming the line of ``path``)."""
+    from .io import HEADER_KEY, REQUIRED_COLUMNS, _short, iter_jsonl_objects
+
+    with open(path, "rb") as f:
+        head = f.read(4096).lstrip(b"\xef\xbb\xbf").lstrip()
+    if head.startswith(b"["):
+        with open(path, encoding="utf-8-sig") as f:
+            items = [(f"item {j}", None, rec) for j, rec in enumerate(json.load(f))]
+    else:
+        items = ((where, None, rec) for where, rec in iter_jsonl_objects(path))
+    first = True
+    for where, raw, rec in items:
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}: {where} must be a JSON object, got {type(rec).__name__}: {_short(rec)}")
+        if not (first and HEADER_KEY in rec):
+            for key in REQUIRED_COLUMNS:
+                if key not in rec:
+                    raise ValueError(f"{path}: {where} is missing required column {key!r}")
+        first = False
+        yield raw, rec
+
+
+def _scan_jsonl(path: str) -> TenantScan:
+    from .io import HEADER_KEY
+
+    code: dict[str, int] = {}
+    rows: list[int] = []
+    dim, header, first = 384, None, True
+    for raw, rec in _jsonl_items(path):
+        if first and isinstance(rec, dict) and HEADER_KEY in rec:
+            header = raw if raw is not None else json.dumps(rec, ensure_ascii=False).encode("utf-8") + b"\n"
+            first = False
+            continue
+        first = False
+        t = rec.get("tenant") if isinstance(rec, dict) else None
+        rows.append(code.setdefault(_tenant_name(t), len(code)))
+        if dim == 384 and isinstance(rec, dict) and isinstance(rec.get("embedding"), list) and rec["embedding"]:
+            dim = len(rec["embedding"])
+    row_tenant = np.array(rows, dtype=np.int64)
+    names = list(code)
+    return TenantScan(names, np.bincount(row_tenant, minlength=len(names)).astype(np.int64), row_tenant, dim,
+                      header)
+
+
+# ------------------------------------------------------------------------------ plan
+def plan_groups(sizes: np.ndarray, per_node: int, capacity: int) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
+    """Tenants (codes, in order) packed into consecutive groups of at most ``capacity``
+    bytes at ``per_node`` bytes a node.
+
+    Returns (groups: one int64 array of tenant codes each, over: ``(code, bytes)`` of each
+    tenant that exceeds ``capacity`` alone; it is a group of its own).
+    Shape: sizes (T,) -> groups [(T_g,)]
+    """
+    if per_node <= 0 or capacity <= 0:
+        raise ValueError(f"per_node and capacity must be > 0, got {per_node} and {capacity}")
+    groups: list[np.ndarray] = []
+    over: list[tuple[int, int]] = []
+    cur: list[int] = []
+    used = 0
+    for t, n in enumerate(np.asarray(sizes, dtype=np.int64).tolist()):
+        need = n * per_node
+        if need > capacity:
+            over.append((t, need))
+        if cur and used + need > capacity:
+            groups.append(np.array(cur, dtype=np.int64))
+            cur, used = [], 0
+        cur.append(t)
+        used += need
+    if cur:
+        groups.append(np.array(cur, dtype=np.int64))
+    return groups, over
+
+
+# ----------------------------------------------------------------------------- split
+class _SplitChecks:
+    """What the in-memory run checks across the whole store and a group alone cannot see:
+    ids unique over all tenants, no original in two nodes' sources, and whether every vector
+    is already unit length (else the whole store's vectors are normalised, so a group whose
+    vectors all are unit must be normalised too, for the same bits)."""
+
+    def __init__(self, n_groups: int):
+        self.keys: list = []  # Arrow arrays of ids (and sources) of every row
+        self.has_sources = False
+        self.unit = np.ones(n_groups, dtype=bool)  # (G,) every vector of the group is unit length
+
+    def vectors(self, e: np.ndarray, g: np.ndarray) -> None:
+        """``e`` (B, D) float32 vectors of rows in groups ``g`` (B,)."""
+        norms = np.linalg.norm(e.astype(np.float64), axis=1)
+        bad = ~(np.abs(norms - 1.0) <= 1e-6)
+        self.unit[np.unique(g[bad])] = False
+
+    def raise_duplicates(self, src: str, ids: list, sources: list | None) -> None:
+        """The in-memory run's message for the first duplicate id / overlapping original."""
+        seen: set = set()
+        for i in ids:
+            if i in seen:
+                raise ValueError(f"{src}: ids must be unique, got duplicate id {i!r}")
+            seen.add(i)
+        owner: dict = {}
+        for i, srcs in zip(ids, sources or [None] * len(ids)):
+            for x in (srcs or [i]):
+                if x in owner:
+                    raise ValueError(f"{src}: sources must not overlap, got original {x!r} in both {owner[x]!r} "
+                                     f"and {i!r}")
+                owner[x] = i
+
+
+def _split_parquet(path: str, row_group: np.ndarray, n_groups: int, paths: list[str]) -> np.ndarray:
+    """One pass over ``path`` in record batches; row i goes to ``paths[row_group[i]]``.
+    Returns the groups whose vectors are all unit length (G,) bool (see :class:`_SplitChecks`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from .io import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
+
+    pf = pq.ParquetFile(path)
+    cols = [c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in pf.schema_arrow.names]
+    schema = pa.schema([pf.schema_arrow.field(c) for c in cols], metadata=pf.schema_arrow.metadata)
+    checks = _SplitChecks(n_groups)
+    list_sources = "sources" in cols and (pa.types.is_list(schema.field("sources").type)
+                                          or pa.types.is_large_list(schema.field("sources").type))
+    writers = [None] * n_groups
+    start = 0
+    try:
+        for batch in pf.iter_batches(batch_size=SPLIT_BATCH_ROWS, columns=cols):
+            g = row_group[start:start + len(batch)]
+            start += len(batch)
+            ids = pc.cast(batch.column("id"), pa.string())
+            if list_sources:
+                srcs = batch.column("sources")
+                has = pc.is_valid(srcs)
+                checks.keys += [pc.filter(ids, pc.invert(has)), pc.cast(pc.list_flatten(pc.filter(srcs, has)),
+                                                                         pa.string())]
+            else:
+                checks.keys.append(ids)
+            if "embedding" in cols:
+                col = batch.column("embedding")
+                if not col.null_count and len(col):
+                    flat = col.flatten()
+                    if not flat.null_count and len(flat) % len(col) == 0:
+                        e = pc.cast(flat, pa.float32()).to_numpy(zero_copy_only=False).reshape(len(col), -1)
+                        checks.vectors(e, g)
+            order = np.argsort(g, kind="stable")
+            bounds = np.searchsorted(g[order], np.arange(n_groups + 1))
+            for j in np.flatnonzero(np.diff(bounds)).tolist():
+                part = pa.Table.from_batches([batch]).take(pa.array(order[bounds[j]:bounds[j + 1]]))
+                if writers[j] is None:
+                    writers[j] = pq.ParquetWriter(paths[j] + ".tmp", schema, compression="snappy")
+                writers[j].write_table(part.cast(schema))
+    finally:
+        for w in writers:
+            if w is not None:
+                w.close()
+    keys = pa.chunked_array(checks.keys, type=pa.string())
+    if len(pc.unique(keys)) != len(keys):
+        t = pf.read(columns=["id", "sources"] if list_sources else ["id"])
+        checks.raise_duplicates(path, [str(x) for x in t.column("id").to_pylist()],
+                                t.column("sources").to_pylist() if list_sources else None)
+    for p in paths:
+        os.replace(p + ".tmp", p)
+    return checks.unit
+
+
+def _split_jsonl(path: str, header: bytes | None, row_group: np.ndarray, n_groups: int,
+                 paths: list[str]) -> np.ndarray:
+    """As :func:`_split_parquet` for JSON Lines (records written back as read)."""
+    from .io import HEADER_KEY
+
+    checks = _SplitChecks(n_groups)
+    ids, sources = [], []
+    files = [open(p + ".tmp", "wb") for p in paths]
+    try:
+        if header is not None:
+            for f in files:
+                f.write(header)
+        i, first = 0, True
+        for raw, rec in _jsonl_items(path):
+            if first and isinstance(rec, dict) and HEADER_KEY in rec:
+                first = False
+                continue
+            first = False
+            g = row_group[i]
+            files[g].write(raw if raw is not None else json.dumps(rec, ensure_ascii=False).encode() + b"\n")
+            i += 1
+            if isinstance(rec, dict):
+                ids.append(str(rec.get("id")))
+                sources.append(rec.get("sources") if isinstance(rec.get("sources"), list) else None)
+                e = rec.get("embedding")
+                if isinstance(e, list) and e and all(isinstance(x, (int, float)) for x in e):
+                    checks.vectors(np.asarray([e], dtype=np.float32), np.array([g]))
+    finally:
+        for f in files:
+            f.close()
+    checks.raise_duplicates(path, ids, sources)
+    for p in paths:
+        os.replace(p + ".tmp", p)
+    return checks.unit
+
+
+# -------------------------------------------------------------------------- compress
+@dataclass
+class BudgetedResult:
+    """What :func:`compress_budgeted` did: the merged ``report`` (per-tenant rows in the
+    in-memory run's order) and the group plan (``groups``: tenants and nodes per group)."""
+
+    report: object
+    groups: list[dict]
+    reused: int = 0  # groups whose part a resumed run found done
+
+
+def _run_key(src: str, config, merger, embedder_spec: str, groups: list[list[str]]) -> str:
+    """What the parts of a run depend on: the input file (size, mtime), config, merger,
+    ``--embedder`` and the group plan; a resumed run reuses parts only when it matches."""
+    from .journal import merger_identity
+
+    st = os.stat(src)
+    blob = json.dumps({"input": [os.path.abspath(src), st.st_size, st.st_mtime_ns],
+                       "config": dataclasses.asdict(config), "merger": merger_identity(merger),
+                       "embedder": embedder_spec, "groups": groups}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _read_state(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_json(path: str, obj) -> None:
+    from .io import atomic_write_text
+
+    atomic_write_text(path, json.dumps(obj, default=str))
+
+
+def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedder: str = "auto",
+                      merger=None, device=None, progress: bool = False, format: str | None = None,
+                      out_format: str | None = None, resume: bool = False,
+                      echo: Callable[[str], None] | None = None) -> BudgetedResult:
+    """Compress ``src`` into ``dst`` holding one group of tenants at a time (see the module
+    docstring); the output file equals the in-memory run's for the same config and seed.
+
+    ``memory_budget``: bytes for a group's working set (:func:`node_bytes` per node) plus
+    the process baseline. The caller checks ``dst`` and holds its lock
+    (:func:`~memforest_gpu.api.compress_file` does both). ``echo``: one line per group
+    (progress). Ctrl-C raises :class:`~memforest_gpu.api.RunInterrupted` saying what is kept.
+    """
+    from .io import detect_format
+    from .journal import journal_path
+    from .mergers import get_merger
+
+    t0 = time.perf_counter()
+    say = echo or (lambda s: log.info("%s", s))
+    fmt = detect_format(src, format)
+    out_fmt = detect_format(dst, out_format)
+    merger = merger if merger is not None else get_merger("extractive")
+    jpath = journal_path(dst)
+    if os.path.exists(jpath) and not resume:
+        raise ValueError(f"a merge journal of an interrupted run exists at {jpath!r}: pass --resume "
+                         "to continue that run, or delete the file to start over")
+
+    scan = scan_tenants(src, fmt)
+    if not len(scan.row_tenant):
+        raise ValueError(f"{src}: store must have at least one node, got 0 nodes")
+    per_node = node_bytes(scan.dim)
+    cap = group_capacity(memory_budget)
+    groups, over = plan_groups(scan.sizes, per_node, cap)
+    for t, need in over[:5]:
+        log.warning("tenant %r has %d nodes, about %s of working set: %s over the group capacity of "
+                    "--memory-budget %s; it is compressed alone", scan.names[t], int(scan.sizes[t]),
+                    format_size(need), format_size(need - cap), format_size(memory_budget))
+    if len(over) > 5:
+        log.warning("... and %d more tenants over the group capacity, each compressed alone", len(over) - 5)
+    group_names = [[scan.names[t] for t in g.tolist()] for g in groups]
+    say(f"memory budget {format_size(memory_budget)}: {len(scan.row_tenant)} nodes, {len(scan.names)} tenants, "
+        f"about {format_size(per_node)} a node -> {len(groups)} group(s)")
+
+    work = parts_dir(dst)
+    key = _run_key(src, config, merger, embedder, group_names)
+    state_path = os.path.join(work, "state.json")
+    state = _read_state(state_path) if resume else {}
+    if state.get("key") != key:
+        if os.path.exists(work):
+            if resume and state:
+                say("the parts of the interrupted run belong to another plan or input: starting the groups over "
+                    "(journaled merges are still replayed)")
+            shutil.rmtree(work)
+        state = {"key": key, "split": False}
+    os.makedirs(work, exist_ok=True)
+
+    tenant_group = np.empty(len(scan.names), dtype=np.int64)
+    for g, codes in enumerate(groups):
+        tenant_group[codes] = g
+    row_group = tenant_group[scan.row_tenant]  # (N,)
+    ext = ".parquet" if fmt == "parquet" else ".jsonl"
+    in_paths = [os.path.join(work, f"in-{g}{ext}") for g in range(len(groups))]
+    out_paths = [os.path.join(work, f"out-{g}.arrow") for g in range(len(groups))]
+    done = [os.path.exists(p) and os.path.exists(p + ".json") for p in out_paths]
+    if not state["split"] and not all(done):
+        ts = time.perf_counter()
+        if fmt == "parquet":
+            unit = _split_parquet(src, row_group, len(groups), in_paths)
+        else:
+            unit = _split_jsonl(src, scan.header, row_group, len(groups), in_paths)
+        state["split"] = True
+        state["unit"] = unit.tolist()
+        _write_json(state_path, state)
+        say(f"split the input into {len(groups)} group file(s) in {time.perf_counter() - ts:.1f}s")
+    elif not state.get("split"):
+        _write_json(state_path, state)
+
+    reused = sum(done)
+    if reused:
+        say(f"resuming: {reused} of {len(groups)} group(s) already done")
+    unit = state.get("unit") or [True] * len(groups)
+    # the in-memory run normalises every vector unless all are unit length already
+    renormalise = [not all(unit) and u for u in unit]
+    runner = _GroupRunner(src, config, embedder, merger, device, progress, resume, jpath)
+    try:
+        for g, codes in enumerate(groups):
+            if done[g]:
+                continue
+            n_g = int(scan.sizes[codes].sum())
+            tg = time.perf_counter()
+            res, sub = runner.run(in_paths[g], fmt, renormalise[g])
+            keys = _output_keys(sub, res.store, np.flatnonzero(row_group == g))
+            _write_part(res.store, keys, out_paths[g], res.report, sub.time_format)
+            os.unlink(in_paths[g])
+            say(f"group {g + 1}/{len(groups)}: {len(codes)} tenant(s), {n_g} nodes -> {res.report.nodes_out} "
+                f"in {time.perf_counter() - tg:.1f}s")
+            del res, sub
+    except KeyboardInterrupt:
+        from .api import RunInterrupted
+
+        n = runner.journaled()
+        finished = sum(os.path.exists(p + ".json") and os.path.exists(p) for p in out_paths)
+        raise RunInterrupted(f"interrupted; {finished} of {len(groups)} tenant groups are done in {work!r} and "
+                             f"{n} merges are journaled in {jpath!r}: rerun the same command with --resume to "
+                             "continue from them") from None
+    finally:
+        runner.close()
+
+    tw = time.perf_counter()
+    reports = [_read_state(p + ".json") for p in out_paths]
+    time_format = "iso" if all(r.get("time_format") == "iso" for r in reports) else None
+    _write_output(out_paths, dst, out_fmt, time_format, memory_budget)
+    report = _merged_report(reports, scan, config, time.perf_counter() - t0, time.perf_counter() - tw)
+    runner.finish()
+    shutil.rmtree(work, ignore_errors=True)
+    plan = [{"tenants": len(g), "nodes": int(scan.sizes[g].sum())} for g in groups]
+    return BudgetedResult(report, plan, reused)
+
+
+class _GroupRunner:
+    """Loads each group's store and compresses it; one embedder and one journal for all."""
+
+    def __init__(self, src, config, embedder, merger, device, progress, resume, jpath):
+        self.src, self.config, self.spec, self.merger = src, config, embedder, merger
+        self.device, self.progress, self.resume, self.jpath = device, progress, resume, jpath
+        self.emb = None
+        self.label = None
+        self.journal = None
+        self.loaded = False
+
+    def _load(self, path: str, fmt: str):
+        from .api import load_store_and_embedder
+        from .io import read_store
+
+        if not self.loaded:
+            store, self.emb = load_store_and_embedder(path, embedder=self.spec, device=self.device, format=fmt)
+            self.label, self.loaded = store.embedder, True
+            return store
+        store = read_store(path, format=fmt, embedder=self.emb, device=self.device)
+        if self.label is not None and store.embedder != self.label:
+            store = dataclasses.replace(store, embedder=self.label)  # as load_store_and_embedder names it
+        return store
+
+    def run(self, path: str, fmt: str, renormalise: bool = False):
+        from .engine import compress
+        from .journal import JournaledMerger, run_fingerprint
+
+        store = self._load(path, fmt)
+        if renormalise:  # the whole store's vectors are normalised in memory: the same division here
+            e = store.embeddings.double()
+            store = dataclasses.replace(store, embeddings=(e / e.norm(dim=1)[:, None]).to(store.embeddings.dtype))
+        if self.journal is None:
+            fp = run_fingerprint(self.src, self.config, self.merger,
+                                 self.emb.name if self.emb is not None else "mean-of-inputs")
+            self.journal = JournaledMerger(self.merger, self.jpath, fingerprint=fp, resume=self.resume)
+            load = getattr(self.merger, "load", None)
+            if callable(load):
+                load()
+        merger, journal = self.merger, self.journal
+
+        def stop_if_broken(rnd: int, merges: list) -> None:
+            err = getattr(merger, "fatal", None)
+            if err:
+                raise ValueError(f"the {merger.name} merger failed on every request of round {rnd}: {err}; "
+                                 f"stopped; the {journal.stats['journaled']} merges before it are journaled in "
+                                 f"{journal.path!r}, rerun with --resume once it is fixed")
+
+        res = compress(store, self.config, merger=journal, embedder=self.emb, device=self.device,
+                       progress=self.progress, on_round=stop_if_broken)
+        return res, store
+
+    def journaled(self) -> int:
+        return len(self.journal.done) if self.journal is not None else 0
+
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+
+    def finish(self) -> None:
+        if self.journal is not None:
+            self.journal.finish()
+            if isinstance(getattr(self.merger, "stats", None), dict):
+                self.merger.stats["replayed"] = self.journal.stats["replayed"]
+        else:
+            try:
+                os.unlink(self.jpath)
+            except FileNotFoundError:
+                pass
+
+
+def _output_keys(sub, out, rows: np.ndarray) -> np.ndarray:
+    """Each output node's key: the input row (of the whole file) of the earliest input
+    node it holds. ``rows`` (N_g,): the group's input rows, in file order.
+    Shape: -> (N_out,) int64"""
+    first_of = {}
+    for i, src in enumerate(sub.sources):
+        for s in src:
+            first_of[s] = i
+    local = np.fromiter((min(first_of[s] for s in src) for src in out.sources), dtype=np.int64, count=len(out))
+    return rows[local]
+
+
+def _write_part(out, keys: np.ndarray, path: str, report, time_format) -> None:
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    from .io import _to_arrow_table
+
+    table = _to_arrow_table(out).append_column(KEY, pa.array(keys, type=pa.int64()))
+    d = report.to_dict()
+    d["time_format"] = time_format
+    d["embedder_label"] = out.embedder
+    _write_json(path + ".json", d)
+    np.save(path + ".keys.npy", keys)
+    with pa.OSFile(path + ".tmp", "wb") as f, ipc.new_file(f, table.schema) as w:
+        w.write_table(table, max_chunksize=PART_BATCH_ROWS)
+    os.replace(path + ".tmp", path)
+
+
+class _PartReader:
+    """Rows of one IPC part by local index, reading only the record batches they fall in
+    (read from the file, not memory-mapped, so that what was read can be freed)."""
+
+    def __init__(self, path: str):
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+
+        self.path = path
+        self.file = pa.OSFile(path, "rb")
+        self.reader = ipc.open_file(self.file)
+        self.cache: dict[int, object] = {}
+
+    def keys(self) -> np.ndarray:
+        """(N_part,) int64 output keys, from the sidecar written with the part."""
+        return np.load(self.path + ".keys.npy")
+
+    def take(self, local: np.ndarray):
+        import pyarrow as pa
+
+        lo, hi = int(local.min()) // PART_BATCH_ROWS, int(local.max()) // PART_BATCH_ROWS
+        for b in [b for b in self.cache if b < lo]:  # rows are taken in increasing order: drop the past
+            del self.cache[b]
+        batches = []
+        for b in range(lo, hi + 1):
+            if b not in self.cache:
+                self.cache[b] = self.reader.get_batch(b)
+            batches.append(self.cache[b])
+        return pa.Table.from_batches(batches).take(pa.array(local - lo * PART_BATCH_ROWS))
+
+    def close(self) -> None:
+        self.cache.clear()
+        self.file.close()
+
+
+def _write_output(out_paths: list[str], dst: str, fmt: str, time_format, budget: int) -> None:
+    """Merge the parts into ``dst`` (atomically), in key order, one batch at a time."""
+    import pyarrow as pa
+
+    from .io import atomic_open
+
+    readers = [_PartReader(p) for p in out_paths]
+    try:
+        keys = [r.keys() for r in readers]
+        part = np.concatenate([np.full(len(k), j, dtype=np.int64) for j, k in enumerate(keys)])
+        local = np.concatenate([np.arange(len(k), dtype=np.int64) for k in keys])
+        order = np.argsort(np.concatenate(keys), kind="stable")
+        schema = readers[0].reader.schema
+        schema = schema.remove(schema.get_field_index(KEY))
+        dim = schema.field("embedding").type.list_size
+        rows = output_batch_rows(budget, dim)
+        with atomic_open(dst) as f:
+            if fmt == "parquet":
+                import pyarrow.parquet as pq
+
+                writer = pq.ParquetWriter(f, schema, compression="zstd")
+            else:
+                writer = None
+                emb_name = (schema.metadata or {}).get(b"memforest.embedder")
+                if emb_name is not None:
+                    from .io import HEADER_KEY
+
+                    f.write(json.dumps({HEADER_KEY: {"embedder": emb_name.decode("utf-8")}},
+                                       ensure_ascii=False).encode("utf-8") + b"\n")
+            for s in range(0, len(order), rows):
+                sel = order[s:s + rows]
+                p, loc = part[sel], local[sel]
+                pieces, where = [], []
+                for j in np.unique(p).tolist():
+                    m = np.flatnonzero(p == j)
+                    pieces.append(readers[j].take(loc[m]))
+                    where.append(m)
+                table = pa.concat_tables(pieces).combine_chunks()
+                inv = np.empty(len(sel), dtype=np.int64)
+                inv[np.concatenate(where)] = np.arange(len(sel))
+                table = table.take(pa.array(inv)).drop_columns([KEY])
+                if writer is not None:
+                    writer.write_table(table.replace_schema_metadata(schema.metadata))
+                else:
+                    f.write(_jsonl_bytes(table, iso=time_format == "iso"))
+            if writer is not None:
+                writer.close()
+    finally:
+        for r in readers:
+            r.close()
+
+
+def _jsonl_bytes(table, *, iso: bool) -> bytes:
+    """Rows of a part table as the JSONL lines :func:`~memforest_gpu.io.write_store` writes."""
+    from .io import _iso
+
+    ids, texts = table.column("id").to_pylist(), table.column("text").to_pylist()
+    ts = table.column("timestamp").to_pylist()
+    tenants, sources = table.column("tenant").to_pylist(), table.column("sources").to_pylist()
+    meta = table.column("metadata").to_pylist()
+    emb = table.column("embedding").combine_chunks().flatten().to_numpy().reshape(len(table), -1)
+    lines = []
+    for j in range(len(table)):
+        rec = {"id": ids[j], "text": texts[j], "timestamp": _iso(ts[j]) if iso else ts[j], "tenant": tenants[j],
+               "sources": list(sources[j]), "metadata": json.loads(meta[j]), "embedding": emb[j].tolist()}
+        lines.append(json.dumps(rec, ensure_ascii=False, sort_keys=False))
+    return ("\n".join(lines) + "\n").encode("utf-8") if lines else b""
+
+
+def _merged_report(reports: list[dict], scan: TenantScan, config, total: float, output_s: float):
+    """One :class:`~memforest_gpu.engine.CompressReport` from the groups' reports, tenants
+    in the in-memory run's order (first appearance in the input)."""
+    from .engine import CompressReport
+
+    rank = {t: j for j, t in enumerate(scan.names)}
+    rows = sorted((row for r in reports for row in r["tenants"]), key=lambda row: rank[row["tenant"]])
+    seconds: dict[str, float] = {}
+    iters: dict[str, int] = {}
+    for r in reports:
+        for k, v in r["seconds"].items():
+            seconds[k] = seconds.get(k, 0.0) + v
+        for k, v in r.get("kmeans_iterations", {}).items():
+            iters[k] = max(iters.get(k, 0), v)
+    seconds["output"] = seconds.get("output", 0.0) + output_s
+    seconds["total"] = total
+    first = reports[0]
+    return CompressReport(
+        tenants=rows, nodes_in=sum(r["nodes_in"] for r in reports), nodes_out=sum(r["nodes_out"] for r in reports),
+        trees=sum(r["trees"] for r in reports), rounds=max(r["rounds"] for r in reports),
+        merges=sum(r["merges"] for r in reports), schedule=config.merge.schedule, merger=first["merger"],
+        embedder=first["embedder"], max_node_tokens=first["max_node_tokens"], seconds=seconds,
+        fallbacks=sum(r["fallbacks"] for r in reports),
+        moved_by_reassignment=sum(r["moved_by_reassignment"] for r in reports), kmeans_iterations=iters)
+
+
+def compress_file_budgeted(src, dst, config, *, memory_budget: int, embedder: str = "auto", merger="extractive",
+                           merger_options: dict | None = None, device=None, progress: bool = False,
+                           format: str | None = None, out_format: str | None = None, resume: bool = False,
+                           echo: Callable[[str], None] | None = None) -> BudgetedResult:
+    """:func:`~memforest_gpu.api.compress_file` within ``memory_budget`` bytes: the same
+    checks before any work, the same lock (``OUT.lock``) and journal, the same output."""
+    from .io import detect_format
+    from .journal import journal_path
+    from .mergers import get_merger
+    from .outputs import OutputLock, check_not_input, check_output
+
+    src, dst = os.fspath(src), os.fspath(dst)
+    detect_format(src, format)
+    if not os.path.exists(src):
+        raise FileNotFoundError(f"memory store file not found: {src!r}")
+    check_output(dst, format=out_format, inputs=[src], format_flag="out_format")
+    for path, what in ((OutputLock(dst).path, "the lock file"), (journal_path(dst), "the journal"),
+                       (parts_dir(dst), "the parts folder")):
+        check_not_input(path, [src], what=what)
+    if isinstance(merger, str):
+        merger = get_merger(merger, **(merger_options or {}))
+    elif merger_options:
+        raise ValueError(f"merger_options must be empty when merger is an object, got {sorted(merger_options)}")
+    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+    with OutputLock(dst):
+        return compress_budgeted(src, dst, config, memory_budget=memory_budget, embedder=embedder, merger=merger,
+                                 device=device, progress=progress, format=format, out_format=out_format,
+                                 resume=resume, echo=echo)
