@@ -68,3 +68,24 @@ def test_end_to_end_picks_the_tree_that_keeps_every_answer():
     md = loo_markdown(cs, folds, select="B:ansr_content", compare=("min-tree", "tome"), choice="max-tree")
     assert "**max-tree** (3 of 3 folds)" in md and "| t1 | 4 | max-tree |" in md
     json.dumps(folds)  # serialisable as written by the CLI
+
+
+def test_cli_leave_one_out_writes_its_report(tmp_path, monkeypatch, capsys):
+    import memforest_gpu.embedders as embedders
+    from memforest_gpu.evaluation.benchmark import write_benchmark
+    from memforest_gpu.evaluation.cli import main
+
+    monkeypatch.setattr(embedders, "SentenceTransformerEmbedder", lambda *a, **k: BagOfWordsEmbedder())
+    write_benchmark(duplicate_facts_benchmark(("t0", "t1", "t2")), str(tmp_path / "bench"))
+    out = tmp_path / "loo"
+    argv = ["--benchmark", str(tmp_path / "bench"), "--out", str(out), "--leave-one-out", "--ratios", "0.5",
+            "--seeds", "0", "--loo-schedules", "sequential", "--loo-alphas", "0.05", "--loo-time-weights", "0",
+            "--loo-size-weights", "0,0.2", "-k", "2", "--budget", str(fact_budget()), "--quiet"]
+    assert main(argv) == 0
+    data = json.loads((out / "loo.json").read_text())
+    assert [f["held_out"] for f in data["folds"]] == ["t0", "t1", "t2"]
+    assert set(data["candidates"]) == {"sequential a=0.05 tw=0 sw=0", "sequential a=0.05 tw=0 sw=0.2", "tome"}
+    assert data["choice"] in data["candidates"] and data["compare"] == ["sequential a=0.05 tw=0 sw=0", "tome"]
+    assert "Preset rule" in (out / "loo.md").read_text()
+    assert "preset rule picks" in capsys.readouterr().out
+    assert main(argv[:-1] + ["--loo-select", "B:nope"]) == 2
