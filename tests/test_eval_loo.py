@@ -89,3 +89,12 @@ def test_cli_leave_one_out_writes_its_report(tmp_path, monkeypatch, capsys):
     assert "Preset rule" in (out / "loo.md").read_text()
     assert "preset rule picks" in capsys.readouterr().out
     assert main(argv[:-1] + ["--loo-select", "B:nope"]) == 2
+    # a second run's scores joined with the first: the same folds for the shared candidates
+    argv2 = [x if x != str(out) else str(tmp_path / "loo2") for x in argv]
+    argv2[argv2.index("--loo-size-weights") + 1] = "0.5"
+    assert main(argv2) == 0
+    joined = tmp_path / "joined"
+    assert main(["--benchmark", str(tmp_path / "bench"), "--out", str(joined), "--leave-one-out", "--loo-from",
+                 f"{out / 'loo_scores.npz'},{tmp_path / 'loo2' / 'loo_scores.npz'}", "--quiet"]) == 0
+    both = json.loads((joined / "loo.json").read_text())
+    assert set(both["candidates"]) == set(data["candidates"]) | {"sequential a=0.05 tw=0 sw=0.5", "paper"}

@@ -68,6 +68,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--loo-alphas", default="0.05,0.01,0.001", help="candidate alphas")
     g.add_argument("--loo-time-weights", default="0,0.5", help="candidate time weights")
     g.add_argument("--loo-size-weights", default="0,0.2", help="candidate size weights")
+    g.add_argument("--loo-from", default=None,
+                   help="comma list of loo_scores.npz files of earlier --leave-one-out runs: join their candidates "
+                        "and redo the selection without running anything")
     g.add_argument("--loo-select", default="B:ansr_content",
                    help="selection metric CUT:METRIC, plain top-k retention (B:ansr_content | B:ansr | k:evr | B:evr)")
     p.add_argument("--threads", type=int, default=1,
@@ -174,16 +177,20 @@ def _run_loo(a) -> int:
     import torch
 
     from ..embedders import SentenceTransformerEmbedder
-    from ..io import atomic_write_text
     from ..mergers import get_merger
     from .benchmark import load_benchmark
     from .cache import CachedEmbedder
     from .harness import EvalConfig
-    from .loo import (METRICS, Candidate, candidate_grid, leave_one_out, loo_markdown, paper_candidate,
-                      preset_choice, score_candidates)
+    from .loo import METRICS, Candidate, candidate_grid, paper_candidate, save_scores, score_candidates
 
     if a.loo_select not in METRICS:
         raise ValueError(f"--loo-select must be one of {list(METRICS)}, got {a.loo_select!r}")
+    if a.loo_from:
+        from .loo import load_scores
+
+        cs = load_scores([x for x in a.loo_from.split(",") if x])
+        return _loo_report(a, cs, [c.name for c in cs.candidates if not c.method and c.name != "paper"], 0.0)
+    os.makedirs(a.out, exist_ok=True)
     ratios, seeds = _floats(a.ratios), _ints(a.seeds)
     cands = candidate_grid(a.loo_schedules.split(","), _floats(a.loo_alphas), _floats(a.loo_time_weights),
                            _floats(a.loo_size_weights), base=_config(a))
@@ -207,8 +214,18 @@ def _run_loo(a) -> int:
 
     cs = score_candidates(bench, cands + extra, ratios, seeds, embedder=emb, merger=get_merger(a.merger),
                           device=a.device, eval_config=ecfg, on_candidate=tick)
-    names = [c.name for c in cands]
-    paper_name = next((c.name for c in cands if c.config == paper.config), paper.name)
+    save_scores(cs, os.path.join(a.out, "loo_scores.npz"))
+    return _loo_report(a, cs, [c.name for c in cands], t0)
+
+
+def _loo_report(a, cs, names: list[str], t0: float) -> int:
+    """Select per fold among ``names``, write loo.md / loo.json, print the preset rule's pick."""
+    from ..io import atomic_write_text
+    from .loo import leave_one_out, loo_markdown, paper_candidate, preset_choice
+
+    paper = paper_candidate()
+    ratios, seeds = cs.ratios, cs.seeds
+    paper_name = next((c.name for c in cs.candidates if c.config == paper.config and not c.method), paper.name)
     compare = tuple(dict.fromkeys([paper_name, "tome"]))
     folds = leave_one_out(cs, select=a.loo_select, pool=names, compare=compare)
     choice = preset_choice(folds, a.loo_select)
@@ -218,9 +235,9 @@ def _run_loo(a) -> int:
     atomic_write_text(os.path.join(a.out, "loo.json"), json.dumps(
         {"select": a.loo_select, "ratios": ratios, "seeds": seeds, "choice": choice, "compare": list(compare),
          "candidates": {c.name: {"method": c.label, "config": dataclasses_dict(c.config)} for c in cs.candidates},
-         "folds": folds, "seconds": time.perf_counter() - t0}, indent=1))
-    print(f"{len(cs.candidates)} candidates x {len(ratios)} ratios x {len(seeds)} seeds in "
-          f"{time.perf_counter() - t0:.0f}s; preset rule picks {choice!r}")
+         "folds": folds, "seconds": time.perf_counter() - t0 if t0 else None}, indent=1))
+    print(f"{len(cs.candidates)} candidates x {len(ratios)} ratios x {len(seeds)} seeds"
+          + (f" in {time.perf_counter() - t0:.0f}s" if t0 else "") + f"; preset rule picks {choice!r}")
     print(f"wrote {os.path.join(a.out, 'loo.md')}\nwrote {os.path.join(a.out, 'loo.json')}")
     return 0
 

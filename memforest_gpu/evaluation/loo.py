@@ -195,3 +195,55 @@ def loo_markdown(cs: CandidateScores, folds: list[dict], *, select: str, compare
 def paper_candidate() -> Candidate:
     """SPEC's defaults (``CompressConfig()``), sequential schedule."""
     return Candidate("paper", CompressConfig(partition=PartitionConfig(), tree=TreeConfig(), merge=MergeConfig()))
+
+
+def save_scores(cs: CandidateScores, path: str) -> None:
+    """Write ``cs`` to one ``.npz`` (per-question arrays plus the candidates' configs)."""
+    import json
+
+    from ..io import atomic_open
+
+    arrays = {f"s|{n}|{r!r}|{m}": v for n, d in cs.scores.items() for (r, m), v in d.items()}
+    arrays.update({f"b|{m}": v for m, v in cs.base.items()})
+    meta = {"ratios": cs.ratios, "seeds": cs.seeds,
+            "candidates": [{"name": c.name, "method": c.method,
+                            "config": {k: dataclasses.asdict(getattr(c.config, k)) for k in ("partition", "tree",
+                                                                                              "merge")}}
+                           for c in cs.candidates]}
+    with atomic_open(path) as f:
+        np.savez_compressed(f, tenants=cs.tenants, meta=np.array(json.dumps(meta)), **arrays)
+
+
+def load_scores(paths: list[str]) -> CandidateScores:
+    """Read and join :func:`save_scores` files of the same benchmark, ratios and seeds (a
+    candidate in several files is taken from the first)."""
+    import json
+
+    out = None
+    for p in paths:
+        with np.load(p) as z:
+            meta = json.loads(str(z["meta"]))
+            cands = [Candidate(c["name"], CompressConfig(partition=PartitionConfig(**c["config"]["partition"]),
+                                                         tree=TreeConfig(**c["config"]["tree"]),
+                                                         merge=MergeConfig(**c["config"]["merge"])), c["method"])
+                     for c in meta["candidates"]]
+            scores: dict[str, dict] = {}
+            for k in z.files:
+                if k.startswith("s|"):
+                    _, n, r, m = k.split("|")
+                    scores.setdefault(n, {})[float(r), m] = z[k]
+            cs = CandidateScores(scores, {k[2:]: z[k] for k in z.files if k.startswith("b|")}, z["tenants"],
+                                 meta["ratios"], meta["seeds"], cands)
+        if out is None:
+            out = cs
+            continue
+        if (cs.ratios, cs.seeds) != (out.ratios, out.seeds) or not np.array_equal(cs.tenants, out.tenants):
+            raise ValueError(f"score files must share benchmark, ratios and seeds, got {p!r} with ratios "
+                             f"{cs.ratios} seeds {cs.seeds} against {out.ratios} {out.seeds}")
+        for c in cs.candidates:
+            if c.name not in out.scores:
+                out.candidates.append(c)
+                out.scores[c.name] = cs.scores[c.name]
+    if out is None:
+        raise ValueError("paths must name at least one score file, got none")
+    return out
