@@ -42,8 +42,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--L", type=int, default=4, help="AGPR candidate multiplier")
     g.add_argument("--lam", type=float, default=0.2, help="AGPR anchor fraction")
     g.add_argument("--gamma", type=float, default=0.9, help="AGPR similarity weight")
-    g = p.add_argument_group("MemForest config (ablations override their own field)")
-    g.add_argument("--alpha", type=float, default=None, help="clusters per node (default: memforest compress's)")
+    g = p.add_argument_group("MemForest config: the paper preset (CompressConfig()) with these fields changed; "
+                             "ablations override their own field")
+    g.add_argument("--alpha", type=float, default=None, help="clusters per node (default: the paper preset's, 0.05)")
     g.add_argument("--beta", type=float, default=None, help="semantic weight in the reassignment")
     g.add_argument("--window", type=int, default=None, help="temporal window, in positions")
     g.add_argument("--max-iter", type=int, default=None, help="at most this many Lloyd steps")
