@@ -30,7 +30,8 @@ from ..config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
 from .harness import EvalConfig, cell_key, run_grid
 
 __all__ = ["Candidate", "candidate_grid", "CandidateScores", "score_candidates", "retention",
-           "leave_one_out", "preset_choice", "loo_markdown"]
+           "leave_one_out", "preset_choice", "loo_markdown", "paper_candidate", "save_scores", "load_scores",
+           "METRICS"]
 
 
 @dataclass(frozen=True)
