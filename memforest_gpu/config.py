@@ -15,6 +15,9 @@ __all__ = [
     "TREE_KINDS",
     "KMEANS_METHODS",
     "SEEDINGS",
+    "PRESETS",
+    "DEFAULT_PRESET",
+    "preset",
 ]
 
 SCHEDULES = ("sequential", "matching")
@@ -150,3 +153,30 @@ class CompressConfig:
         for name, cls in (("partition", PartitionConfig), ("tree", TreeConfig), ("merge", MergeConfig)):
             if not isinstance(getattr(self, name), cls):
                 raise ValueError(f"{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
+
+    @classmethod
+    def preset(cls, name: str) -> "CompressConfig":
+        """The named preset (:data:`PRESETS`): ``"memforest"`` (the command line's default) or
+        ``"paper"`` (SPEC's values, the same as ``CompressConfig()``)."""
+        return preset(name)
+
+
+#: Named configurations. ``CompressConfig()`` (and so ``compress(store)`` without a config)
+#: stays SPEC's values, the ``"paper"`` preset; the command line defaults to ``"memforest"``,
+#: chosen by leave-one-conversation-out on the LoCoMo dev file (README, "Presets").
+PRESETS: dict[str, CompressConfig] = {
+    "memforest": CompressConfig(
+        partition=PartitionConfig(alpha=0.001),  # ~1,000 nodes per event tree (one per LoCoMo conversation)
+        tree=TreeConfig(time_weight=0.5, size_weight=0.2),  # neighbouring turns and short nodes merge first
+        merge=MergeConfig(schedule="matching"),  # disjoint pairs per round
+    ),
+    "paper": CompressConfig(),  # SPEC.md's values
+}
+DEFAULT_PRESET = "memforest"  # what the command line uses when no --preset is given
+
+
+def preset(name: str) -> CompressConfig:
+    """The :class:`CompressConfig` of a named preset; an unknown name lists the valid ones."""
+    if name not in PRESETS:
+        raise ValueError(f"preset must be one of {list(PRESETS)}, got {name!r}")
+    return PRESETS[name]

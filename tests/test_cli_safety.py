@@ -307,7 +307,8 @@ def test_ctrl_c_prints_one_line_and_exits_130_then_resumes(tmp_path, capsys, mon
 
     monkeypatch.setattr(mergers, "get_merger", lambda name, **kw: CtrlC())
     try:
-        rc = main(["compress", src, str(out), "--embedder", "none", "--quiet"])
+        # the paper preset: sequential rounds, so the third merger call comes before the end
+        rc = main(["compress", src, str(out), "--embedder", "none", "--quiet", "--preset", "paper"])
     except KeyboardInterrupt:
         pytest.fail("Ctrl-C escaped main() as a traceback")
     err = capsys.readouterr().err
@@ -318,7 +319,7 @@ def test_ctrl_c_prints_one_line_and_exits_130_then_resumes(tmp_path, capsys, mon
                         r"\.jsonl': rerun the same command with --resume to continue from them", lines[0]), lines[0]
     assert not out.exists() and not os.path.exists(str(out) + ".lock")
     monkeypatch.undo()
-    assert main(["compress", src, str(out), "--embedder", "none", "--quiet", "--resume"]) == 0
+    assert main(["compress", src, str(out), "--embedder", "none", "--quiet", "--preset", "paper", "--resume"]) == 0
     assert len(read_store(out)) == 20 and not os.path.exists(str(out) + ".journal.jsonl")
 
 

@@ -124,7 +124,7 @@ def test_torchrun_cli(tmp_path):
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "wrote" in p.stdout and "2 rank(s), backend gloo" in p.stdout
-    single = compress(read_store(src), CompressConfig(merge=MergeConfig(ratio=0.5))).store
+    single = compress(read_store(src), CompressConfig.preset("memforest")).store  # the CLI's default preset
     same_store(read_store(out), single)
     report = json.loads(rep.read_text())
     assert report["split"] == [st.tenant_names()[0]] and len(report["plan"]) == 2
@@ -146,7 +146,7 @@ def test_cli_errors(tmp_path, capsys):
     # without torchrun: one rank, the same output as memforest compress
     assert main(["compress", str(src), str(tmp_path / "o.parquet"), "--device", "cpu", "--embedder", "none"]) == 0
     assert "1 rank(s), backend none" in capsys.readouterr().out
-    same_store(read_store(tmp_path / "o.parquet"), compress(read_store(src), CompressConfig()).store)
+    same_store(read_store(tmp_path / "o.parquet"), compress(read_store(src), CompressConfig.preset("memforest")).store)
 
 
 def test_cli_refuses_an_output_that_is_its_input(tmp_path):

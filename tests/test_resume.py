@@ -166,7 +166,7 @@ def _journal_records(path) -> list[dict]:
 
 def _cli(src, dst, url, *extra):
     cmd = [sys.executable, "-m", "memforest_gpu.cli", "compress", src, dst, "--merger", "openai", "--model",
-           "fake-model", "--base-url", url, "--embedder", "none", "--alpha", "0.1", "--quiet", *extra]
+           "fake-model", "--base-url", url, "--embedder", "none", "--preset", "paper", "--alpha", "0.1", "--quiet", *extra]
     return cmd
 
 
@@ -241,7 +241,8 @@ def test_cli_dry_run_prints_the_first_round_and_writes_nothing(store_file, tmp_p
     from memforest_gpu.cli import main
 
     out = tmp_path / "out.jsonl"
-    assert main(["compress", store_file, str(out), "--embedder", "none", "--alpha", "0.1", "--dry-run"]) == 0
+    assert main(["compress", store_file, str(out), "--embedder", "none", "--preset", "paper", "--alpha", "0.1",
+                 "--dry-run"]) == 0
     text = capsys.readouterr().out
     assert re.search(r"first round: 4 merges planned over 2 tenant\(s\); similarity min 0\.\d+", text)
     rows = [ln for ln in text.splitlines() if ln.startswith("user")]

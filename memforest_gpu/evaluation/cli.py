@@ -42,8 +42,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--L", type=int, default=4, help="AGPR candidate multiplier")
     g.add_argument("--lam", type=float, default=0.2, help="AGPR anchor fraction")
     g.add_argument("--gamma", type=float, default=0.9, help="AGPR similarity weight")
-    g = p.add_argument_group("MemForest config (ablations override their own field)")
-    g.add_argument("--alpha", type=float, default=None, help="clusters per node (default: memforest compress's)")
+    g = p.add_argument_group("MemForest config: the paper preset (CompressConfig()) with these fields changed; "
+                             "ablations override their own field")
+    g.add_argument("--alpha", type=float, default=None, help="clusters per node (default: the paper preset's, 0.05)")
     g.add_argument("--beta", type=float, default=None, help="semantic weight in the reassignment")
     g.add_argument("--window", type=int, default=None, help="temporal window, in positions")
     g.add_argument("--max-iter", type=int, default=None, help="at most this many Lloyd steps")
@@ -60,6 +61,19 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the method every other one is compared with (paired bootstrap; default memforest:sequential)")
     p.add_argument("--export", default=None, help="only write the benchmark in the nodes + questions format here")
     p.add_argument("--report-only", action="store_true", help="redo tables and plot from OUT's results")
+    g = p.add_argument_group("leave-one-conversation-out tuning (evaluation/loo.py)")
+    g.add_argument("--leave-one-out", action="store_true",
+                   help="choose a MemForest config per fold on the other conversations, score it on the held-out "
+                        "one; writes OUT/loo.md and OUT/loo.json")
+    g.add_argument("--loo-schedules", default="sequential,matching", help="candidate schedules")
+    g.add_argument("--loo-alphas", default="0.05,0.01,0.001", help="candidate alphas")
+    g.add_argument("--loo-time-weights", default="0,0.5", help="candidate time weights")
+    g.add_argument("--loo-size-weights", default="0,0.2", help="candidate size weights")
+    g.add_argument("--loo-from", default=None,
+                   help="comma list of loo_scores.npz files of earlier --leave-one-out runs: join their candidates "
+                        "and redo the selection without running anything")
+    g.add_argument("--loo-select", default="B:ansr_content",
+                   help="selection metric CUT:METRIC, plain top-k retention (B:ansr_content | B:ansr | k:evr | B:evr)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: the grid's tensor ops are small; 0 = torch's default)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -131,6 +145,8 @@ def run(a) -> int:
     from .cache import CachedEmbedder
     from .harness import EvalConfig, run_grid
 
+    if a.leave_one_out:
+        return _run_loo(a)
     methods = _methods(a.methods)
     ratios, seeds = _floats(a.ratios), _ints(a.seeds)
     cfg = _config(a)
@@ -154,6 +170,83 @@ def run(a) -> int:
           f"(embedding cache: {emb.hits} hits, {emb.misses} new)")
     print("\n".join(f"wrote {p}" for p in paths.values()))
     return 0
+
+
+def _run_loo(a) -> int:
+    """``--leave-one-out``: candidates from the ``--loo-*`` lists on the base config (the other
+    MemForest flags), compared per fold with SPEC's defaults and ToMe."""
+    import torch
+
+    from ..embedders import SentenceTransformerEmbedder
+    from ..mergers import get_merger
+    from .benchmark import load_benchmark
+    from .cache import CachedEmbedder
+    from .harness import EvalConfig
+    from .loo import METRICS, Candidate, candidate_grid, paper_candidate, save_scores, score_candidates
+
+    if a.loo_select not in METRICS:
+        raise ValueError(f"--loo-select must be one of {list(METRICS)}, got {a.loo_select!r}")
+    if a.loo_from:
+        from .loo import load_scores
+
+        cs = load_scores([x for x in a.loo_from.split(",") if x])
+        return _loo_report(a, cs, [c.name for c in cs.candidates if not c.method and c.name != "paper"], 0.0)
+    os.makedirs(a.out, exist_ok=True)
+    ratios, seeds = _floats(a.ratios), _ints(a.seeds)
+    cands = candidate_grid(a.loo_schedules.split(","), _floats(a.loo_alphas), _floats(a.loo_time_weights),
+                           _floats(a.loo_size_weights), base=_config(a))
+    paper, tome = paper_candidate(), Candidate("tome", _config(a), method="tome")
+    extra = [c for c in (paper, tome) if c.config not in [x.config for x in cands] or c.method]
+    bench = load_benchmark(a.benchmark)
+    emb = CachedEmbedder(SentenceTransformerEmbedder(None if a.embedder == "default" else a.embedder,
+                                                     device=a.device), a.cache or os.path.join(a.out, ".cache"))
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    t0 = time.perf_counter()
+    ecfg = EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma, search_repeats=1)
+    done = [0]
+
+    def tick(c, _res):
+        done[0] += 1
+        emb.flush()
+        if not a.quiet:
+            print(f"[{done[0]}/{len(cands) + len(extra)}] {c.name} ({time.perf_counter() - t0:.0f}s)",
+                  file=sys.stderr, flush=True)
+
+    cs = score_candidates(bench, cands + extra, ratios, seeds, embedder=emb, merger=get_merger(a.merger),
+                          device=a.device, eval_config=ecfg, on_candidate=tick)
+    save_scores(cs, os.path.join(a.out, "loo_scores.npz"))
+    return _loo_report(a, cs, [c.name for c in cands], t0)
+
+
+def _loo_report(a, cs, names: list[str], t0: float) -> int:
+    """Select per fold among ``names``, write loo.md / loo.json, print the preset rule's pick."""
+    from ..io import atomic_write_text
+    from .loo import leave_one_out, loo_markdown, paper_candidate, preset_choice
+
+    paper = paper_candidate()
+    ratios, seeds = cs.ratios, cs.seeds
+    paper_name = next((c.name for c in cs.candidates if c.config == paper.config and not c.method), paper.name)
+    compare = tuple(dict.fromkeys([paper_name, "tome"]))
+    folds = leave_one_out(cs, select=a.loo_select, pool=names, compare=compare)
+    choice = preset_choice(folds, a.loo_select)
+    os.makedirs(a.out, exist_ok=True)
+    md = loo_markdown(cs, folds, select=a.loo_select, compare=compare, choice=choice)
+    atomic_write_text(os.path.join(a.out, "loo.md"), md)
+    atomic_write_text(os.path.join(a.out, "loo.json"), json.dumps(
+        {"select": a.loo_select, "ratios": ratios, "seeds": seeds, "choice": choice, "compare": list(compare),
+         "candidates": {c.name: {"method": c.label, "config": dataclasses_dict(c.config)} for c in cs.candidates},
+         "folds": folds, "seconds": time.perf_counter() - t0 if t0 else None}, indent=1))
+    print(f"{len(cs.candidates)} candidates x {len(ratios)} ratios x {len(seeds)} seeds"
+          + (f" in {time.perf_counter() - t0:.0f}s" if t0 else "") + f"; preset rule picks {choice!r}")
+    print(f"wrote {os.path.join(a.out, 'loo.md')}\nwrote {os.path.join(a.out, 'loo.json')}")
+    return 0
+
+
+def dataclasses_dict(c) -> dict:
+    import dataclasses
+
+    return {k: dataclasses.asdict(getattr(c, k)) for k in ("partition", "tree", "merge")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ same loop. Questions are embedded once; merged text goes through the caller's em
 (wrap it in :class:`~.cache.CachedEmbedder` so a re-run never re-embeds).
 
 A cell whose output cannot depend on the seed (ToMe; MemForest when every tenant is a
-single k-means cluster) is compressed once and scored for every seed.
+single k-means cluster) is compressed and scored once and recorded for every seed.
 
 Ranking for the cuts: a ranked list of ``C = L * k`` candidates. Plain: the top ``C`` by
 cosine (its first ``k`` are the top-k). AGPR: the ``C`` candidates of a top-``k`` AGPR
@@ -208,17 +208,18 @@ def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
             bar.set_postfix_str(f"{spec.label} @{ratio:g} seed {seed}")
         c = spec.config(base, ratio=ratio, seed=seed)
         key = (spec.label, ratio, _without_seeds(c)) if _seed_free(spec, c, tenant_sizes) else None
+        t1 = time.perf_counter()
         if key is not None and key in done:
-            res, t_comp = done[key]  # the same output whatever the seed: computed once
+            res, t_comp, retr, scores = done[key]  # the same output whatever the seed: computed and scored once
         else:
             t0 = time.perf_counter()
             res = compress_with(spec, store, c, merger=merger, embedder=embedder, device=dev)
             t_comp = time.perf_counter() - t0
             flush()
+            t1 = time.perf_counter()
+            retr, scores = _score_store(res.store, q, cfg, originals)
             if key is not None:
-                done[key] = (res, t_comp)
-        t1 = time.perf_counter()
-        retr, scores = _score_store(res.store, q, cfg, originals)
+                done[key] = (res, t_comp, retr, scores)
         emit_scores(spec, ratio, seed, scores, denom)
         for kind in RETRIEVERS:
             ta, tb = _time_search(base_retr, retr, q, cfg.retrieval(kind), cfg.search_repeats)

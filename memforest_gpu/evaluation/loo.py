@@ -1,0 +1,250 @@
+"""Leave-one-conversation-out tuning: choose a MemForest configuration without scoring it
+on the conversation it was chosen on.
+
+Every candidate (a :class:`~memforest_gpu.config.CompressConfig`) is run once on the whole
+benchmark for every ratio and seed (tenants are isolated, so a conversation's output does
+not depend on the others), and its per-question scores are kept. For each fold (one held-out
+conversation) the candidate with the best **selection score** on the other conversations
+is chosen and then scored on the held-out one.
+
+Selection score (fixed before any run): the mean over ratios and seeds of the retention of
+``select`` (default AnsR-content at the @B cut, plain top-k), where the retention of a set
+of conversations is the mean score over their questions divided by the uncompressed store's
+mean over the same questions (as the grid's retention). Ties go to the earlier candidate.
+
+The preset rule (:func:`preset_choice`): the candidate chosen in most folds; a tie goes to
+the one whose folds' held-out scores have the higher mean. The leave-one-out estimate of
+the procedure is the mean over folds of the chosen candidates' held-out scores.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+from .harness import EvalConfig, cell_key, run_grid
+
+__all__ = ["Candidate", "candidate_grid", "CandidateScores", "score_candidates", "retention",
+           "leave_one_out", "preset_choice", "loo_markdown", "paper_candidate", "save_scores", "load_scores",
+           "METRICS"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A named configuration; ``method`` is how the grid runs it (``memforest:SCHEDULE`` or
+    a baseline such as ``tome``, which reads only ratio and seed)."""
+
+    name: str
+    config: CompressConfig
+    method: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.method or f"memforest:{self.config.merge.schedule}"
+
+
+def candidate_grid(schedules=("sequential", "matching"), alphas=(0.05, 0.01, 0.001), time_weights=(0.0, 0.5),
+                   size_weights=(0.0, 0.2), base: CompressConfig | None = None) -> list[Candidate]:
+    """The product of the four lists on ``base`` (default SPEC's), named
+    ``"{schedule} a={alpha} tw={time_weight} sw={size_weight}"``."""
+    base = base or CompressConfig()
+    out = []
+    for s, a, tw, sw in itertools.product(schedules, alphas, time_weights, size_weights):
+        cfg = dataclasses.replace(base, partition=dataclasses.replace(base.partition, alpha=a),
+                                  tree=dataclasses.replace(base.tree, time_weight=tw, size_weight=sw),
+                                  merge=dataclasses.replace(base.merge, schedule=s))
+        out.append(Candidate(f"{s} a={a:g} tw={tw:g} sw={sw:g}", cfg))
+    return out
+
+
+@dataclass
+class CandidateScores:
+    """Per-question scores of candidates. ``scores[name][ratio, metric]``: (S, Q) over seeds;
+    ``base[metric]``: (Q,) the uncompressed store's; ``tenants``: (Q,) each question's
+    conversation; metric names ``"B:ansr_content"`` (cut:metric, plain top-k)."""
+
+    scores: dict[str, dict[tuple[float, str], np.ndarray]]
+    base: dict[str, np.ndarray]
+    tenants: np.ndarray
+    ratios: list[float]
+    seeds: list[int]
+    candidates: list[Candidate]
+
+
+METRICS = ("B:ansr_content", "B:ansr", "B:evr", "k:evr")
+
+
+def score_candidates(bench, candidates: list[Candidate], ratios, seeds, *, embedder, merger=None, device=None,
+                     eval_config: EvalConfig | None = None, on_candidate=None) -> CandidateScores:
+    """Run every candidate over ``ratios`` x ``seeds`` on the whole benchmark (one
+    :func:`~.harness.run_grid` each) and keep the per-question scores of :data:`METRICS`."""
+    ecfg = eval_config or EvalConfig(search_repeats=1)
+    scores: dict[str, dict] = {}
+    base: dict[str, np.ndarray] = {}
+    tenants = None
+    for cand in candidates:
+        res = run_grid(bench, [cand.label], ratios, seeds, embedder=embedder, merger=merger,
+                       base_config=cand.config, eval_config=ecfg, device=device)
+        tenants = np.asarray(res.question_tenants)
+        for m in METRICS:
+            cut, metric = m.split(":")
+            base[m] = res.per_question[cell_key("none", 0.0, 0, "plain", cut, metric)].astype(np.float64)
+            for r in ratios:
+                scores.setdefault(cand.name, {})[r, m] = np.stack(
+                    [res.per_question[cell_key(cand.label, r, sd, "plain", cut, metric)] for sd in seeds]
+                ).astype(np.float64)
+        if on_candidate is not None:
+            on_candidate(cand, res)
+    return CandidateScores(scores, base, tenants, list(ratios), list(seeds), list(candidates))
+
+
+def _nanmean(x: np.ndarray) -> float:
+    ok = ~np.isnan(x)
+    return float(x[ok].mean()) if ok.any() else math.nan
+
+
+def retention(cs: CandidateScores, name: str, mask: np.ndarray, metric: str = "B:ansr_content",
+              ratios=None) -> float:
+    """Mean over ``ratios`` (default all) and seeds of the retention of ``metric`` on the
+    questions in ``mask``. Shape: mask (Q,) bool -> float (1.0 = as good as uncompressed)"""
+    base = _nanmean(cs.base[metric][mask])
+    vals = [_nanmean(row[mask]) / base for r in (ratios or cs.ratios) for row in cs.scores[name][r, metric]]
+    return float(np.mean(vals)) if base else math.nan
+
+
+def leave_one_out(cs: CandidateScores, *, select: str = "B:ansr_content", pool: list[str] | None = None,
+                  compare: tuple[str, ...] = ()) -> list[dict]:
+    """One record per held-out conversation: the candidate (among ``pool``, default every
+    candidate) with the best selection score on the other conversations, its training score,
+    and the held-out retention (per ratio and mean) of it and of each name in ``compare``,
+    for every metric in :data:`METRICS`."""
+    pool = pool or [c.name for c in cs.candidates]
+    folds = []
+    for held in sorted(set(cs.tenants.tolist())):
+        train, test = cs.tenants != held, cs.tenants == held
+        train_scores = {n: retention(cs, n, train, select) for n in pool}
+        chosen = max(pool, key=lambda n: (train_scores[n], -pool.index(n)))
+        rec = {"held_out": held, "questions": int(test.sum()), "chosen": chosen, "train_score": train_scores[chosen],
+               "held_out_scores": {}}
+        for n in dict.fromkeys([chosen, *compare]):
+            rec["held_out_scores"][n] = {
+                m: {"mean": retention(cs, n, test, m), **{f"{r:g}": retention(cs, n, test, m, [r]) for r in cs.ratios}}
+                for m in METRICS}
+        folds.append(rec)
+    return folds
+
+
+def preset_choice(folds: list[dict], select: str = "B:ansr_content") -> str:
+    """The candidate chosen in most folds; a tie goes to the higher mean held-out score
+    (of ``select``) over the folds that chose it."""
+    count = Counter(f["chosen"] for f in folds)
+
+    def held(n):
+        return float(np.mean([f["held_out_scores"][n][select]["mean"] for f in folds if f["chosen"] == n]))
+
+    return max(count, key=lambda n: (count[n], held(n)))
+
+
+def loo_markdown(cs: CandidateScores, folds: list[dict], *, select: str, compare: tuple[str, ...],
+                 choice: str) -> str:
+    """The leave-one-out report: per fold the chosen candidate and its held-out retention
+    beside ``compare`` on the same conversation, the estimate, and the preset rule's pick."""
+    pct = lambda v: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}"  # noqa: E731
+    rs = [f"{r:g}" for r in cs.ratios]
+    L = ["# Leave-one-conversation-out", "",
+         f"{len(cs.candidates)} candidates, ratios {cs.ratios}, seeds {cs.seeds}; selection score: mean retention "
+         f"of {select} (plain top-k) over ratios and seeds on the 4 training conversations; held-out values: "
+         f"retention on the held-out conversation, per ratio " + "/".join(rs) + " and their mean.", ""]
+    for metric in (select, *[m for m in ("B:ansr",) if m != select]):
+        L.append(f"## Held-out {metric} retention (%), ratio " + " / ".join(rs) + " (mean)")
+        L.append("")
+        L.append("| held out | questions | chosen | train score | chosen, held out | "
+                 + " | ".join(compare) + " |")
+        L.append("|---|---|---|---|---|" + "---|" * len(compare))
+        for f in folds:
+            def cell(n):
+                s = f["held_out_scores"][n][metric]
+                return " / ".join(pct(s[r]) for r in rs) + f" ({pct(s['mean'])})"
+
+            L.append(f"| {f['held_out']} | {f['questions']} | {f['chosen']} | {pct(f['train_score'])} | "
+                     f"{cell(f['chosen'])} | " + " | ".join(cell(n) for n in compare) + " |")
+        est = {n: np.mean([f["held_out_scores"][n if n != "chosen" else f["chosen"]][metric]["mean"] for f in folds])
+               for n in ("chosen", *compare)}
+        L.append(f"| **mean over folds** | | | | **{pct(est['chosen'])}** | "
+                 + " | ".join(pct(est[n]) for n in compare) + " |")
+        L.append("")
+    L.append(f"Preset rule: the candidate chosen in most folds (tie: higher mean held-out {select} over the folds "
+             f"that chose it). Chosen: **{choice}** "
+             f"({sum(f['chosen'] == choice for f in folds)} of {len(folds)} folds).")
+    L.append("")
+    all_in = {c.name: retention(cs, c.name, np.ones(len(cs.tenants), bool), select) for c in cs.candidates}
+    L.append(f"## Every candidate, all conversations ({select} retention %, for reference only: not the selection)")
+    L.append("")
+    L.append("| candidate | all-in | " + " | ".join(f"{t}" for t in sorted(set(cs.tenants.tolist()))) + " |")
+    L.append("|---|---|" + "---|" * len(set(cs.tenants.tolist())))
+    for n, v in sorted(all_in.items(), key=lambda kv: -kv[1]):
+        per = [pct(retention(cs, n, cs.tenants == t, select)) for t in sorted(set(cs.tenants.tolist()))]
+        L.append(f"| {n} | {pct(v)} | " + " | ".join(per) + " |")
+    return "\n".join(L) + "\n"
+
+
+def paper_candidate() -> Candidate:
+    """SPEC's defaults (``CompressConfig()``), sequential schedule."""
+    return Candidate("paper", CompressConfig(partition=PartitionConfig(), tree=TreeConfig(), merge=MergeConfig()))
+
+
+def save_scores(cs: CandidateScores, path: str) -> None:
+    """Write ``cs`` to one ``.npz`` (per-question arrays plus the candidates' configs)."""
+    import json
+
+    from ..io import atomic_open
+
+    arrays = {f"s|{n}|{r!r}|{m}": v for n, d in cs.scores.items() for (r, m), v in d.items()}
+    arrays.update({f"b|{m}": v for m, v in cs.base.items()})
+    meta = {"ratios": cs.ratios, "seeds": cs.seeds,
+            "candidates": [{"name": c.name, "method": c.method,
+                            "config": {k: dataclasses.asdict(getattr(c.config, k)) for k in ("partition", "tree",
+                                                                                              "merge")}}
+                           for c in cs.candidates]}
+    with atomic_open(path) as f:
+        np.savez_compressed(f, tenants=cs.tenants, meta=np.array(json.dumps(meta)), **arrays)
+
+
+def load_scores(paths: list[str]) -> CandidateScores:
+    """Read and join :func:`save_scores` files of the same benchmark, ratios and seeds (a
+    candidate in several files is taken from the first)."""
+    import json
+
+    out = None
+    for p in paths:
+        with np.load(p) as z:
+            meta = json.loads(str(z["meta"]))
+            cands = [Candidate(c["name"], CompressConfig(partition=PartitionConfig(**c["config"]["partition"]),
+                                                         tree=TreeConfig(**c["config"]["tree"]),
+                                                         merge=MergeConfig(**c["config"]["merge"])), c["method"])
+                     for c in meta["candidates"]]
+            scores: dict[str, dict] = {}
+            for k in z.files:
+                if k.startswith("s|"):
+                    _, n, r, m = k.split("|")
+                    scores.setdefault(n, {})[float(r), m] = z[k]
+            cs = CandidateScores(scores, {k[2:]: z[k] for k in z.files if k.startswith("b|")}, z["tenants"],
+                                 meta["ratios"], meta["seeds"], cands)
+        if out is None:
+            out = cs
+            continue
+        if (cs.ratios, cs.seeds) != (out.ratios, out.seeds) or not np.array_equal(cs.tenants, out.tenants):
+            raise ValueError(f"score files must share benchmark, ratios and seeds, got {p!r} with ratios "
+                             f"{cs.ratios} seeds {cs.seeds} against {out.ratios} {out.seeds}")
+        for c in cs.candidates:
+            if c.name not in out.scores:
+                out.candidates.append(c)
+                out.scores[c.name] = cs.scores[c.name]
+    if out is None:
+        raise ValueError("paths must name at least one score file, got none")
+    return out
