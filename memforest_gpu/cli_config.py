@@ -35,6 +35,9 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
                    help="penalty on the merged node's length, in units of the token cap (0 = the paper)")
     g.add_argument("--max-node-tokens", type=int, default=None,
                    help="cap on merged node length (default: the embedder's limit)")
+    g.add_argument("--cap-policy", default="condense",
+                   help="condense (a merge over the cap keeps its most informative sentences, so the ratio is "
+                        "reached) | strict (pairs over the cap are not merged; the ratio may fall short)")
 
 
 def config_from_args(a: argparse.Namespace):
@@ -48,7 +51,8 @@ def config_from_args(a: argparse.Namespace):
                                       seed=a.seed, kmeans=getattr(a, "kmeans", "exact")),
             tree=TreeConfig(eta=a.eta, degree_norm=a.degree_norm, time_weight=a.time_weight,
                             time_window=a.time_window, size_weight=a.size_weight),
-            merge=MergeConfig(ratio=a.ratio, schedule=a.schedule, max_node_tokens=a.max_node_tokens, seed=a.seed),
+            merge=MergeConfig(ratio=a.ratio, schedule=a.schedule, max_node_tokens=a.max_node_tokens, seed=a.seed,
+                              cap_policy=getattr(a, "cap_policy", "condense")),
         )
     except ValueError as e:
         raise ValueError(as_flag_error(str(e), a)) from None
