@@ -307,16 +307,3 @@ def test_has_info():
     assert has_info("Caroline: we went to Paris.")
     assert has_info("it was on a Tuesday") and has_info("we paid 30 euros") and has_info("back in may")
     assert not has_info("Caroline: that sounds lovely!") and not has_info("I think so.")
-
-
-def test_condense_speakers_are_not_names():
-    """In a dialogue the speakers' names are everywhere: a greeting is no fact, and the
-    names do not make a sentence close to the pair's content."""
-    from memforest_gpu.mergers.extractive import speakers
-
-    older = item("Melanie: Thanks, Caroline! Caroline: Hey Melanie, good to see you! "
-                 "Melanie: I adopted a puppy named Rex last week.")
-    newer = item("Caroline: Wow, Melanie! Melanie: Rex loves the beach and the puppy sleeps a lot.")
-    assert speakers(older.text, newer.text) == {"Melanie", "Caroline"}
-    out, _ = condense1(older, newer, 20)
-    assert out == "Melanie: I adopted a puppy named Rex last week. Melanie: Rex loves the beach and the puppy sleeps a lot."

@@ -27,11 +27,9 @@ cap, whole sentences are kept in priority order while they fit, then written in 
 original order (with the tags of the segments that keep a sentence):
 
 a. first the sentences carrying content a summary must not lose: a digit, a month or
-   weekday name, or a capitalised word that is not the sentence's first (a name), the
-   speakers of the pair (``"Name:"`` labels) not counting as names, and at least 3 words
-   that are neither stop words nor speakers (so "Thanks, Mel!" is no fact);
+   weekday name, or a capitalised word that is not the sentence's first (a name);
 b. within each tier, the sentences closest to the pair's content: the cosine of the
-   sentence's bag of words (lowercase tokens, stop words and speakers out) to the pair's centroid,
+   sentence's bag of words (lowercase tokens, stop words out) to the pair's centroid,
    the sum of each input's normalised bag of words (so both inputs weigh the same,
    whatever their lengths); ties by original order.
 
@@ -51,7 +49,7 @@ from typing import Callable, Sequence
 from ..timeutil import DATE_TAG, MONTHS, format_date
 from .base import MergePair
 
-__all__ = ["ExtractiveMerger", "split_sentences", "normalize", "dedup_sentences", "has_info", "speakers"]
+__all__ = ["ExtractiveMerger", "split_sentences", "normalize", "dedup_sentences", "has_info"]
 
 _MONTH_NO = {m: i + 1 for i, m in enumerate(MONTHS)}
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -287,18 +285,10 @@ def _raw(pair: MergePair) -> str:
     return raw or f"[{format_date(pair.older.timestamp)}]"
 
 
-_SPEAKER = re.compile(r"(?:^|(?<=\s))([A-Z][\w'-]*):(?=\s)")
-
-
-def speakers(*texts: str) -> frozenset:
-    """The ``"Name:"`` labels of ``texts`` (dialogue speakers), as written."""
-    return frozenset(m.group(1) for t in texts for m in _SPEAKER.finditer(t))
-
-
-def has_info(sentence: str, ignore: frozenset = frozenset()) -> bool:
+def has_info(sentence: str) -> bool:
     """Whether a sentence carries a date, a number or a name (condensing's first tier): a
     digit, a month or weekday name, or a capitalised word other than its first word (a
-    speaker's ``"Name:"`` counts as first), "I" and the names in ``ignore``."""
+    speaker's ``"Name:"`` counts as first) and "I"."""
     if any(ch.isdigit() for ch in sentence):
         return True
     words = _WORD.findall(sentence)
@@ -307,18 +297,13 @@ def has_info(sentence: str, ignore: frozenset = frozenset()) -> bool:
     for k, w in enumerate(words):
         if w.lower() in _INFO_WORDS:
             return True
-        if k > 0 and w[0].isupper() and w not in ("I", "I'm", "I've", "I'll", "I'd") and w not in ignore:
+        if k > 0 and w[0].isupper() and w not in ("I", "I'm", "I've", "I'll", "I'd"):
             return True
     return False
 
 
-def _is_fact(sentence: str, who: frozenset, who_low: frozenset) -> bool:
-    """Condensing's first tier: :func:`has_info` (speakers ignored) with 3+ content words."""
-    return has_info(sentence, who) and len(_bag(sentence, who_low)) >= 3
-
-
-def _bag(text: str, drop: frozenset = frozenset()) -> Counter:
-    return Counter(t for t in _TOKEN.findall(text.lower()) if t not in _STOP and t not in drop)
+def _bag(text: str) -> Counter:
+    return Counter(t for t in _TOKEN.findall(text.lower()) if t not in _STOP)
 
 
 def _cosine(a: Counter, b: dict) -> float:
@@ -328,12 +313,11 @@ def _cosine(a: Counter, b: dict) -> float:
     return dot / (na * nb) if na and nb else 0.0
 
 
-def _centroid(pair: MergePair, drop: frozenset) -> dict:
-    """The pair's centroid bag of words without the words ``drop``: each input's bag scaled
-    to unit length, summed."""
+def _centroid(pair: MergePair) -> dict:
+    """The pair's centroid bag of words: each input's bag scaled to unit length, summed."""
     cen: dict = {}
     for item in (pair.older, pair.newer):
-        bag = _bag(item.text, drop)
+        bag = _bag(item.text)
         norm = math.sqrt(sum(v * v for v in bag.values())) or 1.0
         for t, v in bag.items():
             cen[t] = cen.get(t, 0.0) + v / norm
@@ -342,12 +326,9 @@ def _centroid(pair: MergePair, drop: frozenset) -> dict:
 
 def _condense_one(labels, groups, tagged, pair, cap, counter, sent_cost, tag_cost) -> str:
     """The merge of ``pair`` cut to ``cap`` tokens (module docstring, "Condensing")."""
-    who = speakers(pair.older.text, pair.newer.text)
-    who_low = frozenset(w.lower() for w in who)
-    cen = _centroid(pair, who_low)
+    cen = _centroid(pair)
     flat = [(g, i, s) for g, sents in enumerate(groups) for i, s in enumerate(sents)]
-    prio = sorted(range(len(flat)), key=lambda k: (not _is_fact(flat[k][2], who, who_low),
-                                                   -_cosine(_bag(flat[k][2], who_low), cen), k))
+    prio = sorted(range(len(flat)), key=lambda k: (not has_info(flat[k][2]), -_cosine(_bag(flat[k][2]), cen), k))
     order = prio
     while order:
         keep, used, opened = set(), 0, set()
