@@ -16,6 +16,7 @@ FIELDS = {
     "max_iter": ("partition", "max_iter"), "kmeans": ("partition", "kmeans"),
     "eta": ("tree", "eta"), "degree_norm": ("tree", "degree_norm"), "time_weight": ("tree", "time_weight"),
     "time_window": ("tree", "time_window"), "size_weight": ("tree", "size_weight"),
+    "cap_policy": ("merge", "cap_policy"),
 }
 
 
@@ -74,6 +75,9 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
     g.add_argument("--storage-dtype", default=None,
                    help="float32 | float16 | bfloat16: the vectors kept in the padded trees (half the memory; "
                         "cosines stay float32) (default: float32)")
+    g.add_argument("--cap-policy", default=None,
+                   help=h("condense (a merge over the cap keeps its most informative sentences, so the ratio is "
+                        "reached) | strict (pairs over the cap are not merged; the ratio may fall short)", "cap_policy"))
 
 
 def config_from_args(a: argparse.Namespace):

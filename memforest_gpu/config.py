@@ -111,10 +111,15 @@ class MergeConfig:
     schedule: str = "sequential"  # "sequential" | "matching"
     max_node_tokens: int | None = None  # None: the embedder's limit (no cap when it has none)
     seed: int = 0  # drives only the "random" tree kind (ablation): its random edge weights
+    # over the cap: "condense" (extractive text keeps its most informative sentences up to the
+    # cap; no pair is excluded for its length) | "strict" (pairs whose merge would pass the cap
+    # are not merged: the ratio may fall short)
+    cap_policy: str = "condense"
 
     def __post_init__(self):
         _check_range("ratio", self.ratio, 0.0, 1.0, lo_open=True, hi_open=True)
         _check_choice("schedule", self.schedule, SCHEDULES)
+        _check_choice("cap_policy", self.cap_policy, ("condense", "strict"))
         if self.max_node_tokens is not None:
             _check_int("max_node_tokens", self.max_node_tokens, 1)
         _check_int("seed", self.seed, 0)

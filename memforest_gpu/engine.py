@@ -24,7 +24,7 @@ from .assemble import assemble
 from .config import CompressConfig
 from .device import resolve_device
 from .embedders import count_words
-from .merge_call import merge_round
+from .merge_call import merge_round_capped
 from .mergers.base import MergePair
 from .mergers.extractive import ExtractiveMerger
 from .node_table import NodeTable, merged_id
@@ -57,6 +57,8 @@ class CompressReport:
     fallbacks: int = 0
     moved_by_reassignment: int = 0
     kmeans_iterations: dict = field(default_factory=dict)
+    condensed: int = 0  # merges cut to the node cap (cap_policy "condense")
+    condensed_tokens: int = 0  # tokens those merges dropped, in all
 
     @property
     def ratio_reached(self) -> float:
@@ -132,11 +134,12 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     records: list[MergeRecord] = []
     vectors: list[torch.Tensor] = []  # merged nodes' vectors, one (P, D) block per round
     consumed: list[np.ndarray] = []  # rows merged away, one block per round
-    rounds = fallbacks = 0
+    rounds = fallbacks = condensed = condensed_tokens = 0
+    plan_cap = s.cap if s.cfg.merge.cap_policy == "strict" else None  # condense: no pair is too long to merge
     bar = _bar(progress, q.total, "merging")
     while (need := (remaining > 0) & ~stuck & (count >= 2)).any():
         t = time.perf_counter()
-        p = plan_round(batch, need, remaining, s.cfg, s.cap, rng)
+        p = plan_round(batch, need, remaining, s.cfg, plan_cap, rng)
         got = np.bincount(p.tree_np, minlength=len(count))
         stuck |= need & (got == 0)  # no eligible edge left (node cap): hand the rest over
         redistribute(stuck, remaining, count, q.tree_tenant, shortfall)
@@ -146,9 +149,11 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         rounds += 1
         t = time.perf_counter()
         older, newer = _older_first(table, p)
-        texts, tokens, nfb = merge_round(merger, fallback, table.merge_pairs(older, newer),
-                                         counter=s.counter, cap=s.cap)
+        texts, tokens, nfb, dropped = merge_round_capped(
+            merger, fallback, table.merge_pairs(older, newer), counter=s.counter, cap=s.cap,
+            cap_policy=s.cfg.merge.cap_policy)
         fallbacks += nfb
+        condensed, condensed_tokens = condensed + sum(d > 0 for d in dropped), condensed_tokens + sum(dropped)
         times["merge"] += time.perf_counter() - t
         t = time.perf_counter()
         vec = embedder.embed(texts).to(s.emb.device, torch.float32) if embedder is not None else pair_means(batch, p)
@@ -177,6 +182,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     times["output"] = time.perf_counter() - t
     times["total"] = time.perf_counter() - times.pop("_t0")
     report = _report(s, store, merger, embedder, out, shortfall, rounds, len(records), fallbacks)
+    report.condensed, report.condensed_tokens = condensed, condensed_tokens
     return CompressResult(out, report, records)
 
 
@@ -187,7 +193,8 @@ def plan(store: MemoryStore, config: CompressConfig | None = None, *, embedder=N
     s = _setup(store, config, embedder, device, False, partition, quotas, budget)
     q = s.quotas
     need = (q.per_tree > 0) & (q.tree_size >= 2)
-    p = plan_round(s.batch, need, q.per_tree, s.cfg, s.cap, np.random.default_rng(s.cfg.merge.seed))
+    p = plan_round(s.batch, need, q.per_tree, s.cfg, s.cap if s.cfg.merge.cap_policy == "strict" else None,
+                   np.random.default_rng(s.cfg.merge.seed))
     older, newer = _older_first(s.table, p)
     records = _records(s.table, 1, older, newer, p.similarity)
     pairs = s.table.merge_pairs(older, newer)

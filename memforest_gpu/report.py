@@ -25,7 +25,9 @@ def format_report(r: CompressReport, *, max_tenants: int = 20) -> str:
                  f"embedder {r.embedder}; "
                  + (f"node cap {r.max_node_tokens} tokens" if r.max_node_tokens else "no node cap")
                  + (f"; {r.fallbacks} merger texts replaced by the extractive merger's (over the node cap or "
-                    "unusable)" if r.fallbacks else ""))
+                    "unusable)" if r.fallbacks else "")
+                 + (f"; {r.condensed} merges condensed to the cap ({r.condensed_tokens} tokens dropped, "
+                    f"{r.condensed_tokens / r.condensed:.0f} per condensed merge)" if getattr(r, "condensed", 0) else ""))
     s = r.seconds
     stages = ", ".join(f"{k} {s[k]:.2f}s" for k in ("partition", "setup", "trees", "merge", "embed", "output")
                        if k in s)

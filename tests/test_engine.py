@@ -198,7 +198,8 @@ def capped_store(seed=0, dim=24):
 def test_token_cap(schedule):
     cap = 40
     st = capped_store()
-    cfg = CompressConfig(merge=MergeConfig(ratio=0.7, schedule=schedule, max_node_tokens=cap))
+    # the "strict" cap policy: pairs over the cap are not merged ("condense": tests/test_cap_policy.py)
+    cfg = CompressConfig(merge=MergeConfig(ratio=0.7, schedule=schedule, max_node_tokens=cap, cap_policy="strict"))
     res = run(st, cfg)  # embedder=None: tokens counted with count_words
     check_invariants(st, res, 0.7, capped=True)
     assert res.report.max_node_tokens == cap
@@ -248,7 +249,8 @@ def test_token_cap_with_verbose_merger():
             return [(p.older.text + " " + p.newer.text + " ") * 4 for p in pairs]
 
     st = capped_store(seed=1)
-    res = run(st, CompressConfig(merge=MergeConfig(ratio=0.5, max_node_tokens=cap)), merger=Verbose())
+    res = run(st, CompressConfig(merge=MergeConfig(ratio=0.5, max_node_tokens=cap, cap_policy="strict")),
+              merger=Verbose())
     check_invariants(st, res, 0.5, capped=True)
     assert res.report.fallbacks > 0
     orig_tokens = dict(zip(st.ids, count_words(st.texts)))
@@ -322,7 +324,7 @@ def test_embedder_called_once_per_round(small_store, schedule):
 def test_embedder_max_tokens_is_the_default_cap():
     st = capped_store(seed=2, dim=16)
     fe = FakeEmbedder(st.dim, max_tokens=30)
-    res = run(st, cfg_of(0.5), embedder=fe)
+    res = run(st, cfg_of(0.5, cap_policy="strict"), embedder=fe)
     check_invariants(st, res, 0.5, capped=True)
     assert res.report.max_node_tokens == 30
     assert fe.count_calls, "the embedder's own token counter must be used"

@@ -122,8 +122,9 @@ def test_nothing_to_merge():
 
 
 def test_token_cap_below_every_text(small_store):
-    """No merge fits: nothing is merged, every tenant reports its whole target as shortfall."""
-    res = run(small_store, cfg_of(0.5, max_node_tokens=1))
+    """No merge fits (cap policy "strict"): nothing is merged, every tenant reports its whole
+    target as shortfall."""
+    res = run(small_store, cfg_of(0.5, max_node_tokens=1, cap_policy="strict"))
     check_invariants(small_store, res, 0.5, capped=True)
     assert res.report.merges == 0 and res.report.rounds == 0
     assert all(r["shortfall"] == r["requested"] for r in res.report.tenants)

@@ -78,7 +78,8 @@ def test_cap_removes_edges_instead_of_blocking_the_tree():
         texts.append(f"short note {i}.")
     st = MemoryStore.from_columns(ids=[f"n{i}" for i in range(7)], texts=texts,
                                   timestamps=[1.6e9 + i for i in range(7)], embeddings=torch.stack(rows))
-    cfg = CompressConfig(partition=PartitionConfig(alpha=0.01), merge=MergeConfig(ratio=0.4, max_node_tokens=20))
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.01),
+                         merge=MergeConfig(ratio=0.4, max_node_tokens=20, cap_policy="strict"))  # "condense" merges it
     res = compress(st, cfg, device="cpu")
     assert res.report.shortfall == 0 and len(res.store) == 7 - removal_target(7, 0.4)
     assert "n0" in res.store.ids  # the long node is never merged

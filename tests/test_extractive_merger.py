@@ -228,3 +228,82 @@ def test_swapped_numbers_are_not_duplicates():
     out = ExtractiveMerger().merge([MergePair(MemoryItem("a", "Alice paid 10 dollars to Bob on day 3.", 0.0),
                                               MemoryItem("b", "Alice paid 3 dollars to Bob on day 10.", 60.0))])[0]
     assert "10 dollars" in out and "3 dollars" in out
+
+
+# --------------------------------------------------------------------------- condensing to a cap
+def words(texts):
+    return [len(t.split()) for t in texts]
+
+
+def condense1(older, newer, cap, counter=words):
+    (out,), (dropped,) = ExtractiveMerger().condense([MergePair(older, newer)], cap, counter)
+    return out, dropped
+
+
+def test_condense_keeps_a_merge_that_fits():
+    a, b = item("Ann paints."), item("Bo sings.", 1)
+    assert condense1(a, b, 100) == (merge1(a, b), 0)
+
+
+def test_condense_keeps_dates_numbers_and_names_first_in_original_order():
+    older = item("We chatted for a while about nothing much at all today. Caroline moved to Boston in 2019. "
+                 "It was a pleasant and calm afternoon overall.")
+    newer = item("The weather stayed quite mild and pleasant all afternoon. Her sister Maria visits in June. "
+                 "Nothing else happened.")
+    full = merge1(older, newer)
+    out, dropped = condense1(older, newer, 14)
+    assert out == "Caroline moved to Boston in 2019. Her sister Maria visits in June."
+    # a sentence that does not fit is skipped; a shorter one after it may still fit
+    assert condense1(older, newer, 15)[0] == out + " Nothing else happened."
+    assert dropped == len(full.split()) - len(out.split()) > 0
+
+
+def test_condense_fills_with_sentences_closest_to_the_pair():
+    """After the tier of names and numbers: the sentences whose words the two inputs share."""
+    older = item("the garden roses need water daily. a cat slept somewhere.")
+    newer = item("the garden roses bloomed early. dinner was late.")
+    out, _ = condense1(older, newer, 11)
+    assert out == "the garden roses need water daily. the garden roses bloomed early."
+
+
+def test_condense_keeps_the_tags_of_kept_segments():
+    older = item("Ann met Bo at the lake. we talked and talked and talked for hours.")
+    newer = item("lunch was fine and nothing happened. Bo left for Rome.", 3)
+    out, _ = condense1(older, newer, 16)  # a tag counts 3 words here
+    assert out == "[8 May 2023] Ann met Bo at the lake. [11 May 2023] Bo left for Rome."
+    out2, _ = condense1(older, newer, 9)  # room for one tagged sentence and nothing else
+    assert out2 in ("[8 May 2023] Ann met Bo at the lake.", "[11 May 2023] Bo left for Rome.")
+
+
+def test_condense_never_empty_and_never_over_the_cap():
+    long_one = item(" ".join(f"w{i}" for i in range(50)) + ".")
+    out, dropped = condense1(long_one, item("x y z w v u t s r q.", 0), 7)
+    assert out == "w0 w1 w2 w3 w4 w5 w6" and dropped > 0
+    out, _ = condense1(long_one, item("more words here and there.", 0), 1)
+    assert out == "w0"
+    rng = random.Random(5)
+    vocab = "Ann bo 3 cat May dog eel fig gnu hat ink jam".split()
+    for _ in range(200):
+        a = item(". ".join(" ".join(rng.choices(vocab, k=rng.randint(1, 8))) for _ in range(rng.randint(1, 5))),
+                 rng.choice([0, 0, 2]))
+        b = item(". ".join(" ".join(rng.choices(vocab, k=rng.randint(1, 8))) for _ in range(rng.randint(1, 5))),
+                 rng.choice([0, 3]))
+        cap = rng.randint(1, 30)
+        out, dropped = condense1(a, b, cap)
+        assert out.strip() and dropped >= 0
+        assert len(out.split()) <= max(cap, 1 + 3 * bool(TAG.match(out))), (out, cap)  # a tag + 1 word at least
+        if len(merge1(a, b).split()) <= cap:
+            assert out == merge1(a, b)
+
+
+def test_condense_rejects_a_bad_cap():
+    with pytest.raises(ValueError, match="cap must be an integer >= 1, got 0"):
+        ExtractiveMerger().condense([], 0, words)
+
+
+def test_has_info():
+    from memforest_gpu.mergers.extractive import has_info
+
+    assert has_info("Caroline: we went to Paris.")
+    assert has_info("it was on a Tuesday") and has_info("we paid 30 euros") and has_info("back in may")
+    assert not has_info("Caroline: that sounds lovely!") and not has_info("I think so.")

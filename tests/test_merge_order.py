@@ -133,7 +133,8 @@ def config(*, ratio, schedule, degree_norm="none", eta=0.99, alpha=0.05, cap=Non
     return CompressConfig(partition=PartitionConfig(alpha=alpha),
                           tree=TreeConfig(eta=eta, degree_norm=degree_norm, time_weight=time_weight,
                                           size_weight=size_weight),
-                          merge=MergeConfig(ratio=ratio, schedule=schedule, max_node_tokens=cap))
+                          # the reference models the "strict" cap policy: a pair over the cap is no edge
+                          merge=MergeConfig(ratio=ratio, schedule=schedule, max_node_tokens=cap, cap_policy="strict"))
 
 
 # --------------------------------------------------------------------------- cases

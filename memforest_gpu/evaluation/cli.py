@@ -27,6 +27,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmark", required=True,
                    help="benchmark folder (nodes.jsonl|parquet + questions.jsonl) or a LoCoMo .json file")
     p.add_argument("--out", default=None, help="output folder: results.json, per_question.npz, results.md, retention.png")
+    p.add_argument("--turns-per-node", type=int, default=1,
+                   help="LoCoMo .json only: consecutive turns per node (4: the long-memory variant)")
     p.add_argument("--methods", default="default",
                    help="comma list of NAME[:SCHEDULE]; 'default' (baselines + memforest, both schedules), "
                         "'ablations', or 'all'")
@@ -117,16 +119,29 @@ def _config(a):
                    merge=replace(c.merge, **merge))
 
 
+def _load(a):
+    """The benchmark of ``--benchmark``, in windows of ``--turns-per-node`` turns when asked."""
+    from .benchmark import load_benchmark
+    from .locomo import load_locomo
+
+    n = getattr(a, "turns_per_node", 1)
+    if n == 1:
+        return load_benchmark(a.benchmark)
+    if not (os.path.isfile(a.benchmark) and a.benchmark.endswith(".json")):
+        raise ValueError(f"--turns-per-node needs a LoCoMo .json file, got {a.benchmark!r}")
+    return load_locomo(a.benchmark, turns_per_node=n)
+
+
 def run(a) -> int:
     """Run ``memforest eval`` from parsed arguments; returns the exit status."""
-    from .benchmark import load_benchmark, write_benchmark
+    from .benchmark import write_benchmark
 
     if a.export:
         bench_dir = a.benchmark if os.path.isdir(a.benchmark) else os.path.dirname(os.path.abspath(a.benchmark))
         if os.path.realpath(a.export) == os.path.realpath(bench_dir):
             raise ValueError(f"--export must not be the benchmark's own folder (it would overwrite its files), "
                              f"got {a.export!r}")
-        bench = load_benchmark(a.benchmark)
+        bench = _load(a)
         write_benchmark(bench, a.export)
         print(f"wrote {a.export}/nodes.jsonl and questions.jsonl: {json.dumps(bench.summary())}")
         return 0
@@ -156,7 +171,7 @@ def run(a) -> int:
     for r in ratios:
         if not 0 < r < 1:
             raise ValueError(f"ratio must be in (0, 1), got {r!r}")
-    bench = load_benchmark(a.benchmark)
+    bench = _load(a)
     inner = SentenceTransformerEmbedder(None if a.embedder == "default" else a.embedder, device=a.device)
     emb = CachedEmbedder(inner, a.cache or os.path.join(a.out, ".cache"))
     if a.threads:

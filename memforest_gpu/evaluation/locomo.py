@@ -6,6 +6,12 @@
   in seconds, so turns keep their order;
 - questions of categories 1-4 (5 is adversarial, without an answer); evidence ids cleaned
   (:func:`clean_evidence`), ids matching no turn dropped, the question kept.
+
+``turns_per_node=n > 1`` is the long-memory variant: one node per window of ``n``
+consecutive turns of a conversation (the last window may be shorter; windows may span
+sessions), id ``"{sample_id}:W{i}"``, text the turns' texts joined by spaces, timestamp
+the window's last turn's, ``metadata["turns"]`` its dia_ids; a question's evidence is
+the set of windows holding its evidence turns (so evidence recall still works).
 """
 from __future__ import annotations
 
@@ -50,8 +56,11 @@ def clean_evidence(raw) -> list[str]:
     return out
 
 
-def load_locomo(path: str, *, categories=CATEGORIES) -> Benchmark:
-    """Read LoCoMo's JSON (a list of samples) into a :class:`Benchmark`."""
+def load_locomo(path: str, *, categories=CATEGORIES, turns_per_node: int = 1) -> Benchmark:
+    """Read LoCoMo's JSON (a list of samples) into a :class:`Benchmark`; ``turns_per_node``
+    consecutive turns per node (1: one node per turn; see the module docstring)."""
+    if isinstance(turns_per_node, bool) or not isinstance(turns_per_node, int) or turns_per_node < 1:
+        raise ValueError(f"turns_per_node must be an integer >= 1, got {turns_per_node!r}")
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
     if isinstance(data, dict):
@@ -67,6 +76,7 @@ def load_locomo(path: str, *, categories=CATEGORIES) -> Benchmark:
         conv = sample["conversation"]
         sessions = sorted((int(m.group(1)), k) for k in conv if (m := _SESSION.fullmatch(k)))
         turn_ids: set[str] = set()
+        first = len(nodes)
         for n, key in sessions:
             date_key = f"{key}_date_time"
             if date_key not in conv:
@@ -79,6 +89,9 @@ def load_locomo(path: str, *, categories=CATEGORIES) -> Benchmark:
                 nodes.append({"id": f"{sid}:{turn['dia_id']}", "text": text, "timestamp": t0 + i,
                               "tenant": sid, "metadata": {"session": n, "speaker": turn["speaker"]}})
                 turn_ids.add(turn["dia_id"])
+        window = {}  # dia_id -> its window's node id (turns_per_node > 1)
+        if turns_per_node > 1:
+            nodes[first:], window = _windows(nodes[first:], sid, turns_per_node)
         for j, qa in enumerate(sample.get("qa", [])):
             cat = str(qa.get("category"))
             if cat not in cats or "answer" not in qa:
@@ -88,7 +101,26 @@ def load_locomo(path: str, *, categories=CATEGORIES) -> Benchmark:
             kept = [e for e in ev if e in turn_ids]
             frags = [f for r in ([raw] if isinstance(raw, str) else raw) for f in re.split(r"[;,\s]+", str(r)) if f]
             dropped += len(frags) - len(kept)
+            evidence = [window[e] if window else f"{sid}:{e}" for e in kept]
             questions.append(Question(f"{sid}:q{j}", sid, str(qa["question"]), str(qa["answer"]),
-                                      tuple(f"{sid}:{e}" for e in kept), cat))
+                                      tuple(dict.fromkeys(evidence)), cat))
     name = os.path.splitext(os.path.basename(path))[0]
-    return Benchmark(name, nodes, questions, info={"evidence_ids_dropped": dropped})
+    info = {"evidence_ids_dropped": dropped}
+    if turns_per_node > 1:
+        name, info["turns_per_node"] = f"{name}_w{turns_per_node}", turns_per_node
+    return Benchmark(name, nodes, questions, info=info)
+
+
+def _windows(turns: list[dict], sid: str, n: int) -> tuple[list[dict], dict[str, str]]:
+    """One conversation's turn nodes (in order) -> window nodes of ``n`` consecutive turns,
+    and each dia_id's window id."""
+    out: list[dict] = []
+    where: dict[str, str] = {}
+    for i in range(0, len(turns), n):
+        group = turns[i:i + n]
+        wid = f"{sid}:W{i // n}"
+        dia = [t["id"][len(sid) + 1:] for t in group]
+        where.update(dict.fromkeys(dia, wid))
+        out.append({"id": wid, "text": " ".join(t["text"] for t in group), "timestamp": group[-1]["timestamp"],
+                    "tenant": sid, "metadata": {"session": group[-1]["metadata"]["session"], "turns": dia}})
+    return out, where

@@ -20,18 +20,36 @@ Rules, in order:
    duplicate.
 4. If every segment of both inputs has the same date, no tags are written; otherwise
    every segment is written with its tag. Segments left empty by step 3 vanish.
+
+Condensing (:meth:`ExtractiveMerger.condense`, the ``cap_policy="condense"`` of
+:class:`~memforest_gpu.config.MergeConfig`): when the merged text would pass the node
+cap, whole sentences are kept in priority order while they fit, then written in their
+original order (with the tags of the segments that keep a sentence):
+
+a. first the sentences carrying content a summary must not lose: a digit, a month or
+   weekday name, or a capitalised word that is not the sentence's first (a name);
+b. within each tier, the sentences closest to the pair's content: the cosine of the
+   sentence's bag of words (lowercase tokens, stop words out) to the pair's centroid,
+   the sum of each input's normalised bag of words (so both inputs weigh the same,
+   whatever their lengths); ties by original order.
+
+A sentence that does not fit is skipped and shorter ones after it may still fit. The text
+is never empty: when even the first sentence alone passes the cap, its leading words
+that fit are kept. No embedder is needed: the merger sees only texts.
 """
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from datetime import date
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..timeutil import DATE_TAG, MONTHS, format_date
 from .base import MergePair
 
-__all__ = ["ExtractiveMerger", "split_sentences", "normalize", "dedup_sentences"]
+__all__ = ["ExtractiveMerger", "split_sentences", "normalize", "dedup_sentences", "has_info"]
 
 _MONTH_NO = {m: i + 1 for i, m in enumerate(MONTHS)}
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -41,6 +59,15 @@ _ABBREV = frozenset(
     "gen col lt sgt capt rev hon a.m p.m u.s u.k "
     "jan feb mar apr jun jul aug sep sept oct nov dec".split())
 _NEGATIONS = frozenset("not no never t nor neither none nobody nothing cannot without".split())
+_STOP = frozenset(
+    "a an the and or but if so of to in on at by for with from as is are was were be been being am do does did "
+    "have has had i me my we our you your he him his she her it its they them their this that these those there "
+    "here what which who whom how when where why all any some just very too also s t m re ve ll d oh yeah yes "
+    "can could would should will shall may might must not no nor than then about into over out up down "
+    "really hey hi wow".split())
+_WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
+_INFO_WORDS = frozenset(m.lower() for m in MONTHS) | _WEEKDAYS
+_WORD = re.compile(r"[A-Za-z][\w'-]*")
 
 
 def normalize(sentence: str) -> tuple[str, ...]:
@@ -199,7 +226,35 @@ class ExtractiveMerger:
         """One merged, non-empty text per pair, in the order of ``pairs``."""
         return [self._merge_one(p) for p in pairs]
 
-    def _merge_one(self, pair: MergePair) -> str:
+    def condense(self, pairs: Sequence[MergePair], cap: int,
+                 counter: Callable[[Sequence[str]], list[int]]) -> tuple[list[str], list[int]]:
+        """One merged, non-empty text per pair whose ``counter`` length is at most ``cap``
+        (see "Condensing" in the module docstring), and the tokens each one dropped (the
+        full merge's count minus the text's; 0 for a merge that fits: :meth:`merge`'s text).
+        ``counter`` counts tokens of a list of texts (the embedder's tokenizer)."""
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+            raise ValueError(f"cap must be an integer >= 1, got {cap!r}")
+        pairs = list(pairs)
+        out = self.merge(pairs)
+        full = counter(out)
+        over = [j for j, c in enumerate(full) if c > cap]
+        dropped = [0] * len(pairs)
+        if not over:
+            return out, dropped
+        plans = [self._merged(pairs[j]) for j in over]
+        sents = [s for labels, groups, _ in plans for g in groups for s in g]
+        tags = [f"[{lab}]" for labels, _, tagged in plans if tagged for lab in labels]
+        costs = iter(counter(sents + tags))
+        sent_cost = {s: c for s, c in zip(sents, costs)}
+        tag_cost = dict(zip(tags, costs))
+        for j, (labels, groups, tagged) in zip(over, plans):
+            out[j] = _condense_one(labels, groups, tagged, pairs[j], cap, counter, sent_cost, tag_cost)
+        for j, c in zip(over, counter([out[j] for j in over])):
+            dropped[j] = full[j] - c
+        return out, dropped
+
+    def _merged(self, pair: MergePair) -> tuple[list[str], list[list[str]], bool]:
+        """(date labels, their deduplicated sentences, whether tags are written) of a pair."""
         segs = [s for item in (pair.older, pair.newer)
                 for s in _segments(item.text, item.timestamp) if s[2]]
         segs.sort(key=lambda s: s[0])  # stable: older input first on equal dates
@@ -210,12 +265,98 @@ class ExtractiveMerger:
             else:
                 merged.append((label, list(sents)))
         groups = dedup_sentences([s for _, s in merged], self.near_duplicate)
-        tagged = len(merged) > 1
-        parts = [(f"[{label}] " if tagged else "") + " ".join(g)
-                 for (label, _), g in zip(merged, groups) if g]
-        out = " ".join(parts)
+        return [lab for lab, _ in merged], groups, len(merged) > 1
+
+    def _merge_one(self, pair: MergePair) -> str:
+        labels, groups, tagged = self._merged(pair)
+        out = _write(labels, groups, tagged)
         if out:
             return out
-        # Nothing but tags/whitespace in both inputs: keep the raw text, never "".
-        raw = " ".join(t for t in (pair.older.text.strip(), pair.newer.text.strip()) if t)
-        return raw or f"[{format_date(pair.older.timestamp)}]"
+        return _raw(pair)
+
+
+def _write(labels: Sequence[str], groups: Sequence[Sequence[str]], tagged: bool) -> str:
+    return " ".join((f"[{label}] " if tagged else "") + " ".join(g) for label, g in zip(labels, groups) if g)
+
+
+def _raw(pair: MergePair) -> str:
+    """Nothing but tags/whitespace in both inputs: keep the raw text, never ""."""
+    raw = " ".join(t for t in (pair.older.text.strip(), pair.newer.text.strip()) if t)
+    return raw or f"[{format_date(pair.older.timestamp)}]"
+
+
+def has_info(sentence: str) -> bool:
+    """Whether a sentence carries a date, a number or a name (condensing's first tier): a
+    digit, a month or weekday name, or a capitalised word other than its first word (a
+    speaker's ``"Name:"`` counts as first) and "I"."""
+    if any(ch.isdigit() for ch in sentence):
+        return True
+    words = _WORD.findall(sentence)
+    if words and sentence.lstrip().startswith(words[0] + ":"):
+        words = words[1:]  # "Caroline: ..." -> the speaker label is not the content's name
+    for k, w in enumerate(words):
+        if w.lower() in _INFO_WORDS:
+            return True
+        if k > 0 and w[0].isupper() and w not in ("I", "I'm", "I've", "I'll", "I'd"):
+            return True
+    return False
+
+
+def _bag(text: str) -> Counter:
+    return Counter(t for t in _TOKEN.findall(text.lower()) if t not in _STOP)
+
+
+def _cosine(a: Counter, b: dict) -> float:
+    dot = sum(v * b.get(t, 0.0) for t, v in a.items())
+    na = math.sqrt(sum(v * v for v in a.values()))
+    nb = math.sqrt(sum(v * v for v in b.values()))
+    return dot / (na * nb) if na and nb else 0.0
+
+
+def _centroid(pair: MergePair) -> dict:
+    """The pair's centroid bag of words: each input's bag scaled to unit length, summed."""
+    cen: dict = {}
+    for item in (pair.older, pair.newer):
+        bag = _bag(item.text)
+        norm = math.sqrt(sum(v * v for v in bag.values())) or 1.0
+        for t, v in bag.items():
+            cen[t] = cen.get(t, 0.0) + v / norm
+    return cen
+
+
+def _condense_one(labels, groups, tagged, pair, cap, counter, sent_cost, tag_cost) -> str:
+    """The merge of ``pair`` cut to ``cap`` tokens (module docstring, "Condensing")."""
+    cen = _centroid(pair)
+    flat = [(g, i, s) for g, sents in enumerate(groups) for i, s in enumerate(sents)]
+    prio = sorted(range(len(flat)), key=lambda k: (not has_info(flat[k][2]), -_cosine(_bag(flat[k][2]), cen), k))
+    order = prio
+    while order:
+        keep, used, opened = set(), 0, set()
+        for k in order:
+            g = flat[k][0]
+            cost = sent_cost[flat[k][2]] + (tag_cost[f"[{labels[g]}]"] if tagged and g not in opened else 0)
+            if used + cost <= cap:
+                keep.add(k)
+                used += cost
+                opened.add(g)
+        if not keep:
+            break
+        kept = [[s for k, (g2, _, s) in enumerate(flat) if k in keep and g2 == g] for g in range(len(groups))]
+        text = _write(labels, kept, tagged)
+        if counter([text])[0] <= cap:
+            return text
+        order = [k for k in order if k in keep][:-1]  # the sum of parts was short: drop the last kept
+    if not flat:
+        return _raw(pair)
+    # not even the first sentence fits alone: the longest prefix of its words that does (one word at least)
+    g, _, s = flat[prio[0]]
+    prefix = f"[{labels[g]}] " if tagged else ""
+    words = s.split()
+    lo, hi = 1, len(words)  # the longest prefix of words within the cap (at least one word)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if counter([prefix + " ".join(words[:mid])])[0] <= cap:
+            lo = mid
+        else:
+            hi = mid - 1
+    return prefix + " ".join(words[:lo])
