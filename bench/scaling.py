@@ -72,10 +72,13 @@ def run_cli(n: int, a) -> dict:
         cmd += ["--device", a.device]
     if a.memory_budget:
         cmd += ["--memory-budget", a.memory_budget]
+    if a.preset:
+        cmd += ["--preset", a.preset]
     m = run_measured(cmd)
     rec = {"bench": "scaling-cli", "n": n, "dim": a.dim, "tenants_shape": a.tenants_shape,
            "tenants": int(len(tenant_sizes(n, a))), "kmeans": a.kmeans, "schedule": a.schedule, "ratio": a.ratio,
-           "reembed": a.reembed, "memory_budget": a.memory_budget, "seconds": m["seconds"],
+           "reembed": a.reembed, "memory_budget": a.memory_budget, "preset": a.preset or "memforest (CLI default)",
+           "seconds": m["seconds"],
            "peak_rss_mb": m["peak_rss_mb"], "peak_source": m["peak_source"], "returncode": m["returncode"]}
     if m["returncode"] != 0:
         rec["error"] = m["output_tail"]
@@ -135,6 +138,7 @@ def main(argv=None):
     ap.add_argument("--cli", action="store_true",
                     help="run `memforest compress` on a Parquet store as a child process (whole-process peak RSS)")
     ap.add_argument("--memory-budget", default=None, help="--cli: passed to memforest compress")
+    ap.add_argument("--preset", default=None, help="--cli: passed to memforest compress (default: the CLI's, memforest)")
     ap.add_argument("--workdir", default="/tmp/memforest-scaling", help="--cli / many: where stores are written")
     ap.add_argument("--out", default="runs/scaling.json")
     ap.add_argument("--plot", default=None)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .kernels import pack_segments
 from .partition import time_order
 
 __all__ = ["Bucket", "TreeBatch", "bucket_classes", "build_trees", "compute_dtype", "row_sims"]
@@ -105,7 +104,9 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
     N = embeddings.shape[0]
     T = len(tree_size)
     order = torch.argsort(timestamps, stable=True)  # slots in time order inside each tree
-    index, _, _ = pack_segments(tree, T, order=order, max_size=int(tree_size.max()) if T else 0)
+    items = order[torch.argsort(tree[order], stable=True)]  # (N,) node ids by (tree, time, index)
+    start = torch.as_tensor(np.cumsum(tree_size) - tree_size, dtype=torch.int64, device=dev)  # (T,)
+    size_t = torch.as_tensor(np.asarray(tree_size, dtype=np.int64), device=dev)  # (T,)
     pos = torch.empty(N, dtype=torch.int64, device=dev)  # rank by (tenant, time, index), exact at any N
     pos[time_order(codes, timestamps)] = torch.arange(N, dtype=torch.int64, device=dev)
     bucket_of = np.full(T, -1, dtype=np.int64)
@@ -114,7 +115,10 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
     for b, ids in enumerate(bucket_classes(tree_size)):
         m = int(tree_size[ids].max())
         trees = torch.as_tensor(ids, dtype=torch.int64, device=dev)
-        slots = index[trees, :m]  # (B, m)
+        col = torch.arange(m, dtype=torch.int64, device=dev)
+        ok = col[None, :] < size_t[trees][:, None]  # (B, m): each bucket cut from the sorted order,
+        at = (start[trees][:, None] + col[None, :]).clamp(max=max(N - 1, 0))  # never a (T, largest) index
+        slots = torch.where(ok, items[at], torch.full_like(at, -1))  # (B, m)
         val = slots >= 0
         s0 = slots.clamp(min=0)
         X = torch.empty(len(ids), m, embeddings.shape[1], dtype=dtype, device=dev)  # (B, m, D)
