@@ -84,6 +84,23 @@ def _edge_weights(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap: int | N
     return Wt, W, est
 
 
+#: most (tree, slot, slot) elements scored at a time: the edge terms make a few (B', m, m)
+#: int64 / float temporaries, so a bucket of big trees is scored in slices of trees
+EDGE_BUDGET = 1 << 25
+
+
+def _scored_edges_chunked(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap: int | None, rng,
+                          budget: int | None = None):
+    """:func:`_scored_edges` over slices of at most ``budget // m**2`` trees, concatenated.
+    Trees are independent (and the random ablation draws its (B', m, m) weights in row-major
+    order), so the result is the same as one call; only the temporaries are bounded."""
+    step = max(1, (budget or EDGE_BUDGET) // max(1, bk.m * bk.m))
+    if r.shape[0] <= step:
+        return _scored_edges(bk, r, cfg, cap, rng)
+    parts = [_scored_edges(bk, r[i:i + step], cfg, cap, rng) for i in range(0, r.shape[0], step)]
+    return tuple(torch.cat(x) for x in zip(*parts))
+
+
 def _scored_edges(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap: int | None, rng):
     """Spanning-forest edges of the rows ``r`` with their degree-adjusted scores.
     Shape: -> u, v, score, key, eligible, cos (B', m-1)"""
@@ -119,7 +136,7 @@ def plan_round(batch: TreeBatch, need: np.ndarray, remaining: np.ndarray, cfg: C
         if len(rows) == 0:
             continue
         r = torch.as_tensor(rows, dtype=torch.int64, device=dev)
-        u, v, score, key, ok, cos = _scored_edges(bk, r, cfg, cap, rng)
+        u, v, score, key, ok, cos = _scored_edges_chunked(bk, r, cfg, cap, rng)
         B, E = u.shape
         if E == 0:
             continue
