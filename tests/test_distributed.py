@@ -158,3 +158,14 @@ def test_cli_refuses_an_output_that_is_its_input(tmp_path):
     before = src.read_bytes()
     assert main(["compress", str(src), str(src), "--device", "cpu", "--embedder", "none"]) == 2
     assert src.read_bytes() == before
+
+
+def test_condensed_merges_are_counted_in_the_distributed_report():
+    st = synthetic_store(200, tenants=4, dim=16, seed=2, big_tenant_share=0.5)
+    cfg = CompressConfig(merge=MergeConfig(ratio=0.5, max_node_tokens=12))  # cap_policy "condense"
+    res = compress_distributed(st, cfg, split_above=50)
+    single = compress(st, cfg)
+    same_store(res.store, single.store)
+    assert single.report.condensed > 0
+    assert (res.report.condensed, res.report.condensed_tokens) == \
+        (single.report.condensed, single.report.condensed_tokens)

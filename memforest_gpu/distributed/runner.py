@@ -160,6 +160,8 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
     mine_info = {"chunks": chunks, "merges": [(rank, m) for m in merges],
                  "trees": {row["tenant"]: row["trees"] for r in reports[:1] if whole for row in r.tenants},
                  "rounds": sum(r.rounds for r in reports), "fallbacks": sum(r.fallbacks for r in reports),
+                 "condensed": sum(r.condensed for r in reports),
+                 "condensed_tokens": sum(r.condensed_tokens for r in reports),
                  "seconds": time.perf_counter() - t0, "merger": getattr(merger, "name", None),
                  "embedder": reports[0].embedder if reports else None,
                  "max_node_tokens": reports[0].max_node_tokens if reports else None}
@@ -208,6 +210,7 @@ def _assemble(store, cfg, gathered, plan, split, sizes, seconds) -> DistributedR
         rounds=max(g["rounds"] for g in gathered),
         merges=len(merges), schedule=cfg.merge.schedule, merger=name, embedder=emb_name, max_node_tokens=cap,
         seconds={"total": seconds, **{f"rank{r}": g["seconds"] for r, g in enumerate(gathered)}},
-        fallbacks=sum(g["fallbacks"] for g in gathered))
+        fallbacks=sum(g["fallbacks"] for g in gathered), condensed=sum(g["condensed"] for g in gathered),
+        condensed_tokens=sum(g["condensed_tokens"] for g in gathered))
     plan_d = [[{"tenant": it.tenant, "tree": it.tree, "nodes": it.size} for it in p] for p in plan]
     return DistributedResult(out, report, merges, plan_d, split)
