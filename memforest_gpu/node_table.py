@@ -22,14 +22,8 @@ import numpy as np
 import torch
 
 from .mergers.base import MemoryItem, MergePair
-from .store import (
-    ArrowView,
-    ColumnView,
-    MemoryStore,
-    TenantView,
-    _loads_meta,
-    compact_codes,
-)
+from .columns import ArrowView, ColumnView, TenantView, _dumps_meta, _loads_meta, compact_codes
+from .store import MemoryStore
 
 __all__ = ["NodeTable", "merged_id"]
 
@@ -199,7 +193,6 @@ class NodeTable:
         one take puts every column in output order."""
         import pyarrow as pa
 
-        from .store import _dumps_meta
 
         rows = np.asarray(rows, dtype=np.int64)
         is_o = rows < self.n
