@@ -14,6 +14,8 @@ import numpy as np
 __all__ = ["parse_size", "format_size", "node_bytes", "group_capacity", "output_batch_rows", "scan_tenants",
            "plan_groups", "TenantScan", "parts_dir"]
 
+from .io import ROW_GROUP_ROWS as OUTPUT_ROW_GROUP  # the in-memory write_store's row group
+
 log = logging.getLogger("memforest_gpu")
 
 # Working set of one node while a group is compressed, as a multiple of its float32 vector
@@ -31,7 +33,6 @@ BASELINE_BYTES = 400 << 20
 PART_BATCH_ROWS = 8192  # rows per record batch in the Arrow IPC parts
 SPLIT_BATCH_ROWS = 65536  # rows per record batch read while splitting a Parquet input
 OUTPUT_ROW_FIXED = 1024  # bytes of an output row besides its vector (id, text, sources, metadata)
-OUTPUT_ROW_GROUP = 1 << 20  # pyarrow's default row group: the in-memory write_store's layout
 PARTS_SUFFIX = ".parts"
 KEY = "__key"
 
@@ -69,8 +70,8 @@ def node_bytes(dim: int) -> int:
 
 
 def output_batch_rows(budget: int, dim: int) -> int:
-    """Rows per batch of the final write: pyarrow's default row group (then a Parquet output
-    is byte for byte the in-memory run's), fewer when half the group capacity cannot hold
+    """Rows per batch of the final write: write_store's row group (then a Parquet output is
+    byte for byte the in-memory run's), fewer when half the group capacity cannot hold
     that many (each output row is held about three times while a batch is assembled; the
     file then has smaller row groups, with the same rows)."""
     return int(max(1, min(OUTPUT_ROW_GROUP, group_capacity(budget) // 2 // (3 * 4 * dim + OUTPUT_ROW_FIXED))))
