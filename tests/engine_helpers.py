@@ -200,3 +200,21 @@ class RecordingMerger:
 def _round_sizes(res):
     c = Counter(m.round for m in res.merges)
     return [c[r] for r in range(1, res.report.rounds + 1)]
+
+
+def compress_counting_reads(store, cfg, merger):
+    """``compress`` on the CPU under :func:`count_host_reads`: (result, the counter, the reads
+    of each round, in order)."""
+    from memforest_gpu.engine import compress
+    from memforest_gpu.host_reads import count_host_reads
+
+    per_round = []
+    with count_host_reads() as reads:
+        last = [0]
+
+        def on_round(_k, _merges):
+            per_round.append(reads.total - last[0])
+            last[0] = reads.total
+
+        res = compress(store, cfg, merger=merger, device="cpu", on_round=on_round)
+    return res, reads, per_round

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine_helpers import compress_counting_reads
 from memforest_gpu.config import CompressConfig, MergeConfig
-from memforest_gpu.engine import compress
 from memforest_gpu.host_reads import count_host_reads
 from memforest_gpu.store import MemoryStore
 from memforest_gpu.synthetic import synthetic_store
@@ -39,17 +39,7 @@ def _store(n: int, tenants: int, dim: int = 64) -> MemoryStore:
 
 
 def _reads(store, schedule):
-    per_round = []
-    with count_host_reads() as reads:
-        last = [0]
-
-        def on_round(_k, _merges):
-            per_round.append(reads.total - last[0])
-            last[0] = reads.total
-
-        res = compress(store, CompressConfig(merge=MergeConfig(ratio=0.5, schedule=schedule)), merger=Concat(),
-                       device="cpu", on_round=on_round)
-    return res, reads, per_round
+    return compress_counting_reads(store, CompressConfig(merge=MergeConfig(ratio=0.5, schedule=schedule)), Concat())
 
 
 def test_counter_sees_the_reads_and_restores_torch():

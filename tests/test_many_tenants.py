@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine_helpers import check_invariants, same_output
+from engine_helpers import check_invariants, compress_counting_reads, same_output
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig
 from memforest_gpu.engine import compress
 from memforest_gpu.host_reads import count_host_reads
@@ -221,16 +221,7 @@ def test_retriever_builds_nothing_per_tenant(store):
 
 # --------------------------------------------------------------------------- no per-tenant device work
 def _setup_reads(st, schedule):
-    per_round = []
-    with count_host_reads() as reads:
-        last = [0]
-
-        def on_round(_k, _m):
-            per_round.append(reads.total - last[0])
-            last[0] = reads.total
-
-        compress(st, _cfg(schedule, alpha=0.001), merger=Concat(), device="cpu", on_round=on_round)
-    return per_round
+    return compress_counting_reads(st, _cfg(schedule, alpha=0.001), Concat())[2]
 
 
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
