@@ -34,15 +34,14 @@ target only once it is complete and synced.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import secrets
 from datetime import UTC
 from typing import Any
 
 import numpy as np
 
+from .atomic import atomic_open, atomic_write_text  # noqa: F401  (re-exported: callers import them from io)
 from .store import MemoryStore
 
 __all__ = ["FORMATS", "atomic_open", "atomic_write_text", "detect_format", "read_store", "write_store"]
@@ -524,63 +523,6 @@ def write_store(store: MemoryStore, path: str | os.PathLike, *, format: str | No
             pq.write_table(table, f, compression="zstd", row_group_size=ROW_GROUP_ROWS)
         else:
             _write_jsonl(store, f, iso=time_format == "iso")
-
-
-@contextlib.contextmanager
-def atomic_open(path: str | os.PathLike):
-    """Open a binary file that appears at ``path`` only when the block succeeds
-    (temp file in the same folder, fsync, ``os.replace``); on error nothing changes."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp, fd = _create_temp(directory, os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        try:  # keep the mode of a file being replaced
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-        except FileNotFoundError:
-            pass
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_dir(directory)
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write a text file atomically (see :func:`atomic_open`)."""
-    with atomic_open(path) as f:
-        f.write(text.encode("utf-8"))
-
-
-def _create_temp(directory: str, base: str) -> tuple[str, int]:
-    """A new, exclusive temp file next to the target; mode 0o666 minus the umask."""
-    for _ in range(100):
-        tmp = os.path.join(directory, f".{base}.{secrets.token_hex(6)}.tmp")
-        try:
-            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"could not create a temporary file in {directory!r}")
-
-
-def _fsync_dir(directory: str) -> None:
-    try:
-        dfd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return  # e.g. Windows
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
 
 
 def _dumps(v: Any, what: str, node_id: str) -> str:

@@ -28,6 +28,7 @@ import logging
 import os
 from typing import Sequence
 
+from .atomic import fsync_dir
 from .mergers.base import MergePair
 
 __all__ = ["JournaledMerger", "JournalWriteError", "run_fingerprint", "journal_path", "JOURNAL_SUFFIX"]
@@ -172,7 +173,7 @@ class JournaledMerger:
         self._f.flush()
         os.fsync(self._f.fileno())
         if new:
-            _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+            fsync_dir(os.path.dirname(os.path.abspath(self.path)))
         self.stats["journaled"] += len(records)
 
     def merge(self, pairs: Sequence[MergePair]) -> list[str]:
@@ -216,16 +217,3 @@ class JournaledMerger:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
-
-
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
