@@ -105,6 +105,12 @@ class _Setup:
     counter: Callable | None
     times: dict
 
+    @property
+    def plan_cap(self) -> int | None:
+        """The cap the planner excludes pairs by: ``strict`` only (``condense`` merges any pair
+        and cuts the text to the cap)."""
+        return self.cap if self.cfg.merge.cap_policy == "strict" else None
+
 
 def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger=None, embedder=None,
              device=None, progress: bool = False, on_round: Callable[[int, list[MergeRecord]], None] | None = None,
@@ -135,11 +141,10 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     vectors: list[torch.Tensor] = []  # merged nodes' vectors, one (P, D) block per round
     consumed: list[np.ndarray] = []  # rows merged away, one block per round
     rounds = fallbacks = condensed = condensed_tokens = 0
-    plan_cap = s.cap if s.cfg.merge.cap_policy == "strict" else None  # condense: no pair is too long to merge
     bar = _bar(progress, q.total, "merging")
     while (need := (remaining > 0) & ~stuck & (count >= 2)).any():
         t = time.perf_counter()
-        p = plan_round(batch, need, remaining, s.cfg, plan_cap, rng)
+        p = plan_round(batch, need, remaining, s.cfg, s.plan_cap, rng)
         got = np.bincount(p.tree_np, minlength=len(count))
         stuck |= need & (got == 0)  # no eligible edge left (node cap): hand the rest over
         redistribute(stuck, remaining, count, q.tree_tenant, shortfall)
@@ -193,8 +198,7 @@ def plan(store: MemoryStore, config: CompressConfig | None = None, *, embedder=N
     s = _setup(store, config, embedder, device, False, partition, quotas, budget)
     q = s.quotas
     need = (q.per_tree > 0) & (q.tree_size >= 2)
-    p = plan_round(s.batch, need, q.per_tree, s.cfg, s.cap if s.cfg.merge.cap_policy == "strict" else None,
-                   np.random.default_rng(s.cfg.merge.seed))
+    p = plan_round(s.batch, need, q.per_tree, s.cfg, s.plan_cap, np.random.default_rng(s.cfg.merge.seed))
     older, newer = _older_first(s.table, p)
     records = _records(s.table, 1, older, newer, p.similarity)
     pairs = s.table.merge_pairs(older, newer)
