@@ -7,10 +7,11 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    # `kernels/` is installed as `memforest_gpu.kernels` so it never collides with
-    # the unrelated PyPI package named `kernels`.
-    packages=find_packages(include=["memforest_gpu", "memforest_gpu.*"]) + ["memforest_gpu.kernels"],
-    package_dir={"memforest_gpu.kernels": "kernels"},
+    # `kernels/` sits at the repository's top level (the design card) and is the package
+    # `memforest_gpu.kernels` through the committed link `memforest_gpu/kernels -> ../kernels`,
+    # so an editable install, a wheel (the link is followed when it is built) and a plain
+    # checkout on PYTHONPATH import it the same way; it never collides with PyPI's `kernels`.
+    packages=find_packages(include=["memforest_gpu", "memforest_gpu.*"]),
     package_data={"memforest_gpu": ["data/*.jsonl"]},
     install_requires=[
         "torch>=2.1,<3",
