@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from engine_helpers import check_invariants, compress_counting_reads, same_output
+from margins import assert_enough, dot_tolerance, retrieval_margins
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig
 from memforest_gpu.engine import compress
 from memforest_gpu.host_reads import count_host_reads
@@ -187,8 +188,15 @@ def test_batched_retrieval_equals_per_tenant_search(agpr, large):
     r.large = large  # 20: tenants above 20 rows take the per-segment path, the rest the padded one
     got = r.search(q, tenants=tens, config=cfg)
     want_i, want_s = _per_tenant_search(st, q, tens, cfg)
-    assert torch.equal(got.index, want_i)
-    torch.testing.assert_close(got.score, want_s, rtol=0, atol=1e-6)
+    # the padded groups (bmm) and the per-tenant search (mm) may round differently: rows are
+    # compared where no near-tie decides them (margins.py), scores everywhere a pool agrees
+    tol = dot_tolerance(st.dim)
+    rows = {t: np.flatnonzero(np.asarray(st.tenants) == t) for t in set(tens)}
+    ok = torch.from_numpy(retrieval_margins(st.embeddings, st.timestamps, [rows[t] for t in tens], q, k=cfg.k,
+                                            agpr=agpr, L=cfg.L, lam=cfg.lam, gamma=cfg.gamma) > tol)
+    assert_enough(ok.numpy(), 250, "queries")
+    assert torch.equal(got.index[ok], want_i[ok])
+    torch.testing.assert_close(got.score[ok], want_s[ok], rtol=0, atol=tol)
     own = [[st.tenants[j] for j in row if j >= 0] for row in got.index.tolist()]
     assert all(set(o) <= {t} for o, t in zip(own, tens))
 

@@ -11,6 +11,8 @@ from memforest_gpu.config import RetrievalConfig
 from memforest_gpu.retrieval import Retriever, SearchResult, search
 from memforest_gpu.store import MemoryStore
 
+from margins import dot_tolerance, retrieval_margins
+
 D = 16
 T0 = 1.6e9
 SIZES = {"alice": 60, "bob": 45, "carol": 7, "dave": 1}
@@ -45,6 +47,16 @@ def rows_of(store, tenant):
 def np_unit(x):
     x = np.asarray(x, dtype=np.float64)
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def assert_separated(store, queries, tenant, k, **agpr):
+    """The references below are float64, the engine float32: their rankings are compared
+    exactly, which is only meaningful where no near-tie decides them. The fixture is chosen
+    so that every deciding gap exceeds the float32 rounding bound; this says so if it did not."""
+    rows = np.asarray(rows_of(store, tenant))
+    m = retrieval_margins(store.embeddings, store.timestamps, [rows] * len(queries), torch.as_tensor(queries),
+                          k=k, agpr=bool(agpr), **agpr)
+    assert (m > dot_tolerance(store.dim)).all(), (tenant, k, agpr, m.min())
 
 
 def ref_topk(store, q, tenant, k):
@@ -82,6 +94,7 @@ def ref_agpr(store, q, tenant, k, L=4, lam=0.2, gamma=0.9):
 def test_plain_topk_matches_numpy(store, queries, k):
     r = Retriever(store)
     for tenant in SIZES:
+        assert_separated(store, queries, tenant, k)
         res = r.search(queries, tenants=tenant, config=RetrievalConfig(k=k))
         assert isinstance(res, SearchResult) and res.index.shape == (len(queries), k)
         for qi, q in enumerate(queries.numpy()):
@@ -113,6 +126,7 @@ def test_per_query_tenants(store, queries):
     tens = ["alice", "bob", "carol", "dave", "alice", "bob", "carol", "dave", "bob"]
     res = r.search(queries, tenants=tens, config=RetrievalConfig(k=4))
     for qi, (q, t) in enumerate(zip(queries.numpy(), tens)):
+        assert_separated(store, queries[qi: qi + 1], t, 4)  # a batch of one may round differently
         exp_rows, _ = ref_topk(store, q, t, 4)
         assert [j for j in res.index[qi].tolist() if j >= 0] == exp_rows
         # same answer as a batch of one
@@ -122,6 +136,8 @@ def test_per_query_tenants(store, queries):
 
 def test_queries_need_not_be_normalised(store, queries):
     r = Retriever(store)
+    for k, agpr in ((8, {}), (8, {"L": 4, "lam": 0.2, "gamma": 0.9})):  # scaled queries normalise differently
+        assert_separated(store, queries, "alice", k, **agpr)
     a = r.search(queries, tenants="alice", config=RetrievalConfig(k=8, agpr=True))
     b = r.search(queries * 7.5, tenants="alice", config=RetrievalConfig(k=8, agpr=True))
     assert torch.equal(a.index, b.index)
@@ -148,6 +164,7 @@ def test_agpr_matches_plain_python(store, queries, k, L, lam, gamma):
     r = Retriever(store)
     cfg = RetrievalConfig(k=k, agpr=True, L=L, lam=lam, gamma=gamma)
     for tenant in ("alice", "bob", "carol"):
+        assert_separated(store, queries, tenant, k, L=L, lam=lam, gamma=gamma)
         res = r.search(queries, tenants=tenant, config=cfg)
         for qi, q in enumerate(queries.numpy()):
             exp_rows, exp_v, exp_s = ref_agpr(store, q, tenant, k, L=L, lam=lam, gamma=gamma)
@@ -164,6 +181,7 @@ def test_agpr_exact_ties_go_to_higher_similarity():
         st = make_store(seed=seed)
         q = torch.from_numpy(np.random.default_rng(100 + seed).standard_normal((20, D)).astype(np.float32))
         res = Retriever(st).search(q, tenants="alice", config=RetrievalConfig(k=6, agpr=True, L=1, lam=1.0, gamma=0.0))
+        assert_separated(st, q, "alice", 6, L=1, lam=1.0, gamma=0.0)  # equal p values are exact ties
         for qi in range(len(q)):
             exp_rows = ref_agpr(st, q[qi].numpy(), "alice", 6, L=1, lam=1.0, gamma=0.0)[0]
             if res.index[qi].tolist() != exp_rows:
