@@ -478,8 +478,8 @@ def test_iso_timestamps_round_trip_as_iso(tmp_path, capsys):
     assert all(isinstance(r["timestamp"], float) for r in rows2 if "id" in r)
 
 
-def test_readme_documents_the_jsonl_header_line():
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md"), encoding="utf-8").read()
+def test_docs_document_the_jsonl_header_line():
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "docs", "cli.md"), encoding="utf-8").read()
     assert '{"__memforest__": {"embedder":' in readme
 
 

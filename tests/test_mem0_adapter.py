@@ -343,24 +343,25 @@ def test_cli(tmp_path, capsys, provider):
 
 @pytest.mark.parametrize("provider", ["qdrant", "chroma"])
 def test_readme_mem0_workflow(tmp_path, monkeypatch, capsys, provider):
-    """The README's Mem0 section runs as written (model path swapped for the test's), with
-    its Qdrant config and with its Chroma ``vector_store`` section in place of Qdrant's."""
+    """The documented Mem0 workflow (docs/adapters.md) runs as written (model path swapped for
+    the test's), with its Qdrant config and with its Chroma ``vector_store`` section in place
+    of Qdrant's."""
     import re
     from pathlib import Path
 
     from memforest_gpu.adapters.cli import main
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "adapters.md").read_text()
     m = re.search(r"```yaml\n(# mem0\.yaml.*?)```\s*```bash\n(memforest mem0 .*?)```", readme, flags=re.S)
     if m is None:
-        skip_or_fail("README's Mem0 section (a ```yaml block starting '# mem0.yaml' then a ```bash block of "
+        skip_or_fail("docs/adapters.md's Mem0 section (a ```yaml block starting '# mem0.yaml' then a ```bash block of "
                      "memforest mem0 commands) no longer matches")
     yaml_text, commands = m.group(1), m.group(2)
     if provider == "chroma":
         need("chromadb")
         c = re.search(r"Chroma: the same commands with this `vector_store` section.*?```\n(.*?)```", readme, flags=re.S)
         if c is None:
-            skip_or_fail("README's Chroma `vector_store` section no longer matches")
+            skip_or_fail("docs/adapters.md's Chroma `vector_store` section no longer matches")
         section = "\n".join(line[2:] for line in c.group(1).splitlines()) + "\n"
         yaml_text, n = re.subn(r"vector_store:\n(?:  .*\n)+", section, yaml_text)
         assert n == 1 and "provider: chroma" in yaml_text
