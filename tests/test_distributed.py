@@ -80,8 +80,8 @@ def _worker(rank, world, init_file, out_dir):
         codes = torch.zeros(n, dtype=torch.int64)
         part = partition(one.embeddings, one.timestamps, codes, [big], pcfg)
         assert torch.equal(torch.unique(tree, return_inverse=True)[1], part.tree)
-        # the whole pipeline: output == single-process compress (the torchrun test runs "sequential")
-        for ratio, schedule in ((0.3, "matching"),):
+        # the whole pipeline, both schedules: output == single-process compress
+        for ratio, schedule in ((0.3, "matching"), (0.5, "sequential")):
             cfg = CompressConfig(merge=MergeConfig(ratio=ratio, schedule=schedule))
             res = compress_distributed(st, cfg)
             if rank != 0:

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from extras import need
 from memforest_gpu.mergers import MERGERS, ExtractiveMerger, get_merger
 from memforest_gpu.mergers.base import MemoryItem, MergePair, Merger
 from memforest_gpu.mergers.llm import LLMMerger, render_chat
@@ -227,7 +228,7 @@ def test_missing_packages_name_the_extra(monkeypatch):
 
 
 def test_transformers_merger_checks_its_model_path(tmp_path):
-    pytest.importorskip("transformers")
+    need("transformers")
     with pytest.raises(ValueError, match="local directory"):
         get_merger("transformers", model=str(tmp_path / "nope"))
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
