@@ -19,7 +19,7 @@ from common import Timer, peak_rss_mb, print_hardware, write_records  # noqa: E4
 
 from memforest_gpu.config import PartitionConfig  # noqa: E402
 from memforest_gpu.partition import n_clusters, partition  # noqa: E402
-from memforest_gpu.synthetic import synthetic_store  # noqa: E402
+from memforest_gpu.store.synthetic import synthetic_store  # noqa: E402
 
 
 def tree_stats(tree: np.ndarray, tree_tenant: np.ndarray, names: list[str]) -> dict:

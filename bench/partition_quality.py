@@ -17,7 +17,7 @@ from common import Timer, peak_rss_mb, print_hardware, write_records  # noqa: E4
 
 from memforest_gpu import PartitionConfig  # noqa: E402
 from memforest_gpu.partition import partition  # noqa: E402
-from memforest_gpu.synthetic import synthetic_store  # noqa: E402
+from memforest_gpu.store.synthetic import synthetic_store  # noqa: E402
 
 
 def kmeans_objective(X: torch.Tensor, labels: torch.Tensor) -> float:

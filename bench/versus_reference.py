@@ -22,7 +22,7 @@ from reference_pipeline import n_clusters, numpy_kmeans  # noqa: E402
 
 from memforest_gpu import CompressConfig, MergeConfig, compress  # noqa: E402
 from memforest_gpu.partition import partition  # noqa: E402
-from memforest_gpu.synthetic import synthetic_store  # noqa: E402
+from memforest_gpu.store.synthetic import synthetic_store  # noqa: E402
 
 
 class _NullMerger:

@@ -9,11 +9,11 @@ from pathlib import Path
 from .config import CompressConfig
 from .embedders import SentenceTransformerEmbedder, get_embedder
 from .engine import CompressResult, PlanResult, compress, plan
-from .io import detect_format, read_store, write_store
+from .store.io import detect_format, read_store, write_store
 from .journal import JournaledMerger, journal_path, run_fingerprint
 from .mergers import get_merger
 from .outputs import OutputLock, check_not_input, check_output
-from .store import MemoryStore
+from .store.memory_store import MemoryStore
 
 __all__ = ["load_store", "load_store_and_embedder", "compress_file", "plan_file", "resolve_embedder",
            "RunInterrupted"]

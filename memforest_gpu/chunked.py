@@ -75,7 +75,7 @@ def _read_state(path: str) -> dict:
 
 
 def _write_json(path: str, obj) -> None:
-    from .io import atomic_write_text
+    from .store.atomic import atomic_write_text
 
     atomic_write_text(path, json.dumps(obj, default=str))
 
@@ -92,7 +92,7 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
     (:func:`~memforest_gpu.api.compress_file` does both). ``echo``: one line per group
     (progress). Ctrl-C raises :class:`~memforest_gpu.api.RunInterrupted` saying what is kept.
     """
-    from .io import detect_format
+    from .store.io import detect_format
     from .journal import journal_path
     from .mergers import get_merger
 
@@ -211,7 +211,7 @@ class _GroupRunner:
 
     def _load(self, path: str, fmt: str):
         from .api import load_store_and_embedder
-        from .io import read_store
+        from .store.io import read_store
 
         if not self.loaded:
             store, self.emb = load_store_and_embedder(path, embedder=self.spec, device=self.device, format=fmt)
@@ -301,7 +301,7 @@ def compress_file_budgeted(src, dst, config, *, memory_budget: int, embedder: st
                            echo: Callable[[str], None] | None = None) -> BudgetedResult:
     """:func:`~memforest_gpu.api.compress_file` within ``memory_budget`` bytes: the same
     checks before any work, the same lock (``OUT.lock``) and journal, the same output."""
-    from .io import detect_format
+    from .store.io import detect_format
     from .journal import journal_path
     from .mergers import get_merger
     from .outputs import OutputLock, check_not_input, check_output

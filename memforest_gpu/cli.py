@@ -144,7 +144,7 @@ def check_embedder_flag(spec: str, *, allowed=("auto", "default", "none"), flag:
 
 def _compress(a) -> int:
     from .api import compress_file, plan_file
-    from .io import detect_format
+    from .store.io import detect_format
     from .mergers import get_merger
     from .outputs import check_output
     from .report import format_report
@@ -196,7 +196,7 @@ def _compress(a) -> int:
               f"{res.report.merges / total:.1f} merges/s overall")
     print(f"wrote {a.output}")
     if a.report:
-        from .io import atomic_write_text
+        from .store.atomic import atomic_write_text
 
         d = res.report.to_dict()
         if stats:
@@ -261,9 +261,9 @@ def printable(text: str) -> str:
 def _search(a) -> int:
     from .api import load_store_and_embedder
     from .config import RetrievalConfig
-    from .io import detect_format
+    from .store.io import detect_format
     from .retrieval import Retriever
-    from .timeutil import format_date
+    from .store.timeutil import format_date
 
     cfg = RetrievalConfig(k=a.k, agpr=a.agpr)
     check_embedder_flag(a.embedder, allowed=("auto", "default"))
@@ -288,7 +288,7 @@ def _search(a) -> int:
 
 
 def _info(a) -> int:
-    from .io import detect_format, read_store
+    from .store.io import detect_format, read_store
 
     detect_format(a.store, None, flag=None)  # no --format to suggest here
     probe = _NoVectors()

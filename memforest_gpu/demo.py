@@ -9,9 +9,9 @@ from importlib import resources
 from .config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
 from .embedders import SentenceTransformerEmbedder
 from .engine import compress
-from .io import read_store, write_store
+from .store.io import read_store, write_store
 from .retrieval import Retriever
-from .timeutil import format_date
+from .store.timeutil import format_date
 
 __all__ = ["run_demo", "sample_path", "demo_config", "DEMO_QUERY"]
 

@@ -32,7 +32,7 @@ from .partition import Partition, partition
 from .plan_round import DATE_TAG_TOKENS, Plan, plan_round
 from .quota import Quotas, quotas, redistribute
 from .records import MergeRecord
-from .store import MemoryStore
+from .store.memory_store import MemoryStore
 from .tree_batch import TreeBatch, build_trees
 
 __all__ = ["compress", "plan", "CompressResult", "CompressReport", "PlanResult", "MergeRecord", "merged_id",

@@ -46,7 +46,7 @@ import torch
 
 from .kernels import topk_search
 from .retrieval import Retriever
-from .store import MemoryStore
+from .store.memory_store import MemoryStore
 
 __all__ = ["IndexConfig", "INDEXES", "build_index", "default_nlist", "IndexedRetriever", "TorchIndex", "FaissIndex",
            "gpu_resources"]

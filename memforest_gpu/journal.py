@@ -28,7 +28,7 @@ import logging
 import os
 from typing import Sequence
 
-from .atomic import fsync_dir
+from .store.atomic import fsync_dir
 from .mergers.base import MergePair
 
 __all__ = ["JournaledMerger", "JournalWriteError", "run_fingerprint", "journal_path", "JOURNAL_SUFFIX"]

@@ -48,8 +48,8 @@ import numpy as np
 from .config import CompressConfig
 from .engine import CompressReport
 from .graph import MemoryGraph, compress_graph
-from .io import atomic_open
-from .store import MemoryStore
+from .store.atomic import atomic_open
+from .store.memory_store import MemoryStore
 
 __all__ = ["VideoGraph", "load_video_graph", "save_video_graph", "compress_video_graph", "VideoCompressResult",
            "M3_MODULE", "TEXT_TYPES", "is_m3_agent_path"]

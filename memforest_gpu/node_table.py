@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from .mergers.base import MemoryItem, MergePair
-from .columns import ArrowView, ColumnView, TenantView, _dumps_meta, _loads_meta, compact_codes
-from .store import MemoryStore
+from .store.columns import ArrowView, ColumnView, TenantView, _dumps_meta, _loads_meta, compact_codes
+from .store.memory_store import MemoryStore
 
 __all__ = ["NodeTable", "merged_id"]
 

@@ -10,7 +10,7 @@ import torch
 
 from .config import RetrievalConfig
 from .kernels import agpr_rerank, topk_rows, topk_search
-from .store import MemoryStore
+from .store.memory_store import MemoryStore
 
 __all__ = ["Retriever", "SearchResult", "search"]
 

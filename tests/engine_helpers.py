@@ -17,8 +17,8 @@ from memforest_gpu.mergers.base import MergePair
 from memforest_gpu.mergers.extractive import ExtractiveMerger
 from memforest_gpu.partition import partition
 from memforest_gpu.quota import removal_target
-from memforest_gpu.store import MemoryStore
-from memforest_gpu.synthetic import synthetic_store
+from memforest_gpu.store.memory_store import MemoryStore
+from memforest_gpu.store.synthetic import synthetic_store
 
 CPU = "cpu"
 DAY = 86400.0

@@ -18,7 +18,7 @@ from memforest_gpu.merge_call import merge_round, merge_round_capped
 from memforest_gpu.mergers.base import MemoryItem, MergePair
 from memforest_gpu.mergers.extractive import ExtractiveMerger
 from memforest_gpu.report import format_report
-from memforest_gpu.store import MemoryStore
+from memforest_gpu.store.memory_store import MemoryStore
 
 DAY = 86400.0
 CAP = 40

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from memforest_gpu.cli import main
-from memforest_gpu.io import read_store
+from memforest_gpu.store.io import read_store
 
 
 def _write_jsonl(path, n=60, tenants=("u1", "u2"), dim=16, seed=0, embed=True):

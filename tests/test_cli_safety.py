@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from memforest_gpu.cli import main
-from memforest_gpu.io import read_store, write_store
+from memforest_gpu.store.io import read_store, write_store
 
 from test_openai_merger import FakeChatServer, _store  # noqa: E402 (tests/ is on sys.path)
 
@@ -138,7 +138,7 @@ def test_a_journal_write_error_stops_the_run(tmp_path, capsys, monkeypatch):
 # ------------------------------------------------------------- 3. the output target is checked first
 @pytest.fixture
 def input_never_read(monkeypatch):
-    import memforest_gpu.io as io
+    import memforest_gpu.store.io as io
 
     def boom(*a, **kw):
         raise AssertionError("the input was read before the output target was checked")
@@ -274,7 +274,7 @@ def test_parquet_millisecond_integers_are_refused(tmp_path, capsys):
 def test_parse_timestamp_checks_one_range_for_every_form():
     from datetime import datetime, timedelta, timezone
 
-    from memforest_gpu.timeutil import EPOCH_MAX, EPOCH_MIN, parse_timestamp
+    from memforest_gpu.store.timeutil import EPOCH_MAX, EPOCH_MIN, parse_timestamp
 
     assert parse_timestamp(EPOCH_MAX) == EPOCH_MAX and parse_timestamp(EPOCH_MIN) == EPOCH_MIN
     assert parse_timestamp("9999-12-31T23:59:59Z") == EPOCH_MAX
@@ -457,7 +457,7 @@ def test_report_says_no_node_cap(tmp_path, capsys):
 def test_iso_timestamps_round_trip_as_iso(tmp_path, capsys):
     from datetime import datetime, timezone
 
-    from memforest_gpu.timeutil import parse_timestamp
+    from memforest_gpu.store.timeutil import parse_timestamp
 
     def iso(i):
         return datetime.fromtimestamp(1.7e9 + 3600 * i, tz=timezone.utc).isoformat()

@@ -13,12 +13,12 @@ import pytest
 import torch
 from test_io import assert_same, make_store
 
-import memforest_gpu.io as mio
+import memforest_gpu.store.io as mio
 from memforest_gpu import CompressConfig, MergeConfig, compress
-from memforest_gpu.io import read_store, write_store
+from memforest_gpu.store.io import read_store, write_store
 from memforest_gpu.node_table import NodeTable
-from memforest_gpu.store import ArrowView, MemoryStore, TenantView
-from memforest_gpu.synthetic import synthetic_store
+from memforest_gpu.store.memory_store import ArrowView, MemoryStore, TenantView
+from memforest_gpu.store.synthetic import synthetic_store
 from memforest_gpu.tree_batch import build_trees
 
 

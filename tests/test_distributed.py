@@ -15,7 +15,7 @@ from memforest_gpu.distributed import WorkItem, balance, compress_distributed, p
 from memforest_gpu.distributed.plan import cost, tenants_to_split
 from memforest_gpu.kernels import kmeans
 from memforest_gpu.partition import n_clusters, partition, tenant_streams, tenant_uniforms
-from memforest_gpu.synthetic import synthetic_store
+from memforest_gpu.store.synthetic import synthetic_store
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 
@@ -151,7 +151,7 @@ def test_cli_errors(tmp_path, capsys):
 
 def test_cli_refuses_an_output_that_is_its_input(tmp_path):
     from memforest_gpu.distributed.__main__ import main
-    from memforest_gpu.io import write_store
+    from memforest_gpu.store.io import write_store
 
     src = tmp_path / "in.parquet"
     write_store(_store(), src)

@@ -24,7 +24,7 @@ from memforest_gpu.embedders import count_words
 from memforest_gpu.engine import DATE_TAG_TOKENS, compress
 from memforest_gpu.partition import partition
 from memforest_gpu.quota import removal_target
-from memforest_gpu.store import MemoryStore
+from memforest_gpu.store.memory_store import MemoryStore
 from kernel_helpers import kruskal_ref
 from engine_helpers import (CPU, DAY, NAMES, SIZES, build_store, cfg_of, run, check_invariants, tree_of_originals,
                             same_output, big_store, small_store, _round_sizes, _one_thread)  # noqa: F401

@@ -12,8 +12,8 @@ from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, T
 from memforest_gpu.evaluation.methods import (ABLATIONS, DEFAULT_METHODS, MethodSpec, compress_with,
                                               parse_method)
 from memforest_gpu.quota import removal_target
-from memforest_gpu.store import MemoryStore
-from memforest_gpu.synthetic import synthetic_store
+from memforest_gpu.store.memory_store import MemoryStore
+from memforest_gpu.store.synthetic import synthetic_store
 
 PRUNING = ("random_prune", "kmeans_prune", "dart")
 MERGING = ("random_merge", "tome")

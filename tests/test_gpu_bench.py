@@ -111,7 +111,7 @@ def test_fast_store_is_a_valid_memory_like_store():
     import torch
 
     from gpu_ctx import fast_store, noisy_queries
-    from memforest_gpu.store import MemoryStore
+    from memforest_gpu.store.memory_store import MemoryStore
 
     st = fast_store(5000, 16, tenants=4, big_share=0.5, seed=3)
     assert len(st) == 5000 and len(set(st.ids)) == 5000 and st.sources == [[i] for i in st.ids]

@@ -12,8 +12,8 @@ import torch
 from engine_helpers import compress_counting_reads
 from memforest_gpu.config import CompressConfig, MergeConfig
 from memforest_gpu.host_reads import count_host_reads
-from memforest_gpu.store import MemoryStore
-from memforest_gpu.synthetic import synthetic_store
+from memforest_gpu.store.memory_store import MemoryStore
+from memforest_gpu.store.synthetic import synthetic_store
 
 ROUND_BUDGET = 10  # host reads per merge round
 TOTAL_BUDGET = 300  # host reads of a whole 20,000-node compress

@@ -5,7 +5,7 @@ import torch
 
 from memforest_gpu import MemoryStore, RetrievalConfig, Retriever
 from memforest_gpu.index import IndexConfig, IndexedRetriever, build_index, default_nlist
-from memforest_gpu.synthetic import synthetic_store
+from memforest_gpu.store.synthetic import synthetic_store
 
 faiss = pytest.importorskip("faiss")
 

@@ -1,4 +1,4 @@
-"""Tests for memforest_gpu.io: Parquet / JSONL round trips, errors, atomic writes."""
+"""Tests for memforest_gpu.store.io: Parquet / JSONL round trips, errors, atomic writes."""
 from __future__ import annotations
 
 import json
@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from memforest_gpu.io import FORMATS, detect_format, read_store, write_store
-from memforest_gpu.store import MemoryStore
+from memforest_gpu.store.io import FORMATS, detect_format, read_store, write_store
+from memforest_gpu.store.memory_store import MemoryStore
 
 D = 8
 
@@ -333,7 +333,7 @@ def test_atomic_write_failure_keeps_old_file(tmp_path, monkeypatch, fmt):
 
         monkeypatch.setattr(pq, "write_table", boom)
     else:
-        import memforest_gpu.io as mio
+        import memforest_gpu.store.io as mio
 
         real_dumps = mio._dumps
         calls = {"n": 0}

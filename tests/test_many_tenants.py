@@ -16,7 +16,7 @@ from memforest_gpu.kernels import cluster_centres, kmeans
 from memforest_gpu.kernels.agpr import agpr_rerank, topk_search
 from memforest_gpu.partition import closed_form_centres, partition, time_order
 from memforest_gpu.retrieval import Retriever
-from memforest_gpu.store import MemoryStore
+from memforest_gpu.store.memory_store import MemoryStore
 
 
 class Concat:

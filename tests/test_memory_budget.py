@@ -12,8 +12,8 @@ import pytest
 from memforest_gpu import chunked
 from memforest_gpu.chunked import group_capacity, node_bytes, output_batch_rows, parse_size, plan_groups
 from memforest_gpu.cli import main
-from memforest_gpu.io import write_store
-from memforest_gpu.synthetic import heavy_tailed_sizes, synthetic_store, write_synthetic_parquet
+from memforest_gpu.store.io import write_store
+from memforest_gpu.store.synthetic import heavy_tailed_sizes, synthetic_store, write_synthetic_parquet
 
 DIM = 16
 N = 600
@@ -181,7 +181,7 @@ def test_heavy_tailed_sizes():
 
 
 def test_write_synthetic_parquet_in_batches(tmp_path):
-    from memforest_gpu.io import read_store
+    from memforest_gpu.store.io import read_store
 
     sizes = heavy_tailed_sizes(3000, 100, seed=1)
     path = str(tmp_path / "s.parquet")
@@ -248,6 +248,6 @@ def test_mixed_unit_and_raw_vectors(tmp_path, fmt):
 
 def test_output_batches_follow_write_stores_row_group():
     # a budgeted Parquet output is byte for byte the in-memory one only with the same row groups
-    from memforest_gpu.io import ROW_GROUP_ROWS
+    from memforest_gpu.store.io import ROW_GROUP_ROWS
 
     assert output_batch_rows(64 << 30, 384) == ROW_GROUP_ROWS

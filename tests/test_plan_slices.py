@@ -6,7 +6,7 @@ import torch
 import memforest_gpu.plan_round as plan_round
 from memforest_gpu import compress
 from memforest_gpu.config import preset
-from memforest_gpu.synthetic import synthetic_store
+from memforest_gpu.store.synthetic import synthetic_store
 
 
 @pytest.mark.parametrize("name", ["memforest", "paper"])

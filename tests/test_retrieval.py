@@ -9,7 +9,7 @@ import torch
 
 from memforest_gpu.config import RetrievalConfig
 from memforest_gpu.retrieval import Retriever, SearchResult, search
-from memforest_gpu.store import MemoryStore
+from memforest_gpu.store.memory_store import MemoryStore
 
 D = 16
 T0 = 1.6e9

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from ..io import atomic_open
+from ..store.atomic import atomic_open
 from .vectors import Point
 
 __all__ = ["write_backup", "read_backup", "BACKUP_KEY", "payload_json"]

@@ -78,7 +78,7 @@ def _progress(a) -> bool:  # bars only on a terminal
 
 def _write_report(a, d: dict) -> None:
     if a.report:
-        from ..io import atomic_write_text
+        from ..store.atomic import atomic_write_text
 
         atomic_write_text(a.report, json.dumps(d, indent=2, default=str))
 
@@ -144,7 +144,7 @@ def _graph_compress(a) -> int:
     from ..report import format_report
 
     from ..cli import check_embedder_flag
-    from ..io import detect_format
+    from ..store.io import detect_format
     from ..m3agent import is_m3_agent_path
     from ..outputs import check_output
 

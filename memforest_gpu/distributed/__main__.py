@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from ..io import atomic_write_text, write_store
+    from ..store.atomic import atomic_write_text
+    from ..store.io import write_store
     from ..mergers import get_merger
     from ..report import format_report
     from .runner import compress_distributed

@@ -37,7 +37,7 @@ from ..device import resolve_device
 from ..engine import CompressReport, MergeRecord, compress
 from ..partition import Partition
 from ..quota import Quotas, allocate, removal_target
-from ..store import MemoryStore
+from ..store.memory_store import MemoryStore
 from .kmeans import _world, partition_tenant
 from .plan import WorkItem, balance, tenants_to_split
 

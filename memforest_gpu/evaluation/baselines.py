@@ -36,7 +36,7 @@ from ..kernels import cluster_centres, kmeans
 from ..mergers.extractive import ExtractiveMerger
 from ..node_table import NodeTable
 from ..quota import removal_target
-from ..store import MemoryStore
+from ..store.memory_store import MemoryStore
 
 __all__ = ["random_prune", "kmeans_prune", "dart", "random_merge", "tome", "BASELINES", "DART_PIVOTS"]
 

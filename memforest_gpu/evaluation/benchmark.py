@@ -15,8 +15,9 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from ..io import atomic_open, iter_jsonl_objects, read_store
-from ..store import MemoryStore
+from ..store.atomic import atomic_open
+from ..store.io import iter_jsonl_objects, read_store
+from ..store.memory_store import MemoryStore
 
 __all__ = ["Question", "Benchmark", "load_benchmark", "write_benchmark", "read_questions"]
 

@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..io import atomic_open
+from ..store.atomic import atomic_open
 
 __all__ = ["CachedEmbedder"]
 

@@ -236,7 +236,7 @@ def _run_loo(a) -> int:
 
 def _loo_report(a, cs, names: list[str], t0: float) -> int:
     """Select per fold among ``names``, write loo.md / loo.json, print the preset rule's pick."""
-    from ..io import atomic_write_text
+    from ..store.atomic import atomic_write_text
     from .loo import leave_one_out, loo_markdown, paper_candidate, preset_choice
 
     paper = paper_candidate()

@@ -30,7 +30,7 @@ from ..config import CompressConfig, RetrievalConfig
 from ..kernels.agpr import n_anchors
 from ..partition import n_clusters
 from ..retrieval import Retriever
-from ..store import MemoryStore
+from ..store.memory_store import MemoryStore
 from .benchmark import Benchmark
 from .methods import MethodSpec, compress_with, parse_method
 from .metrics import CUTS, NodeViews, answer_tokens, nanmean, score_ranked

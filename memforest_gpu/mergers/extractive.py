@@ -2,7 +2,7 @@
 
 No model, no network, deterministic. A merged memory carries one timestamp, so the
 dates live in the text: segments of different days are written with a date tag such
-as ``[8 May 2023]`` (the format of :func:`memforest_gpu.timeutil.format_date`), and
+as ``[8 May 2023]`` (the format of :func:`memforest_gpu.store.timeutil.format_date`), and
 tags written by an earlier merge are read back, so merging a merge keeps every date.
 
 Rules, in order:
@@ -46,7 +46,7 @@ from datetime import date
 from functools import lru_cache
 from typing import Callable, Sequence
 
-from ..timeutil import DATE_TAG, MONTHS, format_date
+from ..store.timeutil import DATE_TAG, MONTHS, format_date
 from .base import MergePair
 
 __all__ = ["ExtractiveMerger", "split_sentences", "normalize", "dedup_sentences", "has_info"]

@@ -41,10 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from .atomic import atomic_open, atomic_write_text  # noqa: F401  (re-exported: callers import them from io)
-from .store import MemoryStore
+from .atomic import atomic_open
+from .memory_store import MemoryStore
 
-__all__ = ["FORMATS", "atomic_open", "atomic_write_text", "detect_format", "read_store", "write_store"]
+__all__ = ["FORMATS", "detect_format", "read_store", "write_store"]
 
 FORMATS = ("parquet", "jsonl")
 
@@ -140,7 +140,7 @@ def read_store(
 
 def _select_tenants(cols: dict, tenants: str | list[str], path: str) -> dict:
     """Keep only the rows of ``tenants`` (JSONL columns: Python lists)."""
-    from .store import DEFAULT_TENANT
+    from .memory_store import DEFAULT_TENANT
 
     want = [tenants] if isinstance(tenants, str) else list(tenants)
     n = len(cols["id"])
@@ -167,7 +167,7 @@ def _tenant_mask(pf, want: list[str], path: str):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from .store import DEFAULT_TENANT
+    from .memory_store import DEFAULT_TENANT
 
     names: dict[str, None] = {}
     masks, count = [], 0
@@ -193,7 +193,7 @@ def _first_appearance(pf, has: bool) -> list[str]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from .store import DEFAULT_TENANT
+    from .memory_store import DEFAULT_TENANT
 
     if not has:
         return [DEFAULT_TENANT]

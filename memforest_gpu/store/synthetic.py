@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .store import MemoryStore
+from .memory_store import MemoryStore
 
 __all__ = ["synthetic_store", "heavy_tailed_sizes", "few_tenant_sizes", "write_synthetic_parquet"]
 
@@ -105,7 +105,7 @@ def few_tenant_sizes(n_nodes: int, n_tenants: int = 8, big_share: float = 0.5) -
 def write_synthetic_parquet(path: str, sizes, *, dim: int = 384, seed: int = 0, noise: float = 0.35,
                             start: float = 1.6e9, batch_rows: int = 65536) -> int:
     """Write a synthetic store with these tenant ``sizes`` (nodes per tenant) to a Parquet
-    file in the layout of :func:`~memforest_gpu.io.write_store`, one row group of at most
+    file in the layout of :func:`~memforest_gpu.store.io.write_store`, one row group of at most
     ``batch_rows`` rows at a time, never holding the whole store (5,000,000 nodes at
     D = 384 are 7.7 GB of vectors). Same kind of data as :func:`synthetic_store` (topics
     walked over time, unit vectors, distinct short texts), not the same values. Returns
@@ -114,7 +114,7 @@ def write_synthetic_parquet(path: str, sizes, *, dim: int = 384, seed: int = 0, 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from .io import atomic_open
+    from .atomic import atomic_open
 
     sizes = np.asarray(sizes, dtype=np.int64)
     if batch_rows < 1:

@@ -14,7 +14,7 @@ import torch
 
 from .columns import (ArrowView, ColumnView, MetadataView, TenantView, _dumps_meta, _encode_tenants,
                       _identity_sources, _large_str, compact_codes)
-from .store_checks import (DEFAULT_TENANT, _check_ids, _check_metadata, _check_sources, _check_tenants,
+from .checks import (DEFAULT_TENANT, _check_ids, _check_metadata, _check_sources, _check_tenants,
                            _check_texts, _check_timestamps)
 
 __all__ = ["DEFAULT_TENANT", "ArrowView", "ColumnView", "MemoryStore", "MetadataView", "TenantView", "as_embedding_tensor"]
@@ -177,7 +177,7 @@ class MemoryStore:
         Raises ``ValueError`` naming the first bad value (empty store, duplicate ids,
         non-finite/zero/mixed-dimension embeddings, unreadable timestamps, ...).
         """
-        from .device import resolve_device
+        from ..device import resolve_device
 
         n = len(ids)
         if n == 0:

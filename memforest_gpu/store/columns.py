@@ -1,6 +1,6 @@
 """Read-only column views over a store's Arrow arrays and tenant codes, and the helpers
 that build those arrays (large strings, identity sources, tenant encoding, JSON metadata).
-:class:`~memforest_gpu.store.MemoryStore` exposes its columns through these views."""
+:class:`~memforest_gpu.store.memory_store.MemoryStore` exposes its columns through these views."""
 from __future__ import annotations
 
 import json
