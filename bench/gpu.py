@@ -44,7 +44,7 @@ def plan(store, config, device):
 
     The one call of the engine's planning API in the GPU run: :func:`memforest_gpu.engine.plan`;
     returns its ``PlanResult`` (``report.seconds`` per stage, ``records`` = the planned pairs)."""
-    from memforest_gpu.engine import plan as plan_first_round
+    from memforest_gpu.engine.compress import plan as plan_first_round
 
     return plan_first_round(store, config, device=device)
 

@@ -76,7 +76,7 @@ def step_plan(ctx: Ctx) -> None:
     from gpu import plan
 
     from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig
-    from memforest_gpu.host_reads import count_host_reads
+    from memforest_gpu.engine.host_reads import count_host_reads
     from memforest_gpu.kernels.triton_assign import fallback_reasons
 
     s = ctx.size

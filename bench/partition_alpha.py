@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import Timer, peak_rss_mb, print_hardware, write_records  # noqa: E402
 
 from memforest_gpu.config import PartitionConfig  # noqa: E402
-from memforest_gpu.partition import n_clusters, partition  # noqa: E402
+from memforest_gpu.engine.partition import n_clusters, partition  # noqa: E402
 from memforest_gpu.store.synthetic import synthetic_store  # noqa: E402
 
 

@@ -41,7 +41,7 @@ def main(argv=None):
     from memforest_gpu.evaluation.benchmark import load_benchmark
     from memforest_gpu.evaluation.cache import CachedEmbedder
     from memforest_gpu.evaluation.harness import EvalConfig, cell_key, run_grid
-    from memforest_gpu.partition import n_clusters
+    from memforest_gpu.engine.partition import n_clusters
 
     torch.set_num_threads(1)
     bench = one_tenant(load_benchmark(a.benchmark))

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import Timer, peak_rss_mb, print_hardware, write_records  # noqa: E402
 
 from memforest_gpu import PartitionConfig  # noqa: E402
-from memforest_gpu.partition import partition  # noqa: E402
+from memforest_gpu.engine.partition import partition  # noqa: E402
 from memforest_gpu.store.synthetic import synthetic_store  # noqa: E402
 
 

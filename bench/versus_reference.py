@@ -21,7 +21,7 @@ from merge_reference import reference_compress  # noqa: E402
 from reference_pipeline import n_clusters, numpy_kmeans  # noqa: E402
 
 from memforest_gpu import CompressConfig, MergeConfig, compress  # noqa: E402
-from memforest_gpu.partition import partition  # noqa: E402
+from memforest_gpu.engine.partition import partition  # noqa: E402
 from memforest_gpu.store.synthetic import synthetic_store  # noqa: E402
 
 

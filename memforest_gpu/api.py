@@ -8,7 +8,8 @@ from pathlib import Path
 
 from .config import CompressConfig
 from .embedders import SentenceTransformerEmbedder, get_embedder
-from .engine import CompressResult, PlanResult, compress, plan
+from .engine import CompressResult, compress
+from .engine.compress import PlanResult, plan
 from .store.io import detect_format, read_store, write_store
 from .journal import JournaledMerger, journal_path, run_fingerprint
 from .mergers import get_merger

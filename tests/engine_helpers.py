@@ -15,8 +15,8 @@ from memforest_gpu.embedders import count_words
 from memforest_gpu.engine import DATE_TAG_TOKENS, CompressResult, compress, merged_id
 from memforest_gpu.mergers.base import MergePair
 from memforest_gpu.mergers.extractive import ExtractiveMerger
-from memforest_gpu.partition import partition
-from memforest_gpu.quota import removal_target
+from memforest_gpu.engine.partition import partition
+from memforest_gpu.engine.quotas import removal_target
 from memforest_gpu.store.memory_store import MemoryStore
 from memforest_gpu.store.synthetic import synthetic_store
 
@@ -206,7 +206,7 @@ def compress_counting_reads(store, cfg, merger):
     """``compress`` on the CPU under :func:`count_host_reads`: (result, the counter, the reads
     of each round, in order)."""
     from memforest_gpu.engine import compress
-    from memforest_gpu.host_reads import count_host_reads
+    from memforest_gpu.engine.host_reads import count_host_reads
 
     per_round = []
     with count_host_reads() as reads:

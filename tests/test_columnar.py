@@ -16,10 +16,10 @@ from test_io import assert_same, make_store
 import memforest_gpu.store.io as mio
 from memforest_gpu import CompressConfig, MergeConfig, compress
 from memforest_gpu.store.io import read_store, write_store
-from memforest_gpu.node_table import NodeTable
+from memforest_gpu.engine.node_table import NodeTable
 from memforest_gpu.store.memory_store import ArrowView, MemoryStore, TenantView
 from memforest_gpu.store.synthetic import synthetic_store
-from memforest_gpu.tree_batch import build_trees
+from memforest_gpu.engine.trees import build_trees
 
 
 def err(fn, *a, **kw) -> str:
@@ -217,7 +217,7 @@ def test_parquet_written_in_row_groups(tmp_path, monkeypatch):
 
 
 def test_assemble_from_round_blocks_equals_one_tensor():
-    from memforest_gpu.assemble import assemble
+    from memforest_gpu.engine.assemble import assemble
 
     st = synthetic_store(6, tenants=1, dim=4, seed=5)
     table = NodeTable(st)

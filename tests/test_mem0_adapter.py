@@ -26,7 +26,7 @@ from memforest_gpu.adapters.backup import payload_json, read_backup  # noqa: E40
 from memforest_gpu.adapters.mem0 import (Scope, close_memory, compress_mem0, format_plan, load_memory,  # noqa: E402
                                          restore_mem0)
 from memforest_gpu.adapters.vectors import provider_of, read_points  # noqa: E402
-from memforest_gpu.quota import removal_target  # noqa: E402
+from memforest_gpu.engine.quotas import removal_target  # noqa: E402
 
 FACTS = [
     "{u} is allergic to peanuts.", "{u} has a severe peanut allergy and carries an EpiPen.",

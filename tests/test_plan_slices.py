@@ -3,7 +3,7 @@ without changing a single plan."""
 import pytest
 import torch
 
-import memforest_gpu.plan_round as plan_round
+import memforest_gpu.engine.plan as plan_round
 from memforest_gpu import compress
 from memforest_gpu.config import preset
 from memforest_gpu.store.synthetic import synthetic_store

@@ -35,8 +35,8 @@ import torch.distributed as dist
 from ..config import CompressConfig
 from ..device import resolve_device
 from ..engine import CompressReport, MergeRecord, compress
-from ..partition import Partition
-from ..quota import Quotas, allocate, removal_target
+from ..engine.partition import Partition
+from ..engine.quotas import Quotas, allocate, removal_target
 from ..store.memory_store import MemoryStore
 from .kmeans import _world, partition_tenant
 from .plan import WorkItem, balance, tenants_to_split

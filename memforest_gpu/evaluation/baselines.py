@@ -34,8 +34,8 @@ from ..embedders import count_words
 from ..engine import DATE_TAG_TOKENS, CompressReport, CompressResult
 from ..kernels import cluster_centres, kmeans
 from ..mergers.extractive import ExtractiveMerger
-from ..node_table import NodeTable
-from ..quota import removal_target
+from ..engine.node_table import NodeTable
+from ..engine.quotas import removal_target
 from ..store.memory_store import MemoryStore
 
 __all__ = ["random_prune", "kmeans_prune", "dart", "random_merge", "tome", "BASELINES", "DART_PIVOTS"]
@@ -158,7 +158,7 @@ class _Table(NodeTable):
         """Merge each pair (one merger call for all); returns the new rows (not embedded yet)."""
         ordered = [self.order(a, b) for a, b in pairs]
         batch = [self.merge_pair(o, n) for o, n in ordered]
-        from ..merge_call import merge_round  # the engine's fallback rules: never lose a memory
+        from ..engine.merge_call import merge_round  # the engine's fallback rules: never lose a memory
 
         texts, _, _ = merge_round(merger, fallback, batch)
         new = []

@@ -28,7 +28,7 @@ import torch
 
 from ..config import CompressConfig, RetrievalConfig
 from ..kernels.agpr import n_anchors
-from ..partition import n_clusters
+from ..engine.partition import n_clusters
 from ..retrieval import Retriever
 from ..store.memory_store import MemoryStore
 from .benchmark import Benchmark

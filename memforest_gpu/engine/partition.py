@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .config import PartitionConfig
-from .kernels import cluster_centres, kmeans, reassign_to_centres, size_buckets
-from .kernels.rand import stream_keys
+from ..config import PartitionConfig
+from ..kernels import cluster_centres, kmeans, reassign_to_centres, size_buckets
+from ..kernels.rand import stream_keys
 from .two_level import two_level_clusters
 
 __all__ = ["Partition", "partition", "time_order", "n_clusters", "tenant_uniforms", "tenant_streams",

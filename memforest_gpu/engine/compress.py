@@ -8,7 +8,7 @@
 Each stage is a function in its own module; :func:`compress` only wires them, and owns
 progress, timing and the report. :func:`plan` is the dry run: the first round's pairs.
 The host reads a constant number of device values per round (the plan), whatever the
-number of trees, pairs and tenants (:mod:`memforest_gpu.host_reads` counts them).
+number of trees, pairs and tenants (:mod:`memforest_gpu.engine.host_reads` counts them).
 """
 from __future__ import annotations
 
@@ -19,21 +19,21 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .apply_round import apply_round, pair_means
+from .apply import apply_round, pair_means
 from .assemble import assemble
-from .config import CompressConfig
-from .device import resolve_device
-from .embedders import count_words
+from ..config import CompressConfig
+from ..device import resolve_device
+from ..embedders import count_words
 from .merge_call import merge_round_capped
-from .mergers.base import MergePair
-from .mergers.extractive import ExtractiveMerger
+from ..mergers.base import MergePair
+from ..mergers.extractive import ExtractiveMerger
 from .node_table import NodeTable, merged_id
 from .partition import Partition, partition
-from .plan_round import DATE_TAG_TOKENS, Plan, plan_round
-from .quota import Quotas, quotas, redistribute
+from .plan import DATE_TAG_TOKENS, Plan, plan_round
+from .quotas import Quotas, quotas, redistribute
 from .records import MergeRecord
-from .store.memory_store import MemoryStore
-from .tree_batch import TreeBatch, build_trees
+from ..store.memory_store import MemoryStore
+from .trees import TreeBatch, build_trees
 
 __all__ = ["compress", "plan", "CompressResult", "CompressReport", "PlanResult", "MergeRecord", "merged_id",
            "DATE_TAG_TOKENS"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .plan_round import Plan
-from .tree_batch import TreeBatch, compute_dtype, row_sims
+from .plan import Plan
+from .trees import TreeBatch, compute_dtype, row_sims
 
 __all__ = ["apply_round", "pair_means"]
 

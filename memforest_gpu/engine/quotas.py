@@ -20,7 +20,7 @@ __all__ = ["Quotas", "quotas", "removal_target", "allocate", "allocate_segments"
 @dataclass(frozen=True)
 class Quotas:
     """Removals per tree and per tenant. Trees are ordered tenant-major (as in
-    :class:`~memforest_gpu.partition.Partition`).
+    :class:`~memforest_gpu.engine.partition.Partition`).
 
     Shape: per_tree, tree_size, tree_tenant (T,); target, shortfall (n_tenants,), int64
     """

@@ -4,7 +4,7 @@
 :class:`Bucket` of B trees padded to m slots: node rows, vectors (B, m, D), the cosine
 matrix (B, m, m) kept current one row/column per merge, timestamps, token counts and each
 slot's span of positions. Slots are in time order inside a tree, so a slot index is a
-stable tie key. :func:`~memforest_gpu.apply_round.apply_round` updates these tensors in
+stable tie key. :func:`~memforest_gpu.engine.apply.apply_round` updates these tensors in
 place after each round; nothing here reads a value back to the host.
 """
 from __future__ import annotations

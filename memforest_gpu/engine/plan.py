@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .config import CompressConfig
-from .kernels import best_edge_per_tree, greedy_matching, spanning_forest, tree_degrees
-from .kernels.mst import edge_key
-from .tree_batch import Bucket, TreeBatch
+from ..config import CompressConfig
+from ..kernels import best_edge_per_tree, greedy_matching, spanning_forest, tree_degrees
+from ..kernels.mst import edge_key
+from .trees import Bucket, TreeBatch
 
 __all__ = ["Plan", "plan_round", "DATE_TAG_TOKENS"]
 

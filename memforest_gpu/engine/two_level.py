@@ -16,9 +16,9 @@ import zlib
 import numpy as np
 import torch
 
-from .kernels import best_match, cluster_centres, kmeans, pack_segments, size_buckets
-from .kernels.rand import stream_keys
-from .quota import allocate
+from ..kernels import best_match, cluster_centres, kmeans, pack_segments, size_buckets
+from ..kernels.rand import stream_keys
+from .quotas import allocate
 
 __all__ = ["two_level_clusters"]
 

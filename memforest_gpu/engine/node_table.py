@@ -21,9 +21,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .mergers.base import MemoryItem, MergePair
-from .store.columns import ArrowView, ColumnView, TenantView, _dumps_meta, _loads_meta, compact_codes
-from .store.memory_store import MemoryStore
+from ..mergers.base import MemoryItem, MergePair
+from ..store.columns import ArrowView, ColumnView, TenantView, _dumps_meta, _loads_meta, compact_codes
+from ..store.memory_store import MemoryStore
 
 __all__ = ["NodeTable", "merged_id"]
 

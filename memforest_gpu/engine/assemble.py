@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from .node_table import NodeTable
-from .store.memory_store import MemoryStore
+from ..store.memory_store import MemoryStore
 
 __all__ = ["assemble"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, NamedTuple, Sequence
 
-from .mergers.base import MergePair
+from ..mergers.base import MergePair
 
 __all__ = ["merge_round", "merge_round_capped", "RoundTexts", "CAP_POLICIES"]
 
