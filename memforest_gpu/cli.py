@@ -146,14 +146,14 @@ def _compress(a) -> int:
     from .api import compress_file, plan_file
     from .store.io import detect_format
     from .mergers import get_merger
-    from .outputs import check_output
+    from .runs.outputs import check_output
     from .report import format_report
 
     # every cheap check first: nothing is loaded and nothing is written when one fails
     cfg = config_from_args(a)
     budget = None
     if a.memory_budget is not None:
-        from .chunked import parse_size
+        from .runs.budgeted import parse_size
 
         budget = parse_size(a.memory_budget)
         if a.dry_run:
@@ -175,7 +175,7 @@ def _compress(a) -> int:
         print("dry run: nothing merged, nothing written")
         return 0
     if budget is not None:
-        from .chunked import compress_file_budgeted
+        from .runs.budgeted import compress_file_budgeted
 
         res = compress_file_budgeted(a.input, a.output, cfg, memory_budget=budget, embedder=a.embedder,
                                      merger=merger, device=a.device, progress=not a.quiet and sys.stderr.isatty(),

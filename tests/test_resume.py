@@ -15,7 +15,7 @@ import pytest
 from memforest_gpu.api import compress_file
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig
 from memforest_gpu.store.io import write_store
-from memforest_gpu.journal import JournaledMerger, journal_path, run_fingerprint
+from memforest_gpu.runs.journal import JournaledMerger, journal_path, run_fingerprint
 from memforest_gpu.mergers import ExtractiveMerger, get_merger
 from memforest_gpu.mergers.base import MemoryItem, MergePair
 

@@ -86,7 +86,7 @@ def _write_report(a, d: dict) -> None:
 def _mem0_compress(a) -> int:
     from .mem0 import Scope, close_memory, compress_mem0, format_plan, load_memory
 
-    from ..outputs import check_output
+    from ..runs.outputs import check_output
 
     scope = Scope(user_id=a.user_id, agent_id=a.agent_id, run_id=a.run_id, all_tenants=a.all_tenants)
     cfg, merger = _config(a), _merger(a)  # bad options fail before Mem0 is opened
@@ -146,7 +146,7 @@ def _graph_compress(a) -> int:
     from ..cli import check_embedder_flag
     from ..store.io import detect_format
     from ..m3agent import is_m3_agent_path
-    from ..outputs import check_output
+    from ..runs.outputs import check_output
 
     if is_m3_agent_path(a.input, a.format):
         check_output(a.output, inputs=[a.input], what="OUTPUT", needs_format=False)

@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         options = parse_options(args.merger_option)
         get_merger(args.merger, **options)  # bad names and options fail here, on every rank, before any work
         from ..api import load_store_and_embedder
-        from ..outputs import check_output
+        from ..runs.outputs import check_output
 
         # the output never overwrites the input, and a bad target fails before any work
         check_output(args.output, format=args.out_format, inputs=[args.input], format_flag="--out-format",

@@ -1,4 +1,4 @@
-"""The files of a budgeted run (:mod:`memforest_gpu.chunked`): the input split into one file
+"""The files of a budgeted run (:mod:`memforest_gpu.runs.budgeted`): the input split into one file
 per tenant group in a single streamed pass (with the whole-store checks a group cannot
 make), each group's output as an Arrow IPC part keyed by the input row of its earliest
 original, and the final output written from the parts in key order, batch by batch."""
@@ -9,8 +9,8 @@ import os
 
 import numpy as np
 
-from .store.atomic import atomic_write_text
-from .budget_plan import KEY, PART_BATCH_ROWS, SPLIT_BATCH_ROWS, _jsonl_items, output_batch_rows
+from ..store.atomic import atomic_write_text
+from .budget_groups import KEY, PART_BATCH_ROWS, SPLIT_BATCH_ROWS, _jsonl_items, output_batch_rows
 
 
 class _SplitChecks:
@@ -53,7 +53,7 @@ def _split_parquet(path: str, row_group: np.ndarray, n_groups: int, paths: list[
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from .store.io import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
+    from ..store.io import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 
     pf = pq.ParquetFile(path)
     cols = [c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in pf.schema_arrow.names]
@@ -106,7 +106,7 @@ def _split_parquet(path: str, row_group: np.ndarray, n_groups: int, paths: list[
 def _split_jsonl(path: str, header: bytes | None, row_group: np.ndarray, n_groups: int,
                  paths: list[str]) -> np.ndarray:
     """As :func:`_split_parquet` for JSON Lines (records written back as read)."""
-    from .store.io import HEADER_KEY
+    from ..store.io import HEADER_KEY
 
     checks = _SplitChecks(n_groups)
     ids, sources = [], []
@@ -155,7 +155,7 @@ def _write_part(out, keys: np.ndarray, path: str, report, time_format) -> None:
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    from .store.io import _to_arrow_table
+    from ..store.io import _to_arrow_table
 
     table = _to_arrow_table(out).append_column(KEY, pa.array(keys, type=pa.int64()))
     d = report.to_dict()
@@ -207,7 +207,7 @@ def _write_output(out_paths: list[str], dst: str, fmt: str, time_format, budget:
     """Merge the parts into ``dst`` (atomically), in key order, one batch at a time."""
     import pyarrow as pa
 
-    from .store.atomic import atomic_open
+    from ..store.atomic import atomic_open
 
     readers = [_PartReader(p) for p in out_paths]
     try:
@@ -228,7 +228,7 @@ def _write_output(out_paths: list[str], dst: str, fmt: str, time_format, budget:
                 writer = None
                 emb_name = (schema.metadata or {}).get(b"memforest.embedder")
                 if emb_name is not None:
-                    from .store.io import HEADER_KEY
+                    from ..store.io import HEADER_KEY
 
                     f.write(json.dumps({HEADER_KEY: {"embedder": emb_name.decode("utf-8")}},
                                        ensure_ascii=False).encode("utf-8") + b"\n")
@@ -257,7 +257,7 @@ def _write_output(out_paths: list[str], dst: str, fmt: str, time_format, budget:
 
 def _jsonl_bytes(table, *, iso: bool) -> bytes:
     """Rows of a part table as the JSONL lines :func:`~memforest_gpu.store.io.write_store` writes."""
-    from .store.io import _iso
+    from ..store.io import _iso
 
     ids, texts = table.column("id").to_pylist(), table.column("text").to_pylist()
     ts = table.column("timestamp").to_pylist()

@@ -15,8 +15,8 @@ rows the whole-store run gives for them. :func:`compress_budgeted` therefore
 The journal (``OUT.journal.jsonl``) is shared by every group, so Ctrl-C and ``--resume``
 work as in the in-memory run; a group whose part is written is not redone on resume.
 
-Planning (sizes, the per-node estimate, the tenant scan, groups) is :mod:`.budget_plan`;
-the run's files (split inputs, parts, the final write) are :mod:`.budget_parts`.
+Planning (sizes, the per-node estimate, the tenant scan, groups) is :mod:`.budget_groups`;
+the run's files (split inputs, parts, the final write) are :mod:`.budget_files`.
 """
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ __all__ = ["parse_size", "format_size", "node_bytes", "group_capacity", "output_
 
 log = logging.getLogger("memforest_gpu")
 
-from .budget_parts import _output_keys, _split_jsonl, _split_parquet, _write_output, _write_part
-from .budget_plan import (PARTS_SUFFIX, TenantScan, format_size, group_capacity,  # noqa: F401 (PARTS_SUFFIX re-exported)
+from .budget_files import _output_keys, _split_jsonl, _split_parquet, _write_output, _write_part
+from .budget_groups import (PARTS_SUFFIX, TenantScan, format_size, group_capacity,  # noqa: F401 (PARTS_SUFFIX re-exported)
                           node_bytes, output_batch_rows, parse_size, parts_dir, plan_groups, scan_tenants)
 
 
@@ -75,7 +75,7 @@ def _read_state(path: str) -> dict:
 
 
 def _write_json(path: str, obj) -> None:
-    from .store.atomic import atomic_write_text
+    from ..store.atomic import atomic_write_text
 
     atomic_write_text(path, json.dumps(obj, default=str))
 
@@ -92,9 +92,9 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
     (:func:`~memforest_gpu.api.compress_file` does both). ``echo``: one line per group
     (progress). Ctrl-C raises :class:`~memforest_gpu.api.RunInterrupted` saying what is kept.
     """
-    from .store.io import detect_format
+    from ..store.io import detect_format
     from .journal import journal_path
-    from .mergers import get_merger
+    from ..mergers import get_merger
 
     t0 = time.perf_counter()
     say = echo or (lambda s: log.info("%s", s))
@@ -177,7 +177,7 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
                 f"in {time.perf_counter() - tg:.1f}s")
             del res, sub
     except KeyboardInterrupt:
-        from .api import RunInterrupted
+        from ..api import RunInterrupted
 
         n = runner.journaled()
         finished = sum(os.path.exists(p + ".json") and os.path.exists(p) for p in out_paths)
@@ -210,8 +210,8 @@ class _GroupRunner:
         self.loaded = False
 
     def _load(self, path: str, fmt: str):
-        from .api import load_store_and_embedder
-        from .store.io import read_store
+        from ..api import load_store_and_embedder
+        from ..store.io import read_store
 
         if not self.loaded:
             store, self.emb = load_store_and_embedder(path, embedder=self.spec, device=self.device, format=fmt)
@@ -223,7 +223,7 @@ class _GroupRunner:
         return store
 
     def run(self, path: str, fmt: str, renormalise: bool = False):
-        from .engine import compress
+        from ..engine import compress
         from .journal import JournaledMerger, run_fingerprint
 
         store = self._load(path, fmt)
@@ -272,7 +272,7 @@ class _GroupRunner:
 def _merged_report(reports: list[dict], scan: TenantScan, config, total: float, output_s: float):
     """One :class:`~memforest_gpu.engine.CompressReport` from the groups' reports, tenants
     in the in-memory run's order (first appearance in the input)."""
-    from .engine import CompressReport
+    from ..engine import CompressReport
 
     rank = {t: j for j, t in enumerate(scan.names)}
     rows = sorted((row for r in reports for row in r["tenants"]), key=lambda row: rank[row["tenant"]])
@@ -301,9 +301,9 @@ def compress_file_budgeted(src, dst, config, *, memory_budget: int, embedder: st
                            echo: Callable[[str], None] | None = None) -> BudgetedResult:
     """:func:`~memforest_gpu.api.compress_file` within ``memory_budget`` bytes: the same
     checks before any work, the same lock (``OUT.lock``) and journal, the same output."""
-    from .store.io import detect_format
+    from ..store.io import detect_format
     from .journal import journal_path
-    from .mergers import get_merger
+    from ..mergers import get_merger
     from .outputs import OutputLock, check_not_input, check_output
 
     src, dst = os.fspath(src), os.fspath(dst)

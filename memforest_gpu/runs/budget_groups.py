@@ -1,4 +1,4 @@
-"""Planning a budgeted run (:mod:`memforest_gpu.chunked`): budget sizes, the per-node
+"""Planning a budgeted run (:mod:`memforest_gpu.runs.budgeted`): budget sizes, the per-node
 working-set estimate, the tenant column scan and the packing of whole tenants into groups."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 __all__ = ["parse_size", "format_size", "node_bytes", "group_capacity", "output_batch_rows", "scan_tenants",
            "plan_groups", "TenantScan", "parts_dir"]
 
-from .store.io import ROW_GROUP_ROWS as OUTPUT_ROW_GROUP  # the in-memory write_store's row group
+from ..store.io import ROW_GROUP_ROWS as OUTPUT_ROW_GROUP  # the in-memory write_store's row group
 
 log = logging.getLogger("memforest_gpu")
 
@@ -113,7 +113,7 @@ def scan_tenants(path: str, fmt: str) -> TenantScan:
 
 
 def _tenant_name(t) -> str:
-    from .store.memory_store import DEFAULT_TENANT
+    from ..store.memory_store import DEFAULT_TENANT
 
     if t is None or (isinstance(t, float) and math.isnan(t)):
         return DEFAULT_TENANT
@@ -125,7 +125,7 @@ def _scan_parquet(path: str) -> TenantScan:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from .store.memory_store import DEFAULT_TENANT
+    from ..store.memory_store import DEFAULT_TENANT
 
     try:
         pf = pq.ParquetFile(path)
@@ -171,7 +171,7 @@ def _jsonl_items(path: str):
     """``(raw line or None, record)`` of a JSONL file (or a JSON array file, whose items have
     no raw line). A record that is not a JSON object, or lacks a required column, raises
     the store reader's ``ValueError`` (naming the line of ``path``)."""
-    from .store.io import HEADER_KEY, REQUIRED_COLUMNS, _short, iter_jsonl_objects
+    from ..store.io import HEADER_KEY, REQUIRED_COLUMNS, _short, iter_jsonl_objects
 
     with open(path, "rb") as f:
         head = f.read(4096).lstrip(b"\xef\xbb\xbf").lstrip()
@@ -193,7 +193,7 @@ def _jsonl_items(path: str):
 
 
 def _scan_jsonl(path: str) -> TenantScan:
-    from .store.io import HEADER_KEY
+    from ..store.io import HEADER_KEY
 
     code: dict[str, int] = {}
     rows: list[int] = []

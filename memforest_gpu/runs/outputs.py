@@ -14,7 +14,7 @@ import os
 import secrets
 import time
 
-from .store.io import detect_format
+from ..store.io import detect_format
 
 __all__ = ["check_output", "check_not_input", "same_file", "OutputLock", "LOCK_SUFFIX"]
 
