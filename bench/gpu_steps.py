@@ -218,7 +218,7 @@ def step_optional(ctx: Ctx) -> None:
 
 def _faiss(ctx: Ctx, faiss) -> None:
     from memforest_gpu import RetrievalConfig, Retriever
-    from memforest_gpu.index import IndexConfig, IndexedRetriever
+    from memforest_gpu.retrieval.index import IndexConfig, IndexedRetriever
 
     s = ctx.size
     gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0

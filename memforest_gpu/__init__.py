@@ -9,7 +9,7 @@ from .embedders import SentenceTransformerEmbedder
 from .engine import CompressReport, CompressResult, compress
 from .store.io import read_store, write_store
 from .mergers import ExtractiveMerger, MemoryItem, MergePair, Merger
-from .retrieval import Retriever, SearchResult, search
+from .retrieval.retriever import Retriever, SearchResult, search
 from .store.memory_store import MemoryStore
 
 __version__ = "0.1.0"

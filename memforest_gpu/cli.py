@@ -262,7 +262,7 @@ def _search(a) -> int:
     from .api import load_store_and_embedder
     from .config import RetrievalConfig
     from .store.io import detect_format
-    from .retrieval import Retriever
+    from .retrieval.retriever import Retriever
     from .store.timeutil import format_date
 
     cfg = RetrievalConfig(k=a.k, agpr=a.agpr)

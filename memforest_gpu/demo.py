@@ -10,7 +10,7 @@ from .config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfi
 from .embedders import SentenceTransformerEmbedder
 from .engine import compress
 from .store.io import read_store, write_store
-from .retrieval import Retriever
+from .retrieval.retriever import Retriever
 from .store.timeutil import format_date
 
 __all__ = ["run_demo", "sample_path", "demo_config", "DEMO_QUERY"]

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from memforest_gpu import MemoryStore, RetrievalConfig, Retriever
-from memforest_gpu.index import IndexConfig, IndexedRetriever, build_index, default_nlist
+from memforest_gpu.retrieval.index import IndexConfig, IndexedRetriever, build_index, default_nlist
 from memforest_gpu.store.synthetic import synthetic_store
 
 faiss = pytest.importorskip("faiss")
@@ -155,7 +155,7 @@ def test_search_makes_no_host_round_trip(store):
 def test_gpu_indexes_share_one_gpu_resources_object(monkeypatch):
     """Every tenant's GPU index uses the process's one StandardGpuResources (each such object
     reserves its own scratch memory); stand-in faiss GPU calls, so this runs on any machine."""
-    import memforest_gpu.index as index_mod
+    import memforest_gpu.retrieval.index as index_mod
 
     made, cloned = [], []
 
@@ -181,7 +181,7 @@ def test_gpu_indexes_share_one_gpu_resources_object(monkeypatch):
                     reason="needs CUDA and faiss-gpu")
 def test_faiss_gpu_search_stays_on_the_device(store):
     from memforest_gpu.engine.host_reads import count_host_reads
-    from memforest_gpu.index import gpu_resources
+    from memforest_gpu.retrieval.index import gpu_resources
 
     st = store.to("cuda")
     r = IndexedRetriever(st, IndexConfig(kind="faiss-flat"))

@@ -1,6 +1,6 @@
 """The evaluation grid: methods x ratios x seeds, each scored with plain top-k and AGPR.
 
-Per cell: compress the uncompressed store, build one :class:`~memforest_gpu.retrieval.Retriever`
+Per cell: compress the uncompressed store, build one :class:`~memforest_gpu.retrieval.retriever.Retriever`
 for the result, rank every question's candidates in one batched search per retriever,
 score them (:mod:`.metrics`), and time the search against the uncompressed store in the
 same loop. Questions are embedded once; merged text goes through the caller's embedder
@@ -29,7 +29,7 @@ import torch
 from ..config import CompressConfig, RetrievalConfig
 from ..kernels.agpr import n_anchors
 from ..engine.partition import n_clusters
-from ..retrieval import Retriever
+from ..retrieval.retriever import Retriever
 from ..store.memory_store import MemoryStore
 from .benchmark import Benchmark
 from .methods import MethodSpec, compress_with, parse_method

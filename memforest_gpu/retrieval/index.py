@@ -44,9 +44,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .kernels import topk_search
-from .retrieval import Retriever
-from .store.memory_store import MemoryStore
+from ..kernels import topk_search
+from .retriever import Retriever
+from ..store.memory_store import MemoryStore
 
 __all__ = ["IndexConfig", "INDEXES", "build_index", "default_nlist", "IndexedRetriever", "TorchIndex", "FaissIndex",
            "gpu_resources"]
@@ -198,7 +198,7 @@ def build_index(X: torch.Tensor, config: IndexConfig | str = "torch"):
 
 
 class IndexedRetriever(Retriever):
-    """:class:`~memforest_gpu.retrieval.Retriever` with a choice of vector index per tenant.
+    """:class:`~memforest_gpu.retrieval.retriever.Retriever` with a choice of vector index per tenant.
     With ``index="torch"`` it is ``Retriever`` (the batched exact search over the
     tenant-grouped rows; ``indexes`` stays empty); a faiss kind builds one index per tenant
     (``indexes``, by name) over a view of its segment, and a search runs one faiss call per

@@ -8,9 +8,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .config import RetrievalConfig
-from .kernels import agpr_rerank, topk_rows, topk_search
-from .store.memory_store import MemoryStore
+from ..config import RetrievalConfig
+from ..kernels import agpr_rerank, topk_rows, topk_search
+from ..store.memory_store import MemoryStore
 
 __all__ = ["Retriever", "SearchResult", "search"]
 
@@ -105,7 +105,7 @@ class Retriever:
 
     def _candidates(self, codes: np.ndarray, queries: torch.Tensor, c: int):
         """The ``c`` most similar rows of each query's own tenant, best first (exact search,
-        ties to the lower store row; :class:`~memforest_gpu.index.IndexedRetriever` swaps in
+        ties to the lower store row; :class:`~memforest_gpu.retrieval.index.IndexedRetriever` swaps in
         faiss indexes here).
 
         Shape: codes (Q,) host, queries (Q, D) -> sims (Q, c), pos (Q, c) grouped position
