@@ -108,7 +108,7 @@ def main(argv=None) -> int:
 
 def _compress_sample(a, merger) -> dict:
     from memforest_gpu.config import CompressConfig, MergeConfig
-    from memforest_gpu.embedders import SentenceTransformerEmbedder
+    from memforest_gpu.mergers.embedders import SentenceTransformerEmbedder
     from memforest_gpu.engine import compress
     from memforest_gpu.store.io import read_store
 

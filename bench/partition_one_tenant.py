@@ -37,7 +37,7 @@ def main(argv=None):
     import torch
 
     from memforest_gpu.config import preset
-    from memforest_gpu.embedders import SentenceTransformerEmbedder
+    from memforest_gpu.mergers.embedders import SentenceTransformerEmbedder
     from memforest_gpu.evaluation.benchmark import load_benchmark
     from memforest_gpu.evaluation.cache import CachedEmbedder
     from memforest_gpu.evaluation.harness import EvalConfig, cell_key, run_grid

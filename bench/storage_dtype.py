@@ -41,7 +41,7 @@ def main(argv=None) -> int:
         PartitionConfig,
         TreeConfig,
     )
-    from memforest_gpu.embedders import SentenceTransformerEmbedder
+    from memforest_gpu.mergers.embedders import SentenceTransformerEmbedder
     from memforest_gpu.evaluation.benchmark import load_benchmark
     from memforest_gpu.evaluation.cache import CachedEmbedder
     from memforest_gpu.evaluation.harness import EvalConfig, run_grid

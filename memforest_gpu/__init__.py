@@ -5,7 +5,7 @@
 >>> result.store, result.report
 """
 from .config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
-from .embedders import SentenceTransformerEmbedder
+from .mergers.embedders import SentenceTransformerEmbedder
 from .engine import CompressReport, CompressResult, compress
 from .store.io import read_store, write_store
 from .mergers import ExtractiveMerger, MemoryItem, MergePair, Merger

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from .config import CompressConfig
-from .embedders import SentenceTransformerEmbedder, get_embedder
+from .mergers.embedders import SentenceTransformerEmbedder, get_embedder
 from .engine import CompressResult, compress
 from .engine.compress import PlanResult, plan
 from .store.io import detect_format, read_store, write_store

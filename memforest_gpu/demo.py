@@ -7,7 +7,7 @@ import time
 from importlib import resources
 
 from .config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
-from .embedders import SentenceTransformerEmbedder
+from .mergers.embedders import SentenceTransformerEmbedder
 from .engine import compress
 from .store.io import read_store, write_store
 from .retrieval.retriever import Retriever

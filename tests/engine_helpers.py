@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
-from memforest_gpu.embedders import count_words
+from memforest_gpu.mergers.embedders import count_words
 from memforest_gpu.engine import DATE_TAG_TOKENS, CompressResult, compress, merged_id
 from memforest_gpu.mergers.base import MergePair
 from memforest_gpu.mergers.extractive import ExtractiveMerger

@@ -22,7 +22,7 @@ Rules, in the order they apply:
    A merge puts the merged node into the lower of the two slots and empties the other,
    so slot order never changes.
 3. **Lengths** (with ``MergeConfig.max_node_tokens = cap`` or ``size_weight > 0``): an original's length is
-   :func:`~memforest_gpu.embedders.count_words` of its text, a merged node's is
+   :func:`~memforest_gpu.mergers.embedders.count_words` of its text, a merged node's is
    ``count_words`` of the merger's output. The estimated length of merging ``a`` and
    ``b`` is ``tok_a + tok_b + 12`` if ``floor(ts_a / 86400) != floor(ts_b / 86400)``
    (the date tags, ``DATE_TAG_TOKENS``), else ``tok_a + tok_b``. A pair whose estimate
@@ -72,7 +72,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memforest_gpu.embedders import count_words
+from memforest_gpu.mergers.embedders import count_words
 from memforest_gpu.mergers.base import MemoryItem, MergePair
 
 __all__ = ["DATE_TAG_TOKENS", "removal_target", "largest_remainder", "kruskal", "RefResult", "reference_compress"]

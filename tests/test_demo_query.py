@@ -23,7 +23,7 @@ TRIP = {"alice-0040", "alice-0068", "alice-0069", "alice-0098", "alice-0099"}  #
 @pytest.fixture(scope="module")
 def alice():
     need("sentence_transformers")
-    from memforest_gpu.embedders import SentenceTransformerEmbedder
+    from memforest_gpu.mergers.embedders import SentenceTransformerEmbedder
 
     emb = SentenceTransformerEmbedder(device="cpu")
     tenant, _ = DEMO_QUERY

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from memforest_gpu import CompressConfig, MergeConfig
-from memforest_gpu.graph import compress_graph, fold_edges, read_graph, write_graph
+from memforest_gpu.adapters.graph import compress_graph, fold_edges, read_graph, write_graph
 from memforest_gpu.engine.records import MergeRecord
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from memforest_gpu import CompressConfig, MergeConfig
-from memforest_gpu.m3agent import (VideoGraph, compress_video_graph, load_video_graph, save_video_graph)
+from memforest_gpu.adapters.m3agent import (VideoGraph, compress_video_graph, load_video_graph, save_video_graph)
 from memforest_gpu.engine.quotas import removal_target
 
 STAND_IN = '''

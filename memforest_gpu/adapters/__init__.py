@@ -6,9 +6,11 @@
   its vector store natively.
 - :mod:`.cli`: ``memforest mem0 compress|restore`` and ``memforest graph compress``.
 
-Graph memories live in :mod:`memforest_gpu.graph` (our JSONL / Parquet format) and
-:mod:`memforest_gpu.m3agent` (M3-Agent's own pickled ``VideoGraph``). Nothing heavy is
-imported with this package (the CLI stays quick); the names below load on first use.
+- :mod:`.graph`: graph memories in our JSONL / Parquet format; :mod:`.m3agent`: M3-Agent's
+  own pickled ``VideoGraph``.
+
+Nothing heavy is imported with this package (the CLI stays quick); the names below load on
+first use.
 """
 __all__ = ["Scope", "load_memory", "close_memory", "compress_mem0", "restore_mem0", "format_plan",
            "Mem0CompressResult"]

@@ -1,5 +1,5 @@
 """``memforest mem0 compress|restore`` and ``memforest graph compress``: thin commands over
-:mod:`memforest_gpu.adapters.mem0` and :mod:`memforest_gpu.graph`.
+:mod:`memforest_gpu.adapters.mem0` and :mod:`memforest_gpu.adapters.graph`.
 
 Wire into ``memforest`` with ``add_parser(subparsers)`` and dispatch ``mem0`` / ``graph``
 to ``run(args)``; ``main(argv)`` runs them on their own.
@@ -139,13 +139,13 @@ def _mem0_restore(a) -> int:
 
 def _graph_compress(a) -> int:
     from ..api import resolve_embedder
-    from ..embedders import get_embedder
-    from ..graph import compress_graph, read_graph, write_graph
+    from ..mergers.embedders import get_embedder
+    from .graph import compress_graph, read_graph, write_graph
     from ..report import format_report
 
     from ..cli import check_embedder_flag
     from ..store.io import detect_format
-    from ..m3agent import is_m3_agent_path
+    from .m3agent import is_m3_agent_path
     from ..runs.outputs import check_output
 
     if is_m3_agent_path(a.input, a.format):
@@ -182,7 +182,7 @@ def _graph_compress(a) -> int:
 
 def _m3_compress(a) -> int:
     from ..api import resolve_embedder
-    from ..m3agent import compress_video_graph, is_m3_agent_path, load_video_graph, save_video_graph
+    from .m3agent import compress_video_graph, is_m3_agent_path, load_video_graph, save_video_graph
     from ..report import format_report
 
     if a.out_format is not None and not is_m3_agent_path(a.output, a.out_format):

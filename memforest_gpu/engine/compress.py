@@ -23,7 +23,7 @@ from .apply import apply_round, pair_means
 from .assemble import assemble
 from ..config import CompressConfig
 from ..device import resolve_device
-from ..embedders import count_words
+from ..mergers.embedders import count_words
 from .merge_call import merge_round_capped
 from ..mergers.base import MergePair
 from ..mergers.extractive import ExtractiveMerger

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..config import CompressConfig
-from ..embedders import count_words
+from ..mergers.embedders import count_words
 from ..engine import DATE_TAG_TOKENS, CompressReport, CompressResult
 from ..kernels import cluster_centres, kmeans
 from ..mergers.extractive import ExtractiveMerger

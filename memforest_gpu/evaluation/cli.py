@@ -155,7 +155,7 @@ def run(a) -> int:
         return 0
     import torch
 
-    from ..embedders import SentenceTransformerEmbedder
+    from ..mergers.embedders import SentenceTransformerEmbedder
     from ..mergers import get_merger
     from .cache import CachedEmbedder
     from .harness import EvalConfig, run_grid
@@ -192,7 +192,7 @@ def _run_loo(a) -> int:
     MemForest flags), compared per fold with SPEC's defaults and ToMe."""
     import torch
 
-    from ..embedders import SentenceTransformerEmbedder
+    from ..mergers.embedders import SentenceTransformerEmbedder
     from ..mergers import get_merger
     from .benchmark import load_benchmark
     from .cache import CachedEmbedder

@@ -168,7 +168,7 @@ class MemoryStore:
         device: torch.device | str | None = None,
     ) -> MemoryStore:
         """Validate columns and build a store. ``embeddings=None`` embeds ``texts`` with
-        ``embedder`` (an :class:`~memforest_gpu.embedders.Embedder`).
+        ``embedder`` (an :class:`~memforest_gpu.mergers.embedders.Embedder`).
 
         Columns may be Python sequences or Arrow arrays (``ids``, ``texts``, ``tenants``:
         strings; ``sources``: list of strings; ``metadata``: JSON text, null or ``""`` for

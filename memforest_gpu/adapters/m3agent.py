@@ -26,7 +26,7 @@ that names M3-Agent's own classes again, so ``pickle.load`` in M3-Agent gives it
 ``VideoGraph`` back.
 
 :func:`compress_video_graph` compresses the episodic and the semantic nodes of one video
-separately (never across types) with :func:`memforest_gpu.graph.compress_graph`, then
+separately (never across types) with :func:`memforest_gpu.adapters.graph.compress_graph`, then
 writes the result back into the graph: a merged node keeps one id (its earliest member's),
 ``contents`` = [merged text], ``embeddings`` = [its vector], ``timestamp`` = the latest clip
 id inside, plus ``clip_ids`` and ``merged_from`` in its metadata; every edge of its members
@@ -45,11 +45,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import CompressConfig
-from .engine import CompressReport
+from ..config import CompressConfig
+from ..engine import CompressReport
 from .graph import MemoryGraph, compress_graph
-from .store.atomic import atomic_open
-from .store.memory_store import MemoryStore
+from ..store.atomic import atomic_open
+from ..store.memory_store import MemoryStore
 
 __all__ = ["VideoGraph", "load_video_graph", "save_video_graph", "compress_video_graph", "VideoCompressResult",
            "M3_MODULE", "TEXT_TYPES", "is_m3_agent_path"]

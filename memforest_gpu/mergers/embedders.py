@@ -67,7 +67,7 @@ class SentenceTransformerEmbedder:
 
     def __init__(self, model: str | None = None, *, device: str | torch.device | None = None,
                  batch_size: int = 64, allow_download: bool = False, cache: bool = True):
-        from .device import resolve_device
+        from ..device import resolve_device
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
