@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import Timer, print_hardware, write_records  # noqa: E402
 
-from memforest_gpu.demo import sample_path  # noqa: E402
+from memforest_gpu.cli.demo import sample_path  # noqa: E402
 from memforest_gpu.mergers import get_merger  # noqa: E402
 from memforest_gpu.mergers.base import MemoryItem, MergePair  # noqa: E402
 from memforest_gpu.store.timeutil import parse_timestamp  # noqa: E402

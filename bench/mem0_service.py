@@ -104,7 +104,7 @@ def main() -> int:
     import torch
     import yaml
 
-    from memforest_gpu.adapters.cli import main as cli
+    from memforest_gpu.cli.adapters import main as cli
 
     torch.set_num_threads(a.threads)
     print_hardware()

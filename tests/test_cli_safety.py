@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from memforest_gpu.cli import main
+from memforest_gpu.cli.main import main
 from memforest_gpu.store.io import read_store, write_store
 
 from test_openai_merger import FakeChatServer, _store  # noqa: E402 (tests/ is on sys.path)
@@ -376,7 +376,7 @@ def test_a_stale_lock_is_taken_over(tmp_path, capsys):
 
 # ------------------------------------------------------------- 7. the smaller items
 def _all_parsers():
-    from memforest_gpu.cli import build_parser
+    from memforest_gpu.cli.main import build_parser
 
     def walk(p, name):
         yield name, p
@@ -442,7 +442,7 @@ def test_search_output_has_no_raw_control_characters(tmp_path, capsys):
     lines = out.strip().splitlines()
     assert len(lines) == 2 and "\\x1b[2J\\x07 bell\\nnext line" in out
     assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", out)
-    from memforest_gpu.cli import printable
+    from memforest_gpu.cli.main import printable
 
     assert printable("a\u202eb\x9bc") == "a\\u202eb\\x9bc"  # bidi override, C1 control
 

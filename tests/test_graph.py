@@ -155,7 +155,7 @@ def test_bad_files(tmp_path):
 
 
 def test_cli(graph_file, tmp_path, capsys):
-    from memforest_gpu.adapters.cli import main
+    from memforest_gpu.cli.adapters import main
 
     out = tmp_path / "small.parquet"
     assert main(["graph", "compress", str(graph_file), str(out), "--ratio", "0.5", "--embedder", "none"]) == 0

@@ -367,7 +367,7 @@ def test_getattr_only_reaches_node(mmagent, tmp_path):
 
 
 def test_cli(mmagent, tmp_path, capsys):
-    from memforest_gpu.adapters.cli import main
+    from memforest_gpu.cli.adapters import main
 
     g, _, _ = build_video(mmagent)
     src = tmp_path / "video.pkl"
@@ -395,7 +395,7 @@ def test_readme_m3_agent_workflow(mmagent, tmp_path, monkeypatch, capsys):
     from pathlib import Path
 
     from extras import skip_or_fail
-    from memforest_gpu.adapters.cli import main
+    from memforest_gpu.cli.adapters import main
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     m = re.search(r"```bash\n(memforest graph compress video\.pkl .*?)\n```", readme)

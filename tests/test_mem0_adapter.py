@@ -317,7 +317,7 @@ def test_unsupported_vector_store_names_the_supported_ones(tmp_path):
 def test_cli(tmp_path, capsys, provider):
     import yaml
 
-    from memforest_gpu.adapters.cli import main
+    from memforest_gpu.cli.adapters import main
 
     need({"qdrant": "qdrant_client", "chroma": "chromadb", "faiss": "faiss"}[provider])
     cfg = _config(str(tmp_path), provider)
@@ -348,7 +348,7 @@ def test_readme_mem0_workflow(tmp_path, monkeypatch, capsys, provider):
     import re
     from pathlib import Path
 
-    from memforest_gpu.adapters.cli import main
+    from memforest_gpu.cli.adapters import main
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     m = re.search(r"```yaml\n(# mem0\.yaml.*?)```\s*```bash\n(memforest mem0 .*?)```", readme, flags=re.S)

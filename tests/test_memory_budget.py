@@ -11,7 +11,7 @@ import pytest
 
 from memforest_gpu.runs import budgeted as chunked
 from memforest_gpu.runs.budgeted import group_capacity, node_bytes, output_batch_rows, parse_size, plan_groups
-from memforest_gpu.cli import main
+from memforest_gpu.cli.main import main
 from memforest_gpu.store.io import write_store
 from memforest_gpu.store.synthetic import heavy_tailed_sizes, synthetic_store, write_synthetic_parquet
 

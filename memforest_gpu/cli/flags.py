@@ -1,12 +1,16 @@
-"""The compression flags shared by every command that compresses (``compress``, ``mem0
-compress``, ``graph compress``, ``python -m memforest_gpu.distributed compress``): one
-flag per config field, and the :class:`~memforest_gpu.config.CompressConfig` they build."""
+"""The flags shared by every command that compresses (``compress``, ``mem0 compress``,
+``graph compress``, ``python -m memforest_gpu.distributed compress``): one flag per config
+field and the :class:`~memforest_gpu.config.CompressConfig` they build, ``--merger-option``
+pairs, and the cheap check of an ``--embedder`` value."""
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 
-__all__ = ["add_config_arguments", "config_from_args", "FIELDS"]
+__all__ = ["add_config_arguments", "config_from_args", "as_flag_error", "check_embedder_flag", "parse_options",
+           "FIELDS"]
 
 
 #: flag dest -> (stage, field) of CompressConfig; ``seed`` sets both the partition's and the merge's
@@ -23,7 +27,7 @@ FIELDS = {
 def _presets_help(dest: str) -> str:
     """A field's default for --help: ``"0.5"`` when every preset agrees, else ``"the
     preset's; memforest: 0.001, paper: 0.05"``."""
-    from .config import PRESETS
+    from ..config import PRESETS
 
     stage, name = FIELDS[dest]
     values = {p: getattr(getattr(c, stage), name) for p, c in PRESETS.items()}
@@ -37,7 +41,7 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
     flag per field, each overriding only its own field of the preset (``--help`` shows every
     preset's value). ``two_level=False`` leaves out ``--kmeans`` for commands that only run
     exact k-means."""
-    from .config import DEFAULT_PRESET, PRESETS
+    from ..config import DEFAULT_PRESET, PRESETS
 
     def h(text: str, dest: str) -> str:
         return f"{text} (default: {_presets_help(dest)})".replace("%", "%%")
@@ -87,7 +91,7 @@ def config_from_args(a: argparse.Namespace):
     be ...``); an unknown preset names the valid ones."""
     import dataclasses
 
-    from .config import DEFAULT_PRESET, preset
+    from ..config import DEFAULT_PRESET, preset
 
     try:
         base = preset(getattr(a, "preset", None) or DEFAULT_PRESET)
@@ -112,3 +116,24 @@ def as_flag_error(message: str, a: argparse.Namespace) -> str:
     if m and m.group(1) in vars(a):
         return "--" + m.group(1).replace("_", "-") + message[len(m.group(1)):]
     return message
+
+
+def check_embedder_flag(spec: str, *, allowed=("auto", "default", "none"), flag: str = "--embedder") -> None:
+    """A cheap check of an ``--embedder`` value, before any file is read or model loaded."""
+    if spec in allowed or os.path.isdir(spec):
+        return
+    raise ValueError(f"{flag} must be one of {list(allowed)} or a local model directory, got {spec!r}")
+
+
+def parse_options(pairs: list[str]) -> dict:
+    """``["model=/m", "max_tokens=128"]`` -> ``{"model": "/m", "max_tokens": 128}``"""
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            raise ValueError(f"--merger-option must be KEY=VALUE, got {p!r}")
+        k, v = p.split("=", 1)
+        try:
+            out[k.strip().replace("-", "_")] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k.strip().replace("-", "_")] = v
+    return out

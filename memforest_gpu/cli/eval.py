@@ -1,7 +1,8 @@
-"""``memforest eval``: a thin layer over :func:`.harness.run_grid`; each flag maps to a config field.
+"""``memforest eval``: a thin layer over :func:`~memforest_gpu.evaluation.harness.run_grid`; each
+flag maps to a config field.
 
-Register in the main CLI with ``evaluation.cli.add_parser(sub)`` and dispatch ``"eval"`` to
-``evaluation.cli.run``; standalone: ``python -m memforest_gpu.evaluation.cli --benchmark ... --out ...``.
+Registered in the main CLI with ``add_parser(sub)``, ``"eval"`` dispatched to ``run``;
+standalone: ``python -m memforest_gpu.cli.eval --benchmark ... --out ...``.
 """
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _methods(spec: str) -> list[str]:
-    from .methods import ABLATION_METHODS, DEFAULT_METHODS, parse_method
+    from ..evaluation.methods import ABLATION_METHODS, DEFAULT_METHODS, parse_method
 
     out: list[str] = []
     for part in spec.split(","):
@@ -121,8 +122,8 @@ def _config(a):
 
 def _load(a):
     """The benchmark of ``--benchmark``, in windows of ``--turns-per-node`` turns when asked."""
-    from .benchmark import load_benchmark
-    from .locomo import load_locomo
+    from ..evaluation.benchmark import load_benchmark
+    from ..evaluation.locomo import load_locomo
 
     n = getattr(a, "turns_per_node", 1)
     if n == 1:
@@ -134,7 +135,7 @@ def _load(a):
 
 def run(a) -> int:
     """Run ``memforest eval`` from parsed arguments; returns the exit status."""
-    from .benchmark import write_benchmark
+    from ..evaluation.benchmark import write_benchmark
 
     if a.export:
         bench_dir = a.benchmark if os.path.isdir(a.benchmark) else os.path.dirname(os.path.abspath(a.benchmark))
@@ -147,7 +148,7 @@ def run(a) -> int:
         return 0
     if not a.out:
         raise ValueError("--out is required (unless --export)")
-    from .report import load_result, write_outputs
+    from ..evaluation.report import load_result, write_outputs
 
     if a.report_only:
         paths = write_outputs(load_result(a.out), a.out, bootstrap=a.bootstrap, reference=a.reference)
@@ -157,8 +158,8 @@ def run(a) -> int:
 
     from ..mergers.embedders import SentenceTransformerEmbedder
     from ..mergers import get_merger
-    from .cache import CachedEmbedder
-    from .harness import EvalConfig, run_grid
+    from ..evaluation.cache import CachedEmbedder
+    from ..evaluation.harness import EvalConfig, run_grid
 
     if a.leave_one_out:
         return _run_loo(a)
@@ -194,15 +195,15 @@ def _run_loo(a) -> int:
 
     from ..mergers.embedders import SentenceTransformerEmbedder
     from ..mergers import get_merger
-    from .benchmark import load_benchmark
-    from .cache import CachedEmbedder
-    from .harness import EvalConfig
-    from .loo import METRICS, Candidate, candidate_grid, paper_candidate, save_scores, score_candidates
+    from ..evaluation.benchmark import load_benchmark
+    from ..evaluation.cache import CachedEmbedder
+    from ..evaluation.harness import EvalConfig
+    from ..evaluation.loo import METRICS, Candidate, candidate_grid, paper_candidate, save_scores, score_candidates
 
     if a.loo_select not in METRICS:
         raise ValueError(f"--loo-select must be one of {list(METRICS)}, got {a.loo_select!r}")
     if a.loo_from:
-        from .loo import load_scores
+        from ..evaluation.loo import load_scores
 
         cs = load_scores([x for x in a.loo_from.split(",") if x])
         return _loo_report(a, cs, [c.name for c in cs.candidates if not c.method and c.name != "paper"], 0.0)
@@ -237,7 +238,7 @@ def _run_loo(a) -> int:
 def _loo_report(a, cs, names: list[str], t0: float) -> int:
     """Select per fold among ``names``, write loo.md / loo.json, print the preset rule's pick."""
     from ..store.atomic import atomic_write_text
-    from .loo import leave_one_out, loo_markdown, paper_candidate, preset_choice
+    from ..evaluation.loo import leave_one_out, loo_markdown, paper_candidate, preset_choice
 
     paper = paper_candidate()
     ratios, seeds = cs.ratios, cs.seeds

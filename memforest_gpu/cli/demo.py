@@ -6,12 +6,12 @@ import textwrap
 import time
 from importlib import resources
 
-from .config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
-from .mergers.embedders import SentenceTransformerEmbedder
-from .engine import compress
-from .store.io import read_store, write_store
-from .retrieval.retriever import Retriever
-from .store.timeutil import format_date
+from ..config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
+from ..mergers.embedders import SentenceTransformerEmbedder
+from ..engine import compress
+from ..store.io import read_store, write_store
+from ..retrieval.retriever import Retriever
+from ..store.timeutil import format_date
 
 __all__ = ["run_demo", "sample_path", "demo_config", "DEMO_QUERY"]
 

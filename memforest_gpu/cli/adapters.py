@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 
-from ..cli_config import add_config_arguments, config_from_args
+from .flags import add_config_arguments, check_embedder_flag, config_from_args, parse_options
 
 __all__ = ["add_parser", "run", "main"]
 
@@ -66,7 +66,6 @@ def _config(a):
 
 
 def _merger(a):
-    from ..distributed.__main__ import parse_options
     from ..mergers import get_merger
 
     return get_merger(a.merger, **parse_options(a.merger_option))
@@ -84,7 +83,7 @@ def _write_report(a, d: dict) -> None:
 
 
 def _mem0_compress(a) -> int:
-    from .mem0 import Scope, close_memory, compress_mem0, format_plan, load_memory
+    from ..adapters.mem0 import Scope, close_memory, compress_mem0, format_plan, load_memory
 
     from ..runs.outputs import check_output
 
@@ -121,7 +120,7 @@ def _mem0_compress(a) -> int:
 
 
 def _mem0_restore(a) -> int:
-    from .mem0 import close_memory, load_memory, restore_mem0
+    from ..adapters.mem0 import close_memory, load_memory, restore_mem0
 
     memory = load_memory(a.config)
     try:
@@ -140,12 +139,11 @@ def _mem0_restore(a) -> int:
 def _graph_compress(a) -> int:
     from ..api import resolve_embedder
     from ..mergers.embedders import get_embedder
-    from .graph import compress_graph, read_graph, write_graph
-    from ..report import format_report
+    from ..adapters.graph import compress_graph, read_graph, write_graph
+    from .report import format_report
 
-    from ..cli import check_embedder_flag
     from ..store.io import detect_format
-    from .m3agent import is_m3_agent_path
+    from ..adapters.m3agent import is_m3_agent_path
     from ..runs.outputs import check_output
 
     if is_m3_agent_path(a.input, a.format):
@@ -182,8 +180,8 @@ def _graph_compress(a) -> int:
 
 def _m3_compress(a) -> int:
     from ..api import resolve_embedder
-    from .m3agent import compress_video_graph, is_m3_agent_path, load_video_graph, save_video_graph
-    from ..report import format_report
+    from ..adapters.m3agent import compress_video_graph, is_m3_agent_path, load_video_graph, save_video_graph
+    from .report import format_report
 
     if a.out_format is not None and not is_m3_agent_path(a.output, a.out_format):
         raise ValueError(f"an M3-Agent graph is written back as an M3-Agent pickle: --out-format must be m3-agent, "

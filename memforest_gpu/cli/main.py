@@ -7,7 +7,7 @@ import logging
 import re
 import sys
 
-from .cli_config import add_config_arguments, as_flag_error, config_from_args
+from .flags import add_config_arguments, as_flag_error, check_embedder_flag, config_from_args
 
 __all__ = ["main", "build_parser"]
 
@@ -101,10 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default=None, help="also write the sample and its compressed form in this folder")
     d.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
 
-    from .adapters.cli import add_parser as add_adapter_commands
+    from .adapters import add_parser as add_adapter_commands
 
     add_adapter_commands(sub)  # mem0 compress|restore, graph compress
-    from .evaluation.cli import add_parser as add_eval_command
+    from .eval import add_parser as add_eval_command
 
     add_eval_command(sub)  # eval
     return ap
@@ -133,27 +133,18 @@ def _merger_options(a) -> dict:
     return opts
 
 
-def check_embedder_flag(spec: str, *, allowed=("auto", "default", "none"), flag: str = "--embedder") -> None:
-    """A cheap check of an ``--embedder`` value, before any file is read or model loaded."""
-    import os
-
-    if spec in allowed or os.path.isdir(spec):
-        return
-    raise ValueError(f"{flag} must be one of {list(allowed)} or a local model directory, got {spec!r}")
-
-
 def _compress(a) -> int:
-    from .api import compress_file, plan_file
-    from .store.io import detect_format
-    from .mergers import get_merger
-    from .runs.outputs import check_output
+    from ..api import compress_file, plan_file
+    from ..store.io import detect_format
+    from ..mergers import get_merger
+    from ..runs.outputs import check_output
     from .report import format_report
 
     # every cheap check first: nothing is loaded and nothing is written when one fails
     cfg = config_from_args(a)
     budget = None
     if a.memory_budget is not None:
-        from .runs.budgeted import parse_size
+        from ..runs.budgeted import parse_size
 
         budget = parse_size(a.memory_budget)
         if a.dry_run:
@@ -175,7 +166,7 @@ def _compress(a) -> int:
         print("dry run: nothing merged, nothing written")
         return 0
     if budget is not None:
-        from .runs.budgeted import compress_file_budgeted
+        from ..runs.budgeted import compress_file_budgeted
 
         res = compress_file_budgeted(a.input, a.output, cfg, memory_budget=budget, embedder=a.embedder,
                                      merger=merger, device=a.device, progress=not a.quiet and sys.stderr.isatty(),
@@ -196,7 +187,7 @@ def _compress(a) -> int:
               f"{res.report.merges / total:.1f} merges/s overall")
     print(f"wrote {a.output}")
     if a.report:
-        from .store.atomic import atomic_write_text
+        from ..store.atomic import atomic_write_text
 
         d = res.report.to_dict()
         if stats:
@@ -259,11 +250,11 @@ def printable(text: str) -> str:
 
 
 def _search(a) -> int:
-    from .api import load_store_and_embedder
-    from .config import RetrievalConfig
-    from .store.io import detect_format
-    from .retrieval.retriever import Retriever
-    from .store.timeutil import format_date
+    from ..api import load_store_and_embedder
+    from ..config import RetrievalConfig
+    from ..store.io import detect_format
+    from ..retrieval.retriever import Retriever
+    from ..store.timeutil import format_date
 
     cfg = RetrievalConfig(k=a.k, agpr=a.agpr)
     check_embedder_flag(a.embedder, allowed=("auto", "default"))
@@ -288,7 +279,7 @@ def _search(a) -> int:
 
 
 def _info(a) -> int:
-    from .store.io import detect_format, read_store
+    from ..store.io import detect_format, read_store
 
     detect_format(a.store, None, flag=None)  # no --format to suggest here
     probe = _NoVectors()
@@ -337,13 +328,13 @@ def _demo(a) -> int:
 
 
 def _eval(a) -> int:
-    from .evaluation.cli import run
+    from .eval import run
 
     return run(a)
 
 
 def _adapters(a) -> int:
-    from .adapters.cli import run
+    from .adapters import run
 
     return run(a)
 

@@ -1,7 +1,7 @@
 """Human-readable summaries of a compression run."""
 from __future__ import annotations
 
-from .engine import CompressReport
+from ..engine import CompressReport
 
 __all__ = ["format_report"]
 
