@@ -9,7 +9,7 @@ The output equals the single-process ``memforest compress`` of the same store an
 (see :mod:`.runner` and :mod:`.kmeans` for the two caveats). NCCL on GPUs, gloo on CPU.
 """
 from .kmeans import partition_tenant, shard_range, sharded_kmeans
-from .plan import WorkItem, balance, cost, tenants_to_split
+from .balance import WorkItem, balance, cost, tenants_to_split
 from .runner import DistributedResult, compress_distributed
 
 __all__ = ["compress_distributed", "DistributedResult", "sharded_kmeans", "partition_tenant", "shard_range",

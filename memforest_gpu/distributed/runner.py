@@ -39,7 +39,7 @@ from ..engine.partition import Partition
 from ..engine.quotas import Quotas, allocate, removal_target
 from ..store.memory_store import MemoryStore
 from .kmeans import _world, partition_tenant
-from .plan import WorkItem, balance, tenants_to_split
+from .balance import WorkItem, balance, tenants_to_split
 
 __all__ = ["compress_distributed", "DistributedResult"]
 
