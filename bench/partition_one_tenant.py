@@ -18,7 +18,7 @@ import numpy as np
 
 def one_tenant(bench, name: str = "all"):
     """The benchmark with every node and question in tenant ``name``."""
-    from memforest_gpu.evaluation.benchmark import Benchmark
+    from memforest_gpu.evaluation.dataset import Benchmark
 
     nodes = [{**n, "tenant": name} for n in bench.nodes]
     qs = [dataclasses.replace(q, tenant=name) for q in bench.questions]

