@@ -2,7 +2,7 @@
 
     bash bench/gpu.sh                      # on a lent GPU: records in $OUT (default runs/gpu)
     bash bench/gpu.sh --rehearse           # tiny sizes on the CPU: same steps, same records (CI)
-    python bench/gpu.py --only plan,kmeans --budget 200
+    python bench/gpu.py --only first_round,kmeans --budget 200
 
 1. Makes the project importable offline: already installed from this checkout, else
    ``pip install --no-deps --no-build-isolation --no-index -e .``, else a staged
@@ -36,18 +36,6 @@ sys.path.insert(0, HERE)
 
 from gpu_record import RECORDS, append_record, read_records, summary_table  # noqa: E402
 from gpu_steps import STEPS  # noqa: E402 - names and limits only; imports nothing heavy
-
-
-
-def plan(store, config, device):
-    """The first merge round's plan for ``store`` (partition, spanning trees, pairs), no merging.
-
-    The one call of the engine's planning API in the GPU run: :func:`memforest_gpu.engine.plan`;
-    returns its ``PlanResult`` (``report.seconds`` per stage, ``records`` = the planned pairs)."""
-    from memforest_gpu.engine.compress import plan as plan_first_round
-
-    return plan_first_round(store, config, device=device)
-
 
 PROBE = "import memforest_gpu, memforest_gpu.kernels; print(memforest_gpu.__file__)"
 VERSIONS = """

@@ -8,15 +8,14 @@ from pathlib import Path
 
 from .config import CompressConfig
 from .mergers.embedders import SentenceTransformerEmbedder, get_embedder
-from .engine import CompressResult, compress
-from .engine.compress import PlanResult, plan
+from .engine import CompressResult, DryRunResult, compress, dry_run
 from .store.io import detect_format, read_store, write_store
 from .runs.journal import JournaledMerger, journal_path, run_fingerprint
 from .mergers import get_merger
 from .runs.outputs import OutputLock, check_not_input, check_output
 from .store.memory_store import MemoryStore
 
-__all__ = ["load_store", "load_store_and_embedder", "compress_file", "plan_file", "resolve_embedder",
+__all__ = ["load_store", "load_store_and_embedder", "compress_file", "dry_run_file", "resolve_embedder",
            "RunInterrupted"]
 
 log = logging.getLogger("memforest_gpu")
@@ -174,9 +173,9 @@ def _compress_locked(src, dst, config, *, embedder, merger, device, progress, fo
     return result
 
 
-def plan_file(src: str | Path, config: CompressConfig, *, embedder: str = "auto", device=None,
-              format: str | None = None) -> PlanResult:
+def dry_run_file(src: str | Path, config: CompressConfig, *, embedder: str = "auto", device=None,
+                 format: str | None = None) -> DryRunResult:
     """A dry run: the first round's planned merges (``result.records``: tenant, a, b,
     similarity; ``result.pairs``: their texts). Merges nothing and writes nothing."""
     store, emb = load_store_and_embedder(src, embedder=embedder, device=device, format=format)
-    return plan(store, config, embedder=emb, device=device)
+    return dry_run(store, config, embedder=emb, device=device)

@@ -15,7 +15,7 @@ from memforest_gpu.mergers.embedders import count_words
 from memforest_gpu.engine import DATE_TAG_TOKENS, CompressResult, compress, merged_id
 from memforest_gpu.mergers.base import MergePair
 from memforest_gpu.mergers.extractive import ExtractiveMerger
-from memforest_gpu.engine.partition import partition
+from memforest_gpu.engine.partition import partition_nodes
 from memforest_gpu.engine.quotas import removal_target
 from memforest_gpu.store.memory_store import MemoryStore
 from memforest_gpu.store.synthetic import synthetic_store
@@ -148,7 +148,7 @@ def check_invariants(store: MemoryStore, res: CompressResult, ratio: float, *, c
 
 def tree_of_originals(store: MemoryStore, cfg: CompressConfig) -> dict[str, int]:
     names, codes = store.tenant_index()
-    p = partition(store.embeddings, store.timestamps, codes, names, cfg.partition)
+    p = partition_nodes(store.embeddings, store.timestamps, codes, names, cfg.partition)
     return {i: int(t) for i, t in zip(store.ids, p.tree.tolist())}
 
 

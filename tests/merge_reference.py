@@ -7,7 +7,7 @@ float32. ``tests/test_merge_order.py`` compares it merge for merge with
 
 Input: a store, a :class:`~memforest_gpu.CompressConfig`, a merger, and the partition
 (``tree`` id per node, trees numbered tenant by tenant); by default the engine's own
-:func:`memforest_gpu.engine.partition.partition` is called as the engine calls it (k-means is
+:func:`memforest_gpu.engine.partition.partition_nodes` is called as the engine calls it (k-means is
 out of scope here). Only ``TreeConfig(kind="max")`` is covered (the "min" and "random"
 ablations raise ``ValueError``). No embedder: merged vectors are the normalised mean of
 the two inputs.
@@ -226,10 +226,10 @@ def _tenant_positions(tenants: list[str], ts: list[float]) -> list[int]:
 
 
 def _default_partition(store, config) -> tuple[list[int], list[int]]:
-    from memforest_gpu.engine.partition import partition
+    from memforest_gpu.engine.partition import partition_nodes
 
     names, codes = store.tenant_index()
-    part = partition(store.embeddings, store.timestamps, codes, names, config.partition)
+    part = partition_nodes(store.embeddings, store.timestamps, codes, names, config.partition)
     return part.tree.tolist(), part.tree_tenant.tolist()
 
 

@@ -14,7 +14,7 @@ from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig, compress
 from memforest_gpu.distributed import WorkItem, balance, compress_distributed, partition_tenant, sharded_kmeans
 from memforest_gpu.distributed.balance import cost, tenants_to_split
 from memforest_gpu.kernels import kmeans
-from memforest_gpu.engine.partition import n_clusters, partition, tenant_streams, tenant_uniforms
+from memforest_gpu.engine.partition import n_clusters, partition_nodes, tenant_streams, tenant_uniforms
 from memforest_gpu.store.synthetic import synthetic_store
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
@@ -78,7 +78,7 @@ def _worker(rank, world, init_file, out_dir):
         # the trees too (same grouping; the engine renumbers trees consecutively)
         tree, _ = partition_tenant(one.embeddings, one.timestamps, big, pcfg)
         codes = torch.zeros(n, dtype=torch.int64)
-        part = partition(one.embeddings, one.timestamps, codes, [big], pcfg)
+        part = partition_nodes(one.embeddings, one.timestamps, codes, [big], pcfg)
         assert torch.equal(torch.unique(tree, return_inverse=True)[1], part.tree)
         # the whole pipeline: output == single-process compress (the torchrun test runs "sequential")
         for ratio, schedule in ((0.3, "matching"),):

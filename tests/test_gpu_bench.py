@@ -48,13 +48,13 @@ def test_rehearsal_with_a_staged_pythonpath_writes_the_same_records(tmp_path):
 
 def test_a_step_past_its_limit_leaves_a_timeout_record_and_keeps_the_others(tmp_path):
     records = str(tmp_path / RECORDS)
-    append_record(records, step="plan", name="earlier", summary="written before the kill")
+    append_record(records, step="first_round", name="earlier", summary="written before the kill")
     args = types.SimpleNamespace(out=str(tmp_path), rehearse=True)
-    gpu.run_step("plan", 1.0, args, dict(os.environ), records)  # importing torch alone takes longer
+    gpu.run_step("first_round", 1.0, args, dict(os.environ), records)  # importing torch alone takes longer
     recs = read_records(records)
     assert [r["name"] for r in recs] == ["earlier", "step"]
     assert recs[1]["status"] == "timeout" and recs[1]["limit_s"] == 1.0
-    assert os.path.exists(tmp_path / "logs" / "plan.log")
+    assert os.path.exists(tmp_path / "logs" / "first_round.log")
 
 
 def test_records_survive_a_torn_last_line(tmp_path):
@@ -90,8 +90,8 @@ def test_step_limits_fit_the_budget():
     from gpu_steps import SIZES, STEPS
 
     assert sum(s.limit_s for s in STEPS) <= 480  # 8 minutes on the GPU, setup included by the budget
-    assert [s.name for s in STEPS] == ["agreement", "plan", "kmeans", "merge", "retrieval", "optional"]
-    assert SIZES["gpu"]["plan_n"] == SIZES["gpu"]["ret_n"] == 1_000_000 and SIZES["gpu"]["ret_q"] == 10_000
+    assert [s.name for s in STEPS] == ["agreement", "first_round", "kmeans", "merge", "retrieval", "optional"]
+    assert SIZES["gpu"]["first_round_n"] == SIZES["gpu"]["ret_n"] == 1_000_000 and SIZES["gpu"]["ret_q"] == 10_000
     assert SIZES["gpu"]["lm_batches"] == [64, 256, 1024]
 
 

@@ -134,7 +134,7 @@ def _merger_options(a) -> dict:
 
 
 def _compress(a) -> int:
-    from ..api import compress_file, plan_file
+    from ..api import compress_file, dry_run_file
     from ..store.io import detect_format
     from ..mergers import get_merger
     from ..runs.outputs import check_output
@@ -144,7 +144,7 @@ def _compress(a) -> int:
     cfg = config_from_args(a)
     budget = None
     if a.memory_budget is not None:
-        from ..runs.budgeted import parse_size
+        from ..runs.budget_groups import parse_size
 
         budget = parse_size(a.memory_budget)
         if a.dry_run:
@@ -161,8 +161,8 @@ def _compress(a) -> int:
     except ValueError as e:
         raise ValueError(as_flag_error(str(e), a)) from None
     if a.dry_run:
-        res = plan_file(a.input, cfg, embedder=a.embedder, device=a.device, format=a.format)
-        print(_format_plan(res))
+        res = dry_run_file(a.input, cfg, embedder=a.embedder, device=a.device, format=a.format)
+        print(_format_dry_run(res))
         print("dry run: nothing merged, nothing written")
         return 0
     if budget is not None:
@@ -220,7 +220,7 @@ def _format_merger_stats(name: str, st: dict, report=None) -> str:
     return line
 
 
-def _format_plan(res, width: int = 48) -> str:
+def _format_dry_run(res, width: int = 48) -> str:
     merges = res.records
     if not merges:
         return "first round: no merge planned (nothing to remove at this ratio)"

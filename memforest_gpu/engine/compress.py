@@ -1,99 +1,46 @@
 """MemForest compression (SPEC sections 1-3): the stages wired together.
 
-    store ─partition()─▶ Partition ─quotas()─▶ Quotas ─build_trees()─▶ TreeBatch
+    store ─partition_nodes()─▶ Partition ─removal_quotas()─▶ Quotas ─build_trees()─▶ TreeBatch
     per round:  plan_round() ─▶ Plan ─▶ merge_round() (one merger call) ─▶ embedder / pair_means
                 ─▶ apply_round() (device tensors)  +  NodeTable (host bookkeeping)
     at the end: assemble() ─▶ MemoryStore
 
 Each stage is a function in its own module; :func:`compress` only wires them, and owns
-progress, timing and the report. :func:`plan` is the dry run: the first round's pairs.
+progress, timing and the report (:mod:`.result`). :func:`~.dry_run.dry_run` takes the same
+setup (:func:`setup_run`) and plans the first round only.
 The host reads a constant number of device values per round (the plan), whatever the
 number of trees, pairs and tenants (:mod:`memforest_gpu.engine.host_reads` counts them).
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import torch
 
-from .apply import apply_round, pair_means
-from .assemble import assemble
 from ..config import CompressConfig
 from ..device import resolve_device
 from ..mergers.embedders import count_words
-from .merge_call import merge_round_capped
-from ..mergers.base import MergePair
 from ..mergers.extractive import ExtractiveMerger
-from .node_table import NodeTable, merged_id
-from .partition import Partition, partition
-from .plan import DATE_TAG_TOKENS, Plan, plan_round
-from .quotas import Quotas, quotas, redistribute
-from .records import MergeRecord
 from ..store.memory_store import MemoryStore
+from .apply import apply_round, pair_means
+from .assemble import assemble
+from .merge_call import merge_round_capped
+from .node_table import NodeTable
+from .partition import Partition, partition_nodes
+from .plan import Plan, plan_round
+from .quotas import Quotas, redistribute, removal_quotas
+from .records import MergeRecord
+from .result import CompressReport, CompressResult
 from .trees import TreeBatch, build_trees
 
-__all__ = ["compress", "plan", "CompressResult", "CompressReport", "PlanResult", "MergeRecord", "merged_id",
-           "DATE_TAG_TOKENS"]
+__all__ = ["compress", "setup_run", "RunSetup", "older_first", "merge_records", "run_report"]
 
 
 @dataclass
-class CompressReport:
-    """What a compression did. ``tenants`` has one dict per tenant."""
-
-    tenants: list[dict]
-    nodes_in: int
-    nodes_out: int
-    trees: int
-    rounds: int
-    merges: int
-    schedule: str
-    merger: str
-    embedder: str
-    max_node_tokens: int | None
-    seconds: dict = field(default_factory=dict)
-    fallbacks: int = 0
-    moved_by_reassignment: int = 0
-    kmeans_iterations: dict = field(default_factory=dict)
-    condensed: int = 0  # merges cut to the node cap (cap_policy "condense")
-    condensed_tokens: int = 0  # tokens those merges dropped, in all
-
-    @property
-    def ratio_reached(self) -> float:
-        return 1.0 - self.nodes_out / self.nodes_in if self.nodes_in else 0.0
-
-    @property
-    def shortfall(self) -> int:
-        return sum(t["shortfall"] for t in self.tenants)
-
-    def to_dict(self) -> dict:
-        d = dict(self.__dict__)
-        d["ratio_reached"] = self.ratio_reached
-        d["shortfall"] = self.shortfall
-        return d
-
-
-@dataclass
-class CompressResult:
-    store: MemoryStore
-    report: CompressReport
-    merges: list[MergeRecord]  # every merge, in order
-
-
-@dataclass
-class PlanResult:
-    """A dry run: the first round's pairs (``records`` with ``into=None``) and the merger
-    inputs they would make (``pairs``, aligned with ``records``)."""
-
-    records: list[MergeRecord]
-    pairs: list[MergePair]
-    report: CompressReport
-
-
-@dataclass
-class _Setup:
+class RunSetup:
     cfg: CompressConfig
     names: list[str]
     part: Partition
@@ -130,7 +77,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     Every tenant loses exactly ``round(ratio * N_t)`` nodes unless it cannot (report's
     ``shortfall``); every original id ends in exactly one output node's ``sources``.
     """
-    s = _setup(store, config, embedder, device, progress, partition, quotas, budget)
+    s = setup_run(store, config, embedder, device, progress, partition, quotas, budget)
     merger = merger if merger is not None else ExtractiveMerger()
     fallback = merger if isinstance(merger, ExtractiveMerger) else ExtractiveMerger()
     q, batch, table, times = s.quotas, s.batch, s.table, s.times
@@ -153,7 +100,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
             continue
         rounds += 1
         t = time.perf_counter()
-        older, newer = _older_first(table, p)
+        older, newer = older_first(table, p)
         texts, tokens, nfb, dropped = merge_round_capped(
             merger, fallback, table.merge_pairs(older, newer), counter=s.counter, cap=s.cap,
             cap_policy=s.cfg.merge.cap_policy)
@@ -170,7 +117,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         consumed += [older, newer]
         remaining -= got
         count -= got
-        done = _records(table, rounds, older, newer, p.similarity, new)
+        done = merge_records(table, rounds, older, newer, p.similarity, new)
         records += done
         times["trees"] += time.perf_counter() - t
         if on_round is not None:
@@ -186,29 +133,13 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     out = assemble(table, live, s.emb, vectors)  # the blocks, released as they are read
     times["output"] = time.perf_counter() - t
     times["total"] = time.perf_counter() - times.pop("_t0")
-    report = _report(s, store, merger, embedder, out, shortfall, rounds, len(records), fallbacks)
+    report = run_report(s, store, merger, embedder, out, shortfall, rounds, len(records), fallbacks)
     report.condensed, report.condensed_tokens = condensed, condensed_tokens
     return CompressResult(out, report, records)
 
 
-def plan(store: MemoryStore, config: CompressConfig | None = None, *, embedder=None, device=None,
-         partition: Partition | None = None, quotas: Quotas | None = None, budget: int = 1 << 24) -> PlanResult:
-    """A dry run: partition, quotas and trees as :func:`compress` would build them, and the
-    pairs of the first round. Merges nothing."""
-    s = _setup(store, config, embedder, device, False, partition, quotas, budget)
-    q = s.quotas
-    need = (q.per_tree > 0) & (q.tree_size >= 2)
-    p = plan_round(s.batch, need, q.per_tree, s.cfg, s.plan_cap, np.random.default_rng(s.cfg.merge.seed))
-    older, newer = _older_first(s.table, p)
-    records = _records(s.table, 1, older, newer, p.similarity)
-    pairs = s.table.merge_pairs(older, newer)
-    s.times["total"] = time.perf_counter() - s.times.pop("_t0")
-    report = _report(s, store, None, embedder, store, q.shortfall, 0, 0, 0)
-    return PlanResult(records, pairs, report)
-
-
 # --------------------------------------------------------------------------- helpers
-def _setup(store, config, embedder, device, progress, part, q, budget) -> _Setup:
+def setup_run(store, config, embedder, device, progress, part, q, budget) -> RunSetup:
     """Validate, then partition, quotas and trees (or take the given ones)."""
     t0 = time.perf_counter()
     cfg = config or CompressConfig()
@@ -227,7 +158,7 @@ def _setup(store, config, embedder, device, progress, part, q, budget) -> _Setup
     times = {"_t0": t0, "trees": 0.0, "merge": 0.0, "embed": 0.0}
     if part is None:
         bar = _bar(progress, len(store), "partition")
-        part = partition(emb, ts, codes, names, cfg.partition, budget=budget,
+        part = partition_nodes(emb, ts, codes, names, cfg.partition, budget=budget,
                          progress=(lambda n: bar.update(n)) if bar else None)
         if bar:
             bar.close()
@@ -239,7 +170,7 @@ def _setup(store, config, embedder, device, progress, part, q, budget) -> _Setup
     tree_size = torch.bincount(part.tree, minlength=n_trees).cpu().numpy().astype(np.int64)
     if q is None:
         tenant_size = np.bincount(codes.cpu().numpy(), minlength=len(names))
-        q = quotas(tree_size, part.tree_tenant.cpu().numpy(), tenant_size, cfg.merge.ratio)
+        q = removal_quotas(tree_size, part.tree_tenant.cpu().numpy(), tenant_size, cfg.merge.ratio)
     elif len(q.per_tree) != n_trees or not np.array_equal(q.tree_size, tree_size):
         raise ValueError(f"quotas must be for the partition's {n_trees} trees of sizes {tree_size.tolist()[:8]}..., "
                          f"got {len(q.per_tree)} trees")
@@ -253,7 +184,7 @@ def _setup(store, config, embedder, device, progress, part, q, budget) -> _Setup
         tokens = torch.tensor(counter(store.texts), dtype=torch.int64, device=dev)
     batch = build_trees(part.tree, tree_size, emb, ts, codes, tokens, dtype=getattr(torch, cfg.storage_dtype))
     times["setup"] = time.perf_counter() - t1
-    return _Setup(cfg, names, part, q, batch, NodeTable(store), emb, cap, counter, times)
+    return RunSetup(cfg, names, part, q, batch, NodeTable(store), emb, cap, counter, times)
 
 
 def _check_partition(part: Partition, n: int, n_tenants: int) -> None:
@@ -269,12 +200,12 @@ def _check_partition(part: Partition, n: int, n_tenants: int) -> None:
         raise ValueError(f"partition.tree_tenant must be sorted tenant codes in [0, {n_tenants})")
 
 
-def _older_first(table: NodeTable, p: Plan) -> tuple[np.ndarray, np.ndarray]:
+def older_first(table: NodeTable, p: Plan) -> tuple[np.ndarray, np.ndarray]:
     """Each planned pair as (older, newer) rows: the merger's order."""
     return table.order_many(p.node_a, p.node_b)
 
 
-def _records(table: NodeTable, rnd: int, older: np.ndarray, newer: np.ndarray, sims, new: np.ndarray | None = None
+def merge_records(table: NodeTable, rnd: int, older: np.ndarray, newer: np.ndarray, sims, new: np.ndarray | None = None
              ) -> list[MergeRecord]:
     """One MergeRecord per pair (a dry run's have no ``into`` / ``text``); the merged text is
     the table's own string, not a copy."""
@@ -286,7 +217,7 @@ def _records(table: NodeTable, rnd: int, older: np.ndarray, newer: np.ndarray, s
     return [MergeRecord(rnd, ten[k], ia[k], ib[k], w[k], into[k], text[k]) for k in range(len(ia))]
 
 
-def _report(s: _Setup, store, merger, embedder, out, shortfall, rounds, merges, fallbacks) -> CompressReport:
+def run_report(s: RunSetup, store, merger, embedder, out, shortfall, rounds, merges, fallbacks) -> CompressReport:
     """The run's report; a dry run (no merger) has no per-tenant rows."""
     q = s.quotas
     rows = []

@@ -16,7 +16,7 @@ from ..kernels import cluster_centres, kmeans, reassign_to_centres, size_buckets
 from ..kernels.rand import stream_keys
 from .two_level import two_level_clusters
 
-__all__ = ["Partition", "partition", "time_order", "n_clusters", "tenant_uniforms", "tenant_streams",
+__all__ = ["Partition", "partition_nodes", "time_order", "n_clusters", "tenant_uniforms", "tenant_streams",
            "tenant_stream_keys", "closed_form_centres"]
 
 
@@ -110,7 +110,7 @@ def closed_form_centres(embeddings: torch.Tensor, order: torch.Tensor, codes: to
     return torch.where(first < big, sel[first.clamp(max=max(big - 1, 0))], torch.full_like(first, -1))
 
 
-def partition(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: torch.Tensor, names: list[str],
+def partition_nodes(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: torch.Tensor, names: list[str],
               cfg: PartitionConfig, *, budget: int = 1 << 24, progress=None) -> Partition:
     """Split every tenant's nodes into EventTrees.
 

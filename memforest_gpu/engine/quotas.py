@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Quotas", "quotas", "removal_target", "allocate", "allocate_segments", "redistribute"]
+__all__ = ["Quotas", "removal_quotas", "removal_target", "allocate", "allocate_segments", "redistribute"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def removal_target(n: int, ratio: float) -> int:
     return int(math.floor(ratio * n + 0.5))
 
 
-def quotas(tree_size: np.ndarray, tree_tenant: np.ndarray, tenant_size: np.ndarray, ratio: float) -> Quotas:
+def removal_quotas(tree_size: np.ndarray, tree_tenant: np.ndarray, tenant_size: np.ndarray, ratio: float) -> Quotas:
     """Each tenant's exact removal target split over its trees.
 
     Shape: tree_size, tree_tenant (T,) with tree_tenant sorted; tenant_size (n_tenants,) -> Quotas

@@ -10,7 +10,7 @@ __all__ = ["MergeRecord"]
 class MergeRecord:
     """``a`` (older) and ``b`` (newer) merged into ``into`` in round ``round`` of tenant
     ``tenant``; ``similarity`` is the cosine of the two inputs. A dry run's records
-    (:func:`memforest_gpu.engine.plan`) have ``into=None`` and ``text=None``."""
+    (:func:`memforest_gpu.engine.dry_run`) have ``into=None`` and ``text=None``."""
 
     round: int
     tenant: str

@@ -1,4 +1,4 @@
-"""Planning a budgeted run (:mod:`memforest_gpu.runs.budgeted`): budget sizes, the per-node
+"""The groups of a budgeted run (:mod:`memforest_gpu.runs.budgeted`): budget sizes, the per-node
 working-set estimate, the tenant column scan and the packing of whole tenants into groups."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["parse_size", "format_size", "node_bytes", "group_capacity", "output_batch_rows", "scan_tenants",
-           "plan_groups", "TenantScan", "parts_dir"]
+           "pack_groups", "TenantScan", "parts_dir"]
 
 from ..store.io import ROW_GROUP_ROWS as OUTPUT_ROW_GROUP  # the in-memory write_store's row group
 
@@ -79,7 +79,7 @@ def output_batch_rows(budget: int, dim: int) -> int:
 
 def group_capacity(budget: int) -> int:
     """Bytes a group may use: the budget less the process baseline, but at least half the
-    budget (a tiny budget still plans groups)."""
+    budget (a tiny budget still packs groups)."""
     return max(budget - BASELINE_BYTES, budget // 2)
 
 
@@ -214,8 +214,8 @@ def _scan_jsonl(path: str) -> TenantScan:
                       header)
 
 
-# ------------------------------------------------------------------------------ plan
-def plan_groups(sizes: np.ndarray, per_node: int, capacity: int) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
+# ---------------------------------------------------------------------------- groups
+def pack_groups(sizes: np.ndarray, per_node: int, capacity: int) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
     """Tenants (codes, in order) packed into consecutive groups of at most ``capacity``
     bytes at ``per_node`` bytes a node.
 
@@ -241,6 +241,3 @@ def plan_groups(sizes: np.ndarray, per_node: int, capacity: int) -> tuple[list[n
     if cur:
         groups.append(np.array(cur, dtype=np.int64))
     return groups, over
-
-
-# ----------------------------------------------------------------------------- split

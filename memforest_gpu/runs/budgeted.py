@@ -3,8 +3,8 @@
 Tenants never interact (SPEC), so compressing a subset of whole tenants gives exactly the
 rows the whole-store run gives for them. :func:`compress_budgeted` therefore
 
-1. scans only the tenant column (:func:`scan_tenants`) and plans groups of whole tenants
-   whose estimated working set fits the budget (:func:`plan_groups`; a tenant that is too
+1. scans only the tenant column (:func:`scan_tenants`) and packs groups of whole tenants
+   whose estimated working set fits the budget (:func:`pack_groups`; a tenant that is too
    big on its own gets a group of its own and a warning saying by how much);
 2. splits the input into one file per group in a single streamed pass (``OUT.parts/``);
 3. compresses each group with the same config, seed, merger and journal, and writes its
@@ -32,22 +32,20 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["parse_size", "format_size", "node_bytes", "group_capacity", "output_batch_rows", "scan_tenants",
-           "plan_groups", "compress_budgeted",
-           "compress_file_budgeted", "TenantScan", "BudgetedResult", "parts_dir"]
+from .budget_files import _output_keys, _split_jsonl, _split_parquet, _write_output, _write_part
+from .budget_groups import (TenantScan, format_size, group_capacity, node_bytes, pack_groups, parts_dir,
+                            scan_tenants)
+
+__all__ = ["compress_budgeted", "compress_file_budgeted", "BudgetedResult"]
 
 log = logging.getLogger("memforest_gpu")
-
-from .budget_files import _output_keys, _split_jsonl, _split_parquet, _write_output, _write_part
-from .budget_groups import (PARTS_SUFFIX, TenantScan, format_size, group_capacity,  # noqa: F401 (PARTS_SUFFIX re-exported)
-                          node_bytes, output_batch_rows, parse_size, parts_dir, plan_groups, scan_tenants)
 
 
 # -------------------------------------------------------------------------- compress
 @dataclass
 class BudgetedResult:
     """What :func:`compress_budgeted` did: the merged ``report`` (per-tenant rows in the
-    in-memory run's order) and the group plan (``groups``: tenants and nodes per group)."""
+    in-memory run's order) and the groups (``groups``: tenants and nodes per group)."""
 
     report: object
     groups: list[dict]
@@ -56,7 +54,7 @@ class BudgetedResult:
 
 def _run_key(src: str, config, merger, embedder_spec: str, groups: list[list[str]]) -> str:
     """What the parts of a run depend on: the input file (size, mtime), config, merger,
-    ``--embedder`` and the group plan; a resumed run reuses parts only when it matches."""
+    ``--embedder`` and the groups; a resumed run reuses parts only when it matches."""
     from .journal import merger_identity
 
     st = os.stat(src)
@@ -111,7 +109,7 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
         raise ValueError(f"{src}: store must have at least one node, got 0 nodes")
     per_node = node_bytes(scan.dim)
     cap = group_capacity(memory_budget)
-    groups, over = plan_groups(scan.sizes, per_node, cap)
+    groups, over = pack_groups(scan.sizes, per_node, cap)
     for t, need in over[:5]:
         log.warning("tenant %r has %d nodes, about %s of working set: %s over the group capacity of "
                     "--memory-budget %s; it is compressed alone", scan.names[t], int(scan.sizes[t]),
@@ -194,8 +192,8 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
     report = _merged_report(reports, scan, config, time.perf_counter() - t0, time.perf_counter() - tw)
     runner.finish()
     shutil.rmtree(work, ignore_errors=True)
-    plan = [{"tenants": len(g), "nodes": int(scan.sizes[g].sum())} for g in groups]
-    return BudgetedResult(report, plan, reused)
+    sizes = [{"tenants": len(g), "nodes": int(scan.sizes[g].sum())} for g in groups]
+    return BudgetedResult(report, sizes, reused)
 
 
 class _GroupRunner:
