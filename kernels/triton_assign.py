@@ -47,7 +47,7 @@ try:
 except ImportError:  # the PyTorch path is used; fallback_reasons() says so on CUDA
     triton = tl = None
 
-__all__ = ["triton_available", "unavailable_reason", "best_match_triton", "try_best_match_triton",
+__all__ = ["unavailable_reason", "best_match_triton", "try_best_match_triton",
            "fallback_reasons", "reset_fallbacks"]
 
 log = logging.getLogger("memforest_gpu")
@@ -68,11 +68,6 @@ def unavailable_reason(device: torch.device | str) -> str | None:
     if dev.type != "cuda" and not _interpret():
         return f"device {dev.type!r} is not CUDA and TRITON_INTERPRET is not 1"
     return None
-
-
-def triton_available(device: torch.device | str) -> bool:
-    """Triton can run here: CUDA present, or the interpreter switched on."""
-    return unavailable_reason(device) is None
 
 
 if tl is not None:

@@ -22,12 +22,10 @@ import torch
 
 from ..config import CompressConfig
 from ..device import resolve_device
-from ..mergers.embedders import count_words
-from ..mergers.extractive import ExtractiveMerger
 from ..store.memory_store import MemoryStore
 from .apply import apply_round, pair_means
 from .assemble import assemble
-from .merge_call import merge_round_capped
+from .merge_call import cap_and_counter, merge_round_capped, with_fallback
 from .node_table import NodeTable
 from .partition import Partition, partition_nodes
 from .plan import Plan, plan_round
@@ -78,8 +76,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     ``shortfall``); every original id ends in exactly one output node's ``sources``.
     """
     s = setup_run(store, config, embedder, device, progress, partition, quotas, budget)
-    merger = merger if merger is not None else ExtractiveMerger()
-    fallback = merger if isinstance(merger, ExtractiveMerger) else ExtractiveMerger()
+    merger, fallback = with_fallback(merger)
     q, batch, table, times = s.quotas, s.batch, s.table, s.times
     remaining, count = q.per_tree.copy(), q.tree_size.copy()
     stuck, shortfall = np.zeros(len(count), dtype=bool), q.shortfall.copy()
@@ -174,14 +171,9 @@ def setup_run(store, config, embedder, device, progress, part, q, budget) -> Run
     elif len(q.per_tree) != n_trees or not np.array_equal(q.tree_size, tree_size):
         raise ValueError(f"quotas must be for the partition's {n_trees} trees of sizes {tree_size.tolist()[:8]}..., "
                          f"got {len(q.per_tree)} trees")
-    cap = cfg.merge.max_node_tokens
-    if cap is None and embedder is not None:
-        cap = embedder.max_tokens
-    counter = None
-    tokens = None
-    if cap is not None or cfg.tree.size_weight > 0:  # the size term needs lengths too
-        counter = getattr(embedder, "count_tokens", None) or count_words
-        tokens = torch.tensor(counter(store.texts), dtype=torch.int64, device=dev)
+    # the size term needs lengths too
+    cap, counter = cap_and_counter(cfg.merge.max_node_tokens, embedder, count=cfg.tree.size_weight > 0)
+    tokens = torch.tensor(counter(store.texts), dtype=torch.int64, device=dev) if counter is not None else None
     batch = build_trees(part.tree, tree_size, emb, ts, codes, tokens, dtype=getattr(torch, cfg.storage_dtype))
     times["setup"] = time.perf_counter() - t1
     return RunSetup(cfg, names, part, q, batch, NodeTable(store), emb, cap, counter, times)

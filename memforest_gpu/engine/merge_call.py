@@ -11,6 +11,10 @@ merger's over-cap text by the extractive merge. ``"condense"`` cuts every text o
 to it with :meth:`ExtractiveMerger.condense`: the extractive merger's own text (not
 counted as a fallback; also when a journal wraps it) and the extractive replacement of
 another merger's over-cap or unusable text.
+
+The engine and the merging baselines set a run up the same way: :func:`with_fallback` (the
+merger and the extractive fallback) and :func:`cap_and_counter` (the node-token cap and how
+texts are counted against it).
 """
 from __future__ import annotations
 
@@ -18,8 +22,10 @@ import logging
 from typing import Callable, NamedTuple, Sequence
 
 from ..mergers.base import MergePair
+from ..mergers.embedders import count_words
+from ..mergers.extractive import ExtractiveMerger
 
-__all__ = ["merge_round", "merge_round_capped", "RoundTexts", "CAP_POLICIES"]
+__all__ = ["merge_round", "merge_round_capped", "RoundTexts", "CAP_POLICIES", "with_fallback", "cap_and_counter"]
 
 CAP_POLICIES = ("condense", "strict")
 
@@ -31,6 +37,24 @@ class RoundTexts(NamedTuple):
     dropped: list[int]  # tokens condensing dropped from each merge (0: kept whole)
 
 log = logging.getLogger("memforest_gpu")
+
+
+def with_fallback(merger) -> tuple[object, ExtractiveMerger]:
+    """(merger, fallback): ``merger`` (the extractive merger when ``None``) and the merger
+    that redoes what it cannot deliver: the extractive merger, ``merger`` itself when it is one."""
+    merger = merger if merger is not None else ExtractiveMerger()
+    return merger, merger if isinstance(merger, ExtractiveMerger) else ExtractiveMerger()
+
+
+def cap_and_counter(max_node_tokens: int | None, embedder, *, count: bool = False) -> tuple[int | None, Callable | None]:
+    """(cap, counter): the node-token cap, ``max_node_tokens`` or else the embedder's limit
+    (``None`` without either), and how texts are counted against it, the embedder's tokenizer
+    or else words (``None`` when there is no cap, unless ``count``)."""
+    cap = max_node_tokens
+    if cap is None and embedder is not None:
+        cap = embedder.max_tokens
+    counter = (getattr(embedder, "count_tokens", None) or count_words) if cap is not None or count else None
+    return cap, counter
 
 
 def merge_round(merger, fallback, pairs: Sequence[MergePair], *, counter: Callable | None = None,

@@ -19,12 +19,10 @@ import torch
 from ..config import CompressConfig
 from ..kernels import best_edge_per_tree, greedy_matching, spanning_forest, tree_degrees
 from ..kernels.mst import edge_key
+from .lengths import merged_length, utc_day
 from .trees import Bucket, TreeBatch
 
-__all__ = ["Plan", "plan_round", "DATE_TAG_TOKENS"]
-
-DATE_TAG_TOKENS = 12  # upper bound on the word pieces the date tags of one merge add
-_DAY = 86400.0
+__all__ = ["Plan", "plan_round"]
 
 
 @dataclass(frozen=True)
@@ -71,8 +69,8 @@ def _edge_weights(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap: int | N
             Wt = (1 - tw) * W + tw * (gap <= cfg.tree.time_window).to(W.dtype)  # (B', m, m)
     est = None
     if bk.tok is not None and ((cfg.tree.size_weight > 0 and kind != "random") or cap is not None):
-        tok, day = bk.tok[r], torch.floor(bk.ts[r] / _DAY)
-        est = tok[:, :, None] + tok[:, None, :] + DATE_TAG_TOKENS * (day[:, :, None] != day[:, None, :]).long()
+        tok, day = bk.tok[r], utc_day(bk.ts[r])  # (B', m)
+        est = merged_length(tok[:, :, None], tok[:, None, :], day[:, :, None], day[:, None, :])  # (B', m, m)
     if cfg.tree.size_weight > 0 and kind != "random" and est is not None:
         # size on the edges: the merged node's estimated length, in units of size_unit tokens
         pen = cfg.tree.size_weight * est.to(W.dtype) / float(cfg.tree.size_unit)  # (B', m, m)

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..kernels import size_buckets
 from .partition import time_order
 
-__all__ = ["Bucket", "TreeBatch", "bucket_classes", "build_trees", "compute_dtype", "row_sims"]
+__all__ = ["Bucket", "TreeBatch", "build_trees", "compute_dtype", "row_sims"]
 
 
 @dataclass(frozen=True)
@@ -51,18 +52,6 @@ class TreeBatch:
     buckets: tuple[Bucket, ...]
     bucket_of: np.ndarray
     row_of: np.ndarray
-
-
-def bucket_classes(sizes: np.ndarray, *, min_size: int = 2) -> list[np.ndarray]:
-    """Tree ids grouped by size class (powers of two, so padding wastes at most half),
-    largest first; trees smaller than ``min_size`` are left out. Host-side, no device read.
-
-    Shape: sizes (T,) -> list of (B,) int64
-    """
-    sizes = np.asarray(sizes, dtype=np.int64)
-    keep = sizes >= min_size
-    cls = np.ceil(np.log2(np.maximum(sizes, 1))).astype(np.int64)
-    return [np.flatnonzero(keep & (cls == c)) for c in np.unique(cls[keep])[::-1]]
 
 
 HALF = (torch.float16, torch.bfloat16)
@@ -112,7 +101,10 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
     bucket_of = np.full(T, -1, dtype=np.int64)
     row_of = np.full(T, -1, dtype=np.int64)
     buckets = []
-    for b, ids in enumerate(bucket_classes(tree_size)):
+    # trees by size class (powers of two: padding wastes at most half), largest first; the
+    # sizes are a host array, so this reads nothing from the device
+    classes = size_buckets(torch.as_tensor(np.asarray(tree_size, dtype=np.int64)), min_size=2)
+    for b, ids in enumerate(c.numpy() for c in classes):
         m = int(tree_size[ids].max())
         trees = torch.as_tensor(ids, dtype=torch.int64, device=dev)
         col = torch.arange(m, dtype=torch.int64, device=dev)

@@ -121,11 +121,6 @@ def _in_order(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     return all(x in it for x in a)  # `in` consumes the iterator up to the match
 
 
-def _is_near_duplicate(tokens: tuple[str, ...], kept: tuple[str, ...], threshold: float) -> bool:
-    """Whether a sentence of ``tokens`` repeats a kept sentence of ``kept`` (module rule 3)."""
-    return _repeats(tokens, set(tokens), _numbers(tokens), set(kept), _numbers(kept), threshold)
-
-
 def _repeats(tokens, a: frozenset | set, a_nums: tuple, b: frozenset | set, b_nums: tuple,
              threshold: float) -> bool:
     if not a or (a & _NEGATIONS) != (b & _NEGATIONS):

@@ -10,7 +10,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["parse_timestamp", "format_date", "same_day", "MONTHS", "DATE_TAG", "EPOCH_MIN", "EPOCH_MAX"]
+__all__ = ["parse_timestamp", "format_date", "MONTHS", "DATE_TAG", "EPOCH_MIN", "EPOCH_MAX"]
 
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
           "September", "October", "November", "December")
@@ -93,8 +93,3 @@ def format_date(ts: float) -> str:
     """Format epoch seconds as a day, e.g. ``1683554160.0 -> '8 May 2023'`` (UTC)."""
     dt = datetime.fromtimestamp(float(ts), tz=timezone.utc)
     return f"{dt.day} {dt:%B} {dt.year}"
-
-
-def same_day(a: float, b: float) -> bool:
-    """True when two epoch-second timestamps fall on the same UTC calendar day."""
-    return format_date(a) == format_date(b)
