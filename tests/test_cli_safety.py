@@ -138,12 +138,12 @@ def test_a_journal_write_error_stops_the_run(tmp_path, capsys, monkeypatch):
 # ------------------------------------------------------------- 3. the output target is checked first
 @pytest.fixture
 def input_never_read(monkeypatch):
-    import memforest_gpu.store.io as io
+    import memforest_gpu.store.jsonl as jsonl
 
     def boom(*a, **kw):
         raise AssertionError("the input was read before the output target was checked")
 
-    monkeypatch.setattr(io, "_read_jsonl_columns", boom)
+    monkeypatch.setattr(jsonl, "read_jsonl_columns", boom)
 
 
 @pytest.mark.parametrize("target, extra, message", [

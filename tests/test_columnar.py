@@ -13,7 +13,7 @@ import pytest
 import torch
 from test_io import assert_same, make_store
 
-import memforest_gpu.store.io as mio
+import memforest_gpu.store.parquet as parquet_mod
 from memforest_gpu import CompressConfig, MergeConfig, compress
 from memforest_gpu.store.io import read_store, write_store
 from memforest_gpu.engine.node_table import NodeTable
@@ -97,7 +97,7 @@ def test_arrow_columns_are_validated_with_the_same_messages():
 # --------------------------------------------------------------------------- batched Parquet reads
 @pytest.fixture
 def small_batches(monkeypatch):
-    monkeypatch.setattr(mio, "_BATCH_ROWS", 3)
+    monkeypatch.setattr(parquet_mod, "_BATCH_ROWS", 3)
 
 
 def test_batched_read_equals_one_batch(tmp_path, monkeypatch):
@@ -105,7 +105,7 @@ def test_batched_read_equals_one_batch(tmp_path, monkeypatch):
     p = tmp_path / "s.parquet"
     write_store(s, p)
     whole = read_store(p)
-    monkeypatch.setattr(mio, "_BATCH_ROWS", 2)
+    monkeypatch.setattr(parquet_mod, "_BATCH_ROWS", 2)
     assert_same(whole, read_store(p))
     assert torch.equal(whole.embeddings, read_store(p).embeddings)
 
@@ -207,11 +207,11 @@ def test_outputs_written_in_order_from_arrow_columns(tmp_path):
 
 
 def test_parquet_written_in_row_groups(tmp_path, monkeypatch):
-    monkeypatch.setattr(mio, "ROW_GROUP_ROWS", 4)
+    monkeypatch.setattr(parquet_mod, "ROW_GROUP_ROWS", 4)
     s = make_store(n=11)
     write_store(s, tmp_path / "s.parquet")
     assert pq.ParquetFile(tmp_path / "s.parquet").metadata.num_row_groups == 3
-    monkeypatch.setattr(mio, "_BATCH_ROWS", 3)  # batches across row-group boundaries
+    monkeypatch.setattr(parquet_mod, "_BATCH_ROWS", 3)  # batches across row-group boundaries
     assert_same(s, read_store(tmp_path / "s.parquet"))
     assert_same(s.select_tenant("bob"), read_store(tmp_path / "s.parquet", tenants=["bob"]))
 

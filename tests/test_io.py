@@ -333,9 +333,9 @@ def test_atomic_write_failure_keeps_old_file(tmp_path, monkeypatch, fmt):
 
         monkeypatch.setattr(pq, "write_table", boom)
     else:
-        import memforest_gpu.store.io as mio
+        import memforest_gpu.store.jsonl as jsonl_mod
 
-        real_dumps = mio._dumps
+        real_dumps = jsonl_mod._dumps
         calls = {"n": 0}
 
         def boom(v, what, node_id):
@@ -344,7 +344,7 @@ def test_atomic_write_failure_keeps_old_file(tmp_path, monkeypatch, fmt):
                 raise OSError("disk full (simulated)")
             return real_dumps(v, what, node_id)
 
-        monkeypatch.setattr(mio, "_dumps", boom)
+        monkeypatch.setattr(jsonl_mod, "_dumps", boom)
 
     with pytest.raises(OSError, match="disk full"):
         write_store(make_store(n=6, seed=2), path)

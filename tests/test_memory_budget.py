@@ -248,6 +248,6 @@ def test_mixed_unit_and_raw_vectors(tmp_path, fmt):
 
 def test_output_batches_follow_write_stores_row_group():
     # a budgeted Parquet output is byte for byte the in-memory one only with the same row groups
-    from memforest_gpu.store.io import ROW_GROUP_ROWS
+    from memforest_gpu.store.parquet import ROW_GROUP_ROWS
 
     assert output_batch_rows(64 << 30, 384) == ROW_GROUP_ROWS

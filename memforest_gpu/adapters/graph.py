@@ -34,7 +34,8 @@ import numpy as np
 from ..config import CompressConfig
 from ..engine import CompressReport, compress
 from ..store.atomic import atomic_open
-from ..store.io import detect_format, iter_jsonl_objects
+from ..store.io import detect_format
+from ..store.jsonl import iter_jsonl_objects
 from ..store.memory_store import MemoryStore
 
 __all__ = ["MemoryGraph", "GraphCompressResult", "read_graph", "write_graph", "compress_graph", "fold_edges"]

@@ -16,7 +16,8 @@ import json
 import os
 
 from ..store.atomic import atomic_open
-from ..store.io import iter_jsonl_objects, read_store
+from ..store.jsonl import iter_jsonl_objects
+from ..store.io import read_store
 from .dataset import Benchmark, Question
 from .locomo import load_locomo
 

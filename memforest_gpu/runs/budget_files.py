@@ -53,7 +53,7 @@ def _split_parquet(path: str, row_group: np.ndarray, n_groups: int, paths: list[
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from ..store.io import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
+    from ..store.layout import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 
     pf = pq.ParquetFile(path)
     cols = [c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in pf.schema_arrow.names]
@@ -106,7 +106,7 @@ def _split_parquet(path: str, row_group: np.ndarray, n_groups: int, paths: list[
 def _split_jsonl(path: str, header: bytes | None, row_group: np.ndarray, n_groups: int,
                  paths: list[str]) -> np.ndarray:
     """As :func:`_split_parquet` for JSON Lines (records written back as read)."""
-    from ..store.io import HEADER_KEY
+    from ..store.layout import HEADER_KEY
 
     checks = _SplitChecks(n_groups)
     ids, sources = [], []
@@ -155,9 +155,9 @@ def _write_part(out, keys: np.ndarray, path: str, report, time_format) -> None:
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    from ..store.io import _to_arrow_table
+    from ..store.parquet import to_arrow_table
 
-    table = _to_arrow_table(out).append_column(KEY, pa.array(keys, type=pa.int64()))
+    table = to_arrow_table(out).append_column(KEY, pa.array(keys, type=pa.int64()))
     d = report.to_dict()
     d["time_format"] = time_format
     d["embedder_label"] = out.embedder
@@ -228,7 +228,7 @@ def _write_output(out_paths: list[str], dst: str, fmt: str, time_format, budget:
                 writer = None
                 emb_name = (schema.metadata or {}).get(b"memforest.embedder")
                 if emb_name is not None:
-                    from ..store.io import HEADER_KEY
+                    from ..store.layout import HEADER_KEY
 
                     f.write(json.dumps({HEADER_KEY: {"embedder": emb_name.decode("utf-8")}},
                                        ensure_ascii=False).encode("utf-8") + b"\n")
@@ -257,7 +257,7 @@ def _write_output(out_paths: list[str], dst: str, fmt: str, time_format, budget:
 
 def _jsonl_bytes(table, *, iso: bool) -> bytes:
     """Rows of a part table as the JSONL lines :func:`~memforest_gpu.store.io.write_store` writes."""
-    from ..store.io import _iso
+    from ..store.jsonl import _iso
 
     ids, texts = table.column("id").to_pylist(), table.column("text").to_pylist()
     ts = table.column("timestamp").to_pylist()

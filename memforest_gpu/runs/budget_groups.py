@@ -14,7 +14,7 @@ import numpy as np
 __all__ = ["parse_size", "format_size", "node_bytes", "group_capacity", "output_batch_rows", "scan_tenants",
            "pack_groups", "TenantScan", "parts_dir"]
 
-from ..store.io import ROW_GROUP_ROWS as OUTPUT_ROW_GROUP  # the in-memory write_store's row group
+from ..store.parquet import ROW_GROUP_ROWS as OUTPUT_ROW_GROUP  # the in-memory write_store's row group
 
 log = logging.getLogger("memforest_gpu")
 
@@ -171,7 +171,8 @@ def _jsonl_items(path: str):
     """``(raw line or None, record)`` of a JSONL file (or a JSON array file, whose items have
     no raw line). A record that is not a JSON object, or lacks a required column, raises
     the store reader's ``ValueError`` (naming the line of ``path``)."""
-    from ..store.io import HEADER_KEY, REQUIRED_COLUMNS, _short, iter_jsonl_objects
+    from ..store.layout import HEADER_KEY, REQUIRED_COLUMNS
+    from ..store.jsonl import _short, iter_jsonl_objects
 
     with open(path, "rb") as f:
         head = f.read(4096).lstrip(b"\xef\xbb\xbf").lstrip()
@@ -193,7 +194,7 @@ def _jsonl_items(path: str):
 
 
 def _scan_jsonl(path: str) -> TenantScan:
-    from ..store.io import HEADER_KEY
+    from ..store.layout import HEADER_KEY
 
     code: dict[str, int] = {}
     rows: list[int] = []
