@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -110,8 +110,23 @@ def closed_form_centres(embeddings: torch.Tensor, order: torch.Tensor, codes: to
     return torch.where(first < big, sel[first.clamp(max=max(big - 1, 0))], torch.full_like(first, -1))
 
 
+@dataclass
+class _Labels:
+    """What clustering writes, tenant kind by tenant kind: each node's tree and k-means
+    cluster (tenant-local ids), the centre node of every (tenant, cluster), the clusters per
+    tenant, k-means iterations by bucket and the nodes moved by the reassignment."""
+
+    tree_local: torch.Tensor  # (N,) int64
+    km_local: torch.Tensor  # (N,) int64
+    kmax: np.ndarray  # (n_ten,) clusters per tenant (id space of its local labels)
+    # (tenant, local cluster, centre node) per clustered kind or bucket
+    centres: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    iters: dict[str, int] = field(default_factory=dict)
+    moved: torch.Tensor | None = None  # () int64
+
+
 def partition_nodes(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: torch.Tensor, names: list[str],
-              cfg: PartitionConfig, *, budget: int = 1 << 24, progress=None) -> Partition:
+                    cfg: PartitionConfig, *, budget: int = 1 << 24, progress=None) -> Partition:
     """Split every tenant's nodes into EventTrees.
 
     Tenants are handled by kind, never one by one unless they are big: a tenant whose K is 1
@@ -122,25 +137,37 @@ def partition_nodes(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: t
     Shape: embeddings (N, D) normalised, timestamps (N,), codes (N,) tenant code in
            [0, len(names)) -> Partition with tree (N,)
     """
-    N, D = embeddings.shape
+    N = embeddings.shape[0]
     dev = embeddings.device
     n_ten = len(names)
     order = time_order(codes, timestamps)  # (N,) by tenant, then time: each tenant a contiguous run
     sizes_t = torch.bincount(codes, minlength=n_ten)  # (n_ten,)
     sizes = sizes_t.cpu().numpy().astype(np.int64)  # host read: the tenant sizes, once
-    starts = np.cumsum(sizes) - sizes
-    starts_t = torch.as_tensor(starts, dtype=torch.int64, device=dev)
     k_all = np.maximum(1, np.minimum(sizes, np.floor(cfg.alpha * sizes.astype(np.float64)).astype(np.int64)))
-    tree_local = torch.zeros(N, dtype=torch.int64, device=dev)
-    km_local = torch.zeros(N, dtype=torch.int64, device=dev)
-    kmax_per_tenant = np.ones(n_ten, dtype=np.int64)
-    centre_parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (tenant, local cluster, node)
-    iters: dict[str, int] = {}
-    moved = torch.zeros((), dtype=torch.int64, device=dev)
+    lab = _Labels(torch.zeros(N, dtype=torch.int64, device=dev), torch.zeros(N, dtype=torch.int64, device=dev),
+                  np.ones(n_ten, dtype=np.int64), moved=torch.zeros((), dtype=torch.int64, device=dev))
     two_level = np.zeros(n_ten, dtype=bool)
     if cfg.kmeans == "two-level":
         two_level = (sizes >= cfg.two_level_min_nodes) & (k_all >= 4)
-    for t in np.flatnonzero(two_level).tolist():  # few, large tenants
+    _two_level_tenants(embeddings, order, sizes, k_all, np.flatnonzero(two_level), names, cfg, budget, lab, progress)
+    exact = (sizes > 0) & ~two_level & (k_all >= 2)
+    _exact_tenants(embeddings, order, sizes_t, sizes, k_all, exact, names, cfg, budget, lab, progress)
+    one = (sizes > 0) & ~two_level & ~exact  # K = 1: one tree, closed-form centre (no k-means)
+    if one.any():
+        cn = closed_form_centres(embeddings, order, codes, torch.as_tensor(one, device=dev), n_ten)  # (n_ten,)
+        ids = torch.as_tensor(np.flatnonzero(one), dtype=torch.int64, device=dev)
+        lab.centres.append((ids, torch.zeros_like(ids), cn[ids]))
+        lab.iters["K=1 closed form"] = 0
+        if progress is not None:
+            progress(int(sizes[one].sum()))
+    return _global_trees(codes, lab, n_ten)
+
+
+def _two_level_tenants(embeddings, order, sizes, k_all, tenants, names, cfg, budget, lab: _Labels, progress) -> None:
+    """Two-level k-means and the reassignment, one (large) tenant at a time."""
+    dev = embeddings.device
+    starts = np.cumsum(sizes) - sizes
+    for t in tenants.tolist():
         n_t = int(sizes[t])
         idx = order[starts[t]:starts[t] + n_t]  # (n_t,) node ids in time order
         X = embeddings[idx]
@@ -151,17 +178,23 @@ def partition_nodes(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: t
         new = reassign_to_centres(X[None], val, labels[None], centre[None], beta=cfg.beta, window=cfg.window,
                                   use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal, budget=budget,
                                   semantic=(sem[0][None], sem[1][None]))[0]
-        moved += (new != labels).sum()
-        tree_local[idx] = new
-        km_local[idx] = labels
-        centre_parts.append((torch.full_like(centre, t), torch.arange(centre.shape[0], device=dev), idx[centre]))
-        kmax_per_tenant[t] = centre.shape[0]
-        iters[f"two-level n={n_t}"] = it2
+        lab.moved += (new != labels).sum()
+        lab.tree_local[idx] = new
+        lab.km_local[idx] = labels
+        lab.centres.append((torch.full_like(centre, t), torch.arange(centre.shape[0], device=dev), idx[centre]))
+        lab.kmax[t] = centre.shape[0]
+        lab.iters[f"two-level n={n_t}"] = it2
         if progress is not None:
             progress(n_t)
-    exact = (sizes > 0) & ~two_level & (k_all >= 2)
+
+
+def _exact_tenants(embeddings, order, sizes_t, sizes, k_all, exact, names, cfg, budget, lab: _Labels,
+                   progress) -> None:
+    """Batched k-means and the reassignment of the ``exact`` tenants, in buckets of similar size."""
+    dev = embeddings.device
+    starts_t = torch.as_tensor(np.cumsum(sizes) - sizes, dtype=torch.int64, device=dev)
     if exact.any():
-        keys = torch.zeros(n_ten, dtype=torch.int64, device=dev)
+        keys = torch.zeros(len(sizes), dtype=torch.int64, device=dev)
         keys[torch.as_tensor(np.flatnonzero(exact), device=dev)] = tenant_stream_keys(names, np.flatnonzero(exact), dev)
     for bucket in size_buckets(torch.as_tensor(np.where(exact, sizes, 0))):
         b_np = bucket.numpy()
@@ -179,33 +212,27 @@ def partition_nodes(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: t
         centre = cluster_centres(X, val, labels, means, c_valid)  # (Tb, K) column index
         new = reassign_to_centres(X, val, labels, centre, beta=cfg.beta, window=cfg.window,
                                   use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal, budget=budget)
-        moved += ((new != labels) & val).sum()
-        tree_local[idx[val]] = new[val]
-        km_local[idx[val]] = labels[val]
+        lab.moved += ((new != labels) & val).sum()
+        lab.tree_local[idx[val]] = new[val]
+        lab.km_local[idx[val]] = labels[val]
         t_i, k_i = (centre >= 0).nonzero(as_tuple=True)
-        centre_parts.append((bucket[t_i], k_i, idx[t_i, centre[t_i, k_i]]))
-        kmax_per_tenant[b_np] = centre.shape[1]
-        iters[f"n<={n_b}"] = it
+        lab.centres.append((bucket[t_i], k_i, idx[t_i, centre[t_i, k_i]]))
+        lab.kmax[b_np] = centre.shape[1]
+        lab.iters[f"n<={n_b}"] = it
         if progress is not None:
             progress(int(sizes[b_np].sum()))
-    one = (sizes > 0) & ~two_level & ~exact  # K = 1: one tree, closed-form centre (no k-means)
-    if one.any():
-        one_t = torch.as_tensor(one, device=dev)
-        cn = closed_form_centres(embeddings, order, codes, one_t, n_ten)  # (n_ten,)
-        ids = torch.as_tensor(np.flatnonzero(one), dtype=torch.int64, device=dev)
-        centre_parts.append((ids, torch.zeros_like(ids), cn[ids]))
-        iters["K=1 closed form"] = 0
-        if progress is not None:
-            progress(int(sizes[one].sum()))
-    # global tree ids: (tenant, local cluster) -> consecutive ids over clusters that have members
-    stride = int(kmax_per_tenant.max()) if n_ten else 1
-    gid = codes * stride + tree_local  # (N,)
-    gkm = codes * stride + km_local
+
+
+def _global_trees(codes: torch.Tensor, lab: _Labels, n_ten: int) -> Partition:
+    """Global tree ids: (tenant, local cluster) -> consecutive ids over clusters that have members."""
+    stride = int(lab.kmax.max()) if n_ten else 1
+    gid = codes * stride + lab.tree_local  # (N,)
+    gkm = codes * stride + lab.km_local
     uniq, tree = torch.unique(gid, return_inverse=True)  # sorted: tenant-major, then cluster id
     km_tree = torch.searchsorted(uniq, gkm)
     tree_tenant = uniq // stride
-    centre = torch.full((uniq.shape[0],), -1, dtype=torch.int64, device=dev)
-    if centre_parts:
-        ct, ck, cn = (torch.cat(x) for x in zip(*centre_parts))
+    centre = torch.full((uniq.shape[0],), -1, dtype=torch.int64, device=codes.device)
+    if lab.centres:
+        ct, ck, cn = (torch.cat(x) for x in zip(*lab.centres))
         centre[torch.searchsorted(uniq, ct * stride + ck)] = cn
-    return Partition(tree, tree_tenant, centre, km_tree, iters, int(moved))
+    return Partition(tree, tree_tenant, centre, km_tree, lab.iters, int(lab.moved))
