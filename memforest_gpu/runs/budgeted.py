@@ -90,9 +90,9 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
     (:func:`~memforest_gpu.api.compress_file` does both). ``echo``: one line per group
     (progress). Ctrl-C raises :class:`~memforest_gpu.api.RunInterrupted` saying what is kept.
     """
+    from ..mergers import get_merger
     from ..store.io import detect_format
     from .journal import journal_path
-    from ..mergers import get_merger
 
     t0 = time.perf_counter()
     say = echo or (lambda s: log.info("%s", s))
@@ -103,10 +103,42 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
     if os.path.exists(jpath) and not resume:
         raise ValueError(f"a merge journal of an interrupted run exists at {jpath!r}: pass --resume "
                          "to continue that run, or delete the file to start over")
-
     scan = scan_tenants(src, fmt)
     if not len(scan.row_tenant):
         raise ValueError(f"{src}: store must have at least one node, got 0 nodes")
+    groups = _pack(scan, memory_budget, say)
+    group_names = [[scan.names[t] for t in g.tolist()] for g in groups]
+    run = _Parts(dst, fmt, len(groups), _run_key(src, config, merger, embedder, group_names), resume, say)
+    row_group = _split_input(src, fmt, scan, groups, run, say)
+    if run.reused:
+        say(f"resuming: {run.reused} of {len(groups)} group(s) already done")
+    runner = _GroupRunner(src, config, embedder, merger, device, progress, resume, jpath)
+    try:
+        _run_groups(runner, groups, scan, row_group, run, fmt, say)
+    except KeyboardInterrupt:
+        from ..api import RunInterrupted
+
+        n = runner.journaled()
+        finished = sum(os.path.exists(p + ".json") and os.path.exists(p) for p in run.out_paths)
+        raise RunInterrupted(f"interrupted; {finished} of {len(groups)} tenant groups are done in {run.work!r} and "
+                             f"{n} merges are journaled in {jpath!r}: rerun the same command with --resume to "
+                             "continue from them") from None
+    finally:
+        runner.close()
+
+    tw = time.perf_counter()
+    reports = [_read_state(p + ".json") for p in run.out_paths]
+    time_format = "iso" if all(r.get("time_format") == "iso" for r in reports) else None
+    _write_output(run.out_paths, dst, out_fmt, time_format, memory_budget)
+    report = _merged_report(reports, scan, config, time.perf_counter() - t0, time.perf_counter() - tw)
+    runner.finish()
+    shutil.rmtree(run.work, ignore_errors=True)
+    sizes = [{"tenants": len(g), "nodes": int(scan.sizes[g].sum())} for g in groups]
+    return BudgetedResult(report, sizes, run.reused)
+
+
+def _pack(scan: TenantScan, memory_budget: int, say) -> list[np.ndarray]:
+    """The groups of whole tenants that fit the budget (a warning for each tenant too big alone)."""
     per_node = node_bytes(scan.dim)
     cap = group_capacity(memory_budget)
     groups, over = pack_groups(scan.sizes, per_node, cap)
@@ -116,84 +148,79 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
                     format_size(need), format_size(need - cap), format_size(memory_budget))
     if len(over) > 5:
         log.warning("... and %d more tenants over the group capacity, each compressed alone", len(over) - 5)
-    group_names = [[scan.names[t] for t in g.tolist()] for g in groups]
     say(f"memory budget {format_size(memory_budget)}: {len(scan.row_tenant)} nodes, {len(scan.names)} tenants, "
         f"about {format_size(per_node)} a node -> {len(groups)} group(s)")
+    return groups
 
-    work = parts_dir(dst)
-    key = _run_key(src, config, merger, embedder, group_names)
-    state_path = os.path.join(work, "state.json")
-    state = _read_state(state_path) if resume else {}
-    if state.get("key") != key:
-        if os.path.exists(work):
-            if resume and state:
-                say("the parts of the interrupted run belong to another plan or input: starting the groups over "
-                    "(journaled merges are still replayed)")
-            shutil.rmtree(work)
-        state = {"key": key, "split": False}
-    os.makedirs(work, exist_ok=True)
 
+class _Parts:
+    """The run's folder beside the output (``OUT.parts/``): its state (``state.json``: the run
+    key, whether the input is split, which groups' vectors are all unit length), the groups'
+    input files and their output parts. A resumed run keeps the folder only when its key
+    matches; ``done`` marks the groups whose part is already written."""
+
+    def __init__(self, dst: str, fmt: str, n_groups: int, key: str, resume: bool, say):
+        self.work = parts_dir(dst)
+        self.state_path = os.path.join(self.work, "state.json")
+        self.state = _read_state(self.state_path) if resume else {}
+        if self.state.get("key") != key:
+            if os.path.exists(self.work):
+                if resume and self.state:
+                    say("the parts of the interrupted run belong to another plan or input: starting the groups over "
+                        "(journaled merges are still replayed)")
+                shutil.rmtree(self.work)
+            self.state = {"key": key, "split": False}
+        os.makedirs(self.work, exist_ok=True)
+        ext = ".parquet" if fmt == "parquet" else ".jsonl"
+        self.in_paths = [os.path.join(self.work, f"in-{g}{ext}") for g in range(n_groups)]
+        self.out_paths = [os.path.join(self.work, f"out-{g}.arrow") for g in range(n_groups)]
+        self.done = [os.path.exists(p) and os.path.exists(p + ".json") for p in self.out_paths]
+        self.reused = sum(self.done)
+
+    def save(self) -> None:
+        _write_json(self.state_path, self.state)
+
+
+def _split_input(src: str, fmt: str, scan: TenantScan, groups: list[np.ndarray], run: _Parts, say) -> np.ndarray:
+    """Split the input into one file per group (once: a resumed run reuses the split), recording
+    which groups' vectors are all unit length. Returns the group of each input row (N,)."""
     tenant_group = np.empty(len(scan.names), dtype=np.int64)
     for g, codes in enumerate(groups):
         tenant_group[codes] = g
     row_group = tenant_group[scan.row_tenant]  # (N,)
-    ext = ".parquet" if fmt == "parquet" else ".jsonl"
-    in_paths = [os.path.join(work, f"in-{g}{ext}") for g in range(len(groups))]
-    out_paths = [os.path.join(work, f"out-{g}.arrow") for g in range(len(groups))]
-    done = [os.path.exists(p) and os.path.exists(p + ".json") for p in out_paths]
-    if not state["split"] and not all(done):
+    if not run.state["split"] and not all(run.done):
         ts = time.perf_counter()
         if fmt == "parquet":
-            unit = _split_parquet(src, row_group, len(groups), in_paths)
+            unit = _split_parquet(src, row_group, len(groups), run.in_paths)
         else:
-            unit = _split_jsonl(src, scan.header, row_group, len(groups), in_paths)
-        state["split"] = True
-        state["unit"] = unit.tolist()
-        _write_json(state_path, state)
+            unit = _split_jsonl(src, scan.header, row_group, len(groups), run.in_paths)
+        run.state["split"] = True
+        run.state["unit"] = unit.tolist()
+        run.save()
         say(f"split the input into {len(groups)} group file(s) in {time.perf_counter() - ts:.1f}s")
-    elif not state.get("split"):
-        _write_json(state_path, state)
+    elif not run.state.get("split"):
+        run.save()
+    return row_group
 
-    reused = sum(done)
-    if reused:
-        say(f"resuming: {reused} of {len(groups)} group(s) already done")
-    unit = state.get("unit") or [True] * len(groups)
+
+def _run_groups(runner, groups: list[np.ndarray], scan: TenantScan, row_group: np.ndarray, run: _Parts, fmt: str,
+                say) -> None:
+    """Compress each group not done yet and write its part (keyed by input row)."""
+    unit = run.state.get("unit") or [True] * len(groups)
     # the in-memory run normalises every vector unless all are unit length already
     renormalise = [not all(unit) and u for u in unit]
-    runner = _GroupRunner(src, config, embedder, merger, device, progress, resume, jpath)
-    try:
-        for g, codes in enumerate(groups):
-            if done[g]:
-                continue
-            n_g = int(scan.sizes[codes].sum())
-            tg = time.perf_counter()
-            res, sub = runner.run(in_paths[g], fmt, renormalise[g])
-            keys = _output_keys(sub, res.store, np.flatnonzero(row_group == g))
-            _write_part(res.store, keys, out_paths[g], res.report, sub.time_format)
-            os.unlink(in_paths[g])
-            say(f"group {g + 1}/{len(groups)}: {len(codes)} tenant(s), {n_g} nodes -> {res.report.nodes_out} "
-                f"in {time.perf_counter() - tg:.1f}s")
-            del res, sub
-    except KeyboardInterrupt:
-        from ..api import RunInterrupted
-
-        n = runner.journaled()
-        finished = sum(os.path.exists(p + ".json") and os.path.exists(p) for p in out_paths)
-        raise RunInterrupted(f"interrupted; {finished} of {len(groups)} tenant groups are done in {work!r} and "
-                             f"{n} merges are journaled in {jpath!r}: rerun the same command with --resume to "
-                             "continue from them") from None
-    finally:
-        runner.close()
-
-    tw = time.perf_counter()
-    reports = [_read_state(p + ".json") for p in out_paths]
-    time_format = "iso" if all(r.get("time_format") == "iso" for r in reports) else None
-    _write_output(out_paths, dst, out_fmt, time_format, memory_budget)
-    report = _merged_report(reports, scan, config, time.perf_counter() - t0, time.perf_counter() - tw)
-    runner.finish()
-    shutil.rmtree(work, ignore_errors=True)
-    sizes = [{"tenants": len(g), "nodes": int(scan.sizes[g].sum())} for g in groups]
-    return BudgetedResult(report, sizes, reused)
+    for g, codes in enumerate(groups):
+        if run.done[g]:
+            continue
+        n_g = int(scan.sizes[codes].sum())
+        tg = time.perf_counter()
+        res, sub = runner.run(run.in_paths[g], fmt, renormalise[g])
+        keys = _output_keys(sub, res.store, np.flatnonzero(row_group == g))
+        _write_part(res.store, keys, run.out_paths[g], res.report, sub.time_format)
+        os.unlink(run.in_paths[g])
+        say(f"group {g + 1}/{len(groups)}: {len(codes)} tenant(s), {n_g} nodes -> {res.report.nodes_out} "
+            f"in {time.perf_counter() - tg:.1f}s")
+        del res, sub
 
 
 class _GroupRunner:
