@@ -1,6 +1,6 @@
 """What an alpha gives at a store size: trees per tenant, the largest tree, and the memory of
 the tree stage's dense per-tree cosine matrices (trees padded to powers of two, float32, as
-``tree_batch`` lays them out). Runs only the partition stage.
+``memforest_gpu.engine.trees`` lays them out). Runs only the partition stage.
 
     python bench/partition_alpha.py --n 1000000 --alphas 0.001,0.05 --kmeans two-level
 

@@ -90,7 +90,7 @@ def run_cli(n: int, a) -> dict:
                    **{f"{s}_s": r["seconds"].get(s, 0.0) for s in STAGES})
         groups = [ln for ln in m["output"].splitlines() if ln.startswith("memory budget")]
         if groups:
-            rec["budget_plan"] = groups[-1]
+            rec["budget_groups"] = groups[-1]
     for p in (out, report):
         if os.path.exists(p):
             os.unlink(p)

@@ -18,7 +18,7 @@ __all__ = ["dry_run"]
 
 def dry_run(store: MemoryStore, config: CompressConfig | None = None, *, embedder=None, device=None,
             partition: Partition | None = None, quotas: Quotas | None = None, budget: int = 1 << 24) -> DryRunResult:
-    """A dry run: partition, quotas and trees as :func:`compress` would build them, and the
+    """A dry run: partition, quotas and trees as :func:`~.compress.compress` would build them, and the
     pairs of the first round. Merges nothing."""
     s = setup_run(store, config, embedder, device, False, partition, quotas, budget)
     q = s.quotas

@@ -46,7 +46,8 @@ def with_fallback(merger) -> tuple[object, ExtractiveMerger]:
     return merger, merger if isinstance(merger, ExtractiveMerger) else ExtractiveMerger()
 
 
-def cap_and_counter(max_node_tokens: int | None, embedder, *, count: bool = False) -> tuple[int | None, Callable | None]:
+def cap_and_counter(max_node_tokens: int | None, embedder, *,
+                    count: bool = False) -> tuple[int | None, Callable | None]:
     """(cap, counter): the node-token cap, ``max_node_tokens`` or else the embedder's limit
     (``None`` without either), and how texts are counted against it, the embedder's tokenizer
     or else words (``None`` when there is no cap, unless ``count``)."""
