@@ -108,8 +108,8 @@ def main(argv=None) -> int:
 
 def _compress_sample(a, merger) -> dict:
     from memforest_gpu.config import CompressConfig, MergeConfig
-    from memforest_gpu.mergers.embedders import SentenceTransformerEmbedder
     from memforest_gpu.engine import compress
+    from memforest_gpu.mergers.embedders import SentenceTransformerEmbedder
     from memforest_gpu.store.io import read_store
 
     emb = SentenceTransformerEmbedder()

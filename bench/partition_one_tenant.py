@@ -37,11 +37,11 @@ def main(argv=None):
     import torch
 
     from memforest_gpu.config import preset
-    from memforest_gpu.mergers.embedders import SentenceTransformerEmbedder
+    from memforest_gpu.engine.partition import n_clusters
     from memforest_gpu.evaluation.benchmark import load_benchmark
     from memforest_gpu.evaluation.cache import CachedEmbedder
     from memforest_gpu.evaluation.harness import EvalConfig, cell_key, run_grid
-    from memforest_gpu.engine.partition import n_clusters
+    from memforest_gpu.mergers.embedders import SentenceTransformerEmbedder
 
     torch.set_num_threads(1)
     bench = one_tenant(load_benchmark(a.benchmark))

@@ -5,11 +5,11 @@
 >>> result.store, result.report
 """
 from .config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
-from .mergers.embedders import SentenceTransformerEmbedder
 from .engine import CompressReport, CompressResult, compress
-from .store.io import read_store, write_store
 from .mergers import ExtractiveMerger, MemoryItem, MergePair, Merger
+from .mergers.embedders import SentenceTransformerEmbedder
 from .retrieval.retriever import Retriever, SearchResult, search
+from .store.io import read_store, write_store
 from .store.memory_store import MemoryStore
 
 __version__ = "0.1.0"

@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 
 from .config import CompressConfig
-from .mergers.embedders import SentenceTransformerEmbedder, get_embedder
 from .engine import CompressResult, DryRunResult, compress, dry_run
-from .store.io import detect_format, read_store, write_store
-from .runs.journal import JournaledMerger, journal_path, run_fingerprint
 from .mergers import get_merger
+from .mergers.embedders import SentenceTransformerEmbedder, get_embedder
+from .runs.journal import JournaledMerger, journal_path, run_fingerprint
 from .runs.outputs import OutputLock, check_not_input, check_output
+from .store.io import detect_format, read_store, write_store
 from .store.memory_store import MemoryStore
 
 __all__ = ["load_store", "load_store_and_embedder", "compress_file", "dry_run_file", "resolve_embedder",

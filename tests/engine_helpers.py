@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
-from memforest_gpu.mergers.embedders import count_words
 from memforest_gpu.engine import DATE_TAG_TOKENS, CompressResult, compress, merged_id
-from memforest_gpu.mergers.base import MergePair
-from memforest_gpu.mergers.extractive import ExtractiveMerger
 from memforest_gpu.engine.partition import partition_nodes
 from memforest_gpu.engine.quotas import removal_target
+from memforest_gpu.mergers.base import MergePair
+from memforest_gpu.mergers.embedders import count_words
+from memforest_gpu.mergers.extractive import ExtractiveMerger
 from memforest_gpu.store.memory_store import MemoryStore
 from memforest_gpu.store.synthetic import synthetic_store
 

@@ -72,8 +72,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memforest_gpu.mergers.embedders import count_words
 from memforest_gpu.mergers.base import MemoryItem, MergePair
+from memforest_gpu.mergers.embedders import count_words
 
 __all__ = ["DATE_TAG_TOKENS", "removal_target", "largest_remainder", "kruskal", "RefResult", "reference_compress"]
 

@@ -15,11 +15,11 @@ from test_io import assert_same, make_store
 
 import memforest_gpu.store.parquet as parquet_mod
 from memforest_gpu import CompressConfig, MergeConfig, compress
-from memforest_gpu.store.io import read_store, write_store
 from memforest_gpu.engine.node_table import NodeTable
+from memforest_gpu.engine.trees import build_trees
+from memforest_gpu.store.io import read_store, write_store
 from memforest_gpu.store.memory_store import ArrowView, MemoryStore, TenantView
 from memforest_gpu.store.synthetic import synthetic_store
-from memforest_gpu.engine.trees import build_trees
 
 
 def err(fn, *a, **kw) -> str:

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from extras import need
-from memforest_gpu.config import RetrievalConfig
 from memforest_gpu.cli.demo import DEMO_QUERY, demo_config, sample_path
+from memforest_gpu.config import RetrievalConfig
 from memforest_gpu.engine import compress
 from memforest_gpu.retrieval.retriever import Retriever
 from memforest_gpu.store.memory_store import MemoryStore

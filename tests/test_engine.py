@@ -20,9 +20,9 @@ import pytest
 import torch
 
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig
-from memforest_gpu.mergers.embedders import count_words
 from memforest_gpu.engine import DATE_TAG_TOKENS, compress
 from memforest_gpu.engine.quotas import removal_target
+from memforest_gpu.mergers.embedders import count_words
 from memforest_gpu.store.memory_store import MemoryStore
 from kernel_helpers import kruskal_ref
 from engine_helpers import (CPU, DAY, NAMES, SIZES, build_store, cfg_of, run, check_invariants, tree_of_originals,

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from eval_fixtures import BagOfWordsEmbedder, duplicate_facts_benchmark, fact_budget
+from memforest_gpu.cli.eval import main
 from memforest_gpu.evaluation import CachedEmbedder, EvalConfig, run_grid, write_outputs
 from memforest_gpu.evaluation.benchmark import write_benchmark
-from memforest_gpu.cli.eval import main
 from memforest_gpu.evaluation.report import load_result, markdown
 
 FIELDS = {"benchmark", "method", "schedule", "ratio", "seed", "retriever", "cut", "metric", "category", "value"}

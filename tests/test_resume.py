@@ -14,10 +14,10 @@ import pytest
 
 from memforest_gpu.api import compress_file
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig
-from memforest_gpu.store.io import write_store
-from memforest_gpu.runs.journal import JournaledMerger, journal_path, run_fingerprint
 from memforest_gpu.mergers import ExtractiveMerger, get_merger
 from memforest_gpu.mergers.base import MemoryItem, MergePair
+from memforest_gpu.runs.journal import JournaledMerger, journal_path, run_fingerprint
+from memforest_gpu.store.io import write_store
 
 from test_openai_merger import FakeChatServer, _store  # noqa: E402 (tests/ is on sys.path)
 

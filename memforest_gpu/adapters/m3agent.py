@@ -47,9 +47,9 @@ import numpy as np
 
 from ..config import CompressConfig
 from ..engine import CompressReport
-from .graph import MemoryGraph, compress_graph
 from ..store.atomic import atomic_open
 from ..store.memory_store import MemoryStore
+from .graph import MemoryGraph, compress_graph
 
 __all__ = ["VideoGraph", "load_video_graph", "save_video_graph", "compress_video_graph", "VideoCompressResult",
            "M3_MODULE", "TEXT_TYPES", "is_m3_agent_path"]

@@ -137,14 +137,14 @@ def _mem0_restore(a) -> int:
 
 
 def _graph_compress(a) -> int:
+    from ..adapters.graph import compress_graph, read_graph, write_graph
     from ..api import resolve_embedder
     from ..mergers.embedders import get_embedder
-    from ..adapters.graph import compress_graph, read_graph, write_graph
     from .report import format_report
 
-    from ..store.io import detect_format
     from ..adapters.m3agent import is_m3_agent_path
     from ..runs.outputs import check_output
+    from ..store.io import detect_format
 
     if is_m3_agent_path(a.input, a.format):
         check_output(a.output, inputs=[a.input], what="OUTPUT", needs_format=False)
@@ -179,8 +179,8 @@ def _graph_compress(a) -> int:
 
 
 def _m3_compress(a) -> int:
-    from ..api import resolve_embedder
     from ..adapters.m3agent import compress_video_graph, is_m3_agent_path, load_video_graph, save_video_graph
+    from ..api import resolve_embedder
     from .report import format_report
 
     if a.out_format is not None and not is_m3_agent_path(a.output, a.out_format):

@@ -7,10 +7,10 @@ import time
 from importlib import resources
 
 from ..config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
-from ..mergers.embedders import SentenceTransformerEmbedder
 from ..engine import compress
-from ..store.io import read_store, write_store
+from ..mergers.embedders import SentenceTransformerEmbedder
 from ..retrieval.retriever import Retriever
+from ..store.io import read_store, write_store
 from ..store.timeutil import format_date
 
 __all__ = ["run_demo", "sample_path", "demo_config", "DEMO_QUERY"]

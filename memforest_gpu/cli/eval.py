@@ -156,10 +156,10 @@ def run(a) -> int:
         return 0
     import torch
 
-    from ..mergers.embedders import SentenceTransformerEmbedder
-    from ..mergers import get_merger
     from ..evaluation.cache import CachedEmbedder
     from ..evaluation.harness import EvalConfig, run_grid
+    from ..mergers import get_merger
+    from ..mergers.embedders import SentenceTransformerEmbedder
 
     if a.leave_one_out:
         return _run_loo(a)
@@ -193,12 +193,12 @@ def _run_loo(a) -> int:
     MemForest flags), compared per fold with SPEC's defaults and ToMe."""
     import torch
 
-    from ..mergers.embedders import SentenceTransformerEmbedder
-    from ..mergers import get_merger
     from ..evaluation.benchmark import load_benchmark
     from ..evaluation.cache import CachedEmbedder
     from ..evaluation.harness import EvalConfig
     from ..evaluation.loo import METRICS, Candidate, candidate_grid, paper_candidate, save_scores, score_candidates
+    from ..mergers import get_merger
+    from ..mergers.embedders import SentenceTransformerEmbedder
 
     if a.loo_select not in METRICS:
         raise ValueError(f"--loo-select must be one of {list(METRICS)}, got {a.loo_select!r}")
@@ -237,8 +237,8 @@ def _run_loo(a) -> int:
 
 def _loo_report(a, cs, names: list[str], t0: float) -> int:
     """Select per fold among ``names``, write loo.md / loo.json, print the preset rule's pick."""
-    from ..store.atomic import atomic_write_text
     from ..evaluation.loo import leave_one_out, loo_markdown, paper_candidate, preset_choice
+    from ..store.atomic import atomic_write_text
 
     paper = paper_candidate()
     ratios, seeds = cs.ratios, cs.seeds

@@ -135,9 +135,9 @@ def _merger_options(a) -> dict:
 
 def _compress(a) -> int:
     from ..api import compress_file, dry_run_file
-    from ..store.io import detect_format
     from ..mergers import get_merger
     from ..runs.outputs import check_output
+    from ..store.io import detect_format
     from .report import format_report
 
     # every cheap check first: nothing is loaded and nothing is written when one fails
@@ -252,8 +252,8 @@ def printable(text: str) -> str:
 def _search(a) -> int:
     from ..api import load_store_and_embedder
     from ..config import RetrievalConfig
-    from ..store.io import detect_format
     from ..retrieval.retriever import Retriever
+    from ..store.io import detect_format
     from ..store.timeutil import format_date
 
     cfg = RetrievalConfig(k=a.k, agpr=a.agpr)

@@ -61,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
+    from ..cli.report import format_report
+    from ..mergers import get_merger
     from ..store.atomic import atomic_write_text
     from ..store.io import write_store
-    from ..mergers import get_merger
-    from ..cli.report import format_report
     from .runner import compress_distributed
 
     world = int(os.environ.get("WORLD_SIZE", "1"))

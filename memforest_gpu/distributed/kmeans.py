@@ -20,9 +20,9 @@ import torch
 import torch.distributed as dist
 
 from ..config import PartitionConfig
+from ..engine.partition import n_clusters, tenant_streams, tenant_uniforms
 from ..kernels import cluster_centres, kmeans, reassign_to_centres
 from ..kernels.kmeans import cluster_means, initial_centroids
-from ..engine.partition import n_clusters, tenant_streams, tenant_uniforms
 
 __all__ = ["sharded_kmeans", "partition_tenant", "shard_range", "ShardReduce"]
 

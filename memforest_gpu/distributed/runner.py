@@ -38,8 +38,8 @@ from ..engine import CompressReport, MergeRecord, compress
 from ..engine.partition import Partition
 from ..engine.quotas import Quotas, allocate, removal_target
 from ..store.memory_store import MemoryStore
-from .kmeans import _world, partition_tenant
 from .balance import WorkItem, balance, tenants_to_split
+from .kmeans import _world, partition_tenant
 
 __all__ = ["compress_distributed", "DistributedResult"]
 

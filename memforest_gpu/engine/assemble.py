@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .node_table import NodeTable
 from ..store.memory_store import MemoryStore
+from .node_table import NodeTable
 
 __all__ = ["assemble"]
 

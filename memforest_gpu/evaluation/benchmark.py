@@ -16,8 +16,8 @@ import json
 import os
 
 from ..store.atomic import atomic_open
-from ..store.jsonl import iter_jsonl_objects
 from ..store.io import read_store
+from ..store.jsonl import iter_jsonl_objects
 from .dataset import Benchmark, Question
 from .locomo import load_locomo
 

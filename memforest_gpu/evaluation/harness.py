@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from ..config import CompressConfig, RetrievalConfig
-from ..kernels.agpr import n_anchors
 from ..engine.partition import n_clusters
+from ..kernels.agpr import n_anchors
 from ..retrieval.retriever import Retriever
 from ..store.memory_store import MemoryStore
 from .dataset import Benchmark

@@ -45,8 +45,8 @@ import numpy as np
 import torch
 
 from ..kernels import topk_search
-from .retriever import Retriever
 from ..store.memory_store import MemoryStore
+from .retriever import Retriever
 
 __all__ = ["IndexConfig", "INDEXES", "build_index", "default_nlist", "IndexedRetriever", "TorchIndex", "FaissIndex",
            "gpu_resources"]

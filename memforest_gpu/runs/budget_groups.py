@@ -171,8 +171,8 @@ def _jsonl_items(path: str):
     """``(raw line or None, record)`` of a JSONL file (or a JSON array file, whose items have
     no raw line). A record that is not a JSON object, or lacks a required column, raises
     the store reader's ``ValueError`` (naming the line of ``path``)."""
-    from ..store.layout import HEADER_KEY, REQUIRED_COLUMNS
     from ..store.jsonl import _short, iter_jsonl_objects
+    from ..store.layout import HEADER_KEY, REQUIRED_COLUMNS
 
     with open(path, "rb") as f:
         head = f.read(4096).lstrip(b"\xef\xbb\xbf").lstrip()

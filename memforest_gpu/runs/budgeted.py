@@ -326,9 +326,9 @@ def compress_file_budgeted(src, dst, config, *, memory_budget: int, embedder: st
                            echo: Callable[[str], None] | None = None) -> BudgetedResult:
     """:func:`~memforest_gpu.api.compress_file` within ``memory_budget`` bytes: the same
     checks before any work, the same lock (``OUT.lock``) and journal, the same output."""
+    from ..mergers import get_merger
     from ..store.io import detect_format
     from .journal import journal_path
-    from ..mergers import get_merger
     from .outputs import OutputLock, check_not_input, check_output
 
     src, dst = os.fspath(src), os.fspath(dst)

@@ -28,8 +28,8 @@ import logging
 import os
 from typing import Sequence
 
-from ..store.atomic import fsync_dir
 from ..mergers.base import MergePair
+from ..store.atomic import fsync_dir
 
 __all__ = ["JournaledMerger", "JournalWriteError", "run_fingerprint", "journal_path", "JOURNAL_SUFFIX"]
 

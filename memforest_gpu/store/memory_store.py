@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .columns import (ArrowView, ColumnView, MetadataView, TenantView, _dumps_meta, _encode_tenants,
-                      _identity_sources, _large_str, compact_codes)
 from .checks import (DEFAULT_TENANT, _check_ids, _check_metadata, _check_sources, _check_tenants,
                            _check_texts, _check_timestamps)
+from .columns import (ArrowView, ColumnView, MetadataView, TenantView, _dumps_meta, _encode_tenants,
+                      _identity_sources, _large_str, compact_codes)
 
 __all__ = ["DEFAULT_TENANT", "ArrowView", "ColumnView", "MemoryStore", "MetadataView", "TenantView", "as_embedding_tensor"]
 
