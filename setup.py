@@ -6,7 +6,13 @@ setup(
     description="GPU-accelerated MemForest: compress the long-term memory of LLM agents",
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
-    python_requires=">=3.10",
+    # 3.11: the code uses datetime.UTC; tested on 3.11 (CI, CPU) and 3.12 (the GPU image)
+    python_requires=">=3.11",
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+    ],
     # `kernels/` sits at the repository's top level (the design card) and is the package
     # `memforest_gpu.kernels` through the committed link `memforest_gpu/kernels -> ../kernels`,
     # so an editable install, a wheel (the link is followed when it is built) and a plain

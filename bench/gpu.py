@@ -2,13 +2,14 @@
 
     bash bench/gpu.sh                      # on a lent GPU: records in $OUT (default runs/gpu)
     bash bench/gpu.sh --rehearse           # tiny sizes on the CPU: same steps, same records (CI)
-    python bench/gpu.py --only plan,kmeans --budget 200
+    python bench/gpu.py --only first_round,kmeans --budget 200
 
 1. Makes the project importable offline: already installed from this checkout, else
-   ``pip install --no-deps --no-build-isolation --no-index -e .``, else a staged
-   ``PYTHONPATH`` (``kernels/`` is the package ``memforest_gpu.kernels``, so the checkout
-   itself cannot go on the path). Wheels in ``bench/wheels/`` are installed first
-   (``--no-index --no-deps``): the GPU image has no package registry.
+   ``pip install --no-deps --no-build-isolation --no-index -e .``, else the checkout itself
+   on ``PYTHONPATH`` (``memforest_gpu/kernels`` is a committed link to ``kernels/``, so a
+   plain checkout imports ``memforest_gpu.kernels`` as an install does). Wheels in
+   ``bench/wheels/`` are installed first (``--no-index --no-deps``): the GPU image has no
+   package registry.
 2. Runs each step of :data:`gpu_steps.STEPS` in order of value, each in its own process
    under its own time limit, never past the total ``--budget``. Steps append one record
    per result to ``$OUT/gpu_records.jsonl`` as soon as it exists (:mod:`gpu_record`); a step
@@ -23,11 +24,9 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,18 +35,6 @@ sys.path.insert(0, HERE)
 
 from gpu_record import RECORDS, append_record, read_records, summary_table  # noqa: E402
 from gpu_steps import STEPS  # noqa: E402 - names and limits only; imports nothing heavy
-
-
-
-def plan(store, config, device):
-    """The first merge round's plan for ``store`` (partition, spanning trees, pairs), no merging.
-
-    The one call of the engine's planning API in the GPU run: :func:`memforest_gpu.engine.plan`;
-    returns its ``PlanResult`` (``report.seconds`` per stage, ``records`` = the planned pairs)."""
-    from memforest_gpu.engine import plan as plan_first_round
-
-    return plan_first_round(store, config, device=device)
-
 
 PROBE = "import memforest_gpu, memforest_gpu.kernels; print(memforest_gpu.__file__)"
 VERSIONS = """
@@ -96,21 +83,6 @@ def _ours(path: str | None) -> bool:
     return path is not None and os.path.realpath(path).startswith(os.path.realpath(ROOT) + os.sep)
 
 
-def stage_pythonpath(root: str = ROOT) -> str:
-    """A temporary directory holding ``memforest_gpu/`` as links to this checkout's package
-    files plus ``kernels/`` as ``memforest_gpu/kernels`` (what setup.py's ``package_dir``
-    does); put it first on ``PYTHONPATH``."""
-    stage = tempfile.mkdtemp(prefix="memforest_stage_")
-    pkg = os.path.join(stage, "memforest_gpu")
-    os.makedirs(pkg)
-    src = os.path.join(root, "memforest_gpu")
-    for entry in os.listdir(src):
-        if entry not in ("__pycache__", "kernels"):
-            os.symlink(os.path.join(src, entry), os.path.join(pkg, entry))
-    os.symlink(os.path.join(root, "kernels"), os.path.join(pkg, "kernels"))
-    return stage
-
-
 def install(how: str, log) -> tuple[dict, dict]:
     """Make ``memforest_gpu`` importable from this checkout; returns (env for the steps, record figures)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -135,13 +107,9 @@ def install(how: str, log) -> tuple[dict, dict]:
         if r.returncode == 0 and _ours(where):
             return env, {**fig, "method": "pip -e", "package": where}
         fig["pip_error"] = (r.stderr or r.stdout).strip()[-400:]
-    stage = stage_pythonpath()
-    # no script directory or cwd in front of the path: the checkout's own memforest_gpu/
-    # (without kernels/) must not shadow the staged package (Python >= 3.11)
-    env = dict(env, PYTHONPATH=os.pathsep.join([stage, env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-               PYTHONSAFEPATH="1")
+    env = dict(env, PYTHONPATH=os.pathsep.join([ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     where = _probe(env)
-    return env, {**fig, "method": "PYTHONPATH", "stage": stage, "package": where, "importable": where is not None}
+    return env, {**fig, "method": "PYTHONPATH", "package": where, "importable": where is not None}
 
 
 def run_step(name: str, limit: float, args, env: dict, records: str) -> None:
@@ -223,8 +191,6 @@ def main(argv=None) -> int:
                           summary=f"no time left in the {budget:.0f} s budget")
             continue
         run_step(step.name, limit, a, env, records)
-    if fig.get("stage"):
-        shutil.rmtree(fig["stage"], ignore_errors=True)
     recs = read_records(records)[start:]
     print(f"\n# {len(recs)} records in {time.perf_counter() - t0:.0f} s -> {records}")
     print(summary_table(recs), flush=True)

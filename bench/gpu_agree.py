@@ -201,8 +201,8 @@ def check_retrieval(ctx: Ctx) -> dict:
 def check_engine(ctx: Ctx) -> dict:
     """compress() on the device: SPEC's invariants, and how much of the plan equals the CPU run."""
     from memforest_gpu import CompressConfig, MergeConfig, compress
-    from memforest_gpu.quota import removal_target
-    from memforest_gpu.synthetic import synthetic_store
+    from memforest_gpu.engine.quotas import removal_target
+    from memforest_gpu.store.synthetic import synthetic_store
 
     store = synthetic_store(ctx.size["agree_store"], tenants=3, dim=32, seed=7)
     cfg = CompressConfig(merge=MergeConfig(ratio=0.5, schedule="matching"))

@@ -66,7 +66,7 @@ def fast_store(n: int, dim: int, *, tenants: int = 1, big_share: float = 0.5, se
     """A memory-like store built with array ops on ``device`` (1M nodes in about a second on a
     GPU): per tenant, embeddings drift through topics over time (a topic lasts ~12
     memories), timestamps an hour apart on average. Same idea as
-    :func:`memforest_gpu.synthetic.synthetic_store`, without its per-node Python loop, and
+    :func:`memforest_gpu.store.synthetic.synthetic_store`, without its per-node Python loop, and
     built straight into :class:`MemoryStore`'s documented fields (unique ids, unit float32
     rows, float64 times, one source per node) instead of through ``from_columns``, whose
     per-value validation takes longer than the benchmark itself at this size.
@@ -74,7 +74,7 @@ def fast_store(n: int, dim: int, *, tenants: int = 1, big_share: float = 0.5, se
     import numpy as np
     import torch
 
-    from memforest_gpu.store import MemoryStore
+    from memforest_gpu.store.memory_store import MemoryStore
 
     dev = torch.device(device)
     rng = np.random.default_rng(seed)

@@ -22,10 +22,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import Timer, print_hardware, write_records  # noqa: E402
 
-from memforest_gpu.demo import sample_path  # noqa: E402
+from memforest_gpu.cli.demo import sample_path  # noqa: E402
 from memforest_gpu.mergers import get_merger  # noqa: E402
 from memforest_gpu.mergers.base import MemoryItem, MergePair  # noqa: E402
-from memforest_gpu.timeutil import parse_timestamp  # noqa: E402
+from memforest_gpu.store.timeutil import parse_timestamp  # noqa: E402
 
 
 def sample_pairs(n: int) -> list[MergePair]:
@@ -108,9 +108,9 @@ def main(argv=None) -> int:
 
 def _compress_sample(a, merger) -> dict:
     from memforest_gpu.config import CompressConfig, MergeConfig
-    from memforest_gpu.embedders import SentenceTransformerEmbedder
     from memforest_gpu.engine import compress
-    from memforest_gpu.io import read_store
+    from memforest_gpu.mergers.embedders import SentenceTransformerEmbedder
+    from memforest_gpu.store.io import read_store
 
     emb = SentenceTransformerEmbedder()
     store = read_store(sample_path(), embedder=emb)

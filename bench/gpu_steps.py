@@ -1,6 +1,6 @@
 """The steps of the GPU verification run (bench/gpu.py runs each in its own process).
 
-    python bench/gpu_steps.py plan --out runs/gpu [--rehearse]
+    python bench/gpu_steps.py first_round --out runs/gpu [--rehearse]
 
 Each step appends its records to ``<out>/gpu_records.jsonl`` as it goes (bench/gpu_record.py).
 ``--rehearse``: the same code at tiny sizes on the CPU. Nothing here imports torch or
@@ -39,7 +39,7 @@ class Step:
 STEPS = [
     Step("agreement", 110, 60,
          "CUDA agreement: pytest on CUDA, kernels CUDA vs CPU, Triton vs PyTorch, engine invariants"),
-    Step("plan", 90, 40, "1M nodes d=384: partition + trees + first-round plan, host reads"),
+    Step("first_round", 90, 40, "1M nodes d=384: partition + trees + the first round's pairs (a dry run), host reads"),
     Step("kmeans", 40, 30, "k-means assignment TFLOP/s against the measured matmul ceiling"),
     Step("merge", 140, 60, "LLM merges/s and tokens/s (Qwen2.5 shapes, random weights) + MiniLM re-embedding"),
     Step("retrieval", 45, 30, "1M nodes, 10k batched queries: top-k and AGPR"),
@@ -53,7 +53,8 @@ SIZES = {
                 ("engine", ["tests/test_engine*.py", "-m", "not slow"], 35),
                 ("gpu_marked", ["tests", "-m", "gpu"], 25)],
         agree_n=20000, agree_k=512, agree_d=384, agree_trees=(64, 48), agree_q=2000, agree_store=4000,
-        plan_n=1_000_000, plan_dim=384, plan_tenants=8, plan_kmeans=("two-level", "exact"),
+        first_round_n=1_000_000, first_round_dim=384, first_round_tenants=8,
+        first_round_kmeans=("two-level", "exact"),
         matmul=8192, assign_n=1_000_000, assign_k=50_000, assign_d=384, reps=2,
         lms=("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b"), lm_batches=[64, 256, 1024], out_tokens=64,
         bpe_vocab=16000, enc_batches=[64, 256, 1024],
@@ -63,7 +64,7 @@ SIZES = {
         pytest=[("triton", ["tests/test_triton_*.py", "-k", "all_invalid or module_level or switched_off"],
                  40)],
         agree_n=600, agree_k=24, agree_d=16, agree_trees=(4, 12), agree_q=50, agree_store=300,
-        plan_n=3000, plan_dim=32, plan_tenants=3, plan_kmeans=("two-level", "exact"),
+        first_round_n=3000, first_round_dim=32, first_round_tenants=3, first_round_kmeans=("two-level", "exact"),
         matmul=256, assign_n=2000, assign_k=64, assign_d=32, reps=2,
         lms=("tiny-qwen2",), lm_batches=[2, 4], out_tokens=6, bpe_vocab=800, enc_batches=[4, 8],
         ret_n=5000, ret_q=200, ret_dim=32, ret_tenants=(1, 4), k=10,
@@ -71,35 +72,37 @@ SIZES = {
 }
 
 
-def step_plan(ctx: Ctx) -> None:
-    """Step 2: partition + trees + the first round's plan of a 1M-node store, per k-means kind, with host reads."""
-    from gpu import plan
-
+def step_first_round(ctx: Ctx) -> None:
+    """Step 2: the dry run of a 1M-node store (partition + trees + the first round's pairs), per
+    k-means kind, with host reads: :func:`memforest_gpu.engine.dry_run`."""
     from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig
-    from memforest_gpu.host_reads import count_host_reads
+    from memforest_gpu.engine import dry_run
+    from memforest_gpu.engine.host_reads import count_host_reads
     from memforest_gpu.kernels.triton_assign import fallback_reasons
 
     s = ctx.size
     t0 = time.perf_counter()
-    store = fast_store(s["plan_n"], s["plan_dim"], tenants=s["plan_tenants"], seed=1, device=ctx.dev)
+    store = fast_store(s["first_round_n"], s["first_round_dim"], tenants=s["first_round_tenants"], seed=1,
+                       device=ctx.dev)
     build_s = time.perf_counter() - t0
-    for kmeans in s["plan_kmeans"]:
+    for kmeans in s["first_round_kmeans"]:
         cfg = CompressConfig(partition=PartitionConfig(kmeans=kmeans, two_level_min_nodes=20000 if not ctx.rehearse
                                                        else 1000),
                              merge=MergeConfig(ratio=0.5, schedule="matching"))
-        plan(fast_store(2000, s["plan_dim"], tenants=2, seed=2, device=ctx.dev), cfg, ctx.dev)  # warm-up
+        warm = fast_store(2000, s["first_round_dim"], tenants=2, seed=2, device=ctx.dev)
+        dry_run(warm, cfg, device=ctx.dev)  # warm-up
         ctx.reset_peak()
         ctx.sync()
         with count_host_reads() as reads:
             t = time.perf_counter()
-            res = plan(store, cfg, ctx.dev)
+            res = dry_run(store, cfg, device=ctx.dev)
             ctx.sync()
             sec = time.perf_counter() - t
         r = res.report
         stages = {f"{k}_s": v for k, v in r.seconds.items()}
-        ctx.emit(name=f"plan_{kmeans}", summary=f"{sec:.2f} s for {len(store):,} nodes ({r.trees:,} trees, "
+        ctx.emit(name=f"first_round_{kmeans}", summary=f"{sec:.2f} s for {len(store):,} nodes ({r.trees:,} trees, "
                  f"{len(res.records):,} pairs planned), {reads.total:,} host reads",
-                 n=len(store), dim=store.dim, tenants=s["plan_tenants"], kmeans=kmeans, schedule="matching",
+                 n=len(store), dim=store.dim, tenants=s["first_round_tenants"], kmeans=kmeans, schedule="matching",
                  seconds=sec, **stages, trees=r.trees, planned_pairs=len(res.records),
                  kmeans_iterations=r.kmeans_iterations, host_reads=reads.total,
                  host_reads_by_name=dict(reads.by_name.most_common()), peak_gpu_mb=ctx.peak_mb(),
@@ -218,7 +221,7 @@ def step_optional(ctx: Ctx) -> None:
 
 def _faiss(ctx: Ctx, faiss) -> None:
     from memforest_gpu import RetrievalConfig, Retriever
-    from memforest_gpu.index import IndexConfig, IndexedRetriever
+    from memforest_gpu.retrieval.index import IndexConfig, IndexedRetriever
 
     s = ctx.size
     gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
@@ -275,7 +278,7 @@ def _vllm(ctx: Ctx) -> None:
                      gpu_memory_utilization=util, note="vLLM load_format=dummy: random weights, real throughput")
 
 
-STEP_FUNCS = {"agreement": step_agreement, "plan": step_plan, "kmeans": step_kmeans, "merge": step_merge,
+STEP_FUNCS = {"agreement": step_agreement, "first_round": step_first_round, "kmeans": step_kmeans, "merge": step_merge,
               "retrieval": step_retrieval, "optional": step_optional}
 
 

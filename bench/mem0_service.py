@@ -81,9 +81,8 @@ def build(root: str, memories: int, users: int) -> float:
 
 
 def snapshot(root: str) -> dict:
-    from memforest_gpu.adapters.backup import payload_json
     from memforest_gpu.adapters.mem0 import close_memory, load_memory
-    from memforest_gpu.adapters.vectors import read_points
+    from memforest_gpu.adapters.vectors import payload_json, read_points
 
     m = load_memory(config(root))
     out = {p.id: payload_json(p.payload) for p in read_points(m, {})}
@@ -104,7 +103,7 @@ def main() -> int:
     import torch
     import yaml
 
-    from memforest_gpu.adapters.cli import main as cli
+    from memforest_gpu.cli.adapters import main as cli
 
     torch.set_num_threads(a.threads)
     print_hardware()

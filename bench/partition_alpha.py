@@ -1,6 +1,6 @@
 """What an alpha gives at a store size: trees per tenant, the largest tree, and the memory of
 the tree stage's dense per-tree cosine matrices (trees padded to powers of two, float32, as
-``tree_batch`` lays them out). Runs only the partition stage.
+``memforest_gpu.engine.trees`` lays them out). Runs only the partition stage.
 
     python bench/partition_alpha.py --n 1000000 --alphas 0.001,0.05 --kmeans two-level
 
@@ -18,8 +18,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import Timer, peak_rss_mb, print_hardware, write_records  # noqa: E402
 
 from memforest_gpu.config import PartitionConfig  # noqa: E402
-from memforest_gpu.partition import n_clusters, partition  # noqa: E402
-from memforest_gpu.synthetic import synthetic_store  # noqa: E402
+from memforest_gpu.engine.partition import n_clusters, partition_nodes  # noqa: E402
+from memforest_gpu.store.synthetic import synthetic_store  # noqa: E402
 
 
 def tree_stats(tree: np.ndarray, tree_tenant: np.ndarray, names: list[str]) -> dict:
@@ -52,7 +52,7 @@ def main(argv=None):
     for alpha in [float(x) for x in a.alphas.split(",")]:
         cfg = PartitionConfig(alpha=alpha, kmeans=a.kmeans, two_level_min_nodes=20000)
         with Timer() as t:
-            part = partition(store.embeddings, store.timestamps, codes, names, cfg)
+            part = partition_nodes(store.embeddings, store.timestamps, codes, names, cfg)
         st = tree_stats(part.tree.numpy(), part.tree_tenant.numpy(), names)
         big = max(st["per_tenant"].values(), key=lambda v: v["nodes"])
         rec = {"bench": "partition_alpha", "n": a.n, "alpha": alpha, "kmeans": a.kmeans, "seconds": t.seconds,

@@ -18,7 +18,7 @@ import numpy as np
 
 def one_tenant(bench, name: str = "all"):
     """The benchmark with every node and question in tenant ``name``."""
-    from memforest_gpu.evaluation.benchmark import Benchmark
+    from memforest_gpu.evaluation.dataset import Benchmark
 
     nodes = [{**n, "tenant": name} for n in bench.nodes]
     qs = [dataclasses.replace(q, tenant=name) for q in bench.questions]
@@ -37,11 +37,11 @@ def main(argv=None):
     import torch
 
     from memforest_gpu.config import preset
-    from memforest_gpu.embedders import SentenceTransformerEmbedder
+    from memforest_gpu.engine.partition import n_clusters
     from memforest_gpu.evaluation.benchmark import load_benchmark
     from memforest_gpu.evaluation.cache import CachedEmbedder
     from memforest_gpu.evaluation.harness import EvalConfig, cell_key, run_grid
-    from memforest_gpu.partition import n_clusters
+    from memforest_gpu.mergers.embedders import SentenceTransformerEmbedder
 
     torch.set_num_threads(1)
     bench = one_tenant(load_benchmark(a.benchmark))

@@ -16,8 +16,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import Timer, peak_rss_mb, print_hardware, write_records  # noqa: E402
 
 from memforest_gpu import PartitionConfig  # noqa: E402
-from memforest_gpu.partition import partition  # noqa: E402
-from memforest_gpu.synthetic import synthetic_store  # noqa: E402
+from memforest_gpu.engine.partition import partition_nodes  # noqa: E402
+from memforest_gpu.store.synthetic import synthetic_store  # noqa: E402
 
 
 def kmeans_objective(X: torch.Tensor, labels: torch.Tensor) -> float:
@@ -48,7 +48,8 @@ def main(argv=None):
         for method in a.methods.split(","):
             cfg = PartitionConfig(alpha=a.alpha, kmeans=method, two_level_min_nodes=1)
             with Timer() as t:
-                part = partition(store.embeddings, store.timestamps, codes.to(store.embeddings.device), names, cfg)
+                part = partition_nodes(store.embeddings, store.timestamps, codes.to(store.embeddings.device), names,
+                                       cfg)
             obj = kmeans_objective(store.embeddings, part.kmeans_tree)
             exact = obj if method == "exact" else exact
             rec = {"bench": "partition_quality", "n": n, "dim": a.dim, "alpha": a.alpha, "kmeans": method,

@@ -29,9 +29,9 @@ from common import Timer, peak_rss_mb, print_hardware, write_records  # noqa: E4
 
 from memforest_gpu import CompressConfig, MergeConfig, RetrievalConfig, Retriever, compress  # noqa: E402
 from memforest_gpu.config import PartitionConfig  # noqa: E402
-from memforest_gpu.quota import removal_target  # noqa: E402
-from memforest_gpu.store import MemoryStore  # noqa: E402
-from memforest_gpu.synthetic import synthetic_store  # noqa: E402
+from memforest_gpu.engine.quotas import removal_target  # noqa: E402
+from memforest_gpu.store.memory_store import MemoryStore  # noqa: E402
+from memforest_gpu.store.synthetic import synthetic_store  # noqa: E402
 
 
 def heavy_tailed_sizes(n: int, tenants: int, *, seed: int = 0, cap: int = 20000) -> np.ndarray:

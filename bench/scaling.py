@@ -4,7 +4,7 @@ Stores have clustered embeddings with temporal drift. Two tenant shapes:
 
 - ``few`` (default): ``--tenants`` 8, one big tenant holding ``--big-share`` of the nodes;
 - ``many``: ``--tenants`` (default min(100,000, N/10)) with heavy-tailed sizes (most under
-  50 nodes, a few over 5,000 at 1M nodes; :func:`memforest_gpu.synthetic.heavy_tailed_sizes`).
+  50 nodes, a few over 5,000 at 1M nodes; :func:`memforest_gpu.store.synthetic.heavy_tailed_sizes`).
 
 Merging uses the extractive (non-LLM) merger and mean embeddings (re-embedding excluded)
 unless ``--reembed`` is given.
@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import Timer, peak_rss_mb, print_hardware, reset_peak, run_measured, write_records  # noqa: E402
 
 from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig, compress  # noqa: E402
-from memforest_gpu.synthetic import (few_tenant_sizes, heavy_tailed_sizes, synthetic_store,  # noqa: E402
+from memforest_gpu.store.synthetic import (few_tenant_sizes, heavy_tailed_sizes, synthetic_store,  # noqa: E402
                                      write_synthetic_parquet)
 
 STAGES = ("partition", "setup", "trees", "merge", "embed", "output")
@@ -90,7 +90,7 @@ def run_cli(n: int, a) -> dict:
                    **{f"{s}_s": r["seconds"].get(s, 0.0) for s in STAGES})
         groups = [ln for ln in m["output"].splitlines() if ln.startswith("memory budget")]
         if groups:
-            rec["budget_plan"] = groups[-1]
+            rec["budget_groups"] = groups[-1]
     for p in (out, report):
         if os.path.exists(p):
             os.unlink(p)
@@ -101,7 +101,7 @@ def run_cli(n: int, a) -> dict:
 
 def run_in_process(n: int, a, cfg, embedder) -> dict:
     if a.tenants_shape == "many":
-        from memforest_gpu.io import read_store
+        from memforest_gpu.store.io import read_store
 
         store = read_store(store_file(n, a), device=a.device)
     else:

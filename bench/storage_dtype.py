@@ -41,10 +41,10 @@ def main(argv=None) -> int:
         PartitionConfig,
         TreeConfig,
     )
-    from memforest_gpu.embedders import SentenceTransformerEmbedder
     from memforest_gpu.evaluation.benchmark import load_benchmark
     from memforest_gpu.evaluation.cache import CachedEmbedder
     from memforest_gpu.evaluation.harness import EvalConfig, run_grid
+    from memforest_gpu.mergers.embedders import SentenceTransformerEmbedder
 
     torch.set_num_threads(1)
     print_hardware()

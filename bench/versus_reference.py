@@ -21,8 +21,8 @@ from merge_reference import reference_compress  # noqa: E402
 from reference_pipeline import n_clusters, numpy_kmeans  # noqa: E402
 
 from memforest_gpu import CompressConfig, MergeConfig, compress  # noqa: E402
-from memforest_gpu.partition import partition  # noqa: E402
-from memforest_gpu.synthetic import synthetic_store  # noqa: E402
+from memforest_gpu.engine.partition import partition_nodes  # noqa: E402
+from memforest_gpu.store.synthetic import synthetic_store  # noqa: E402
 
 
 class _NullMerger:
@@ -51,7 +51,7 @@ def main(argv=None):
             res = compress(store, cfg, merger=_NullMerger())
         # same partition for the reference (its quotas follow the same rules)
         names, codes = store.tenant_index()
-        part = partition(store.embeddings, store.timestamps, codes, names, cfg.partition)
+        part = partition_nodes(store.embeddings, store.timestamps, codes, names, cfg.partition)
         tree_of = part.tree.cpu().numpy()
         X = store.embeddings.cpu().numpy()
         with Timer() as ref_km:

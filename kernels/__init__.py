@@ -7,7 +7,8 @@ inputs, so the same code runs on CUDA and on CPU. Batched layouts are padded:
 """
 from .padding import pack_segments, unpack_segments, size_buckets
 from .assign import best_match
-from .kmeans import batched_d2_seeds, kmeans, kmeans_plus_plus, lloyd_step, cluster_centres
+from .kmeans import kmeans, lloyd_step, cluster_centres
+from .seeding import batched_d2_seeds, kmeans_plus_plus
 from .rand import counter_uniform
 from .reassign import reassign_to_centres
 from .mst import spanning_forest, tree_degrees

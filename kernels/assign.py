@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["best_match", "MODES", "TIE_EPS"]
+from .best_match_rule import MODES, TIE_EPS, check_best_match_args
 
-MODES = ("l2", "dot")
-TIE_EPS = 1e-6  # scores this close to the best are ties (lowest index wins)
+__all__ = ["best_match"]
 
 
 def _rows_per_tile(T: int, n: int, K: int, budget: int) -> int:
@@ -42,10 +41,7 @@ def best_match(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *, mode:
         out = try_best_match_triton(X, C, c_valid, mode=mode, backend=backend)
         if out is not None:
             return out
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
-    if X.ndim != 3 or C.ndim != 3 or X.shape[0] != C.shape[0] or X.shape[2] != C.shape[2]:
-        raise ValueError(f"X and C must be (T, n, D) and (T, K, D), got {tuple(X.shape)} and {tuple(C.shape)}")
+    check_best_match_args(X, C, mode)
     T, n, D = X.shape
     K = C.shape[1]
     score = torch.full((T, n), float("-inf"), dtype=torch.float32, device=X.device)

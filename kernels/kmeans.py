@@ -4,14 +4,9 @@ Each row of the batch is an independent problem (one tenant): its own points, it
 number of clusters. Assignment uses the tiled :func:`best_match`, so no (n, K) matrix
 is ever held in full.
 
-Seeding (``seeding=``):
-- ``"batched"`` (default, :func:`batched_d2_seeds`): D^2 sampling in growing batches
-  (each step draws a quarter as many centres as are chosen so far, without replacement,
-  in proportion to the squared distance to the centres so far), so K centres take
-  O(log K) steps (28 for K = 1,000, about 50 for K = 50,000) with no device read,
-  instead of K sequential steps;
-- ``"k-means++"`` (:func:`kmeans_plus_plus`): the classic one-centre-per-step k-means++,
-  exact to SPEC's wording, K steps each reading the device a few times.
+Seeding (``seeding=``, :mod:`.seeding`): ``"batched"`` (default, D^2 sampling in growing
+batches, O(log K) steps with no device read) or ``"k-means++"`` (one centre per step, exact
+to SPEC's wording).
 
 A Lloyd step reads the device O(1) times (has any label changed; any empty cluster).
 Cluster sums are accumulated in float64 (``index_add_``): on CUDA its atomic additions
@@ -25,229 +20,14 @@ points, so there is one k-means, sharded or not.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .assign import best_match
-from .rand import counter_uniform
+from .seeding import batched_d2_seeds, kmeans_plus_plus
 
-__all__ = ["kmeans", "batched_d2_seeds", "kmeans_plus_plus", "kmeans_plus_plus_dense", "lloyd_step",
-           "cluster_means", "cluster_centres", "LocalReduce", "SEEDINGS"]
+__all__ = ["kmeans", "lloyd_step", "initial_centroids", "cluster_means", "cluster_centres", "LocalReduce", "SEEDINGS"]
 
 SEEDINGS = ("batched", "k-means++")
-
-
-def _uniforms(seed: int, steps: int, T: int, device) -> torch.Tensor:
-    g = torch.Generator(device="cpu").manual_seed(int(seed))
-    return torch.rand(steps, T, generator=g, dtype=torch.float64).to(device)  # (steps, T)
-
-
-def _sample_step(d2, chosen, valid, sizes, u_s, active, rows):
-    """One D^2-weighted draw per problem (see :func:`kmeans_plus_plus`). Shape: (T, n) -> (T,)"""
-    w = d2.masked_fill(chosen, 0)
-    total = w.sum(1, dtype=torch.float64)  # (T,)
-    cdf = torch.cumsum(w, 1, dtype=torch.float64)  # (T, n)
-    pick = torch.searchsorted(cdf, (u_s * total)[:, None], right=True)[:, 0]  # (T,)
-    pick = torch.minimum(pick, (sizes - 1).clamp(min=0))
-    empty = total <= 0
-    if bool(empty.any()):  # degenerate: no mass left (duplicates) -> first valid, unchosen point
-        pick = torch.where(empty, (valid & ~chosen).float().argmax(1), pick)
-    # the cdf can land on a zero-weight point at the right edge; step back to one with mass
-    bad = ~empty & (w[rows, pick] <= 0)
-    if bool(bad.any()):
-        pick = torch.where(bad, (w > 0).float().argmax(1), pick)
-    return torch.where(active, pick, torch.full_like(pick, -1))
-
-
-SEED_GROWTH = 0.25  # each seeding step draws this fraction of the centres chosen so far (1.0: doubling)
-
-
-def seeding_steps(kmax: int, growth: float | None = None) -> list[int]:
-    """Centres drawn per step of :func:`batched_d2_seeds`: 1, then ``ceil(growth * chosen)``
-    (1, 1, 2, 4, ... for growth 1) up to ``kmax`` in all."""
-    g = SEED_GROWTH if growth is None else growth
-    out, total = [], 0
-    while total < kmax:
-        b = 1 if total == 0 else min(max(1, math.ceil(g * total)), kmax - total)
-        out.append(b)
-        total += b
-    return out
-
-
-def batched_d2_seeds(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, seed: int = 0,
-                     streams: torch.Tensor | None = None, budget: int = 1 << 24) -> torch.Tensor:
-    """D^2 seeding in growing batches, with no device read.
-
-    Step s draws b_s new centres per problem (:func:`seeding_steps`: 1, then a quarter of
-    those chosen so far; fewer once a problem has its k), without replacement, with probability proportional to each point's squared distance
-    to its nearest centre so far (Gumbel top-b over ``log d^2``; the first centre is uniform),
-    then updates the distances against the new centres in one tiled search. O(log K) steps
-    and about one Lloyd step of arithmetic in all. Points that coincide with a centre
-    (d^2 = 0) are taken only when nothing else is left, lowest index first.
-
-    Random numbers come from :func:`counter_uniform` keyed by ``streams`` (T,) (default: the
-    row index), so a problem's seeds depend only on its own points and key, on any device.
-
-    Shape: X (T, n, D), valid (T, n), k (T,) -> seeds (T, Kmax) int64 point indices (-1 = unused)
-    """
-    T, n, D = X.shape
-    dev = X.device
-    Kmax = int(k.max()) if T else 0
-    seeds = torch.full((T, Kmax), -1, dtype=torch.int64, device=dev)
-    if Kmax == 0 or n == 0:
-        return seeds
-    if streams is None:
-        streams = torch.arange(T, dtype=torch.int64, device=dev)
-    rows = torch.arange(T, device=dev)[:, None]
-    sq = (X.float() * X.float()).sum(-1)  # (T, n)
-    d2 = valid.to(torch.float64)  # (T, n): uniform first draw
-    chosen = torch.zeros(T, n, dtype=torch.bool, device=dev)
-    count = torch.zeros(T, dtype=torch.int64, device=dev)
-    neg_inf = torch.tensor(float("-inf"), dtype=torch.float64, device=dev)
-    for step, b in enumerate(seeding_steps(Kmax)):
-        b = min(b, n)
-        g = -torch.log(-torch.log(counter_uniform(seed, streams, step, n)))  # (T, n) Gumbel
-        key = torch.where(d2 > 0, torch.log(d2.clamp(min=1e-300)) + g, torch.full_like(g, -1e30))
-        key = torch.where(valid & ~chosen, key, neg_inf)
-        top = torch.sort(key, dim=1, descending=True, stable=True).indices[:, :b]  # (T, b), ties: lower index
-        take = torch.minimum(k - count, (valid & ~chosen).sum(1)).clamp(min=0, max=b)  # (T,)
-        ok = torch.arange(b, device=dev)[None, :] < take[:, None]  # (T, b)
-        col = torch.where(ok, count[:, None] + torch.arange(b, device=dev)[None, :], torch.full_like(top, Kmax))
-        seeds = torch.cat([seeds, torch.full((T, 1), -1, dtype=torch.int64, device=dev)], 1).scatter(
-            1, col, torch.where(ok, top, torch.full_like(top, -1)))[:, :Kmax]
-        chosen = chosen | torch.zeros_like(chosen).scatter(1, top, ok)
-        count = count + take
-        score, _ = best_match(X, X[rows, top], ok, mode="l2", budget=budget)  # (T, n) 2 x.c - |c|^2
-        d2 = torch.minimum(d2, (sq - score).double().clamp(min=0)) if step else (sq - score).double().clamp(min=0)
-        d2 = d2.masked_fill(chosen | ~valid, 0)
-    return seeds
-
-
-def kmeans_plus_plus(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, seed: int = 0,
-                     uniforms: torch.Tensor | None = None, dense_fraction: float = 0.35) -> torch.Tensor:
-    """k-means++ seeding: first centre uniform, then D^2-weighted sampling.
-
-    Random numbers come from a CPU generator seeded with ``seed`` so CPU and CUDA draw
-    the same numbers; ``uniforms`` (Kmax, T) in [0, 1) overrides them (per-problem streams
-    make a problem's result independent of what else is in the batch). When every
-    remaining point coincides with a centre, the first valid point not yet chosen is taken.
-
-    Each step only re-measures the points the new centre can win: a point whose
-    nearest centre c_j satisfies |c_new - c_j| >= 2 d(x) cannot get closer (triangle
-    inequality), so late steps touch a small fraction of the points. When more than
-    ``dense_fraction`` of the points are candidates the step runs dense instead.
-    Same seeds as :func:`kmeans_plus_plus_dense` up to float rounding.
-
-    Shape: X (T, n, D), valid (T, n), k (T,) -> seeds (T, Kmax) int64 point indices (-1 = unused)
-    """
-    T, n, D = X.shape
-    dev = X.device
-    Kmax = int(k.max()) if T else 0
-    seeds = torch.full((T, Kmax), -1, dtype=torch.int64, device=dev)
-    if Kmax == 0:
-        return seeds
-    Xf = X.float()
-    sizes = valid.sum(1)  # (T,)
-    u = _uniforms(seed, Kmax, T, dev) if uniforms is None else uniforms.to(device=dev, dtype=torch.float64)
-    rows = torch.arange(T, device=dev)
-    first = torch.clamp((u[0] * sizes).long(), max=(sizes - 1).clamp(min=0))  # valid points are a prefix
-    seeds[:, 0] = first
-    sq = (Xf * Xf).sum(-1)  # (T, n)
-    cent = torch.zeros(T, Kmax, D, dtype=torch.float32, device=dev)  # chosen centres so far
-    cnorm = torch.zeros(T, Kmax, dtype=torch.float32, device=dev)  # their squared norms
-    c = Xf[rows, first]  # (T, D)
-    cent[:, 0] = c
-    cnorm[:, 0] = (c * c).sum(-1)
-    Xflat = Xf.reshape(T * n, D)
-    d2 = (sq - 2 * torch.bmm(Xf, c[:, :, None])[:, :, 0] + (c * c).sum(-1)[:, None])
-    d2 = d2.clamp(min=0).masked_fill(~valid, 0)  # (T, n) squared distance to the nearest centre
-    near = torch.zeros(T, n, dtype=torch.int64, device=dev)  # which centre that is
-    chosen = torch.zeros(T, n, dtype=torch.bool, device=dev)
-    chosen[rows, first] = True
-    d2[rows, first] = 0
-    for s in range(1, Kmax):
-        active = k > s  # (T,)
-        pick = _sample_step(d2, chosen, valid, sizes, u[s], active, rows)
-        seeds[:, s] = pick
-        p = pick.clamp(min=0)
-        ra = rows[active]
-        chosen[ra, p[active]] = True
-        c = Xf[rows, p]  # (T, D)
-        cent[:, s] = c
-        csq = (c * c).sum(-1)  # (T,)
-        cnorm[:, s] = csq
-        cc = cnorm[:, :s] - 2 * torch.bmm(cent[:, :s], c[:, :, None])[:, :, 0] + csq[:, None]  # (T, s)
-        cand = valid & active[:, None] & (4.0 * d2 * (1 + 1e-5) + 1e-6 >= cc.gather(1, near))  # (T, n)
-        n_cand = int(cand.sum())
-        if n_cand > dense_fraction * int(valid[active].sum()):
-            nd = (sq - 2 * torch.bmm(Xf, c[:, :, None])[:, :, 0] + csq[:, None]).clamp(min=0)
-            win = cand & (nd < d2)
-            d2 = torch.where(win, nd, d2)
-            near = torch.where(win, torch.full_like(near, s), near)
-        elif n_cand:
-            ti, ni = cand.nonzero(as_tuple=True)
-            flat = ti * n + ni
-            nd = (sq.view(-1)[flat] - 2 * (Xflat.index_select(0, flat) * c[ti]).sum(-1) + csq[ti]).clamp(min=0)
-            win = nd < d2[ti, ni]
-            ti, ni = ti[win], ni[win]
-            d2[ti, ni] = nd[win]
-            near[ti, ni] = s
-        d2[ra, p[active]] = 0
-    return seeds
-
-
-def kmeans_plus_plus_dense(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, seed: int = 0,
-                     uniforms: torch.Tensor | None = None) -> torch.Tensor:
-    """Reference k-means++: every step updates every point's distance (O(K n D) memory
-    traffic). :func:`kmeans_plus_plus` computes the same seeds with pruning.
-
-    Random numbers come from a CPU generator seeded with ``seed`` so CPU and CUDA draw
-    the same numbers; ``uniforms`` (Kmax, T) in [0, 1) overrides them (per-problem streams
-    make a problem's result independent of what else is in the batch). When every remaining point coincides with a centre, the first
-    valid point not yet chosen is taken.
-
-    Shape: X (T, n, D), valid (T, n), k (T,) -> seeds (T, Kmax) int64 point indices (-1 = unused)
-    """
-    T, n, _ = X.shape
-    dev = X.device
-    Kmax = int(k.max()) if T else 0
-    seeds = torch.full((T, Kmax), -1, dtype=torch.int64, device=dev)
-    if Kmax == 0:
-        return seeds
-    sizes = valid.sum(1)  # (T,)
-    u = _uniforms(seed, Kmax, T, dev) if uniforms is None else uniforms.to(device=dev, dtype=torch.float64)
-    rows = torch.arange(T, device=dev)
-    first = torch.clamp((u[0] * sizes).long(), max=(sizes - 1).clamp(min=0))  # valid points are a prefix
-    seeds[:, 0] = first
-    sq = (X.float() * X.float()).sum(-1)  # (T, n)
-    c = X[rows, first]  # (T, D)
-    d2 = (sq - 2 * torch.einsum("tnd,td->tn", X.float(), c.float()) + (c.float() * c.float()).sum(-1)[:, None])
-    d2 = d2.clamp(min=0).masked_fill(~valid, 0).double()  # (T, n)
-    chosen = torch.zeros(T, n, dtype=torch.bool, device=dev)
-    chosen[rows, first] = True
-    for s in range(1, Kmax):
-        active = k > s  # (T,)
-        w = d2.masked_fill(chosen, 0)
-        total = w.sum(1)  # (T,)
-        cdf = torch.cumsum(w, 1)  # (T, n)
-        pick = torch.searchsorted(cdf, (u[s] * total)[:, None], right=True)[:, 0]  # (T,)
-        pick = torch.minimum(pick, (sizes - 1).clamp(min=0))
-        # degenerate: no mass left (duplicates) -> first valid, unchosen point
-        fallback = (valid & ~chosen).float().argmax(1)
-        pick = torch.where(total > 0, pick, fallback)
-        # the cdf can land on a zero-weight point at the right edge; step back to one with mass
-        bad = (total > 0) & (w[rows, pick] <= 0)
-        if bool(bad.any()):
-            pick = torch.where(bad, (w > 0).float().argmax(1), pick)
-        pick = torch.where(active, pick, torch.full_like(pick, -1))
-        seeds[:, s] = pick
-        p = pick.clamp(min=0)
-        chosen[rows[active], p[active]] = True
-        c = X[rows, p].float()  # (T, D)
-        nd = (sq - 2 * torch.einsum("tnd,td->tn", X.float(), c) + (c * c).sum(-1)[:, None]).clamp(min=0)
-        d2 = torch.where(active[:, None], torch.minimum(d2, nd.double().masked_fill(~valid, 0)), d2)
-    return seeds
 
 
 def cluster_means(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, K: int, *, reduce=None,

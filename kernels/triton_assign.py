@@ -39,13 +39,15 @@ from collections import Counter
 
 import torch
 
+from .best_match_rule import TIE_EPS, check_best_match_args
+
 try:
     import triton
     import triton.language as tl
 except ImportError:  # the PyTorch path is used; fallback_reasons() says so on CUDA
     triton = tl = None
 
-__all__ = ["triton_available", "unavailable_reason", "best_match_triton", "try_best_match_triton",
+__all__ = ["unavailable_reason", "best_match_triton", "try_best_match_triton",
            "fallback_reasons", "reset_fallbacks"]
 
 log = logging.getLogger("memforest_gpu")
@@ -66,11 +68,6 @@ def unavailable_reason(device: torch.device | str) -> str | None:
     if dev.type != "cuda" and not _interpret():
         return f"device {dev.type!r} is not CUDA and TRITON_INTERPRET is not 1"
     return None
-
-
-def triton_available(device: torch.device | str) -> bool:
-    """Triton can run here: CUDA present, or the interpreter switched on."""
-    return unavailable_reason(device) is None
 
 
 if tl is not None:
@@ -127,10 +124,7 @@ def best_match_triton(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *
     """
     if triton is None:
         raise ImportError("the Triton best-match kernel needs triton: pip install 'memforest-gpu[triton]'")
-    if mode not in ("l2", "dot"):
-        raise ValueError(f"mode must be one of ['l2', 'dot'], got {mode!r}")
-    if X.ndim != 3 or C.ndim != 3 or X.shape[0] != C.shape[0] or X.shape[2] != C.shape[2]:
-        raise ValueError(f"X and C must be (T, n, D) and (T, K, D), got {tuple(X.shape)} and {tuple(C.shape)}")
+    check_best_match_args(X, C, mode)
     T, n, D = X.shape
     K = C.shape[1]
     Xc = X.float().contiguous()
@@ -144,8 +138,6 @@ def best_match_triton(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *
     if n == 0 or K == 0 or T == 0:
         return out_v, out_i
     grid = (T, triton.cdiv(n, block_n))
-    from .assign import TIE_EPS
-
     _kernel()[grid](Xc, Cc, bias, out_v, out_i, n, K, D, 2.0 if mode == "l2" else 1.0, TIE_EPS,
                     Xc.stride(0), Xc.stride(1), Cc.stride(0), Cc.stride(1), bias.stride(0), out_v.stride(0),
                     BLOCK_N=block_n, BLOCK_K=block_k, BLOCK_D=block_d)

@@ -5,12 +5,12 @@
 >>> result.store, result.report
 """
 from .config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
-from .embedders import SentenceTransformerEmbedder
 from .engine import CompressReport, CompressResult, compress
-from .io import read_store, write_store
 from .mergers import ExtractiveMerger, MemoryItem, MergePair, Merger
-from .retrieval import Retriever, SearchResult, search
-from .store import MemoryStore
+from .mergers.embedders import SentenceTransformerEmbedder
+from .retrieval.retriever import Retriever, SearchResult, search
+from .store.io import read_store, write_store
+from .store.memory_store import MemoryStore
 
 __version__ = "0.1.0"
 

@@ -7,15 +7,15 @@ import os
 from pathlib import Path
 
 from .config import CompressConfig
-from .embedders import SentenceTransformerEmbedder, get_embedder
-from .engine import CompressResult, PlanResult, compress, plan
-from .io import detect_format, read_store, write_store
-from .journal import JournaledMerger, journal_path, run_fingerprint
+from .engine import CompressResult, DryRunResult, compress, dry_run
 from .mergers import get_merger
-from .outputs import OutputLock, check_not_input, check_output
-from .store import MemoryStore
+from .mergers.embedders import SentenceTransformerEmbedder, get_embedder
+from .runs.journal import JournaledMerger, journal_path, run_fingerprint
+from .runs.outputs import OutputLock, check_not_input, check_output
+from .store.io import detect_format, read_store, write_store
+from .store.memory_store import MemoryStore
 
-__all__ = ["load_store", "load_store_and_embedder", "compress_file", "plan_file", "resolve_embedder",
+__all__ = ["load_store", "load_store_and_embedder", "compress_file", "dry_run_file", "resolve_embedder",
            "RunInterrupted"]
 
 log = logging.getLogger("memforest_gpu")
@@ -98,18 +98,18 @@ def compress_file(src: str | Path, dst: str | Path, config: CompressConfig, *, e
 
     With ``journal`` (default) every finished merge is appended to ``dst + ".journal.jsonl"``;
     the journal is deleted once ``dst`` is written. After a crash, ``resume=True``
-    continues from it (see :mod:`memforest_gpu.journal`); without ``resume`` an existing
+    continues from it (see :mod:`memforest_gpu.runs.journal`); without ``resume`` an existing
     journal is an error. ``dst`` itself is only ever written whole, at the end.
 
     An LLM merger whose every request of a round failed (server down, bad key) stops the run
     after that round with a ``ValueError``; the merges made so far stay journaled. A journal
-    that cannot be written stops the run with :class:`~memforest_gpu.journal.JournalWriteError`
+    that cannot be written stops the run with :class:`~memforest_gpu.runs.journal.JournalWriteError`
     (never a merger fallback).
 
-    Before anything is loaded, ``dst`` is checked (:func:`~memforest_gpu.outputs.check_output`:
+    Before anything is loaded, ``dst`` is checked (:func:`~memforest_gpu.runs.outputs.check_output`:
     not ``src`` or a link to it, a known format, not a directory, a writable folder) and its
     folder created; while the run writes ``dst`` it holds ``dst + ".lock"``
-    (:class:`~memforest_gpu.outputs.OutputLock`: a second run is refused). Ctrl-C raises
+    (:class:`~memforest_gpu.runs.outputs.OutputLock`: a second run is refused). Ctrl-C raises
     :class:`RunInterrupted` whose message says how many merges are journaled.
     """
     src, dst = os.fspath(src), os.fspath(dst)
@@ -173,9 +173,9 @@ def _compress_locked(src, dst, config, *, embedder, merger, device, progress, fo
     return result
 
 
-def plan_file(src: str | Path, config: CompressConfig, *, embedder: str = "auto", device=None,
-              format: str | None = None) -> PlanResult:
+def dry_run_file(src: str | Path, config: CompressConfig, *, embedder: str = "auto", device=None,
+                 format: str | None = None) -> DryRunResult:
     """A dry run: the first round's planned merges (``result.records``: tenant, a, b,
     similarity; ``result.pairs``: their texts). Merges nothing and writes nothing."""
     store, emb = load_store_and_embedder(src, embedder=embedder, device=device, format=format)
-    return plan(store, config, embedder=emb, device=device)
+    return dry_run(store, config, embedder=emb, device=device)

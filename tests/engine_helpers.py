@@ -11,14 +11,14 @@ import pytest
 import torch
 
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
-from memforest_gpu.embedders import count_words
 from memforest_gpu.engine import DATE_TAG_TOKENS, CompressResult, compress, merged_id
+from memforest_gpu.engine.partition import partition_nodes
+from memforest_gpu.engine.quotas import removal_target
 from memforest_gpu.mergers.base import MergePair
+from memforest_gpu.mergers.embedders import count_words
 from memforest_gpu.mergers.extractive import ExtractiveMerger
-from memforest_gpu.partition import partition
-from memforest_gpu.quota import removal_target
-from memforest_gpu.store import MemoryStore
-from memforest_gpu.synthetic import synthetic_store
+from memforest_gpu.store.memory_store import MemoryStore
+from memforest_gpu.store.synthetic import synthetic_store
 
 CPU = "cpu"
 DAY = 86400.0
@@ -148,7 +148,7 @@ def check_invariants(store: MemoryStore, res: CompressResult, ratio: float, *, c
 
 def tree_of_originals(store: MemoryStore, cfg: CompressConfig) -> dict[str, int]:
     names, codes = store.tenant_index()
-    p = partition(store.embeddings, store.timestamps, codes, names, cfg.partition)
+    p = partition_nodes(store.embeddings, store.timestamps, codes, names, cfg.partition)
     return {i: int(t) for i, t in zip(store.ids, p.tree.tolist())}
 
 
@@ -206,7 +206,7 @@ def compress_counting_reads(store, cfg, merger):
     """``compress`` on the CPU under :func:`count_host_reads`: (result, the counter, the reads
     of each round, in order)."""
     from memforest_gpu.engine import compress
-    from memforest_gpu.host_reads import count_host_reads
+    from memforest_gpu.engine.host_reads import count_host_reads
 
     per_round = []
     with count_host_reads() as reads:

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import torch
 
-from memforest_gpu.evaluation.benchmark import Benchmark, Question
+from memforest_gpu.evaluation.dataset import Benchmark, Question
 
 DAY0 = 1683554160.0  # 8 May 2023, 13:56 UTC
 _WORD = re.compile(r"[a-z0-9]+")

@@ -7,7 +7,7 @@ float32. ``tests/test_merge_order.py`` compares it merge for merge with
 
 Input: a store, a :class:`~memforest_gpu.CompressConfig`, a merger, and the partition
 (``tree`` id per node, trees numbered tenant by tenant); by default the engine's own
-:func:`memforest_gpu.partition.partition` is called as the engine calls it (k-means is
+:func:`memforest_gpu.engine.partition.partition_nodes` is called as the engine calls it (k-means is
 out of scope here). Only ``TreeConfig(kind="max")`` is covered (the "min" and "random"
 ablations raise ``ValueError``). No embedder: merged vectors are the normalised mean of
 the two inputs.
@@ -22,7 +22,7 @@ Rules, in the order they apply:
    A merge puts the merged node into the lower of the two slots and empties the other,
    so slot order never changes.
 3. **Lengths** (with ``MergeConfig.max_node_tokens = cap`` or ``size_weight > 0``): an original's length is
-   :func:`~memforest_gpu.embedders.count_words` of its text, a merged node's is
+   :func:`~memforest_gpu.mergers.embedders.count_words` of its text, a merged node's is
    ``count_words`` of the merger's output. The estimated length of merging ``a`` and
    ``b`` is ``tok_a + tok_b + 12`` if ``floor(ts_a / 86400) != floor(ts_b / 86400)``
    (the date tags, ``DATE_TAG_TOKENS``), else ``tok_a + tok_b``. A pair whose estimate
@@ -72,8 +72,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memforest_gpu.embedders import count_words
 from memforest_gpu.mergers.base import MemoryItem, MergePair
+from memforest_gpu.mergers.embedders import count_words
 
 __all__ = ["DATE_TAG_TOKENS", "removal_target", "largest_remainder", "kruskal", "RefResult", "reference_compress"]
 
@@ -226,10 +226,10 @@ def _tenant_positions(tenants: list[str], ts: list[float]) -> list[int]:
 
 
 def _default_partition(store, config) -> tuple[list[int], list[int]]:
-    from memforest_gpu.partition import partition
+    from memforest_gpu.engine.partition import partition_nodes
 
     names, codes = store.tenant_index()
-    part = partition(store.embeddings, store.timestamps, codes, names, config.partition)
+    part = partition_nodes(store.embeddings, store.timestamps, codes, names, config.partition)
     return part.tree.tolist(), part.tree_tenant.tolist()
 
 

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from engine_helpers import check_invariants, run
-from memforest_gpu.cli_config import add_config_arguments, config_from_args
+from memforest_gpu.cli.flags import add_config_arguments, config_from_args
+from memforest_gpu.cli.report import format_report
 from memforest_gpu.config import CompressConfig, MergeConfig, TreeConfig
-from memforest_gpu.embedders import count_words
+from memforest_gpu.engine.merge_call import merge_round, merge_round_capped
 from memforest_gpu.evaluation.locomo import load_locomo
-from memforest_gpu.merge_call import merge_round, merge_round_capped
 from memforest_gpu.mergers.base import MemoryItem, MergePair
+from memforest_gpu.mergers.embedders import count_words
 from memforest_gpu.mergers.extractive import ExtractiveMerger
-from memforest_gpu.report import format_report
-from memforest_gpu.store import MemoryStore
+from memforest_gpu.store.memory_store import MemoryStore
 
 DAY = 86400.0
 CAP = 40

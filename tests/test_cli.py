@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from memforest_gpu.cli import main
-from memforest_gpu.io import read_store
+from memforest_gpu.cli.main import main
+from memforest_gpu.store.io import read_store
 
 
 def _write_jsonl(path, n=60, tenants=("u1", "u2"), dim=16, seed=0, embed=True):
@@ -128,9 +128,9 @@ def test_search_needs_tenant_on_multi_tenant_store(tmp_path, capsys):
 
 
 def test_every_config_flag_reaches_its_field_in_every_compress_command():
-    from memforest_gpu.adapters.cli import add_parser as add_adapter_parsers
-    from memforest_gpu.cli import build_parser
-    from memforest_gpu.cli_config import config_from_args
+    from memforest_gpu.cli.adapters import add_parser as add_adapter_parsers
+    from memforest_gpu.cli.flags import config_from_args
+    from memforest_gpu.cli.main import build_parser
     from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
     from memforest_gpu.distributed.__main__ import build_parser as build_distributed_parser
 

@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from memforest_gpu.cli import main
-from memforest_gpu.io import read_store, write_store
+from memforest_gpu.cli.main import main
+from memforest_gpu.store.io import read_store, write_store
 
 from test_openai_merger import FakeChatServer, _store  # noqa: E402 (tests/ is on sys.path)
 
@@ -138,12 +138,12 @@ def test_a_journal_write_error_stops_the_run(tmp_path, capsys, monkeypatch):
 # ------------------------------------------------------------- 3. the output target is checked first
 @pytest.fixture
 def input_never_read(monkeypatch):
-    import memforest_gpu.io as io
+    import memforest_gpu.store.jsonl as jsonl
 
     def boom(*a, **kw):
         raise AssertionError("the input was read before the output target was checked")
 
-    monkeypatch.setattr(io, "_read_jsonl_columns", boom)
+    monkeypatch.setattr(jsonl, "read_jsonl_columns", boom)
 
 
 @pytest.mark.parametrize("target, extra, message", [
@@ -274,7 +274,7 @@ def test_parquet_millisecond_integers_are_refused(tmp_path, capsys):
 def test_parse_timestamp_checks_one_range_for_every_form():
     from datetime import datetime, timedelta, timezone
 
-    from memforest_gpu.timeutil import EPOCH_MAX, EPOCH_MIN, parse_timestamp
+    from memforest_gpu.store.timeutil import EPOCH_MAX, EPOCH_MIN, parse_timestamp
 
     assert parse_timestamp(EPOCH_MAX) == EPOCH_MAX and parse_timestamp(EPOCH_MIN) == EPOCH_MIN
     assert parse_timestamp("9999-12-31T23:59:59Z") == EPOCH_MAX
@@ -376,7 +376,7 @@ def test_a_stale_lock_is_taken_over(tmp_path, capsys):
 
 # ------------------------------------------------------------- 7. the smaller items
 def _all_parsers():
-    from memforest_gpu.cli import build_parser
+    from memforest_gpu.cli.main import build_parser
 
     def walk(p, name):
         yield name, p
@@ -442,7 +442,7 @@ def test_search_output_has_no_raw_control_characters(tmp_path, capsys):
     lines = out.strip().splitlines()
     assert len(lines) == 2 and "\\x1b[2J\\x07 bell\\nnext line" in out
     assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", out)
-    from memforest_gpu.cli import printable
+    from memforest_gpu.cli.main import printable
 
     assert printable("a\u202eb\x9bc") == "a\\u202eb\\x9bc"  # bidi override, C1 control
 
@@ -457,7 +457,7 @@ def test_report_says_no_node_cap(tmp_path, capsys):
 def test_iso_timestamps_round_trip_as_iso(tmp_path, capsys):
     from datetime import datetime, timezone
 
-    from memforest_gpu.timeutil import parse_timestamp
+    from memforest_gpu.store.timeutil import parse_timestamp
 
     def iso(i):
         return datetime.fromtimestamp(1.7e9 + 3600 * i, tz=timezone.utc).isoformat()

@@ -13,13 +13,13 @@ import pytest
 import torch
 from test_io import assert_same, make_store
 
-import memforest_gpu.io as mio
+import memforest_gpu.store.parquet as parquet_mod
 from memforest_gpu import CompressConfig, MergeConfig, compress
-from memforest_gpu.io import read_store, write_store
-from memforest_gpu.node_table import NodeTable
-from memforest_gpu.store import ArrowView, MemoryStore, TenantView
-from memforest_gpu.synthetic import synthetic_store
-from memforest_gpu.tree_batch import build_trees
+from memforest_gpu.engine.node_table import NodeTable
+from memforest_gpu.engine.trees import build_trees
+from memforest_gpu.store.io import read_store, write_store
+from memforest_gpu.store.memory_store import ArrowView, MemoryStore, TenantView
+from memforest_gpu.store.synthetic import synthetic_store
 
 
 def err(fn, *a, **kw) -> str:
@@ -97,7 +97,7 @@ def test_arrow_columns_are_validated_with_the_same_messages():
 # --------------------------------------------------------------------------- batched Parquet reads
 @pytest.fixture
 def small_batches(monkeypatch):
-    monkeypatch.setattr(mio, "_BATCH_ROWS", 3)
+    monkeypatch.setattr(parquet_mod, "_BATCH_ROWS", 3)
 
 
 def test_batched_read_equals_one_batch(tmp_path, monkeypatch):
@@ -105,7 +105,7 @@ def test_batched_read_equals_one_batch(tmp_path, monkeypatch):
     p = tmp_path / "s.parquet"
     write_store(s, p)
     whole = read_store(p)
-    monkeypatch.setattr(mio, "_BATCH_ROWS", 2)
+    monkeypatch.setattr(parquet_mod, "_BATCH_ROWS", 2)
     assert_same(whole, read_store(p))
     assert torch.equal(whole.embeddings, read_store(p).embeddings)
 
@@ -207,17 +207,17 @@ def test_outputs_written_in_order_from_arrow_columns(tmp_path):
 
 
 def test_parquet_written_in_row_groups(tmp_path, monkeypatch):
-    monkeypatch.setattr(mio, "ROW_GROUP_ROWS", 4)
+    monkeypatch.setattr(parquet_mod, "ROW_GROUP_ROWS", 4)
     s = make_store(n=11)
     write_store(s, tmp_path / "s.parquet")
     assert pq.ParquetFile(tmp_path / "s.parquet").metadata.num_row_groups == 3
-    monkeypatch.setattr(mio, "_BATCH_ROWS", 3)  # batches across row-group boundaries
+    monkeypatch.setattr(parquet_mod, "_BATCH_ROWS", 3)  # batches across row-group boundaries
     assert_same(s, read_store(tmp_path / "s.parquet"))
     assert_same(s.select_tenant("bob"), read_store(tmp_path / "s.parquet", tenants=["bob"]))
 
 
 def test_assemble_from_round_blocks_equals_one_tensor():
-    from memforest_gpu.assemble import assemble
+    from memforest_gpu.engine.assemble import assemble
 
     st = synthetic_store(6, tenants=1, dim=4, seed=5)
     table = NodeTable(st)

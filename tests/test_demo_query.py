@@ -1,6 +1,6 @@
 """The demo's showcase query finds the autumn trip after compression too.
 
-The cause it guards against (see :func:`memforest_gpu.demo.demo_config`): with the paper's
+The cause it guards against (see :func:`memforest_gpu.cli.demo.demo_config`): with the paper's
 sequential schedule and no size term one node of Alice's store absorbed 8 memories of two
 events, its re-embedded text was diluted, and an unrelated memory ranked first. Only
 Alice's memories are embedded: a tenant's result never depends on the other tenants."""
@@ -11,11 +11,11 @@ import json
 import pytest
 
 from extras import need
+from memforest_gpu.cli.demo import DEMO_QUERY, demo_config, sample_path
 from memforest_gpu.config import RetrievalConfig
-from memforest_gpu.demo import DEMO_QUERY, demo_config, sample_path
 from memforest_gpu.engine import compress
-from memforest_gpu.retrieval import Retriever
-from memforest_gpu.store import MemoryStore
+from memforest_gpu.retrieval.retriever import Retriever
+from memforest_gpu.store.memory_store import MemoryStore
 
 TRIP = {"alice-0040", "alice-0068", "alice-0069", "alice-0098", "alice-0099"}  # the autumn trip, and only it
 
@@ -23,7 +23,7 @@ TRIP = {"alice-0040", "alice-0068", "alice-0069", "alice-0098", "alice-0099"}  #
 @pytest.fixture(scope="module")
 def alice():
     need("sentence_transformers")
-    from memforest_gpu.embedders import SentenceTransformerEmbedder
+    from memforest_gpu.mergers.embedders import SentenceTransformerEmbedder
 
     emb = SentenceTransformerEmbedder(device="cpu")
     tenant, _ = DEMO_QUERY

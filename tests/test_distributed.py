@@ -12,10 +12,10 @@ import torch.multiprocessing as mp
 
 from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig, compress, read_store, write_store
 from memforest_gpu.distributed import WorkItem, balance, compress_distributed, partition_tenant, sharded_kmeans
-from memforest_gpu.distributed.plan import cost, tenants_to_split
+from memforest_gpu.distributed.balance import cost, tenants_to_split
+from memforest_gpu.engine.partition import n_clusters, partition_nodes, tenant_streams, tenant_uniforms
 from memforest_gpu.kernels import kmeans
-from memforest_gpu.partition import n_clusters, partition, tenant_streams, tenant_uniforms
-from memforest_gpu.synthetic import synthetic_store
+from memforest_gpu.store.synthetic import synthetic_store
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 
@@ -78,7 +78,7 @@ def _worker(rank, world, init_file, out_dir):
         # the trees too (same grouping; the engine renumbers trees consecutively)
         tree, _ = partition_tenant(one.embeddings, one.timestamps, big, pcfg)
         codes = torch.zeros(n, dtype=torch.int64)
-        part = partition(one.embeddings, one.timestamps, codes, [big], pcfg)
+        part = partition_nodes(one.embeddings, one.timestamps, codes, [big], pcfg)
         assert torch.equal(torch.unique(tree, return_inverse=True)[1], part.tree)
         # the whole pipeline, both schedules: output == single-process compress
         for ratio, schedule in ((0.3, "matching"), (0.5, "sequential")):
@@ -151,7 +151,7 @@ def test_cli_errors(tmp_path, capsys):
 
 def test_cli_refuses_an_output_that_is_its_input(tmp_path):
     from memforest_gpu.distributed.__main__ import main
-    from memforest_gpu.io import write_store
+    from memforest_gpu.store.io import write_store
 
     src = tmp_path / "in.parquet"
     write_store(_store(), src)

@@ -20,11 +20,10 @@ import pytest
 import torch
 
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig
-from memforest_gpu.embedders import count_words
 from memforest_gpu.engine import DATE_TAG_TOKENS, compress
-from memforest_gpu.partition import partition
-from memforest_gpu.quota import removal_target
-from memforest_gpu.store import MemoryStore
+from memforest_gpu.engine.quotas import removal_target
+from memforest_gpu.mergers.embedders import count_words
+from memforest_gpu.store.memory_store import MemoryStore
 from kernel_helpers import kruskal_ref
 from engine_helpers import (CPU, DAY, NAMES, SIZES, build_store, cfg_of, run, check_invariants, tree_of_originals,
                             same_output, big_store, small_store, _round_sizes, _one_thread)  # noqa: F401
@@ -372,7 +371,7 @@ def test_tenant_independence_with_duplicate_embeddings():
 
 
 def test_row_sims_matches_per_pair_einsum_with_repeated_rows_and_chunks():
-    from memforest_gpu.tree_batch import row_sims
+    from memforest_gpu.engine.trees import row_sims
 
     g = torch.Generator().manual_seed(3)
     X = torch.randn(7, 9, 5, generator=g)
@@ -384,8 +383,8 @@ def test_row_sims_matches_per_pair_einsum_with_repeated_rows_and_chunks():
 
 
 def test_assemble_picks_originals_and_merged_rows_in_output_order():
-    from memforest_gpu.assemble import assemble
-    from memforest_gpu.node_table import NodeTable
+    from memforest_gpu.engine.assemble import assemble
+    from memforest_gpu.engine.node_table import NodeTable
 
     st = MemoryStore.from_columns(ids=[f"n{i}" for i in range(4)], texts=[f"t{i}" for i in range(4)],
                                   timestamps=[0.0, 1.0, 2.0, 3.0], embeddings=torch.eye(4))

@@ -9,7 +9,6 @@ import pytest
 
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
 from memforest_gpu.mergers.extractive import ExtractiveMerger
-from memforest_gpu.partition import partition
 from engine_helpers import (build_store, cfg_of, run, check_invariants, same_output, small_store, RecordingMerger,
                             _round_sizes, _one_thread)  # noqa: F401
 

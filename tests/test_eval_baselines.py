@@ -9,11 +9,11 @@ import torch
 
 from eval_fixtures import FACTS, BagOfWordsEmbedder, duplicate_facts_benchmark
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+from memforest_gpu.engine.quotas import removal_target
 from memforest_gpu.evaluation.methods import (ABLATIONS, DEFAULT_METHODS, MethodSpec, compress_with,
                                               parse_method)
-from memforest_gpu.quota import removal_target
-from memforest_gpu.store import MemoryStore
-from memforest_gpu.synthetic import synthetic_store
+from memforest_gpu.store.memory_store import MemoryStore
+from memforest_gpu.store.synthetic import synthetic_store
 
 PRUNING = ("random_prune", "kmeans_prune", "dart")
 MERGING = ("random_merge", "tome")

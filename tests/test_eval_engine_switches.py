@@ -9,9 +9,9 @@ import torch
 
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
 from memforest_gpu.engine import compress
-from memforest_gpu.quota import removal_target
-from memforest_gpu.store import MemoryStore
-from memforest_gpu.synthetic import synthetic_store
+from memforest_gpu.engine.quotas import removal_target
+from memforest_gpu.store.memory_store import MemoryStore
+from memforest_gpu.store.synthetic import synthetic_store
 
 
 def test_time_weight_is_validated():

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from eval_fixtures import BagOfWordsEmbedder, duplicate_facts_benchmark, fact_budget
+from memforest_gpu.cli.eval import main
 from memforest_gpu.evaluation import CachedEmbedder, EvalConfig, run_grid, write_outputs
 from memforest_gpu.evaluation.benchmark import write_benchmark
-from memforest_gpu.evaluation.cli import main
 from memforest_gpu.evaluation.report import load_result, markdown
 
 FIELDS = {"benchmark", "method", "schedule", "ratio", "seed", "retriever", "cut", "metric", "category", "value"}
@@ -122,7 +122,7 @@ def test_cli_export_and_report_only(tmp_path, grid):
 def test_cli_maps_config_flags():
     import argparse
 
-    from memforest_gpu.evaluation.cli import _add_arguments, _config
+    from memforest_gpu.cli.eval import _add_arguments, _config
 
     p = argparse.ArgumentParser()
     _add_arguments(p)

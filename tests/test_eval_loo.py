@@ -71,9 +71,9 @@ def test_end_to_end_picks_the_tree_that_keeps_every_answer():
 
 
 def test_cli_leave_one_out_writes_its_report(tmp_path, monkeypatch, capsys):
-    import memforest_gpu.embedders as embedders
+    import memforest_gpu.mergers.embedders as embedders
+    from memforest_gpu.cli.eval import main
     from memforest_gpu.evaluation.benchmark import write_benchmark
-    from memforest_gpu.evaluation.cli import main
 
     monkeypatch.setattr(embedders, "SentenceTransformerEmbedder", lambda *a, **k: BagOfWordsEmbedder())
     write_benchmark(duplicate_facts_benchmark(("t0", "t1", "t2")), str(tmp_path / "bench"))

@@ -14,8 +14,8 @@ from memforest_gpu.evaluation.metrics import (NodeViews, answer_tokens, render, 
 from memforest_gpu.evaluation.report import paired_bootstrap
 from memforest_gpu.mergers.base import MemoryItem, MergePair
 from memforest_gpu.mergers.extractive import ExtractiveMerger
-from memforest_gpu.retrieval import Retriever
-from memforest_gpu.store import MemoryStore
+from memforest_gpu.retrieval.retriever import Retriever
+from memforest_gpu.store.memory_store import MemoryStore
 
 DAY0 = 1683554160.0  # 8 May 2023
 DAY = 86400.0

@@ -1,5 +1,5 @@
 """bench/gpu.py, the GPU verification run, tested on the CPU before it meets a GPU: the
-staged install, the record schema, the per-step time limit and the rehearsal itself.
+plain-checkout install, the record schema, the per-step time limit and the rehearsal itself.
 (.ci/run runs the whole rehearsal, every step; here a fast subset.)"""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import gpu  # noqa: E402
 from gpu_record import COMMON, RECORDS, STATUSES, append_record, read_records, summary_table  # noqa: E402
 
 
-def test_rehearsal_with_a_staged_pythonpath_writes_the_same_records(tmp_path):
+def test_rehearsal_with_the_checkout_on_pythonpath_writes_the_same_records(tmp_path):
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, os.path.join(BENCH, "gpu.py"), "--rehearse", "--only", "retrieval,optional",
                         "--install", "path", "--out", str(out)], capture_output=True, text=True, timeout=300)
@@ -28,8 +28,8 @@ def test_rehearsal_with_a_staged_pythonpath_writes_the_same_records(tmp_path):
     recs = read_records(str(out / RECORDS))
     setup = recs[0]
     assert setup["name"] == "install" and setup["method"] == "PYTHONPATH"
-    # imported from the stage (links to this checkout + kernels/ as memforest_gpu/kernels), not the venv
-    assert setup["package"].startswith(setup["stage"]) and not os.path.exists(setup["stage"])  # cleaned up
+    # imported from this checkout itself (no staging), not from the venv
+    assert os.path.realpath(setup["package"]) == os.path.join(os.path.realpath(ROOT), "memforest_gpu", "__init__.py")
     for rec in recs:
         assert list(rec)[:len(COMMON)] == list(COMMON), rec
         assert rec["status"] in STATUSES and rec["rehearse"] is True
@@ -48,13 +48,13 @@ def test_rehearsal_with_a_staged_pythonpath_writes_the_same_records(tmp_path):
 
 def test_a_step_past_its_limit_leaves_a_timeout_record_and_keeps_the_others(tmp_path):
     records = str(tmp_path / RECORDS)
-    append_record(records, step="plan", name="earlier", summary="written before the kill")
+    append_record(records, step="first_round", name="earlier", summary="written before the kill")
     args = types.SimpleNamespace(out=str(tmp_path), rehearse=True)
-    gpu.run_step("plan", 1.0, args, dict(os.environ), records)  # importing torch alone takes longer
+    gpu.run_step("first_round", 1.0, args, dict(os.environ), records)  # importing torch alone takes longer
     recs = read_records(records)
     assert [r["name"] for r in recs] == ["earlier", "step"]
     assert recs[1]["status"] == "timeout" and recs[1]["limit_s"] == 1.0
-    assert os.path.exists(tmp_path / "logs" / "plan.log")
+    assert os.path.exists(tmp_path / "logs" / "first_round.log")
 
 
 def test_records_survive_a_torn_last_line(tmp_path):
@@ -69,29 +69,25 @@ def test_records_survive_a_torn_last_line(tmp_path):
         append_record(path, step="x", name="y", status="done")
 
 
-def test_stage_holds_the_package_with_kernels_inside(tmp_path):
-    stage = gpu.stage_pythonpath()
-    try:
-        env = dict(os.environ, PYTHONPATH=stage, PYTHONSAFEPATH="1")
-        code = "import memforest_gpu.kernels as k, json; print(json.dumps([k.__file__, k.best_match.__module__]))"
-        r = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(tmp_path), capture_output=True, text=True,
-                           timeout=120)
-        assert r.returncode == 0, r.stderr
-        where, mod = json.loads(r.stdout)
-        assert where.startswith(stage) and mod == "memforest_gpu.kernels.assign"
-        assert os.path.realpath(where) == os.path.join(ROOT, "kernels", "__init__.py")
-    finally:
-        import shutil
-
-        shutil.rmtree(stage)
+def test_a_plain_checkout_on_pythonpath_imports_the_kernels_from_it(tmp_path):
+    """No staging: the committed link memforest_gpu/kernels -> ../kernels makes the checkout importable as it is."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    code = "import memforest_gpu.kernels as k, json; print(json.dumps([k.__file__, k.best_match.__module__]))"
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(tmp_path), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    where, mod = json.loads(r.stdout)
+    assert where == os.path.join(ROOT, "memforest_gpu", "kernels", "__init__.py")  # through the link
+    assert mod == "memforest_gpu.kernels.assign"
+    assert os.path.realpath(where) == os.path.join(os.path.realpath(ROOT), "kernels", "__init__.py")
 
 
 def test_step_limits_fit_the_budget():
     from gpu_steps import SIZES, STEPS
 
     assert sum(s.limit_s for s in STEPS) <= 480  # 8 minutes on the GPU, setup included by the budget
-    assert [s.name for s in STEPS] == ["agreement", "plan", "kmeans", "merge", "retrieval", "optional"]
-    assert SIZES["gpu"]["plan_n"] == SIZES["gpu"]["ret_n"] == 1_000_000 and SIZES["gpu"]["ret_q"] == 10_000
+    assert [s.name for s in STEPS] == ["agreement", "first_round", "kmeans", "merge", "retrieval", "optional"]
+    assert SIZES["gpu"]["first_round_n"] == SIZES["gpu"]["ret_n"] == 1_000_000 and SIZES["gpu"]["ret_q"] == 10_000
     assert SIZES["gpu"]["lm_batches"] == [64, 256, 1024]
 
 
@@ -111,7 +107,7 @@ def test_fast_store_is_a_valid_memory_like_store():
     import torch
 
     from gpu_ctx import fast_store, noisy_queries
-    from memforest_gpu.store import MemoryStore
+    from memforest_gpu.store.memory_store import MemoryStore
 
     st = fast_store(5000, 16, tenants=4, big_share=0.5, seed=3)
     assert len(st) == 5000 and len(set(st.ids)) == 5000 and st.sources == [[i] for i in st.ids]

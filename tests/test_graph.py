@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from memforest_gpu import CompressConfig, MergeConfig
-from memforest_gpu.graph import compress_graph, fold_edges, read_graph, write_graph
-from memforest_gpu.records import MergeRecord
+from memforest_gpu.adapters.graph import compress_graph, fold_edges, read_graph, write_graph
+from memforest_gpu.engine.records import MergeRecord
 
 
 def synthetic_graph_records(seed=0, videos=2, episodic=60, semantic=16, dim=16):
@@ -155,7 +155,7 @@ def test_bad_files(tmp_path):
 
 
 def test_cli(graph_file, tmp_path, capsys):
-    from memforest_gpu.adapters.cli import main
+    from memforest_gpu.cli.adapters import main
 
     out = tmp_path / "small.parquet"
     assert main(["graph", "compress", str(graph_file), str(out), "--ratio", "0.5", "--embedder", "none"]) == 0

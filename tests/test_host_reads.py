@@ -1,5 +1,5 @@
 """The engine's synchronisation budget, checked on the CPU: device->host reads counted by
-:func:`memforest_gpu.host_reads.count_host_reads` (each one is a GPU synchronisation on CUDA).
+:func:`memforest_gpu.engine.host_reads.count_host_reads` (each one is a GPU synchronisation on CUDA).
 
 A merge round reads the device a constant number of times, whatever the number of trees,
 pairs and tenants; a whole 20,000-node compress stays under a fixed total.
@@ -11,9 +11,9 @@ import torch
 
 from engine_helpers import compress_counting_reads
 from memforest_gpu.config import CompressConfig, MergeConfig
-from memforest_gpu.host_reads import count_host_reads
-from memforest_gpu.store import MemoryStore
-from memforest_gpu.synthetic import synthetic_store
+from memforest_gpu.engine.host_reads import count_host_reads
+from memforest_gpu.store.memory_store import MemoryStore
+from memforest_gpu.store.synthetic import synthetic_store
 
 ROUND_BUDGET = 10  # host reads per merge round
 TOTAL_BUDGET = 300  # host reads of a whole 20,000-node compress

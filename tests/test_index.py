@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from memforest_gpu import MemoryStore, RetrievalConfig, Retriever
-from memforest_gpu.index import IndexConfig, IndexedRetriever, build_index, default_nlist
-from memforest_gpu.synthetic import synthetic_store
+from memforest_gpu.retrieval.index import IndexConfig, IndexedRetriever, build_index, default_nlist
+from memforest_gpu.store.synthetic import synthetic_store
 
 from extras import need
 from margins import assert_enough, dot_tolerance, retrieval_margins, sorted_gaps
@@ -163,7 +163,7 @@ def test_cuda_store(store):
 def test_search_makes_no_host_round_trip(store):
     """Queries go to faiss as torch tensors and the results come back as tensors: no numpy,
     no .cpu(), no .tolist() per search (on the GPU this is what keeps a search on the device)."""
-    from memforest_gpu.host_reads import count_host_reads
+    from memforest_gpu.engine.host_reads import count_host_reads
 
     q, _ = _queries(store, 30, seed=6)
     big = store.select_tenant(store.tenant_names()[0])
@@ -187,7 +187,7 @@ def test_search_makes_no_host_round_trip(store):
 def test_gpu_indexes_share_one_gpu_resources_object(monkeypatch):
     """Every tenant's GPU index uses the process's one StandardGpuResources (each such object
     reserves its own scratch memory); stand-in faiss GPU calls, so this runs on any machine."""
-    import memforest_gpu.index as index_mod
+    import memforest_gpu.retrieval.index as index_mod
 
     made, cloned = [], []
 
@@ -212,8 +212,8 @@ def test_gpu_indexes_share_one_gpu_resources_object(monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available() or not hasattr(faiss, "StandardGpuResources"),
                     reason="needs CUDA and faiss-gpu")
 def test_faiss_gpu_search_stays_on_the_device(store):
-    from memforest_gpu.host_reads import count_host_reads
-    from memforest_gpu.index import gpu_resources
+    from memforest_gpu.engine.host_reads import count_host_reads
+    from memforest_gpu.retrieval.index import gpu_resources
 
     st = store.to("cuda")
     r = IndexedRetriever(st, IndexConfig(kind="faiss-flat"))

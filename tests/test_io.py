@@ -1,4 +1,4 @@
-"""Tests for memforest_gpu.io: Parquet / JSONL round trips, errors, atomic writes."""
+"""Tests for memforest_gpu.store.io: Parquet / JSONL round trips, errors, atomic writes."""
 from __future__ import annotations
 
 import json
@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from memforest_gpu.io import FORMATS, detect_format, read_store, write_store
-from memforest_gpu.store import MemoryStore
+from memforest_gpu.store.io import FORMATS, detect_format, read_store, write_store
+from memforest_gpu.store.memory_store import MemoryStore
 
 D = 8
 
@@ -333,9 +333,9 @@ def test_atomic_write_failure_keeps_old_file(tmp_path, monkeypatch, fmt):
 
         monkeypatch.setattr(pq, "write_table", boom)
     else:
-        import memforest_gpu.io as mio
+        import memforest_gpu.store.jsonl as jsonl_mod
 
-        real_dumps = mio._dumps
+        real_dumps = jsonl_mod._dumps
         calls = {"n": 0}
 
         def boom(v, what, node_id):
@@ -344,7 +344,7 @@ def test_atomic_write_failure_keeps_old_file(tmp_path, monkeypatch, fmt):
                 raise OSError("disk full (simulated)")
             return real_dumps(v, what, node_id)
 
-        monkeypatch.setattr(mio, "_dumps", boom)
+        monkeypatch.setattr(jsonl_mod, "_dumps", boom)
 
     with pytest.raises(OSError, match="disk full"):
         write_store(make_store(n=6, seed=2), path)

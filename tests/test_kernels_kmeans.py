@@ -502,8 +502,8 @@ def test_counter_uniform_is_a_pure_function_of_its_keys():
 
 def test_batched_seeds_are_distinct_valid_and_batch_independent(device):
     from memforest_gpu.kernels import batched_d2_seeds
-    from memforest_gpu.kernels.kmeans import seeding_steps
     from memforest_gpu.kernels.rand import stream_keys
+    from memforest_gpu.kernels.seeding import seeding_steps
 
     rng = np.random.default_rng(4)
     sizes, ks = [50, 9, 33], [12, 9, 1]

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from memforest_gpu import CompressConfig, MergeConfig
-from memforest_gpu.m3agent import (VideoGraph, compress_video_graph, load_video_graph, save_video_graph)
-from memforest_gpu.quota import removal_target
+from memforest_gpu.adapters.m3agent import (VideoGraph, compress_video_graph, load_video_graph, save_video_graph)
+from memforest_gpu.engine.quotas import removal_target
 
 STAND_IN = '''
 import numpy as np
@@ -367,7 +367,7 @@ def test_getattr_only_reaches_node(mmagent, tmp_path):
 
 
 def test_cli(mmagent, tmp_path, capsys):
-    from memforest_gpu.adapters.cli import main
+    from memforest_gpu.cli.adapters import main
 
     g, _, _ = build_video(mmagent)
     src = tmp_path / "video.pkl"
@@ -396,7 +396,7 @@ def test_readme_m3_agent_workflow(mmagent, tmp_path, monkeypatch, capsys):
     from pathlib import Path
 
     from extras import skip_or_fail
-    from memforest_gpu.adapters.cli import main
+    from memforest_gpu.cli.adapters import main
 
     readme = (Path(__file__).resolve().parents[1] / "docs" / "adapters.md").read_text()
     m = re.search(r"```bash\n(memforest graph compress video\.pkl .*?)\n```", readme)

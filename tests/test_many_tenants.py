@@ -12,12 +12,12 @@ from engine_helpers import check_invariants, compress_counting_reads, same_outpu
 from margins import assert_enough, dot_tolerance, retrieval_margins
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig
 from memforest_gpu.engine import compress
-from memforest_gpu.host_reads import count_host_reads
+from memforest_gpu.engine.host_reads import count_host_reads
+from memforest_gpu.engine.partition import closed_form_centres, partition_nodes, time_order
 from memforest_gpu.kernels import cluster_centres, kmeans
 from memforest_gpu.kernels.agpr import agpr_rerank, topk_search
-from memforest_gpu.partition import closed_form_centres, partition, time_order
-from memforest_gpu.retrieval import Retriever
-from memforest_gpu.store import MemoryStore
+from memforest_gpu.retrieval.retriever import Retriever
+from memforest_gpu.store.memory_store import MemoryStore
 
 
 class Concat:
@@ -108,7 +108,7 @@ def test_partition_closed_form_equals_kmeans_path(seeding):
     st = many_store(200, lo=1, hi=60, dim=8, seed=3, grid=True)
     names, codes = st.tenant_index()
     X = torch.nn.functional.normalize(st.embeddings, dim=1)
-    p = partition(X, st.timestamps, codes, names, PartitionConfig(alpha=0.001, seeding=seeding))
+    p = partition_nodes(X, st.timestamps, codes, names, PartitionConfig(alpha=0.001, seeding=seeding))
     assert p.tree_tenant.tolist() == list(range(len(names)))  # one tree per tenant
     assert torch.equal(p.tree, codes) and p.moved == 0
     order = time_order(codes, st.timestamps)

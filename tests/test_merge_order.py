@@ -19,7 +19,7 @@ import torch
 from memforest_gpu import compress
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
 from memforest_gpu.mergers.extractive import ExtractiveMerger
-from memforest_gpu.store import MemoryStore
+from memforest_gpu.store.memory_store import MemoryStore
 
 from merge_reference import largest_remainder, reference_compress
 

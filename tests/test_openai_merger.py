@@ -20,7 +20,7 @@ from memforest_gpu.engine import compress
 from memforest_gpu.mergers import ExtractiveMerger, get_merger
 from memforest_gpu.mergers.base import MemoryItem, MergePair
 from memforest_gpu.mergers.validate import check_merge
-from memforest_gpu.store import MemoryStore
+from memforest_gpu.store.memory_store import MemoryStore
 
 DAY = 86400.0
 T0 = 1683554160.0  # 8 May 2023

@@ -29,7 +29,7 @@ def test_readme_names_the_test_command():
 
 
 def test_demo_runs(tmp_path):
-    from memforest_gpu.demo import run_demo
+    from memforest_gpu.cli.demo import run_demo
 
     lines: list[str] = []
     out = run_demo(ratio=0.5, out_dir=str(tmp_path), print_fn=lambda *a: lines.append(" ".join(map(str, a))))

@@ -1,4 +1,4 @@
-"""Tests for memforest_gpu.retrieval: plain top-k and AGPR (SPEC section 4), per tenant."""
+"""Tests for memforest_gpu.retrieval.retriever: plain top-k and AGPR (SPEC section 4), per tenant."""
 from __future__ import annotations
 
 import math
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from memforest_gpu.config import RetrievalConfig
-from memforest_gpu.retrieval import Retriever, SearchResult, search
-from memforest_gpu.store import MemoryStore
+from memforest_gpu.retrieval.retriever import Retriever, SearchResult, search
+from memforest_gpu.store.memory_store import MemoryStore
 
 from margins import dot_tolerance, retrieval_margins
 

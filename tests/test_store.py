@@ -1,4 +1,4 @@
-"""Tests for memforest_gpu.store.MemoryStore: validation, normalisation, views."""
+"""Tests for memforest_gpu.store.memory_store.MemoryStore: validation, normalisation, views."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from memforest_gpu.store import DEFAULT_TENANT, MemoryStore, as_embedding_tensor
+from memforest_gpu.store.memory_store import DEFAULT_TENANT, MemoryStore, as_embedding_tensor
 
 T0 = 1683554160.0  # 2023-05-08T13:56:00Z
 D = 4

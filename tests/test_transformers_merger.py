@@ -18,7 +18,7 @@ from memforest_gpu.engine import compress
 from memforest_gpu.mergers import ExtractiveMerger, get_merger
 from llm_helpers import spy_raw_and_judged, trivial_pair
 from memforest_gpu.mergers.validate import check_merge, clean_output
-from memforest_gpu.store import MemoryStore
+from memforest_gpu.store.memory_store import MemoryStore
 
 T0 = 1683554160.0  # 8 May 2023
 

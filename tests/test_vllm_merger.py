@@ -24,7 +24,7 @@ from llm_helpers import spy_raw_and_judged, trivial_pair
 from memforest_gpu.mergers import llm as llm_module
 from memforest_gpu.mergers.validate import check_merge, clean_output
 from memforest_gpu.mergers.vllm_offline import engine_kwargs, free_memory_utilization, torchrun_world
-from memforest_gpu.store import MemoryStore
+from memforest_gpu.store.memory_store import MemoryStore
 
 T0 = 1683554160.0
 PAIRS = [MergePair(MemoryItem(f"a{i}", f"Alice bought {i + 2} apples.", T0),

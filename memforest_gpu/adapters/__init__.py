@@ -4,11 +4,13 @@
   backup first (:mod:`.backup`) and a restore that puts the scope back exactly
   (:mod:`.restore`); :mod:`.mem0_client` opens Mem0, :mod:`.vectors` reads and writes
   its vector store natively.
-- :mod:`.cli`: ``memforest mem0 compress|restore`` and ``memforest graph compress``.
+- :mod:`.graph`: graph memories in our JSONL / Parquet format; :mod:`.m3agent`: M3-Agent's
+  own pickled ``VideoGraph``.
 
-Graph memories live in :mod:`memforest_gpu.graph` (our JSONL / Parquet format) and
-:mod:`memforest_gpu.m3agent` (M3-Agent's own pickled ``VideoGraph``). Nothing heavy is
-imported with this package (the CLI stays quick); the names below load on first use.
+The commands ``memforest mem0 compress|restore`` and ``memforest graph compress`` are
+:mod:`memforest_gpu.cli.adapters`.
+Nothing heavy is imported with this package (the CLI stays quick); the names below load on
+first use.
 """
 __all__ = ["Scope", "load_memory", "close_memory", "compress_mem0", "restore_mem0", "format_plan",
            "Mem0CompressResult"]

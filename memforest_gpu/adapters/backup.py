@@ -16,18 +16,13 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from ..io import atomic_open
-from .vectors import Point
+from ..store.atomic import atomic_open
+from .vectors import Point, payload_json
 
-__all__ = ["write_backup", "read_backup", "BACKUP_KEY", "payload_json"]
+__all__ = ["write_backup", "read_backup", "BACKUP_KEY"]
 
 BACKUP_KEY = b"memforest.mem0.backup"
 VERSION = 1
-
-
-def payload_json(payload: dict, *, sort_keys: bool = False) -> str:
-    """The canonical text of a payload: JSON, key order kept (or sorted), non-ASCII kept."""
-    return json.dumps(payload, ensure_ascii=False, allow_nan=False, sort_keys=sort_keys)
 
 
 def write_backup(path: str | os.PathLike, points: list[Point], *, provider: str, collection: str,

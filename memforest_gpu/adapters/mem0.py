@@ -40,8 +40,8 @@ import numpy as np
 
 from ..config import CompressConfig
 from ..engine import CompressReport, compress
-from ..store import MemoryStore
-from ..timeutil import parse_timestamp
+from ..store.memory_store import MemoryStore
+from ..store.timeutil import parse_timestamp
 from .backup import write_backup
 from .mem0_client import Mem0Embedder, close_memory, entity_store, load_config, load_memory
 from .restore import restore_mem0

@@ -108,7 +108,7 @@ class Mem0Embedder:
 
     def count_tokens(self, texts):
         if self._tok is None:
-            from ..embedders import count_words
+            from ..mergers.embedders import count_words
 
             return count_words(texts)
         enc = self._tok(list(texts), add_special_tokens=False, truncation=False, verbose=False)

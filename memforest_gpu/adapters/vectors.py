@@ -14,11 +14,13 @@ merges metadata on upsert, so a Chroma payload is compared by content
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Point", "STORES", "read_points", "write_points", "provider_of", "check_provider", "payloads_equal"]
+__all__ = ["Point", "STORES", "read_points", "write_points", "provider_of", "check_provider", "payloads_equal",
+           "payload_json"]
 
 STORES = ("qdrant", "chroma", "faiss")
 
@@ -45,11 +47,14 @@ def provider_of(memory) -> str:
     return check_provider(memory.config.vector_store.provider)
 
 
+def payload_json(payload: dict, *, sort_keys: bool = False) -> str:
+    """The canonical text of a payload: JSON, key order kept (or sorted), non-ASCII kept."""
+    return json.dumps(payload, ensure_ascii=False, allow_nan=False, sort_keys=sort_keys)
+
+
 def payloads_equal(a: dict, b: dict, provider: str) -> bool:
     """Same payload: the same JSON text, key order included; for Chroma (which keeps no key
     order) the same keys and values."""
-    from .backup import payload_json
-
     if provider == "chroma":
         return a == b and payload_json(a, sort_keys=True) == payload_json(b, sort_keys=True)
     return payload_json(a) == payload_json(b)

@@ -10,9 +10,9 @@ import json
 import os
 import sys
 
-from ..cli_config import add_config_arguments, config_from_args
+from ..cli.flags import add_config_arguments, config_from_args, parse_options
 
-__all__ = ["main", "build_parser", "parse_options"]
+__all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,20 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def parse_options(pairs: list[str]) -> dict:
-    """``["model=/m", "max_tokens=128"]`` -> ``{"model": "/m", "max_tokens": 128}``"""
-    out = {}
-    for p in pairs:
-        if "=" not in p:
-            raise ValueError(f"--merger-option must be KEY=VALUE, got {p!r}")
-        k, v = p.split("=", 1)
-        try:
-            out[k.strip().replace("-", "_")] = json.loads(v)
-        except json.JSONDecodeError:
-            out[k.strip().replace("-", "_")] = v
-    return out
-
-
 def _pin_gpu() -> None:
     """Give rank LOCAL_RANK only its own GPU, before anything touches CUDA, so that a
     per-rank model (one vLLM engine per GPU) lands on its GPU."""
@@ -75,9 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from ..io import atomic_write_text, write_store
+    from ..cli.report import format_report
     from ..mergers import get_merger
-    from ..report import format_report
+    from ..store.atomic import atomic_write_text
+    from ..store.io import write_store
     from .runner import compress_distributed
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -99,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         options = parse_options(args.merger_option)
         get_merger(args.merger, **options)  # bad names and options fail here, on every rank, before any work
         from ..api import load_store_and_embedder
-        from ..outputs import check_output
+        from ..runs.outputs import check_output
 
         # the output never overwrites the input, and a bad target fails before any work
         check_output(args.output, format=args.out_format, inputs=[args.input], format_flag="--out-format",

@@ -6,7 +6,7 @@ assigns a contiguous block of the tenant's time-ordered points, and the float64 
 sums and counts are all-reduced. It is the package's one k-means
 (:func:`memforest_gpu.kernels.kmeans`) with :class:`ShardReduce` plugged in. Once labels
 stop changing they are gathered and every rank finishes exactly like
-:func:`memforest_gpu.partition.partition` (means, centre nodes, semantic + temporal
+:func:`memforest_gpu.engine.partition.partition_nodes` (means, centre nodes, semantic + temporal
 reassignment), so all ranks agree on the trees.
 
 Float caveat: sharded sums add the same float64 terms in another order than one process
@@ -20,9 +20,9 @@ import torch
 import torch.distributed as dist
 
 from ..config import PartitionConfig
+from ..engine.partition import n_clusters, tenant_streams, tenant_uniforms
 from ..kernels import cluster_centres, kmeans, reassign_to_centres
 from ..kernels.kmeans import cluster_means, initial_centroids
-from ..partition import n_clusters, tenant_streams, tenant_uniforms
 
 __all__ = ["sharded_kmeans", "partition_tenant", "shard_range", "ShardReduce"]
 

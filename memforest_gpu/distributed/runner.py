@@ -35,11 +35,11 @@ import torch.distributed as dist
 from ..config import CompressConfig
 from ..device import resolve_device
 from ..engine import CompressReport, MergeRecord, compress
-from ..partition import Partition
-from ..quota import Quotas, allocate, removal_target
-from ..store import MemoryStore
+from ..engine.partition import Partition
+from ..engine.quotas import Quotas, allocate, removal_target
+from ..store.memory_store import MemoryStore
+from .balance import WorkItem, balance, tenants_to_split
 from .kmeans import _world, partition_tenant
-from .plan import WorkItem, balance, tenants_to_split
 
 __all__ = ["compress_distributed", "DistributedResult"]
 
@@ -106,8 +106,41 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
     rows_of: dict[str, np.ndarray] = dict(zip(names, np.split(grouped, np.cumsum(counts)[:-1])))
     sizes = dict(zip(names, counts.tolist()))
     split = [t for t in tenants_to_split(sizes, world, split_above) if _splittable(cfg, sizes[t])]
+    items, tree_rows, quota = _work_items(store, cfg, names, sizes, rows_of, split, group)
+    plan = balance(items, world)
+    mine = plan[rank]
 
-    # trees of the split tenants, computed by all ranks together
+    merger = merger_factory() if merger_factory is not None and mine else None
+    load = getattr(merger, "load", None)
+    if callable(load):
+        load()  # a model that cannot load fails here, not as fallbacks inside the engine
+    whole = [rows_of[it.tenant] for it in mine if it.tree is None]
+    whole = np.sort(np.concatenate(whole)).tolist() if whole else []
+    mine_trees = [(it.tenant, it.tree) for it in mine if it.tree is not None]
+    results = []
+    if whole:
+        results.append(compress(store.take(whole), cfg, merger=merger, embedder=embedder, device=device,
+                                progress=progress))
+    if mine_trees:
+        sub, part, q = _tree_work(store, mine_trees, tree_rows, quota, device)
+        results.append(compress(sub, cfg, merger=merger, embedder=embedder, device=device, progress=progress,
+                                partition=part, quotas=q))
+    mine_info = _rank_info(store, results, bool(whole), rank, merger, t0)
+    if world > 1:
+        gathered: list | None = [None] * world if rank == 0 else None
+        dist.gather_object(mine_info, gathered, dst=0, group=group)
+        if rank != 0:
+            return None
+    else:
+        gathered = [mine_info]
+    return _assemble(store, cfg, gathered, plan, split, sizes, time.perf_counter() - t0)
+
+
+def _work_items(store: MemoryStore, cfg: CompressConfig, names: list[str], sizes: dict[str, int],
+                rows_of: dict[str, np.ndarray], split: list[str], group):
+    """The run's work items: every tenant not split whole, and each tree of a split tenant
+    (its trees computed by all ranks together, its quota split over them). Returns (items,
+    rows of each (tenant, tree), quota of each (tenant, tree))."""
     items = [WorkItem(t, sizes[t]) for t in names if t not in split]
     tree_rows: dict[tuple[str, int], list[int]] = {}
     quota: dict[tuple[str, int], int] = {}
@@ -122,33 +155,15 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
             tree_rows[(t, c)] = rows_of[t][tree == c].tolist()
             quota[(t, c)] = qq
             items.append(WorkItem(t, s, tree=c))
-    plan = balance(items, world)
-    mine = plan[rank]
+    return items, tree_rows, quota
 
-    merger = merger_factory() if merger_factory is not None and mine else None
-    load = getattr(merger, "load", None)
-    if callable(load):
-        load()  # a model that cannot load fails here, not as fallbacks inside the engine
-    outputs: list[MemoryStore] = []
-    merges: list[MergeRecord] = []
-    reports: list[CompressReport] = []
-    whole = [rows_of[it.tenant] for it in mine if it.tree is None]
-    whole = np.sort(np.concatenate(whole)).tolist() if whole else []
-    if whole:
-        res = compress(store.take(whole), cfg, merger=merger, embedder=embedder, device=device, progress=progress)
-        outputs.append(res.store)
-        merges += res.merges
-        reports.append(res.report)
-    mine_trees = [(it.tenant, it.tree) for it in mine if it.tree is not None]
-    if mine_trees:
-        sub, part, q = _tree_work(store, mine_trees, tree_rows, quota, device)
-        res = compress(sub, cfg, merger=merger, embedder=embedder, device=device, progress=progress,
-                       partition=part, quotas=q)
-        outputs.append(res.store)
-        merges += res.merges
-        reports.append(res.report)
 
-    # ---- gather every rank's rows on rank 0; order them as the single-process engine does
+def _rank_info(store: MemoryStore, results: list, whole: bool, rank: int, merger, t0: float) -> dict:
+    """What this rank sends to rank 0: its output rows (each with the input row of its
+    earliest original, the single-process output order), its merges and its report figures."""
+    outputs = [res.store for res in results]
+    merges: list[MergeRecord] = [m for res in results for m in res.merges]
+    reports: list[CompressReport] = [res.report for res in results]
     lens = np.fromiter(map(len, store.sources), dtype=np.int64, count=len(store))
     first_of = dict(zip(itertools.chain.from_iterable(store.sources), np.repeat(np.arange(len(store)), lens).tolist()))
     chunks = []
@@ -157,22 +172,14 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
                        "texts": out.texts, "emb": out.embeddings.detach().cpu(),
                        "ts": out.timestamps.detach().cpu(), "tenants": out.tenants,
                        "sources": out.sources, "metadata": out.metadata})
-    mine_info = {"chunks": chunks, "merges": [(rank, m) for m in merges],
-                 "trees": {row["tenant"]: row["trees"] for r in reports[:1] if whole for row in r.tenants},
-                 "rounds": sum(r.rounds for r in reports), "fallbacks": sum(r.fallbacks for r in reports),
-                 "condensed": sum(r.condensed for r in reports),
-                 "condensed_tokens": sum(r.condensed_tokens for r in reports),
-                 "seconds": time.perf_counter() - t0, "merger": getattr(merger, "name", None),
-                 "embedder": reports[0].embedder if reports else None,
-                 "max_node_tokens": reports[0].max_node_tokens if reports else None}
-    if world > 1:
-        gathered: list | None = [None] * world if rank == 0 else None
-        dist.gather_object(mine_info, gathered, dst=0, group=group)
-        if rank != 0:
-            return None
-    else:
-        gathered = [mine_info]
-    return _assemble(store, cfg, gathered, plan, split, sizes, time.perf_counter() - t0)
+    return {"chunks": chunks, "merges": [(rank, m) for m in merges],
+            "trees": {row["tenant"]: row["trees"] for r in reports[:1] if whole for row in r.tenants},
+            "rounds": sum(r.rounds for r in reports), "fallbacks": sum(r.fallbacks for r in reports),
+            "condensed": sum(r.condensed for r in reports),
+            "condensed_tokens": sum(r.condensed_tokens for r in reports),
+            "seconds": time.perf_counter() - t0, "merger": getattr(merger, "name", None),
+            "embedder": reports[0].embedder if reports else None,
+            "max_node_tokens": reports[0].max_node_tokens if reports else None}
 
 
 def _assemble(store, cfg, gathered, plan, split, sizes, seconds) -> DistributedResult:

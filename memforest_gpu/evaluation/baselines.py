@@ -30,18 +30,17 @@ import numpy as np
 import torch
 
 from ..config import CompressConfig
-from ..embedders import count_words
-from ..engine import DATE_TAG_TOKENS, CompressReport, CompressResult
+from ..engine import CompressReport, CompressResult
+from ..engine.lengths import DATE_TAG_TOKENS, merged_length, utc_day
+from ..engine.merge_call import cap_and_counter, merge_round, with_fallback
+from ..engine.node_table import NodeTable
+from ..engine.quotas import removal_target
 from ..kernels import cluster_centres, kmeans
-from ..mergers.extractive import ExtractiveMerger
-from ..node_table import NodeTable
-from ..quota import removal_target
-from ..store import MemoryStore
+from ..store.memory_store import MemoryStore
 
 __all__ = ["random_prune", "kmeans_prune", "dart", "random_merge", "tome", "BASELINES", "DART_PIVOTS"]
 
 DART_PIVOTS = 0.02
-_DAY = 86400.0
 
 
 def _rng(seed: int, tenant: str) -> np.random.Generator:
@@ -149,18 +148,11 @@ class _Table(NodeTable):
         self.counter = counter
         self.tok = counter(self.texts) if counter is not None else None
 
-    def est(self, a: int, b: int) -> int:
-        """Upper estimate of the merged length (the engine's rule)."""
-        tag = DATE_TAG_TOKENS if int(self.ts[a] // _DAY) != int(self.ts[b] // _DAY) else 0
-        return self.tok[a] + self.tok[b] + tag
-
     def merge_round(self, pairs: list[tuple[int, int]], merger, fallback) -> list[int]:
         """Merge each pair (one merger call for all); returns the new rows (not embedded yet)."""
         ordered = [self.order(a, b) for a, b in pairs]
         batch = [self.merge_pair(o, n) for o, n in ordered]
-        from ..merge_call import merge_round  # the engine's fallback rules: never lose a memory
-
-        texts, _, _ = merge_round(merger, fallback, batch)
+        texts, _, _ = merge_round(merger, fallback, batch)  # the engine's fallback rules: never lose a memory
         new = []
         for (o, n), text in zip(ordered, texts):
             new.append(self.add(o, n, text))
@@ -186,12 +178,8 @@ def _merging_setup(store: MemoryStore, config: CompressConfig, merger, embedder)
     """(merger, fallback, cap, table) of a merging baseline, by the engine's rules: the
     extractive merger by default and as the fallback; the cap ``max_node_tokens``, else the
     embedder's limit; token counts by the embedder's tokenizer when there is a cap."""
-    merger = merger if merger is not None else ExtractiveMerger()
-    fallback = merger if isinstance(merger, ExtractiveMerger) else ExtractiveMerger()
-    cap = config.merge.max_node_tokens
-    if cap is None and embedder is not None:
-        cap = embedder.max_tokens
-    counter = (getattr(embedder, "count_tokens", None) or count_words) if cap is not None else None
+    merger, fallback = with_fallback(merger)
+    cap, counter = cap_and_counter(config.merge.max_node_tokens, embedder)
     return merger, fallback, cap, _Table(store, counter)
 
 
@@ -214,10 +202,9 @@ def _fold(tab: _Table, groups: dict[int, list[int]], merger, fallback) -> tuple[
 def _fits(tab: _Table, A: list[int], B: list[int], cap: int) -> torch.Tensor:
     """(nA, nB) bool: the merge of A[i] and B[j] stays under the cap (engine's estimate)."""
     tok = torch.tensor(tab.tok, dtype=torch.int64)
-    day = torch.floor(torch.tensor(tab.ts, dtype=torch.float64) / _DAY)
+    day = utc_day(torch.tensor(tab.ts, dtype=torch.float64))
     a, b = torch.as_tensor(A), torch.as_tensor(B)
-    est = tok[a][:, None] + tok[b][None, :] + DATE_TAG_TOKENS * (day[a][:, None] != day[b][None, :]).long()
-    return est <= cap
+    return merged_length(tok[a][:, None], tok[b][None, :], day[a][:, None], day[b][None, :]) <= cap
 
 
 def random_merge(store: MemoryStore, config: CompressConfig, *, merger=None, embedder=None, **_) -> CompressResult:

@@ -7,55 +7,24 @@ Two files, so any benchmark can be converted to it:
   ``category``.
 
 A benchmark path is a folder holding ``nodes.jsonl`` (or ``nodes.parquet``) and
-``questions.jsonl``, or a LoCoMo JSON file (converted on the fly, see :mod:`.locomo`).
+``questions.jsonl``, or a LoCoMo JSON file (converted on the fly, see :mod:`.locomo`); either
+is read into a :class:`~.dataset.Benchmark`.
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 
-from ..io import atomic_open, iter_jsonl_objects, read_store
-from ..store import MemoryStore
+from ..store.atomic import atomic_open
+from ..store.io import read_store
+from ..store.jsonl import iter_jsonl_objects
+from .dataset import Benchmark, Question
+from .locomo import load_locomo
 
-__all__ = ["Question", "Benchmark", "load_benchmark", "write_benchmark", "read_questions"]
+__all__ = ["load_benchmark", "write_benchmark", "read_questions"]
 
 NODE_FILES = ("nodes.jsonl", "nodes.parquet", "nodes.json")
 QUESTION_FILE = "questions.jsonl"
-
-
-@dataclass(frozen=True)
-class Question:
-    """One benchmark question. ``evidence`` holds node ids of the tenant (may be empty)."""
-
-    id: str
-    tenant: str
-    question: str
-    answer: str
-    evidence: tuple[str, ...]
-    category: str
-
-
-@dataclass
-class Benchmark:
-    """Nodes (as records) and questions of one benchmark."""
-
-    name: str
-    nodes: list[dict]
-    questions: list[Question]
-    info: dict = field(default_factory=dict)
-
-    def store(self, embedder=None, *, device=None) -> MemoryStore:
-        """The uncompressed store; nodes without an ``embedding`` are embedded with ``embedder``."""
-        return MemoryStore.from_records(self.nodes, embedder=embedder, device=device)
-
-    def summary(self) -> dict:
-        cats: dict[str, int] = {}
-        for q in self.questions:
-            cats[q.category] = cats.get(q.category, 0) + 1
-        return {"benchmark": self.name, "nodes": len(self.nodes),
-                "tenants": len({n.get("tenant", "default") for n in self.nodes}),
-                "questions": len(self.questions), "categories": dict(sorted(cats.items())), **self.info}
 
 
 def _question(rec: dict, j: int, where: str) -> Question:
@@ -83,8 +52,6 @@ def load_benchmark(path: str) -> Benchmark:
     path = os.fspath(path)
     if os.path.isfile(path):
         if path.endswith(".json"):
-            from .locomo import load_locomo
-
             return load_locomo(path)
         raise ValueError(f"benchmark must be a folder with nodes + {QUESTION_FILE} or a LoCoMo .json file, "
                          f"got {path!r}")

@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..io import atomic_open
+from ..store.atomic import atomic_open
 
 __all__ = ["CachedEmbedder"]
 
@@ -131,7 +131,7 @@ class CachedEmbedder:
         if todo:
             counter = getattr(self.inner, "count_tokens", None)
             if counter is None:
-                from ..embedders import count_words
+                from ..mergers.embedders import count_words
 
                 counter = count_words
             self._tok.update(zip(todo, counter(todo)))

@@ -1,6 +1,6 @@
 """The evaluation grid: methods x ratios x seeds, each scored with plain top-k and AGPR.
 
-Per cell: compress the uncompressed store, build one :class:`~memforest_gpu.retrieval.Retriever`
+Per cell: compress the uncompressed store, build one :class:`~memforest_gpu.retrieval.retriever.Retriever`
 for the result, rank every question's candidates in one batched search per retriever,
 score them (:mod:`.metrics`), and time the search against the uncompressed store in the
 same loop. Questions are embedded once; merged text goes through the caller's embedder
@@ -27,11 +27,11 @@ import numpy as np
 import torch
 
 from ..config import CompressConfig, RetrievalConfig
+from ..engine.partition import n_clusters
 from ..kernels.agpr import n_anchors
-from ..partition import n_clusters
-from ..retrieval import Retriever
-from ..store import MemoryStore
-from .benchmark import Benchmark
+from ..retrieval.retriever import Retriever
+from ..store.memory_store import MemoryStore
+from .dataset import Benchmark
 from .methods import MethodSpec, compress_with, parse_method
 from .metrics import CUTS, NodeViews, answer_tokens, nanmean, score_ranked
 
@@ -162,37 +162,8 @@ def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
     flush()
     t_embed = time.perf_counter() - t0
     originals = dict(zip(store.ids, store.texts))
-    name = bench.name
-    records: list[dict] = []
-    per_q: dict[str, np.ndarray] = {}
-
-    def emit(method, schedule, ratio, seed, retriever, cut, metric, category, value):
-        records.append({"benchmark": name, "method": method, "schedule": schedule, "ratio": ratio, "seed": seed,
-                        "retriever": retriever, "cut": cut, "metric": metric, "category": category,
-                        "value": None if value is None or (isinstance(value, float) and math.isnan(value))
-                        else float(value)})
-
-    def emit_scores(spec: MethodSpec, ratio, seed, scores, denom):
-        for (kind, cut, metric), v in scores.items():
-            per_q[cell_key(spec.label, ratio, seed, kind, cut, metric)] = v.astype(np.float32)
-            for cat, mask in q.cat_mask.items():
-                m = nanmean(v[mask])
-                emit(spec.name, spec.schedule, ratio, seed, kind, cut, metric, cat, m)
-                if metric in RETAINED:
-                    d = denom[cut, metric, cat]
-                    emit(spec.name, spec.schedule, ratio, seed, kind, cut, f"{metric}_retention", cat,
-                         m / d if d else None)
-
-    # ---- the uncompressed store: the denominators of every retention
-    none = MethodSpec("none")
-    base_retr, base_scores = _score_store(store, q, cfg, originals)
-    denom = {(cut, metric, cat): nanmean(base_scores["plain", cut, metric][mask])
-             for cut in CUTS for metric in RETAINED for cat, mask in q.cat_mask.items()}
-    emit_scores(none, 0.0, 0, base_scores, denom)
-    for kind in RETRIEVERS:
-        ta, _ = _time_search(base_retr, base_retr, q, cfg.retrieval(kind), cfg.search_repeats)
-        emit("none", "-", 0.0, 0, kind, "-", "search_ms", "all", 1e3 * ta)
-    emit("none", "-", 0.0, 0, "-", "-", "nodes", "all", len(store))
+    out = _Records(bench.name, q)
+    base_retr = out.uncompressed(store, originals, cfg)
 
     cells = [(s, r, sd) for r in ratios for s in specs for sd in seeds]
     bar = None
@@ -220,16 +191,7 @@ def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
             retr, scores = _score_store(res.store, q, cfg, originals)
             if key is not None:
                 done[key] = (res, t_comp, retr, scores)
-        emit_scores(spec, ratio, seed, scores, denom)
-        for kind in RETRIEVERS:
-            ta, tb = _time_search(base_retr, retr, q, cfg.retrieval(kind), cfg.search_repeats)
-            emit(spec.name, spec.schedule, ratio, seed, kind, "-", "search_ms", "all", 1e3 * tb)
-            emit(spec.name, spec.schedule, ratio, seed, kind, "-", "search_speedup", "all", ta / tb)
-        rep = res.report
-        emit(spec.name, spec.schedule, ratio, seed, "-", "-", "nodes", "all", len(res.store))
-        emit(spec.name, spec.schedule, ratio, seed, "-", "-", "ratio_reached", "all", rep.ratio_reached)
-        emit(spec.name, spec.schedule, ratio, seed, "-", "-", "shortfall", "all", rep.shortfall)
-        emit(spec.name, spec.schedule, ratio, seed, "-", "-", "compress_s", "all", t_comp)
+        out.cell(spec, ratio, seed, scores, res, t_comp, base_retr, retr, cfg)
         timings.append({"method": spec.label, "ratio": ratio, "seed": seed, "compress_s": t_comp,
                         "score_s": time.perf_counter() - t1})
         if on_cell is not None:
@@ -251,7 +213,64 @@ def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
         "cells": timings,
         "cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},
     }
-    return EvalResult(records, per_q, q.ids, q.categories, meta, list(q.tenants))
+    return EvalResult(out.records, out.per_q, q.ids, q.categories, meta, list(q.tenants))
+
+
+class _Records:
+    """The grid's results as they come: one record per (cell, retriever, cut, metric, category),
+    the per-question scores of each cell, and the uncompressed store's means (the
+    denominators of every retention)."""
+
+    def __init__(self, name: str, q: _Questions):
+        self.name, self.q = name, q
+        self.records: list[dict] = []
+        self.per_q: dict[str, np.ndarray] = {}
+        self.denom: dict = {}
+
+    def emit(self, method, schedule, ratio, seed, retriever, cut, metric, category, value) -> None:
+        self.records.append({"benchmark": self.name, "method": method, "schedule": schedule, "ratio": ratio,
+                             "seed": seed, "retriever": retriever, "cut": cut, "metric": metric,
+                             "category": category,
+                             "value": None if value is None or (isinstance(value, float) and math.isnan(value))
+                             else float(value)})
+
+    def scores(self, spec: MethodSpec, ratio, seed, scores) -> None:
+        """Per-question scores, and their mean (and retention) per category."""
+        for (kind, cut, metric), v in scores.items():
+            self.per_q[cell_key(spec.label, ratio, seed, kind, cut, metric)] = v.astype(np.float32)
+            for cat, mask in self.q.cat_mask.items():
+                m = nanmean(v[mask])
+                self.emit(spec.name, spec.schedule, ratio, seed, kind, cut, metric, cat, m)
+                if metric in RETAINED:
+                    d = self.denom[cut, metric, cat]
+                    self.emit(spec.name, spec.schedule, ratio, seed, kind, cut, f"{metric}_retention", cat,
+                              m / d if d else None)
+
+    def uncompressed(self, store: MemoryStore, originals: dict, cfg: EvalConfig) -> Retriever:
+        """Score the uncompressed store (the denominators of every retention); returns its retriever."""
+        base_retr, base_scores = _score_store(store, self.q, cfg, originals)
+        self.denom = {(cut, metric, cat): nanmean(base_scores["plain", cut, metric][mask])
+                      for cut in CUTS for metric in RETAINED for cat, mask in self.q.cat_mask.items()}
+        self.scores(MethodSpec("none"), 0.0, 0, base_scores)
+        for kind in RETRIEVERS:
+            ta, _ = _time_search(base_retr, base_retr, self.q, cfg.retrieval(kind), cfg.search_repeats)
+            self.emit("none", "-", 0.0, 0, kind, "-", "search_ms", "all", 1e3 * ta)
+        self.emit("none", "-", 0.0, 0, "-", "-", "nodes", "all", len(store))
+        return base_retr
+
+    def cell(self, spec: MethodSpec, ratio, seed, scores, res, t_comp: float, base_retr, retr,
+             cfg: EvalConfig) -> None:
+        """One cell: its scores, search times against the uncompressed store's, and the run's figures."""
+        self.scores(spec, ratio, seed, scores)
+        for kind in RETRIEVERS:
+            ta, tb = _time_search(base_retr, retr, self.q, cfg.retrieval(kind), cfg.search_repeats)
+            self.emit(spec.name, spec.schedule, ratio, seed, kind, "-", "search_ms", "all", 1e3 * tb)
+            self.emit(spec.name, spec.schedule, ratio, seed, kind, "-", "search_speedup", "all", ta / tb)
+        rep = res.report
+        self.emit(spec.name, spec.schedule, ratio, seed, "-", "-", "nodes", "all", len(res.store))
+        self.emit(spec.name, spec.schedule, ratio, seed, "-", "-", "ratio_reached", "all", rep.ratio_reached)
+        self.emit(spec.name, spec.schedule, ratio, seed, "-", "-", "shortfall", "all", rep.shortfall)
+        self.emit(spec.name, spec.schedule, ratio, seed, "-", "-", "compress_s", "all", t_comp)
 
 
 def _seed_free(spec: MethodSpec, cfg: CompressConfig, tenant_sizes: list[int]) -> bool:

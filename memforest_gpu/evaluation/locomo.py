@@ -20,7 +20,7 @@ import os
 import re
 from datetime import datetime, timezone
 
-from .benchmark import Benchmark, Question
+from .dataset import Benchmark, Question
 
 __all__ = ["load_locomo", "clean_evidence", "parse_locomo_date", "CATEGORIES"]
 

@@ -202,7 +202,7 @@ def save_scores(cs: CandidateScores, path: str) -> None:
     """Write ``cs`` to one ``.npz`` (per-question arrays plus the candidates' configs)."""
     import json
 
-    from ..io import atomic_open
+    from ..store.atomic import atomic_open
 
     arrays = {f"s|{n}|{r!r}|{m}": v for n, d in cs.scores.items() for (r, m), v in d.items()}
     arrays.update({f"b|{m}": v for m, v in cs.base.items()})

@@ -19,7 +19,7 @@ from typing import Callable
 
 from ..config import SCHEDULES, CompressConfig, PartitionConfig, TreeConfig
 from ..engine import CompressResult, compress
-from ..store import MemoryStore
+from ..store.memory_store import MemoryStore
 from .baselines import BASELINES, _report
 
 __all__ = ["MethodSpec", "parse_method", "compress_with", "ABLATIONS", "DEFAULT_METHODS", "ABLATION_METHODS",

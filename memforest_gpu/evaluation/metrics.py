@@ -42,8 +42,8 @@ from typing import Sequence
 import numpy as np
 
 from ..mergers.extractive import split_sentences
-from ..store import MemoryStore
-from ..timeutil import DATE_TAG, format_date
+from ..store.memory_store import MemoryStore
+from ..store.timeutil import DATE_TAG, format_date
 
 __all__ = ["STOP_WORDS", "tokens", "answer_tokens", "render", "source_starts", "NodeViews", "score_ranked",
            "METRICS", "CUTS"]

@@ -18,7 +18,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..io import atomic_open, atomic_write_text
+from ..store.atomic import atomic_open, atomic_write_text
 from .harness import EvalResult, cell_key
 
 __all__ = ["aggregate", "paired_bootstrap", "cluster_bootstrap", "comparisons", "markdown", "plot",

@@ -14,6 +14,9 @@ openai         any OpenAI-compatible chat endpoint (vllm serve, llama.cpp,  (non
 
 The LLM mergers validate every merged text, retry failures once with a stricter prompt and
 fall back to the extractive merger, so no memory is ever lost (:mod:`.llm`).
+
+:mod:`.embedders` holds the other model a run may call: the embedder that re-embeds merged
+text (and counts its tokens for the node cap).
 """
 import inspect
 

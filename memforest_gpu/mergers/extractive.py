@@ -2,7 +2,7 @@
 
 No model, no network, deterministic. A merged memory carries one timestamp, so the
 dates live in the text: segments of different days are written with a date tag such
-as ``[8 May 2023]`` (the format of :func:`memforest_gpu.timeutil.format_date`), and
+as ``[8 May 2023]`` (the format of :func:`memforest_gpu.store.timeutil.format_date`), and
 tags written by an earlier merge are read back, so merging a merge keeps every date.
 
 Rules, in order:
@@ -46,7 +46,7 @@ from datetime import date
 from functools import lru_cache
 from typing import Callable, Sequence
 
-from ..timeutil import DATE_TAG, MONTHS, format_date
+from ..store.timeutil import DATE_TAG, MONTHS, format_date
 from .base import MergePair
 
 __all__ = ["ExtractiveMerger", "split_sentences", "normalize", "dedup_sentences", "has_info"]
@@ -119,11 +119,6 @@ def _in_order(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     """``a`` is a subsequence of ``b`` ("paid 10 on day 3" is not a duplicate of "paid 3 on day 10")."""
     it = iter(b)
     return all(x in it for x in a)  # `in` consumes the iterator up to the match
-
-
-def _is_near_duplicate(tokens: tuple[str, ...], kept: tuple[str, ...], threshold: float) -> bool:
-    """Whether a sentence of ``tokens`` repeats a kept sentence of ``kept`` (module rule 3)."""
-    return _repeats(tokens, set(tokens), _numbers(tokens), set(kept), _numbers(kept), threshold)
 
 
 def _repeats(tokens, a: frozenset | set, a_nums: tuple, b: frozenset | set, b_nums: tuple,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from ..timeutil import format_date
+from ..store.timeutil import format_date
 from .base import MergePair
 
 __all__ = ["build_messages", "SYSTEM_PROMPT", "STRICT_NOTE", "PROMPT_VERSION"]

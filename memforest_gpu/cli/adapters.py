@@ -1,0 +1,228 @@
+"""``memforest mem0 compress|restore`` and ``memforest graph compress``: thin commands over
+:mod:`memforest_gpu.adapters.mem0` and :mod:`memforest_gpu.adapters.graph`.
+
+Wire into ``memforest`` with ``add_parser(subparsers)`` and dispatch ``mem0`` / ``graph``
+to ``run(args)``; ``main(argv)`` runs them on their own.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+
+from .flags import add_config_arguments, check_embedder_flag, config_from_args, parse_options
+
+__all__ = ["add_parser", "run", "main"]
+
+
+def _add_compress_options(p) -> None:
+    add_config_arguments(p)
+    p.add_argument("--merger", default="extractive", help="who writes merged text (see memforest compress)")
+    p.add_argument("--merger-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the merger, e.g. model=/models/qwen (VALUE read as JSON when it parses)")
+    p.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
+    p.add_argument("--report", default=None, help="also write the run report as JSON to this path")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def add_parser(subparsers) -> None:
+    """Add the ``mem0`` and ``graph`` commands to a ``memforest`` subparsers object."""
+    m = subparsers.add_parser("mem0", help="compress a Mem0 store in place, or restore it from a backup")
+    ms = m.add_subparsers(dest="sub", required=True)
+    c = ms.add_parser("compress", help="back up a scope, add merged memories, then delete the ones they replace")
+    c.add_argument("--config", required=True, help="Mem0 config (YAML or JSON), as given to Memory.from_config")
+    c.add_argument("--user-id", default=None, help="compress this user's memories")
+    c.add_argument("--agent-id", default=None, help="compress this agent's memories")
+    c.add_argument("--run-id", default=None, help="compress this run's memories")
+    c.add_argument("--all-tenants", action="store_true", help="every memory of the collection")
+    c.add_argument("--dry-run", action="store_true",
+                   help="compress in memory (the merger is called) and print which memories would merge, with "
+                        "previews; write and delete nothing")
+    c.add_argument("--backup", default=None, help="backup file (default mem0-backup-<scope>-<time>.parquet)")
+    c.add_argument("--show", type=int, default=50, help="merged memories shown in the plan (default 50)")
+    _add_compress_options(c)
+    r = ms.add_parser("restore", help="put a scope back exactly as in a backup")
+    r.add_argument("backup", help="the backup file written by mem0 compress")
+    r.add_argument("--config", required=True, help="Mem0 config (YAML or JSON)")
+
+    g = subparsers.add_parser("graph", help="compress the text nodes of a graph memory (M3-Agent style)")
+    gs = g.add_subparsers(dest="sub", required=True)
+    gc = gs.add_parser("compress", help="merge text nodes; merged nodes inherit every edge (weights summed)")
+    gc.add_argument("input", help="the graph to compress (Parquet or JSONL)")
+    gc.add_argument("output", help="the compressed graph to write (a new path; never the input)")
+    gc.add_argument("--embedder", default="auto", help="auto | default | none | PATH (as in memforest compress)")
+    gc.add_argument("--format", default=None,
+                    help="input format: parquet | jsonl | m3-agent (a pickled M3-Agent VideoGraph; default: from the "
+                         "suffix, .pkl / .pickle = m3-agent)")
+    gc.add_argument("--out-format", default=None,
+                    help="output format (default: from the suffix; an M3-Agent graph is written back as one)")
+    _add_compress_options(gc)
+
+
+def _config(a):
+    return config_from_args(a)
+
+
+def _merger(a):
+    from ..mergers import get_merger
+
+    return get_merger(a.merger, **parse_options(a.merger_option))
+
+
+def _progress(a) -> bool:  # bars only on a terminal
+    return not a.quiet and sys.stderr.isatty()
+
+
+def _write_report(a, d: dict) -> None:
+    if a.report:
+        from ..store.atomic import atomic_write_text
+
+        atomic_write_text(a.report, json.dumps(d, indent=2, default=str))
+
+
+def _mem0_compress(a) -> int:
+    from ..adapters.mem0 import Scope, close_memory, compress_mem0, format_plan, load_memory
+
+    from ..runs.outputs import check_output
+
+    scope = Scope(user_id=a.user_id, agent_id=a.agent_id, run_id=a.run_id, all_tenants=a.all_tenants)
+    cfg, merger = _config(a), _merger(a)  # bad options fail before Mem0 is opened
+    if a.backup:
+        check_output(a.backup, inputs=[a.config], what="--backup", needs_format=False)
+    if a.report:
+        check_output(a.report, inputs=[a.config, a.backup], what="--report", needs_format=False)
+    memory = load_memory(a.config)
+    try:
+        res = compress_mem0(memory, scope, cfg, merger=merger, backup=a.backup, dry_run=a.dry_run,
+                            device=a.device, progress=_progress(a))
+    finally:
+        close_memory(memory)
+    print(format_plan(res, max_groups=a.show))
+    if a.dry_run:
+        print("dry run: nothing written, nothing deleted")
+    elif res.groups:
+        print(f"backup: {res.backup}")
+        if res.relinked:
+            print(f"entities relinked to merged memories: {res.relinked}")
+        print(f"added {len(res.groups)} merged memories, deleted {len(res.deleted)}; "
+              f"undo with: memforest mem0 restore {res.backup} --config {a.config}")
+    else:
+        print("nothing to merge: the store is unchanged")
+    print("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()))
+    _write_report(a, {"scope": res.scope.filters or "all", "memories_in": res.n_in, "dry_run": res.dry_run,
+                      "seconds": res.seconds,
+                      "backup": res.backup, "deleted": res.deleted, "left_alone": res.left_alone,
+                      "merged": [g.__dict__ for g in res.groups],
+                      "engine": res.report.to_dict() if res.report else None})
+    return 0
+
+
+def _mem0_restore(a) -> int:
+    from ..adapters.mem0 import close_memory, load_memory, restore_mem0
+
+    memory = load_memory(a.config)
+    try:
+        r = restore_mem0(memory, a.backup)
+    finally:
+        close_memory(memory)
+    print(f"restored scope {r['scope'] or 'all'} from {a.backup}: {r['count']} memories; {r['restored']} put back, "
+          f"{r['rewritten']} rewritten, {r['unchanged']} unchanged, {r['removed']} removed ({r['seconds']:.1f} s)")
+    if "entities" in r:
+        e = r["entities"]
+        print(f"entities: {e['restored']} put back, {e['rewritten']} rewritten, {e['unchanged']} unchanged, "
+              f"{e['removed']} removed")
+    return 0
+
+
+def _graph_compress(a) -> int:
+    from ..adapters.graph import compress_graph, read_graph, write_graph
+    from ..api import resolve_embedder
+    from ..mergers.embedders import get_embedder
+    from .report import format_report
+
+    from ..adapters.m3agent import is_m3_agent_path
+    from ..runs.outputs import check_output
+    from ..store.io import detect_format
+
+    if is_m3_agent_path(a.input, a.format):
+        check_output(a.output, inputs=[a.input], what="OUTPUT", needs_format=False)
+        return _m3_compress(a)
+    cfg = _config(a)
+    check_embedder_flag(a.embedder)
+    detect_format(a.input, a.format, flag="--format")
+    check_output(a.output, format=a.out_format, inputs=[a.input], format_flag="--out-format", what="OUTPUT")
+    if a.report:
+        check_output(a.report, inputs=[a.input, a.output], what="--report", needs_format=False)
+    merger = _merger(a)
+    load_emb = None if a.embedder == "none" else get_embedder("default" if a.embedder == "auto" else a.embedder,
+                                                              device=a.device)
+    g = read_graph(a.input, format=a.format, embedder=load_emb, device=a.device)
+    if g.texts is None:
+        raise ValueError(f"{a.input}: graph must have at least one text node, got 0")
+    if a.embedder == "auto" and not load_emb.loaded:  # the file's own vectors; graph files record no model
+        g = dataclasses.replace(g, texts=dataclasses.replace(g.texts, embedder=None))
+    if load_emb is not None and g.texts.embedder == load_emb.name:
+        emb = load_emb  # one model per run
+    else:
+        emb = resolve_embedder(a.embedder, g.texts.embedder, device=a.device)
+    res = compress_graph(g, cfg, merger=merger, embedder=emb, device=a.device, progress=_progress(a))
+    write_graph(res.graph, a.output, format=a.out_format)
+    print(format_report(res.report))
+    print(f"edges {res.info['edges_in']} -> {res.info['edges_out']} ({res.internal_edges} between merged nodes "
+          f"dropped, the rest folded into the merged nodes with weights summed); entities unchanged: "
+          f"{len(res.graph.entities)}")
+    print(f"wrote {a.output}")
+    _write_report(a, {**res.report.to_dict(), **res.info})
+    return 0
+
+
+def _m3_compress(a) -> int:
+    from ..adapters.m3agent import compress_video_graph, is_m3_agent_path, load_video_graph, save_video_graph
+    from ..api import resolve_embedder
+    from .report import format_report
+
+    if a.out_format is not None and not is_m3_agent_path(a.output, a.out_format):
+        raise ValueError(f"an M3-Agent graph is written back as an M3-Agent pickle: --out-format must be m3-agent, "
+                         f"got {a.out_format!r}")
+    cfg, merger = _config(a), _merger(a)
+    g = load_video_graph(a.input)
+    emb = resolve_embedder(a.embedder, None, device=a.device)  # auto: the mean of the merged vectors
+    res = compress_video_graph(g, cfg, merger=merger, embedder=emb, device=a.device, progress=_progress(a))
+    save_video_graph(res.graph, a.output)
+    i = res.info
+    print(format_report(res.report))
+    print(f"M3-Agent graph: text nodes {i['text_in']} -> {i['text_out']} ({i['merged_nodes']} merged nodes), "
+          f"edges {i['edges_in']} -> {i['edges_out']} ({i['internal_edges']} between merged nodes dropped, the rest "
+          f"moved to the merged nodes with weights summed); face and voice nodes unchanged")
+    print(f"wrote {a.output}")
+    _write_report(a, {**res.report.to_dict(), **i})
+    return 0
+
+
+def run(args) -> int:
+    """Run a parsed ``mem0`` or ``graph`` command."""
+    fn = {("mem0", "compress"): _mem0_compress, ("mem0", "restore"): _mem0_restore,
+          ("graph", "compress"): _graph_compress}[(args.cmd, args.sub)]
+    return fn(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="memforest")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    add_parser(ap.add_subparsers(dest="cmd", required=True))
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
+    try:
+        return run(args)
+    except (ValueError, FileNotFoundError, ImportError, RuntimeError) as e:
+        print(f"memforest {args.cmd} {args.sub}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as e:
+        print(f"memforest {args.cmd} {args.sub}: {str(e) or 'interrupted'}", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""``memforest eval``: a thin layer over :func:`~memforest_gpu.evaluation.harness.run_grid`; each
+flag maps to a config field.
+
+Registered in the main CLI with ``add_parser(sub)``, ``"eval"`` dispatched to ``run``;
+standalone: ``python -m memforest_gpu.cli.eval --benchmark ... --out ...``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+
+__all__ = ["add_parser", "run", "main"]
+
+
+def _floats(s: str) -> list[float]:
+    return [float(x) for x in s.split(",") if x.strip()]
+
+
+def _ints(s: str) -> list[int]:
+    return [int(x) for x in s.split(",") if x.strip()]
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--benchmark", required=True,
+                   help="benchmark folder (nodes.jsonl|parquet + questions.jsonl) or a LoCoMo .json file")
+    p.add_argument("--out", default=None, help="output folder: results.json, per_question.npz, results.md, retention.png")
+    p.add_argument("--turns-per-node", type=int, default=1,
+                   help="LoCoMo .json only: consecutive turns per node (4: the long-memory variant)")
+    p.add_argument("--methods", default="default",
+                   help="comma list of NAME[:SCHEDULE]; 'default' (baselines + memforest, both schedules), "
+                        "'ablations', or 'all'")
+    p.add_argument("--ratios", default="0.3,0.5,0.7", help="fractions of nodes removed")
+    p.add_argument("--seeds", default="0,1,2", help="seeds, one run per method, ratio and seed")
+    p.add_argument("--cache", default=None, help="embedding cache folder (default: OUT/.cache)")
+    p.add_argument("--embedder", default="default", help="default (all-MiniLM-L6-v2) | model PATH")
+    p.add_argument("--merger", default="extractive", help="extractive")
+    p.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
+    g = p.add_argument_group("retrieval and cuts")
+    g.add_argument("-k", "--k", type=int, default=10, help="nodes at the @k cut")
+    g.add_argument("--budget", type=int, default=256, help="whitespace tokens at the @B cut")
+    g.add_argument("--L", type=int, default=4, help="AGPR candidate multiplier")
+    g.add_argument("--lam", type=float, default=0.2, help="AGPR anchor fraction")
+    g.add_argument("--gamma", type=float, default=0.9, help="AGPR similarity weight")
+    g = p.add_argument_group("MemForest config: the paper preset (CompressConfig()) with these fields changed; "
+                             "ablations override their own field")
+    g.add_argument("--alpha", type=float, default=None, help="clusters per node (default: the paper preset's, 0.05)")
+    g.add_argument("--beta", type=float, default=None, help="semantic weight in the reassignment")
+    g.add_argument("--window", type=int, default=None, help="temporal window, in positions")
+    g.add_argument("--max-iter", type=int, default=None, help="at most this many Lloyd steps")
+    g.add_argument("--eta", type=float, default=None, help="similarity weight in the degree-adjusted score")
+    g.add_argument("--degree-norm", default=None, help="none | max")
+    g.add_argument("--time-weight", type=float, default=None,
+                   help="weight of local time on tree edges (0: cosine only, the paper)")
+    g.add_argument("--time-window", type=int, default=None, help="positions that count as neighbours on edges")
+    g.add_argument("--size-weight", type=float, default=None,
+                   help="penalty on tree edges per merged length in units of the node cap (0: the paper)")
+    g.add_argument("--max-node-tokens", type=int, default=None, help="node length cap (default: embedder's)")
+    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument("--reference", default=None,
+                   help="the method every other one is compared with (paired bootstrap; default memforest:sequential)")
+    p.add_argument("--export", default=None, help="only write the benchmark in the nodes + questions format here")
+    p.add_argument("--report-only", action="store_true", help="redo tables and plot from OUT's results")
+    g = p.add_argument_group("leave-one-conversation-out tuning (evaluation/loo.py)")
+    g.add_argument("--leave-one-out", action="store_true",
+                   help="choose a MemForest config per fold on the other conversations, score it on the held-out "
+                        "one; writes OUT/loo.md and OUT/loo.json")
+    g.add_argument("--loo-schedules", default="sequential,matching", help="candidate schedules")
+    g.add_argument("--loo-alphas", default="0.05,0.01,0.001", help="candidate alphas")
+    g.add_argument("--loo-time-weights", default="0,0.5", help="candidate time weights")
+    g.add_argument("--loo-size-weights", default="0,0.2", help="candidate size weights")
+    g.add_argument("--loo-from", default=None,
+                   help="comma list of loo_scores.npz files of earlier --leave-one-out runs: join their candidates "
+                        "and redo the selection without running anything")
+    g.add_argument("--loo-select", default="B:ansr_content",
+                   help="selection metric CUT:METRIC, plain top-k retention (B:ansr_content | B:ansr | k:evr | B:evr)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: the grid's tensor ops are small; 0 = torch's default)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``eval`` sub-command to a ``memforest`` sub-parser set."""
+    p = subparsers.add_parser("eval", help="measure compression quality on a benchmark (EVAL.md)",
+                              description="Run methods x ratios x seeds on a benchmark and write results.")
+    _add_arguments(p)
+    return p
+
+
+def _methods(spec: str) -> list[str]:
+    from ..evaluation.methods import ABLATION_METHODS, DEFAULT_METHODS, parse_method
+
+    out: list[str] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part in ("default", "all", "ablations"):
+            out += list(DEFAULT_METHODS) * (part != "ablations") + list(ABLATION_METHODS) * (part != "default")
+        else:
+            out.append(parse_method(part).label)
+    return list(dict.fromkeys(parse_method(m).label for m in out))
+
+
+def _config(a):
+    from dataclasses import replace
+
+    from ..config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+
+    part = {k: v for k, v in (("alpha", a.alpha), ("beta", a.beta), ("window", a.window),
+                               ("max_iter", a.max_iter)) if v is not None}
+    tree = {k: v for k, v in (("eta", a.eta), ("degree_norm", a.degree_norm), ("time_weight", a.time_weight),
+                               ("time_window", a.time_window), ("size_weight", a.size_weight)) if v is not None}
+    merge = {"max_node_tokens": a.max_node_tokens} if a.max_node_tokens is not None else {}
+    c = CompressConfig()
+    return replace(c, partition=replace(c.partition, **part), tree=replace(c.tree, **tree),
+                   merge=replace(c.merge, **merge))
+
+
+def _load(a):
+    """The benchmark of ``--benchmark``, in windows of ``--turns-per-node`` turns when asked."""
+    from ..evaluation.benchmark import load_benchmark
+    from ..evaluation.locomo import load_locomo
+
+    n = getattr(a, "turns_per_node", 1)
+    if n == 1:
+        return load_benchmark(a.benchmark)
+    if not (os.path.isfile(a.benchmark) and a.benchmark.endswith(".json")):
+        raise ValueError(f"--turns-per-node needs a LoCoMo .json file, got {a.benchmark!r}")
+    return load_locomo(a.benchmark, turns_per_node=n)
+
+
+def run(a) -> int:
+    """Run ``memforest eval`` from parsed arguments; returns the exit status."""
+    from ..evaluation.benchmark import write_benchmark
+
+    if a.export:
+        bench_dir = a.benchmark if os.path.isdir(a.benchmark) else os.path.dirname(os.path.abspath(a.benchmark))
+        if os.path.realpath(a.export) == os.path.realpath(bench_dir):
+            raise ValueError(f"--export must not be the benchmark's own folder (it would overwrite its files), "
+                             f"got {a.export!r}")
+        bench = _load(a)
+        write_benchmark(bench, a.export)
+        print(f"wrote {a.export}/nodes.jsonl and questions.jsonl: {json.dumps(bench.summary())}")
+        return 0
+    if not a.out:
+        raise ValueError("--out is required (unless --export)")
+    from ..evaluation.report import load_result, write_outputs
+
+    if a.report_only:
+        paths = write_outputs(load_result(a.out), a.out, bootstrap=a.bootstrap, reference=a.reference)
+        print("\n".join(f"wrote {p}" for p in paths.values()))
+        return 0
+    import torch
+
+    from ..evaluation.cache import CachedEmbedder
+    from ..evaluation.harness import EvalConfig, run_grid
+    from ..mergers import get_merger
+    from ..mergers.embedders import SentenceTransformerEmbedder
+
+    if a.leave_one_out:
+        return _run_loo(a)
+    methods = _methods(a.methods)
+    ratios, seeds = _floats(a.ratios), _ints(a.seeds)
+    cfg = _config(a)
+    ecfg = EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma)
+    if not ratios or not seeds:
+        raise ValueError(f"ratios and seeds must be non-empty, got {a.ratios!r} and {a.seeds!r}")
+    for r in ratios:
+        if not 0 < r < 1:
+            raise ValueError(f"ratio must be in (0, 1), got {r!r}")
+    bench = _load(a)
+    inner = SentenceTransformerEmbedder(None if a.embedder == "default" else a.embedder, device=a.device)
+    emb = CachedEmbedder(inner, a.cache or os.path.join(a.out, ".cache"))
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    t0 = time.perf_counter()
+    res = run_grid(bench, methods, ratios, seeds, embedder=emb, merger=get_merger(a.merger), base_config=cfg,
+                   eval_config=ecfg, device=a.device, progress=not a.quiet and sys.stderr.isatty())
+    emb.flush()
+    paths = write_outputs(res, a.out, bootstrap=a.bootstrap, reference=a.reference)
+    print(f"{len(methods)} methods x {len(ratios)} ratios x {len(seeds)} seeds in {time.perf_counter() - t0:.0f}s "
+          f"(embedding cache: {emb.hits} hits, {emb.misses} new)")
+    print("\n".join(f"wrote {p}" for p in paths.values()))
+    return 0
+
+
+def _run_loo(a) -> int:
+    """``--leave-one-out``: candidates from the ``--loo-*`` lists on the base config (the other
+    MemForest flags), compared per fold with SPEC's defaults and ToMe."""
+    import torch
+
+    from ..evaluation.benchmark import load_benchmark
+    from ..evaluation.cache import CachedEmbedder
+    from ..evaluation.harness import EvalConfig
+    from ..evaluation.loo import METRICS, Candidate, candidate_grid, paper_candidate, save_scores, score_candidates
+    from ..mergers import get_merger
+    from ..mergers.embedders import SentenceTransformerEmbedder
+
+    if a.loo_select not in METRICS:
+        raise ValueError(f"--loo-select must be one of {list(METRICS)}, got {a.loo_select!r}")
+    if a.loo_from:
+        from ..evaluation.loo import load_scores
+
+        cs = load_scores([x for x in a.loo_from.split(",") if x])
+        return _loo_report(a, cs, [c.name for c in cs.candidates if not c.method and c.name != "paper"], 0.0)
+    os.makedirs(a.out, exist_ok=True)
+    ratios, seeds = _floats(a.ratios), _ints(a.seeds)
+    cands = candidate_grid(a.loo_schedules.split(","), _floats(a.loo_alphas), _floats(a.loo_time_weights),
+                           _floats(a.loo_size_weights), base=_config(a))
+    paper, tome = paper_candidate(), Candidate("tome", _config(a), method="tome")
+    extra = [c for c in (paper, tome) if c.config not in [x.config for x in cands] or c.method]
+    bench = load_benchmark(a.benchmark)
+    emb = CachedEmbedder(SentenceTransformerEmbedder(None if a.embedder == "default" else a.embedder,
+                                                     device=a.device), a.cache or os.path.join(a.out, ".cache"))
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    t0 = time.perf_counter()
+    ecfg = EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma, search_repeats=1)
+    done = [0]
+
+    def tick(c, _res):
+        done[0] += 1
+        emb.flush()
+        if not a.quiet:
+            print(f"[{done[0]}/{len(cands) + len(extra)}] {c.name} ({time.perf_counter() - t0:.0f}s)",
+                  file=sys.stderr, flush=True)
+
+    cs = score_candidates(bench, cands + extra, ratios, seeds, embedder=emb, merger=get_merger(a.merger),
+                          device=a.device, eval_config=ecfg, on_candidate=tick)
+    save_scores(cs, os.path.join(a.out, "loo_scores.npz"))
+    return _loo_report(a, cs, [c.name for c in cands], t0)
+
+
+def _loo_report(a, cs, names: list[str], t0: float) -> int:
+    """Select per fold among ``names``, write loo.md / loo.json, print the preset rule's pick."""
+    from ..evaluation.loo import leave_one_out, loo_markdown, paper_candidate, preset_choice
+    from ..store.atomic import atomic_write_text
+
+    paper = paper_candidate()
+    ratios, seeds = cs.ratios, cs.seeds
+    paper_name = next((c.name for c in cs.candidates if c.config == paper.config and not c.method), paper.name)
+    compare = tuple(dict.fromkeys([paper_name, "tome"]))
+    folds = leave_one_out(cs, select=a.loo_select, pool=names, compare=compare)
+    choice = preset_choice(folds, a.loo_select)
+    os.makedirs(a.out, exist_ok=True)
+    md = loo_markdown(cs, folds, select=a.loo_select, compare=compare, choice=choice)
+    atomic_write_text(os.path.join(a.out, "loo.md"), md)
+    atomic_write_text(os.path.join(a.out, "loo.json"), json.dumps(
+        {"select": a.loo_select, "ratios": ratios, "seeds": seeds, "choice": choice, "compare": list(compare),
+         "candidates": {c.name: {"method": c.label, "config": dataclasses_dict(c.config)} for c in cs.candidates},
+         "folds": folds, "seconds": time.perf_counter() - t0 if t0 else None}, indent=1))
+    print(f"{len(cs.candidates)} candidates x {len(ratios)} ratios x {len(seeds)} seeds"
+          + (f" in {time.perf_counter() - t0:.0f}s" if t0 else "") + f"; preset rule picks {choice!r}")
+    print(f"wrote {os.path.join(a.out, 'loo.md')}\nwrote {os.path.join(a.out, 'loo.json')}")
+    return 0
+
+
+def dataclasses_dict(c) -> dict:
+    import dataclasses
+
+    return {k: dataclasses.asdict(getattr(c, k)) for k in ("partition", "tree", "merge")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="memforest eval", description="Measure compression quality (EVAL.md).")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    _add_arguments(ap)
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
+    try:
+        return run(a)
+    except (ValueError, OSError, ImportError) as e:
+        print(f"memforest eval: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("memforest eval: interrupted; the vectors of finished cells are in the embedding cache, a rerun "
+              "reuses them", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

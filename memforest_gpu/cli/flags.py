@@ -1,0 +1,139 @@
+"""The flags shared by every command that compresses (``compress``, ``mem0 compress``,
+``graph compress``, ``python -m memforest_gpu.distributed compress``): one flag per config
+field and the :class:`~memforest_gpu.config.CompressConfig` they build, ``--merger-option``
+pairs, and the cheap check of an ``--embedder`` value."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+
+__all__ = ["add_config_arguments", "config_from_args", "as_flag_error", "check_embedder_flag", "parse_options",
+           "FIELDS"]
+
+
+#: flag dest -> (stage, field) of CompressConfig; ``seed`` sets both the partition's and the merge's
+FIELDS = {
+    "ratio": ("merge", "ratio"), "schedule": ("merge", "schedule"), "max_node_tokens": ("merge", "max_node_tokens"),
+    "alpha": ("partition", "alpha"), "beta": ("partition", "beta"), "window": ("partition", "window"),
+    "max_iter": ("partition", "max_iter"), "kmeans": ("partition", "kmeans"),
+    "eta": ("tree", "eta"), "degree_norm": ("tree", "degree_norm"), "time_weight": ("tree", "time_weight"),
+    "time_window": ("tree", "time_window"), "size_weight": ("tree", "size_weight"),
+    "cap_policy": ("merge", "cap_policy"),
+}
+
+
+def _presets_help(dest: str) -> str:
+    """A field's default for --help: ``"0.5"`` when every preset agrees, else ``"the
+    preset's; memforest: 0.001, paper: 0.05"``."""
+    from ..config import PRESETS
+
+    stage, name = FIELDS[dest]
+    values = {p: getattr(getattr(c, stage), name) for p, c in PRESETS.items()}
+    if len(set(values.values())) == 1:
+        return str(next(iter(values.values())))
+    return "the preset's; " + ", ".join(f"{p}: {v}" for p, v in values.items())
+
+
+def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) -> None:
+    """Add the flags of :func:`config_from_args`: ``--preset`` (default ``memforest``) and one
+    flag per field, each overriding only its own field of the preset (``--help`` shows every
+    preset's value). ``two_level=False`` leaves out ``--kmeans`` for commands that only run
+    exact k-means."""
+    from ..config import DEFAULT_PRESET, PRESETS
+
+    def h(text: str, dest: str) -> str:
+        return f"{text} (default: {_presets_help(dest)})".replace("%", "%%")
+
+    p.add_argument("--preset", default=DEFAULT_PRESET, choices=list(PRESETS),
+                   help=f"named configuration the flags below start from (default {DEFAULT_PRESET}: chosen by "
+                        "leave-one-conversation-out on LoCoMo; paper: the paper's values); a flag given overrides "
+                        "only its own field")
+    p.add_argument("--ratio", type=float, default=None, help=h("fraction of each tenant's nodes to remove", "ratio"))
+    p.add_argument("--schedule", default=None,
+                   help=h("sequential (each tree merges its best pair per round) | matching (disjoint pairs "
+                          "per round)", "schedule"))
+    p.add_argument("--seed", type=int, default=0, help="random seed (k-means++ seeding)")
+    g = p.add_argument_group("event partition (k-means over meaning and time)")
+    g.add_argument("--alpha", type=float, default=None, help=h("clusters per node (K = floor(alpha*N))", "alpha"))
+    g.add_argument("--beta", type=float, default=None, help=h("semantic weight in the reassignment", "beta"))
+    g.add_argument("--window", type=int, default=None, help=h("temporal window, in positions", "window"))
+    g.add_argument("--max-iter", type=int, default=None, help=h("at most this many Lloyd steps", "max_iter"))
+    if two_level:
+        g.add_argument("--kmeans", default=None,
+                       help=h("exact | two-level (sub-quadratic: coarse cells, then k-means inside each; "
+                              "for tenants of tens of thousands of nodes and more)", "kmeans"))
+    g = p.add_argument_group("trees and merge order")
+    g.add_argument("--eta", type=float, default=None, help=h("similarity weight in the degree-adjusted score", "eta"))
+    g.add_argument("--degree-norm", default=None, help=h("none | max (the authors' code)", "degree_norm"))
+    g.add_argument("--time-weight", type=float, default=None,
+                   help=h("weight of local time on tree edges (0 = the paper: cosine only)", "time_weight"))
+    g.add_argument("--time-window", type=int, default=None,
+                   help=h("positions apart that count as neighbours on edges", "time_window"))
+    g.add_argument("--size-weight", type=float, default=None,
+                   help=h("penalty on the merged node's length, in units of size_unit tokens (0 = the paper)",
+                          "size_weight"))
+    g.add_argument("--max-node-tokens", type=int, default=None,
+                   help="cap on merged node length (default: the embedder's limit)")
+    g.add_argument("--storage-dtype", default=None,
+                   help="float32 | float16 | bfloat16: the vectors kept in the padded trees (half the memory; "
+                        "cosines stay float32) (default: float32)")
+    g.add_argument("--cap-policy", default=None,
+                   help=h("condense (a merge over the cap keeps its most informative sentences, so the ratio is "
+                        "reached) | strict (pairs over the cap are not merged; the ratio may fall short)", "cap_policy"))
+
+
+def config_from_args(a: argparse.Namespace):
+    """The :class:`~memforest_gpu.config.CompressConfig` of parsed flags: the ``--preset``'s
+    (``memforest`` when the namespace has none), with every flag that was given replacing
+    its own field. A bad value raises ``ValueError`` naming the flag (``--degree-norm must
+    be ...``); an unknown preset names the valid ones."""
+    import dataclasses
+
+    from ..config import DEFAULT_PRESET, preset
+
+    try:
+        base = preset(getattr(a, "preset", None) or DEFAULT_PRESET)
+        changes: dict[str, dict] = {"partition": {"seed": a.seed}, "tree": {}, "merge": {"seed": a.seed}}
+        for dest, (stage, name) in FIELDS.items():
+            value = getattr(a, dest, None)
+            if value is not None:
+                changes[stage][name] = value
+        cfg = dataclasses.replace(base, **{stage: dataclasses.replace(getattr(base, stage), **kw)
+                                           for stage, kw in changes.items()})
+        if getattr(a, "storage_dtype", None) is not None:
+            cfg = dataclasses.replace(cfg, storage_dtype=a.storage_dtype)
+        return cfg
+    except ValueError as e:
+        raise ValueError(as_flag_error(str(e), a)) from None
+
+
+def as_flag_error(message: str, a: argparse.Namespace) -> str:
+    """``"degree_norm must be ..."`` -> ``"--degree-norm must be ..."`` when the message starts
+    with the name of one of the parsed options (the command line's words, not the API's)."""
+    m = re.match(r"(\w+) must", message)
+    if m and m.group(1) in vars(a):
+        return "--" + m.group(1).replace("_", "-") + message[len(m.group(1)):]
+    return message
+
+
+def check_embedder_flag(spec: str, *, allowed=("auto", "default", "none"), flag: str = "--embedder") -> None:
+    """A cheap check of an ``--embedder`` value, before any file is read or model loaded."""
+    if spec in allowed or os.path.isdir(spec):
+        return
+    raise ValueError(f"{flag} must be one of {list(allowed)} or a local model directory, got {spec!r}")
+
+
+def parse_options(pairs: list[str]) -> dict:
+    """``["model=/m", "max_tokens=128"]`` -> ``{"model": "/m", "max_tokens": 128}``"""
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            raise ValueError(f"--merger-option must be KEY=VALUE, got {p!r}")
+        k, v = p.split("=", 1)
+        try:
+            out[k.strip().replace("-", "_")] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k.strip().replace("-", "_")] = v
+    return out

@@ -1,0 +1,35 @@
+"""Human-readable summaries of a compression run."""
+from __future__ import annotations
+
+from ..engine import CompressReport
+
+__all__ = ["format_report"]
+
+
+def format_report(r: CompressReport, *, max_tenants: int = 20) -> str:
+    """A short table: nodes in/out per tenant, ratio reached, trees, rounds, time per stage."""
+    lines = [f"{'tenant':<24} {'in':>8} {'out':>8} {'removed':>8} {'ratio':>6} {'trees':>6}  note"]
+    for t in r.tenants[:max_tenants]:
+        note = f"short by {t['shortfall']} (tenant too small or merges too long)" if t["shortfall"] else ""
+        lines.append(f"{t['tenant'][:24]:<24} {t['nodes_in']:>8} {t['nodes_out']:>8} {t['removed']:>8} "
+                     f"{t['ratio']:>6.3f} {t['trees']:>6}  {note}")
+    if len(r.tenants) > max_tenants:
+        rest = r.tenants[max_tenants:]
+        lines.append(f"... and {len(rest)} more tenants ({sum(t['nodes_in'] for t in rest)} nodes in, "
+                     f"{sum(t['nodes_out'] for t in rest)} out)")
+    lines.append(f"{'total':<24} {r.nodes_in:>8} {r.nodes_out:>8} {r.nodes_in - r.nodes_out:>8} "
+                 f"{r.ratio_reached:>6.3f} {r.trees:>6}")
+    if r.shortfall:
+        lines.append(f"shortfall: {r.shortfall} removals could not be made (reported per tenant above)")
+    lines.append(f"schedule {r.schedule}: {r.merges} merges in {r.rounds} rounds; merger {r.merger}; "
+                 f"embedder {r.embedder}; "
+                 + (f"node cap {r.max_node_tokens} tokens" if r.max_node_tokens else "no node cap")
+                 + (f"; {r.fallbacks} merger texts replaced by the extractive merger's (over the node cap or "
+                    "unusable)" if r.fallbacks else "")
+                 + (f"; {r.condensed} merges condensed to the cap ({r.condensed_tokens} tokens dropped, "
+                    f"{r.condensed_tokens / r.condensed:.0f} per condensed merge)" if getattr(r, "condensed", 0) else ""))
+    s = r.seconds
+    stages = ", ".join(f"{k} {s[k]:.2f}s" for k in ("partition", "setup", "trees", "merge", "embed", "output")
+                       if k in s)
+    lines.append(f"time: {s.get('total', 0):.2f}s ({stages})")
+    return "\n".join(lines)

@@ -1,0 +1,122 @@
+"""One merger call for a whole round, with the rules that keep every memory.
+
+Anything the merger cannot deliver (an exception, a wrong count, an empty text, a text over
+the node-token cap) is merged again by the extractive merger: never "keep one text, delete
+the other" (SPEC section 3). A merger marked ``fatal`` (a backend that is down as a whole)
+or the extractive merger itself failing stops the run instead.
+
+Cap policies (``MergeConfig.cap_policy``): ``"strict"`` keeps the extractive merger's text
+whatever its length (the planner only pairs nodes whose merge fits) and replaces another
+merger's over-cap text by the extractive merge. ``"condense"`` cuts every text over the cap
+to it with :meth:`ExtractiveMerger.condense`: the extractive merger's own text (not
+counted as a fallback; also when a journal wraps it) and the extractive replacement of
+another merger's over-cap or unusable text.
+
+The engine and the merging baselines set a run up the same way: :func:`with_fallback` (the
+merger and the extractive fallback) and :func:`cap_and_counter` (the node-token cap and how
+texts are counted against it).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, NamedTuple, Sequence
+
+from ..mergers.base import MergePair
+from ..mergers.embedders import count_words
+from ..mergers.extractive import ExtractiveMerger
+
+__all__ = ["merge_round", "merge_round_capped", "RoundTexts", "CAP_POLICIES", "with_fallback", "cap_and_counter"]
+
+CAP_POLICIES = ("condense", "strict")
+
+
+class RoundTexts(NamedTuple):
+    texts: list[str]  # one merged text per pair
+    tokens: list[int] | None  # their token counts (when a counter is given)
+    fallbacks: int  # texts made by the fallback merger instead of the merger
+    dropped: list[int]  # tokens condensing dropped from each merge (0: kept whole)
+
+log = logging.getLogger("memforest_gpu")
+
+
+def with_fallback(merger) -> tuple[object, ExtractiveMerger]:
+    """(merger, fallback): ``merger`` (the extractive merger when ``None``) and the merger
+    that redoes what it cannot deliver: the extractive merger, ``merger`` itself when it is one."""
+    merger = merger if merger is not None else ExtractiveMerger()
+    return merger, merger if isinstance(merger, ExtractiveMerger) else ExtractiveMerger()
+
+
+def cap_and_counter(max_node_tokens: int | None, embedder, *,
+                    count: bool = False) -> tuple[int | None, Callable | None]:
+    """(cap, counter): the node-token cap, ``max_node_tokens`` or else the embedder's limit
+    (``None`` without either), and how texts are counted against it, the embedder's tokenizer
+    or else words (``None`` when there is no cap, unless ``count``)."""
+    cap = max_node_tokens
+    if cap is None and embedder is not None:
+        cap = embedder.max_tokens
+    counter = (getattr(embedder, "count_tokens", None) or count_words) if cap is not None or count else None
+    return cap, counter
+
+
+def merge_round(merger, fallback, pairs: Sequence[MergePair], *, counter: Callable | None = None,
+                cap: int | None = None) -> tuple[list[str], list[int] | None, int]:
+    """Merged texts for ``pairs``, their token counts (when ``counter`` is given) and how
+    many came from the fallback merger (the ``"strict"`` cap policy)."""
+    return merge_round_capped(merger, fallback, pairs, counter=counter, cap=cap, cap_policy="strict")[:3]
+
+
+def merge_round_capped(merger, fallback, pairs: Sequence[MergePair], *, counter: Callable | None = None,
+                       cap: int | None = None, cap_policy: str = "strict") -> RoundTexts:
+    """:func:`merge_round` under a cap policy (module docstring), with the tokens each merge
+    lost to condensing."""
+    if cap_policy not in CAP_POLICIES:
+        raise ValueError(f"cap_policy must be one of {list(CAP_POLICIES)}, got {cap_policy!r}")
+    pairs = list(pairs)
+    dropped = [0] * len(pairs)
+    if cap_policy == "condense" and cap is not None and counter is not None:
+        return _condensed(merger, fallback, pairs, counter, cap, dropped)
+    texts, fb = _call(merger, fallback, pairs)
+    n_fb = len(fb)
+    tokens = counter(texts) if counter is not None else None
+    if cap is not None and tokens is not None and merger is not fallback:
+        over = [j for j, c in enumerate(tokens) if c > cap]
+        if over:
+            fixed = fallback.merge([pairs[j] for j in over])
+            for j, tx, c in zip(over, fixed, counter(fixed)):
+                texts[j], tokens[j] = tx, c
+            n_fb += len(over)
+    return RoundTexts(texts, tokens, n_fb, dropped)
+
+
+def _condensed(merger, fallback, pairs: list[MergePair], counter: Callable, cap: int, dropped: list[int]) -> RoundTexts:
+    """``"condense"``: the merger's texts, those over the cap condensed by the extractive merger
+    (a fallback unless the merger is the extractive one, alone or in a journal, whose replayed
+    full merges are condensed again here)."""
+    texts, fb = _call(merger, fallback, pairs)
+    redo = [j for j, c in enumerate(counter(texts)) if c > cap]
+    if not (merger is fallback or isinstance(getattr(merger, "inner", None), type(fallback))):
+        fb |= set(redo)
+    if redo:
+        fixed, lost = fallback.condense([pairs[j] for j in redo], cap, counter)
+        for j, tx, d in zip(redo, fixed, lost):
+            texts[j], dropped[j] = tx, d
+    return RoundTexts(texts, counter(texts), len(fb), dropped)
+
+
+def _call(merger, fallback, pairs: list[MergePair]) -> tuple[list[str], set[int]]:
+    """The merger's texts, and which of them the fallback made."""
+    try:
+        texts = list(merger.merge(pairs))
+        if len(texts) != len(pairs):
+            raise ValueError(f"merger must return one text per pair ({len(pairs)}), got {len(texts)}")
+    except Exception as e:  # noqa: BLE001 - an LLM backend failing must never lose memories
+        if merger is fallback or getattr(merger, "fatal", False):
+            raise  # the extractive merger itself, or a backend (or its journal) that is down as a whole
+        log.warning("merger %r failed on a batch of %d pairs (%s); using the extractive merger",
+                    getattr(merger, "name", merger), len(pairs), e)
+        return fallback.merge(pairs), set(range(len(pairs)))
+    bad = [j for j, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
+    if bad:
+        for j, t in zip(bad, fallback.merge([pairs[j] for j in bad])):
+            texts[j] = t
+    return texts, set(bad)

@@ -1,0 +1,219 @@
+"""The growing node table of one compression run: originals ``0..N-1``, merged nodes appended.
+
+One place for what a merge does to a node's bookkeeping (SPEC section 3), shared by the
+engine and the merging baselines so both follow the same rules:
+
+- the pair goes to the merger older first: by timestamp, then by the earliest original inside;
+- the merged node: id :func:`merged_id` of its sources, timestamp ``max(t_a, t_b)``,
+  ``sources_a + sources_b``, tenant unchanged, metadata ``{**meta_a, **meta_b}`` plus
+  ``merged_from`` (the two ids);
+- output order: live nodes by the earliest original inside (originals keep their order).
+
+Columnar: the originals are the store's own Arrow columns (never copied); numeric columns
+(timestamp, tenant code, earliest original) are numpy arrays over all rows; only merged rows
+(M of them, whose text the merger makes anyway) are Python lists.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from ..mergers.base import MemoryItem, MergePair
+from ..store.columns import ArrowView, ColumnView, TenantView, _dumps_meta, _loads_meta, compact_codes
+from ..store.memory_store import MemoryStore
+
+__all__ = ["NodeTable", "merged_id"]
+
+
+def merged_id(sources: list[str]) -> str:
+    """Content-addressed id of a merged node: stable across runs and machines."""
+    h = hashlib.sha1("\x1f".join(sorted(sources)).encode("utf-8")).hexdigest()[:16]
+    return f"mf-{h}"
+
+
+class _Rows(ColumnView):
+    """A column over all rows: the store's view for originals, a Python list for merged rows."""
+
+    def __init__(self, orig: ColumnView, merged: list):
+        super().__init__(0)
+        self.orig, self.merged = orig, merged
+
+    def __len__(self) -> int:
+        return len(self.orig) + len(self.merged)
+
+    def _values(self, lo, hi):
+        n = len(self.orig)
+        out = self.orig[lo:min(hi, n)] if lo < n else []
+        return out + self.merged[max(lo, n) - n:max(hi, n) - n]
+
+    def __getitem__(self, i):
+        self._n = len(self)
+        return super().__getitem__(i)
+
+    def __iter__(self):
+        self._n = len(self)
+        return super().__iter__()
+
+
+class NodeTable:
+    """Per-row columns of every node a run has seen (rows are never removed)."""
+
+    def __init__(self, store: MemoryStore):
+        self.store = store
+        self.n = n = len(store)
+        self._cap = max(2 * n, 16)  # merges never exceed n - 1; grows anyway if more rows come
+        self._ts = np.empty(self._cap, dtype=np.float64)
+        self._ts[:n] = store.timestamps.detach().cpu().numpy()
+        self._first = np.arange(self._cap, dtype=np.int64)  # smallest original index inside
+        self._code = np.empty(self._cap, dtype=np.int64)
+        self._code[:n] = store.tenant_codes_np
+        self.m_ids: list[str] = []
+        self.m_texts: list[str] = []
+        self.m_sources: list[list[str]] = []
+        self.m_meta: list[dict] = []
+        self.ids = _Rows(store.ids, self.m_ids)
+        self.texts = _Rows(store.texts, self.m_texts)
+
+    def __len__(self) -> int:
+        return self.n + len(self.m_ids)
+
+    # ---------------------------------------------------------------- columns
+    @property
+    def ts(self) -> np.ndarray:
+        """(rows,) float64 timestamps."""
+        return self._ts[:len(self)]
+
+    @property
+    def first(self) -> np.ndarray:
+        """(rows,) int64 smallest original index inside each row."""
+        return self._first[:len(self)]
+
+    @property
+    def tenant(self) -> ColumnView:
+        """Tenant name of each row."""
+        return TenantView(self.store.tenant_table, self._code[:len(self)])
+
+    def tenant_of(self, rows: np.ndarray) -> list[str]:
+        names = self.store.tenant_table
+        return [names[c] for c in self._code[rows].tolist()]
+
+    def id_of(self, i: int) -> str:
+        return self.store._ids[i].as_py() if i < self.n else self.m_ids[i - self.n]
+
+    def ids_of(self, rows: np.ndarray) -> list[str]:
+        return self._gather(rows, self.store._ids, self.m_ids)
+
+    def texts_of(self, rows: np.ndarray) -> list[str]:
+        return self._gather(rows, self.store._texts, self.m_texts)
+
+    def _gather(self, rows, orig, merged: list) -> list:
+        """Values of ``rows`` (host int array): originals by one Arrow take, merged from the list."""
+        import pyarrow as pa
+
+        rows = np.asarray(rows, dtype=np.int64)
+        o = rows < self.n
+        out = np.empty(len(rows), dtype=object)
+        if o.any():
+            out[o] = orig.take(pa.array(rows[o])).to_pylist()
+        if (~o).any():
+            out[~o] = [merged[j] for j in (rows[~o] - self.n).tolist()]
+        return out.tolist()
+
+    def _sources(self, i: int) -> list[str]:
+        return self.store._sources[i].as_py() if i < self.n else self.m_sources[i - self.n]
+
+    def _meta(self, i: int) -> dict:
+        if i >= self.n:
+            return self.m_meta[i - self.n]
+        return _loads_meta(self.store._meta[i].as_py())
+
+    # ---------------------------------------------------------------- merging
+    def order(self, a: int, b: int) -> tuple[int, int]:
+        """(older, newer): by timestamp, then by the earliest original inside."""
+        return (a, b) if (self._ts[a], self._first[a]) <= (self._ts[b], self._first[b]) else (b, a)
+
+    def order_many(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`order` of many pairs at once (host int arrays)."""
+        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+        ta, tb = self._ts[a], self._ts[b]
+        keep = (ta < tb) | ((ta == tb) & (self._first[a] <= self._first[b]))
+        return np.where(keep, a, b), np.where(keep, b, a)
+
+    def merge_pair(self, older: int, newer: int) -> MergePair:
+        """The merger's input for two rows (pass them through :meth:`order` first)."""
+        return self.merge_pairs(np.array([older]), np.array([newer]))[0]
+
+    def merge_pairs(self, older: np.ndarray, newer: np.ndarray) -> list[MergePair]:
+        """The merger's inputs for many (older, newer) rows, gathered a column at a time."""
+        ia, ib = self.ids_of(older), self.ids_of(newer)
+        xa, xb = self.texts_of(older), self.texts_of(newer)
+        ta, tb = self._ts[older].tolist(), self._ts[newer].tolist()
+        ten = self.tenant_of(np.asarray(older, dtype=np.int64))
+        return [MergePair(MemoryItem(ia[k], xa[k], ta[k]), MemoryItem(ib[k], xb[k], tb[k]), ten[k])
+                for k in range(len(ia))]
+
+    def add(self, older: int, newer: int, text: str) -> int:
+        """Append the merged node of two rows with the merger's ``text``; returns its row."""
+        j = len(self)
+        if j >= self._cap:
+            self._grow()
+        src = self._sources(older) + self._sources(newer)
+        self.m_ids.append(merged_id(src))
+        self.m_texts.append(text)
+        self._ts[j] = max(self._ts[older], self._ts[newer])
+        self._code[j] = self._code[older]
+        self.m_sources.append(src)
+        self.m_meta.append({**self._meta(older), **self._meta(newer),
+                            "merged_from": [self.id_of(older), self.id_of(newer)]})
+        self._first[j] = min(self._first[older], self._first[newer])
+        return j
+
+    def _grow(self) -> None:
+        cap = 2 * self._cap
+        for name in ("_ts", "_code"):
+            a = np.empty(cap, dtype=getattr(self, name).dtype)
+            a[:self._cap] = getattr(self, name)
+            setattr(self, name, a)
+        f = np.arange(cap, dtype=np.int64)
+        f[:self._cap] = self._first
+        self._first, self._cap = f, cap
+
+    # ---------------------------------------------------------------- output
+    def output_order(self, live: Sequence[int] | np.ndarray) -> np.ndarray:
+        """``live`` rows in output order (earliest original inside; stable)."""
+        live = np.asarray(live, dtype=np.int64)
+        return live[np.argsort(self._first[live], kind="stable")]
+
+    def to_store(self, rows: np.ndarray, embeddings: torch.Tensor) -> MemoryStore:
+        """The store of ``rows`` (already in output order); ``embeddings`` (len(rows), D) match
+        them. Originals are taken from the store's Arrow columns, merged rows appended, then
+        one take puts every column in output order."""
+        import pyarrow as pa
+
+
+        rows = np.asarray(rows, dtype=np.int64)
+        is_o = rows < self.n
+        o_rows, m_rows = rows[is_o], (rows[~is_o] - self.n).tolist()
+        perm = np.empty(len(rows), dtype=np.int64)  # output position -> index in [originals, merged]
+        perm[np.flatnonzero(is_o)] = np.arange(len(o_rows))
+        perm[np.flatnonzero(~is_o)] = len(o_rows) + np.arange(len(m_rows))
+        po, pp = pa.array(o_rows, type=pa.int64()), pa.array(perm, type=pa.int64())
+        st = self.store
+        m_id = [self.m_ids[j] for j in m_rows]
+
+        def col(orig, merged, typ):
+            return pa.concat_arrays([orig.take(po), pa.array(merged, type=typ)]).take(pp)
+
+        ls = pa.large_list(pa.large_string())
+        ids = col(st._ids, m_id, pa.large_string())
+        texts = col(st._texts, [self.m_texts[j] for j in m_rows], pa.large_string())
+        sources = col(st._sources, [self.m_sources[j] for j in m_rows], ls)
+        meta = col(st._meta, [_dumps_meta(self.m_meta[j], i) for j, i in zip(m_rows, m_id)], pa.large_string())
+        names, codes = compact_codes(st.tenant_table, self._code[rows])
+        ts = torch.as_tensor(self._ts[rows], dtype=torch.float64).to(embeddings.device)
+        return MemoryStore(ids, texts, embeddings, ts, TenantView(names, codes), sources, ArrowView(meta),
+                           st.embedder)
+

@@ -1,0 +1,109 @@
+"""Sub-quadratic partitioning for big tenants: two-level k-means.
+
+Exact k-means costs O(N * K * D) per Lloyd step with K = alpha * N: quadratic in N.
+Two-level k-means first splits a tenant into ~sqrt(K) coarse cells (k-means trained on a
+sample, then one assignment pass), gives each cell a share of the K clusters in
+proportion to its size, and runs the batched k-means inside every cell at once. The
+best-centre search of the reassignment step is restricted to the point's own cell (an
+inverted-file search with one probe); the temporal window still sees every centre.
+Cost per step: O(N * (sqrt(K) + K / sqrt(K)) * D).
+"""
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+import torch
+
+from ..kernels import best_match, cluster_centres, kmeans, pack_segments, size_buckets
+from ..kernels.rand import stream_keys
+from .quotas import allocate
+
+__all__ = ["two_level_clusters"]
+
+
+def _uniforms(seed: int, name: str, salt: int, k: int) -> np.ndarray:
+    return np.random.default_rng([int(seed), zlib.crc32(name.encode("utf-8")), 7919, salt]).random(k)
+
+
+def _streams(name: str, salts, dev) -> torch.Tensor:
+    base = zlib.crc32(name.encode("utf-8")) * 131
+    return stream_keys([base + 7919 * (s + 1) for s in salts], device=dev)
+
+
+def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_iter: int,
+                       sample_per_cell: int = 256, budget: int = 1 << 24, seeding: str = "batched"):
+    """k-means of one tenant through coarse cells.
+
+    Returns ``labels`` (n,) cluster per point, ``centre`` (K',) point index of each
+    cluster's centre node (K' <= k: clusters left empty are dropped), ``cell`` (n,) coarse
+    cell per point, ``centre_cell`` (K',), ``means`` (K', D), the reassignment's semantic
+    search (best cosine and cluster per point, inside its cell) and the iterations run
+    (the coarse k-means plus the most any cell bucket needed).
+
+    Shape: X (n, D) normalised -> labels (n,), centre (K',), cell (n,), centre_cell (K',), means (K', D)
+    """
+    n, D = X.shape
+    dev = X.device
+    K1 = max(1, min(n, int(math.ceil(math.sqrt(k)))))
+    # 1. coarse quantizer trained on a sample (as faiss does), then every point assigned
+    rng = np.random.default_rng([int(seed), zlib.crc32(name.encode("utf-8")), 104729])
+    m = min(n, sample_per_cell * K1)
+    sample = torch.from_numpy(np.sort(rng.choice(n, size=m, replace=False))).to(dev)
+    Xs = X[sample][None]  # (1, m, D)
+    u = torch.from_numpy(_uniforms(seed, name, 0, K1)[:, None]).to(dev) if seeding == "k-means++" else None
+    _, cmeans, cvalid, it_coarse = kmeans(Xs, torch.ones(1, m, dtype=torch.bool, device=dev),
+                                          torch.tensor([K1], device=dev), max_iter=max_iter, seed=seed,
+                                          seeding=seeding, streams=_streams(name, [0], dev), uniforms=u, budget=budget)
+    it_cells = 0
+    _, cell = best_match(X[None], cmeans, cvalid, mode="l2", budget=budget)
+    cell = cell[0]  # (n,)
+    _, cell = torch.unique(cell, return_inverse=True)  # consecutive ids over non-empty cells
+    n_cells = int(cell.max()) + 1
+    sizes = torch.bincount(cell, minlength=n_cells)
+    # 2. the K clusters shared out by cell size, at least one per cell
+    kc = allocate(k - n_cells, sizes.cpu().numpy(), (sizes - 1).cpu().numpy()) + 1 if k > n_cells \
+        else np.ones(n_cells, dtype=np.int64)
+    index, valid, _ = pack_segments(cell, n_cells)  # (C, nc) point ids per cell
+    labels = torch.full((n,), -1, dtype=torch.int64, device=dev)
+    offsets = np.concatenate([[0], np.cumsum(kc)[:-1]])
+    centres, centre_cells, means_out, keep = [], [], [], []
+    best_cos = torch.full((n,), float("-inf"), device=dev)
+    best_lab = torch.full((n,), -1, dtype=torch.int64, device=dev)
+    for bucket in size_buckets(sizes):
+        nb = int(sizes[bucket].max())
+        idx, val = index[bucket][:, :nb], valid[bucket][:, :nb]
+        Xc = X[idx.clamp(min=0)] * val[:, :, None]  # (Cb, nb, D)
+        kk = torch.as_tensor(kc[bucket.cpu().numpy()], dtype=torch.int64, device=dev)
+        ub = None
+        if seeding == "k-means++":
+            ub = np.zeros((int(kk.max()), len(bucket)))
+            for j, c in enumerate(bucket.tolist()):
+                ub[: kc[c], j] = _uniforms(seed, name, c + 1, int(kc[c]))
+            ub = torch.from_numpy(ub).to(dev)
+        lab, means, c_valid, it_b = kmeans(Xc, val, kk, max_iter=max_iter, seed=seed, seeding=seeding,
+                                           streams=_streams(name, (bucket + 1).tolist(), dev), uniforms=ub,
+                                           budget=budget)
+        it_cells = max(it_cells, it_b)
+        cen = cluster_centres(Xc, val, lab, means, c_valid)  # (Cb, Kb) column
+        off = torch.as_tensor(offsets[bucket.cpu().numpy()], dtype=torch.int64, device=dev)
+        labels[idx[val]] = (lab + off[:, None])[val]
+        # the reassignment's semantic search, restricted to the point's own cell
+        Cx = Xc[torch.arange(len(bucket), device=dev)[:, None], cen.clamp(min=0)]  # (Cb, Kb, D)
+        s1, j1 = best_match(Xc, Cx, cen >= 0, mode="dot", budget=budget)
+        best_cos[idx[val]] = s1[val]
+        best_lab[idx[val]] = (j1 + off[:, None])[val]
+        t_i, k_i = (cen >= 0).nonzero(as_tuple=True)
+        centres.append(idx[t_i, cen[t_i, k_i]])
+        keep.append(off[t_i] + k_i)
+        centre_cells.append(bucket[t_i])
+        means_out.append(means[t_i, k_i])
+    gid = torch.cat(keep)  # global cluster ids that have a centre
+    order = torch.argsort(gid)
+    gid, centre = gid[order], torch.cat(centres)[order]
+    # compact ids to 0..K'-1
+    remap = torch.full((int(kc.sum()),), -1, dtype=torch.int64, device=dev)
+    remap[gid] = torch.arange(gid.shape[0], device=dev)
+    return (remap[labels], centre, cell, torch.cat(centre_cells)[order], torch.cat(means_out)[order],
+            (best_cos, remap[best_lab]), it_coarse + it_cells)

@@ -1,0 +1,10 @@
+"""Search a memory store, per tenant: plain top-k or AGPR re-ranking (SPEC section 4).
+
+:mod:`.retriever` holds :class:`Retriever` and :func:`search` (exact torch search);
+:mod:`.index` finds the candidates with a faiss index instead (:class:`IndexedRetriever`),
+scoring them the same way.
+"""
+from .index import IndexConfig, IndexedRetriever
+from .retriever import Retriever, SearchResult, search
+
+__all__ = ["Retriever", "SearchResult", "search", "IndexedRetriever", "IndexConfig"]

@@ -1,0 +1,191 @@
+"""Retrieval from a (compressed) store: plain top-k or AGPR, batched over queries of any mix
+of tenants, never across tenants."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..config import RetrievalConfig
+from ..kernels import agpr_rerank, topk_rows, topk_search
+from ..store.memory_store import MemoryStore
+
+__all__ = ["Retriever", "SearchResult", "search"]
+
+
+@dataclass
+class SearchResult:
+    """index (Q, k) store row per hit (-1 = none), score (Q, k) final score, similarity (Q, k) cosine."""
+
+    index: torch.Tensor
+    score: torch.Tensor
+    similarity: torch.Tensor
+
+    def hits(self, store: MemoryStore) -> list[list[dict]]:
+        """Per query, the hits as dicts (id, text, timestamp, tenant, sources, score, similarity)."""
+        out = []
+        idx, sc, sim = self.index.cpu().tolist(), self.score.cpu().tolist(), self.similarity.cpu().tolist()
+        ts = store.timestamps.cpu().tolist()
+        for q in range(len(idx)):
+            row = []
+            for j, s, c in zip(idx[q], sc[q], sim[q]):
+                if j < 0:
+                    continue
+                row.append({"id": store.ids[j], "text": store.texts[j], "timestamp": ts[j],
+                            "tenant": store.tenants[j], "sources": store.sources[j], "score": s, "similarity": c})
+            out.append(row)
+        return out
+
+
+class Retriever:
+    """Holds a store's rows grouped by tenant, so repeated searches do no set-up.
+
+    Layout: the rows sorted by tenant code (store order inside a tenant), one (N, D) matrix
+    with each tenant a contiguous segment ``[start, start + size)``; nothing per tenant is
+    built. A search answers queries for any mix of tenants in a few batched calls: queries
+    whose tenant has at most ``large`` rows are grouped by segment length (powers of two) and
+    scored against their own padded segment in one batched product per group; a tenant with
+    more rows is searched as a view of its segment (one matrix product per queried big tenant,
+    of which there are at most N / ``large``).
+
+    >>> r = Retriever(store)
+    >>> res = r.search(query_embeddings, tenants=["alice"] * Q, config=RetrievalConfig(k=10, agpr=True))
+    """
+
+    large = 4096  # tenants with more rows than this are searched one segment (a view) at a time
+    budget = 1 << 25  # most elements of gathered (Q_b, n, D) segments held at a time
+
+    def __init__(self, store: MemoryStore):
+        self.store = store
+        names, codes = store.tenant_index()
+        self.tenants = names
+        self._code = {t: j for j, t in enumerate(names)}  # name -> code: one lookup per query
+        n_ten = len(names)
+        sizes = torch.bincount(codes, minlength=n_ten)
+        self._size = sizes.cpu().numpy().astype(np.int64)  # (n_ten,) host: grouping queries reads nothing
+        self._start = np.cumsum(self._size) - self._size  # (n_ten,)
+        self._start_t = torch.as_tensor(self._start, dtype=torch.int64, device=store.device)
+        if codes.shape[0] and bool((codes[1:] >= codes[:-1]).all()):  # already grouped: no copy
+            self._rows = torch.arange(codes.shape[0], device=store.device)
+            self._emb, self._ts = store.embeddings, store.timestamps
+        else:
+            self._rows = torch.argsort(codes, stable=True)  # (N,) store row at each grouped position
+            self._emb = store.embeddings[self._rows]  # (N, D) tenant-grouped
+            self._ts = store.timestamps[self._rows]
+
+    def _resolve_tenants(self, tenants, Q: int) -> np.ndarray:
+        """Tenant code per query. Shape: -> (Q,) int64 host"""
+        if tenants is None:
+            if len(self.tenants) != 1:
+                raise ValueError(f"tenant must be given for a store with several tenants, one of {self._names_msg()}")
+            return np.zeros(Q, dtype=np.int64)
+        if isinstance(tenants, str):
+            j = self._code.get(tenants)
+            if j is None:
+                raise ValueError(f"tenant must be one of {self._names_msg()}, got {tenants!r}")
+            return np.full(Q, j, dtype=np.int64)
+        tenants = list(tenants)
+        if len(tenants) != Q:
+            raise ValueError(f"tenants must have one entry per query ({Q}), got {len(tenants)}")
+        code = self._code
+        out = np.fromiter((code.get(t, -1) for t in tenants), dtype=np.int64, count=Q)
+        if (out < 0).any():
+            raise ValueError(f"tenant must be one of {self._names_msg()}, got {tenants[int(np.argmin(out))]!r}")
+        return out
+
+    def _names_msg(self) -> str:
+        n = len(self.tenants)
+        return str(self.tenants) if n <= 20 else f"{self.tenants[:20]}... ({n} tenants)"
+
+    def _segment(self, t: int) -> tuple[int, int]:
+        s = int(self._start[t])
+        return s, s + int(self._size[t])
+
+    def _candidates(self, codes: np.ndarray, queries: torch.Tensor, c: int):
+        """The ``c`` most similar rows of each query's own tenant, best first (exact search,
+        ties to the lower store row; :class:`~memforest_gpu.retrieval.index.IndexedRetriever` swaps in
+        faiss indexes here).
+
+        Shape: codes (Q,) host, queries (Q, D) -> sims (Q, c), pos (Q, c) grouped position
+               (-1 / -inf where the tenant has fewer rows)
+        """
+        Q = queries.shape[0]
+        dev = queries.device
+        sims = torch.full((Q, c), float("-inf"), device=dev)
+        pos = torch.full((Q, c), -1, dtype=torch.int64, device=dev)
+        n_q = self._size[codes]  # (Q,)
+        big = n_q > self.large
+        for t in np.unique(codes[big]).tolist():  # at most N / large tenants
+            qi = torch.as_tensor(np.flatnonzero(codes == t), dtype=torch.int64, device=dev)
+            s, e = self._segment(t)
+            v, i = topk_search(queries[qi], self._emb[s:e], c)  # (Q_t, c')
+            sims[qi, :v.shape[1]] = v
+            pos[qi, :v.shape[1]] = torch.where(i >= 0, i + s, i)
+        cls = np.ceil(np.log2(np.maximum(n_q, 1))).astype(np.int64)
+        D = queries.shape[1]
+        for k in np.unique(cls[~big]).tolist():  # padded groups of similar segment length
+            sel = np.flatnonzero(~big & (cls == k))
+            n = int(n_q[sel].max())
+            step = max(1, self.budget // max(1, n * D))
+            col = torch.arange(n, device=dev)
+            for q0 in range(0, len(sel), step):
+                qs = sel[q0:q0 + step]
+                qi = torch.as_tensor(qs, dtype=torch.int64, device=dev)
+                st = torch.as_tensor(self._start[codes[qs]], dtype=torch.int64, device=dev)  # (Qb,)
+                ok = col[None, :] < torch.as_tensor(n_q[qs], dtype=torch.int64, device=dev)[:, None]  # (Qb, n)
+                at = torch.where(ok, st[:, None] + col[None, :], torch.zeros_like(st)[:, None])
+                Xg = self._emb.index_select(0, at.reshape(-1)).view(len(qs), n, D)  # (Qb, n, D)
+                S = torch.bmm(Xg.float(), queries[qi].float()[:, :, None])[:, :, 0]  # (Qb, n)
+                S = S.masked_fill(~ok, float("-inf"))
+                cc = min(c, n)
+                v, j = topk_rows(S, cc)
+                sims[qi, :cc] = v
+                pos[qi, :cc] = torch.where(torch.isfinite(v), st[:, None] + j, torch.full_like(j, -1))
+        return sims, pos
+
+    def search(self, queries: torch.Tensor, *, tenants: str | Sequence[str] | None = None,
+               config: RetrievalConfig | None = None) -> SearchResult:
+        """Shape: queries (Q, D) normalised -> SearchResult with (Q, k) tensors."""
+        cfg = config or RetrievalConfig()
+        Q = queries.shape[0]
+        if queries.ndim != 2 or queries.shape[1] != self.store.dim:
+            raise ValueError(f"queries must be (Q, {self.store.dim}), got shape {tuple(queries.shape)}")
+        codes = self._resolve_tenants(tenants, Q)
+        dev = self.store.device
+        queries = torch.nn.functional.normalize(queries.to(dev, torch.float32), dim=1)
+        k = cfg.k
+        C = cfg.L * k if cfg.agpr else k
+        sims, pos = self._candidates(codes, queries, C)  # (Q, C)
+        if cfg.agpr:
+            valid = pos >= 0
+            order, v = agpr_rerank(sims, self._ts[pos.clamp(min=0)], valid, k, lam=cfg.lam, gamma=cfg.gamma)
+            pos, s_sel = pos.gather(1, order), sims.gather(1, order)
+            v = torch.where(pos >= 0, v, torch.full_like(v, float("-inf")))
+        else:
+            s_sel, v = sims, sims
+        index = torch.full((Q, k), -1, dtype=torch.int64, device=dev)
+        score = torch.full((Q, k), float("-inf"), device=dev)
+        simil = torch.full((Q, k), float("-inf"), device=dev)
+        kk = pos.shape[1]
+        index[:, :kk] = torch.where(pos >= 0, self._rows[pos.clamp(min=0)], torch.full_like(pos, -1))
+        score[:, :kk] = v.float()
+        simil[:, :kk] = s_sel.float()
+        return SearchResult(index, score, simil)
+
+
+def search(store: MemoryStore, queries, *, k: int = 10, agpr: bool = False, tenant=None, embedder=None,
+           config: RetrievalConfig | None = None) -> list[list[dict]]:
+    """Search ``store`` with text queries (needs ``embedder``) or a (Q, D) tensor of query
+    embeddings. Returns per query a list of hit dicts, best first."""
+    cfg = config or RetrievalConfig(k=k, agpr=agpr)
+    if isinstance(queries, str):
+        queries = [queries]
+    if isinstance(queries, (list, tuple)):
+        if embedder is None:
+            raise ValueError("text queries need an embedder (the model that made the store's vectors)")
+        qe = embedder.embed(list(queries))
+    else:
+        qe = torch.as_tensor(queries)
+    return Retriever(store).search(qe, tenants=tenant, config=cfg).hits(store)

@@ -1,0 +1,14 @@
+"""Runs of a whole file: what makes a long compression safe to run and to resume.
+
+:mod:`.budgeted` compresses a store bigger than memory one group of whole tenants at a time
+(:mod:`.budget_groups` packs the groups, :mod:`.budget_files` splits the input and writes the
+output from the parts); :mod:`.journal` appends every finished merge so an interrupted run
+resumes without redoing it; :mod:`.outputs` checks an output path before any work and locks
+it while the run writes.
+"""
+from .budgeted import BudgetedResult, compress_budgeted, compress_file_budgeted
+from .journal import JournaledMerger, JournalWriteError, journal_path, run_fingerprint
+from .outputs import OutputLock, check_not_input, check_output
+
+__all__ = ["compress_budgeted", "compress_file_budgeted", "BudgetedResult", "JournaledMerger", "JournalWriteError",
+           "journal_path", "run_fingerprint", "OutputLock", "check_output", "check_not_input"]

@@ -1,0 +1,350 @@
+"""Compress a store bigger than memory: tenant groups that fit a memory budget, one at a time.
+
+Tenants never interact (SPEC), so compressing a subset of whole tenants gives exactly the
+rows the whole-store run gives for them. :func:`compress_budgeted` therefore
+
+1. scans only the tenant column (:func:`scan_tenants`) and packs groups of whole tenants
+   whose estimated working set fits the budget (:func:`pack_groups`; a tenant that is too
+   big on its own gets a group of its own and a warning saying by how much);
+2. splits the input into one file per group in a single streamed pass (``OUT.parts/``);
+3. compresses each group with the same config, seed, merger and journal, and writes its
+   output to an Arrow IPC part with each node's *key*: the input row of the earliest
+   original it holds (the in-memory run's output order);
+4. writes the output in batches, in key order, reading the parts batch by batch.
+
+The journal (``OUT.journal.jsonl``) is shared by every group, so Ctrl-C and ``--resume``
+work as in the in-memory run; a group whose part is written is not redone on resume.
+
+Planning (sizes, the per-node estimate, the tenant scan, groups) is :mod:`.budget_groups`;
+the run's files (split inputs, parts, the final write) are :mod:`.budget_files`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .budget_files import _output_keys, _split_jsonl, _split_parquet, _write_output, _write_part
+from .budget_groups import (TenantScan, format_size, group_capacity, node_bytes, pack_groups, parts_dir,
+                            scan_tenants)
+
+__all__ = ["compress_budgeted", "compress_file_budgeted", "BudgetedResult"]
+
+log = logging.getLogger("memforest_gpu")
+
+
+# -------------------------------------------------------------------------- compress
+@dataclass
+class BudgetedResult:
+    """What :func:`compress_budgeted` did: the merged ``report`` (per-tenant rows in the
+    in-memory run's order) and the groups (``groups``: tenants and nodes per group)."""
+
+    report: object
+    groups: list[dict]
+    reused: int = 0  # groups whose part a resumed run found done
+
+
+def _run_key(src: str, config, merger, embedder_spec: str, groups: list[list[str]]) -> str:
+    """What the parts of a run depend on: the input file (size, mtime), config, merger,
+    ``--embedder`` and the groups; a resumed run reuses parts only when it matches."""
+    from .journal import merger_identity
+
+    st = os.stat(src)
+    blob = json.dumps({"input": [os.path.abspath(src), st.st_size, st.st_mtime_ns],
+                       "config": dataclasses.asdict(config), "merger": merger_identity(merger),
+                       "embedder": embedder_spec, "groups": groups}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _read_state(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_json(path: str, obj) -> None:
+    from ..store.atomic import atomic_write_text
+
+    atomic_write_text(path, json.dumps(obj, default=str))
+
+
+def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedder: str = "auto",
+                      merger=None, device=None, progress: bool = False, format: str | None = None,
+                      out_format: str | None = None, resume: bool = False,
+                      echo: Callable[[str], None] | None = None) -> BudgetedResult:
+    """Compress ``src`` into ``dst`` holding one group of tenants at a time (see the module
+    docstring); the output file equals the in-memory run's for the same config and seed.
+
+    ``memory_budget``: bytes for a group's working set (:func:`node_bytes` per node) plus
+    the process baseline. The caller checks ``dst`` and holds its lock
+    (:func:`~memforest_gpu.api.compress_file` does both). ``echo``: one line per group
+    (progress). Ctrl-C raises :class:`~memforest_gpu.api.RunInterrupted` saying what is kept.
+    """
+    from ..mergers import get_merger
+    from ..store.io import detect_format
+    from .journal import journal_path
+
+    t0 = time.perf_counter()
+    say = echo or (lambda s: log.info("%s", s))
+    fmt = detect_format(src, format)
+    out_fmt = detect_format(dst, out_format)
+    merger = merger if merger is not None else get_merger("extractive")
+    jpath = journal_path(dst)
+    if os.path.exists(jpath) and not resume:
+        raise ValueError(f"a merge journal of an interrupted run exists at {jpath!r}: pass --resume "
+                         "to continue that run, or delete the file to start over")
+    scan = scan_tenants(src, fmt)
+    if not len(scan.row_tenant):
+        raise ValueError(f"{src}: store must have at least one node, got 0 nodes")
+    groups = _pack(scan, memory_budget, say)
+    group_names = [[scan.names[t] for t in g.tolist()] for g in groups]
+    run = _Parts(dst, fmt, len(groups), _run_key(src, config, merger, embedder, group_names), resume, say)
+    row_group = _split_input(src, fmt, scan, groups, run, say)
+    if run.reused:
+        say(f"resuming: {run.reused} of {len(groups)} group(s) already done")
+    runner = _GroupRunner(src, config, embedder, merger, device, progress, resume, jpath)
+    try:
+        _run_groups(runner, groups, scan, row_group, run, fmt, say)
+    except KeyboardInterrupt:
+        from ..api import RunInterrupted
+
+        n = runner.journaled()
+        finished = sum(os.path.exists(p + ".json") and os.path.exists(p) for p in run.out_paths)
+        raise RunInterrupted(f"interrupted; {finished} of {len(groups)} tenant groups are done in {run.work!r} and "
+                             f"{n} merges are journaled in {jpath!r}: rerun the same command with --resume to "
+                             "continue from them") from None
+    finally:
+        runner.close()
+
+    tw = time.perf_counter()
+    reports = [_read_state(p + ".json") for p in run.out_paths]
+    time_format = "iso" if all(r.get("time_format") == "iso" for r in reports) else None
+    _write_output(run.out_paths, dst, out_fmt, time_format, memory_budget)
+    report = _merged_report(reports, scan, config, time.perf_counter() - t0, time.perf_counter() - tw)
+    runner.finish()
+    shutil.rmtree(run.work, ignore_errors=True)
+    sizes = [{"tenants": len(g), "nodes": int(scan.sizes[g].sum())} for g in groups]
+    return BudgetedResult(report, sizes, run.reused)
+
+
+def _pack(scan: TenantScan, memory_budget: int, say) -> list[np.ndarray]:
+    """The groups of whole tenants that fit the budget (a warning for each tenant too big alone)."""
+    per_node = node_bytes(scan.dim)
+    cap = group_capacity(memory_budget)
+    groups, over = pack_groups(scan.sizes, per_node, cap)
+    for t, need in over[:5]:
+        log.warning("tenant %r has %d nodes, about %s of working set: %s over the group capacity of "
+                    "--memory-budget %s; it is compressed alone", scan.names[t], int(scan.sizes[t]),
+                    format_size(need), format_size(need - cap), format_size(memory_budget))
+    if len(over) > 5:
+        log.warning("... and %d more tenants over the group capacity, each compressed alone", len(over) - 5)
+    say(f"memory budget {format_size(memory_budget)}: {len(scan.row_tenant)} nodes, {len(scan.names)} tenants, "
+        f"about {format_size(per_node)} a node -> {len(groups)} group(s)")
+    return groups
+
+
+class _Parts:
+    """The run's folder beside the output (``OUT.parts/``): its state (``state.json``: the run
+    key, whether the input is split, which groups' vectors are all unit length), the groups'
+    input files and their output parts. A resumed run keeps the folder only when its key
+    matches; ``done`` marks the groups whose part is already written."""
+
+    def __init__(self, dst: str, fmt: str, n_groups: int, key: str, resume: bool, say):
+        self.work = parts_dir(dst)
+        self.state_path = os.path.join(self.work, "state.json")
+        self.state = _read_state(self.state_path) if resume else {}
+        if self.state.get("key") != key:
+            if os.path.exists(self.work):
+                if resume and self.state:
+                    say("the parts of the interrupted run belong to another plan or input: starting the groups over "
+                        "(journaled merges are still replayed)")
+                shutil.rmtree(self.work)
+            self.state = {"key": key, "split": False}
+        os.makedirs(self.work, exist_ok=True)
+        ext = ".parquet" if fmt == "parquet" else ".jsonl"
+        self.in_paths = [os.path.join(self.work, f"in-{g}{ext}") for g in range(n_groups)]
+        self.out_paths = [os.path.join(self.work, f"out-{g}.arrow") for g in range(n_groups)]
+        self.done = [os.path.exists(p) and os.path.exists(p + ".json") for p in self.out_paths]
+        self.reused = sum(self.done)
+
+    def save(self) -> None:
+        _write_json(self.state_path, self.state)
+
+
+def _split_input(src: str, fmt: str, scan: TenantScan, groups: list[np.ndarray], run: _Parts, say) -> np.ndarray:
+    """Split the input into one file per group (once: a resumed run reuses the split), recording
+    which groups' vectors are all unit length. Returns the group of each input row (N,)."""
+    tenant_group = np.empty(len(scan.names), dtype=np.int64)
+    for g, codes in enumerate(groups):
+        tenant_group[codes] = g
+    row_group = tenant_group[scan.row_tenant]  # (N,)
+    if not run.state["split"] and not all(run.done):
+        ts = time.perf_counter()
+        if fmt == "parquet":
+            unit = _split_parquet(src, row_group, len(groups), run.in_paths)
+        else:
+            unit = _split_jsonl(src, scan.header, row_group, len(groups), run.in_paths)
+        run.state["split"] = True
+        run.state["unit"] = unit.tolist()
+        run.save()
+        say(f"split the input into {len(groups)} group file(s) in {time.perf_counter() - ts:.1f}s")
+    elif not run.state.get("split"):
+        run.save()
+    return row_group
+
+
+def _run_groups(runner, groups: list[np.ndarray], scan: TenantScan, row_group: np.ndarray, run: _Parts, fmt: str,
+                say) -> None:
+    """Compress each group not done yet and write its part (keyed by input row)."""
+    unit = run.state.get("unit") or [True] * len(groups)
+    # the in-memory run normalises every vector unless all are unit length already
+    renormalise = [not all(unit) and u for u in unit]
+    for g, codes in enumerate(groups):
+        if run.done[g]:
+            continue
+        n_g = int(scan.sizes[codes].sum())
+        tg = time.perf_counter()
+        res, sub = runner.run(run.in_paths[g], fmt, renormalise[g])
+        keys = _output_keys(sub, res.store, np.flatnonzero(row_group == g))
+        _write_part(res.store, keys, run.out_paths[g], res.report, sub.time_format)
+        os.unlink(run.in_paths[g])
+        say(f"group {g + 1}/{len(groups)}: {len(codes)} tenant(s), {n_g} nodes -> {res.report.nodes_out} "
+            f"in {time.perf_counter() - tg:.1f}s")
+        del res, sub
+
+
+class _GroupRunner:
+    """Loads each group's store and compresses it; one embedder and one journal for all."""
+
+    def __init__(self, src, config, embedder, merger, device, progress, resume, jpath):
+        self.src, self.config, self.spec, self.merger = src, config, embedder, merger
+        self.device, self.progress, self.resume, self.jpath = device, progress, resume, jpath
+        self.emb = None
+        self.label = None
+        self.journal = None
+        self.loaded = False
+
+    def _load(self, path: str, fmt: str):
+        from ..api import load_store_and_embedder
+        from ..store.io import read_store
+
+        if not self.loaded:
+            store, self.emb = load_store_and_embedder(path, embedder=self.spec, device=self.device, format=fmt)
+            self.label, self.loaded = store.embedder, True
+            return store
+        store = read_store(path, format=fmt, embedder=self.emb, device=self.device)
+        if self.label is not None and store.embedder != self.label:
+            store = dataclasses.replace(store, embedder=self.label)  # as load_store_and_embedder names it
+        return store
+
+    def run(self, path: str, fmt: str, renormalise: bool = False):
+        from ..engine import compress
+        from .journal import JournaledMerger, run_fingerprint
+
+        store = self._load(path, fmt)
+        if renormalise:  # the whole store's vectors are normalised in memory: the same division here
+            e = store.embeddings.double()
+            store = dataclasses.replace(store, embeddings=(e / e.norm(dim=1)[:, None]).to(store.embeddings.dtype))
+        if self.journal is None:
+            fp = run_fingerprint(self.src, self.config, self.merger,
+                                 self.emb.name if self.emb is not None else "mean-of-inputs")
+            self.journal = JournaledMerger(self.merger, self.jpath, fingerprint=fp, resume=self.resume)
+            load = getattr(self.merger, "load", None)
+            if callable(load):
+                load()
+        merger, journal = self.merger, self.journal
+
+        def stop_if_broken(rnd: int, merges: list) -> None:
+            err = getattr(merger, "fatal", None)
+            if err:
+                raise ValueError(f"the {merger.name} merger failed on every request of round {rnd}: {err}; "
+                                 f"stopped; the {journal.stats['journaled']} merges before it are journaled in "
+                                 f"{journal.path!r}, rerun with --resume once it is fixed")
+
+        res = compress(store, self.config, merger=journal, embedder=self.emb, device=self.device,
+                       progress=self.progress, on_round=stop_if_broken)
+        return res, store
+
+    def journaled(self) -> int:
+        return len(self.journal.done) if self.journal is not None else 0
+
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+
+    def finish(self) -> None:
+        if self.journal is not None:
+            self.journal.finish()
+            if isinstance(getattr(self.merger, "stats", None), dict):
+                self.merger.stats["replayed"] = self.journal.stats["replayed"]
+        else:
+            try:
+                os.unlink(self.jpath)
+            except FileNotFoundError:
+                pass
+
+
+def _merged_report(reports: list[dict], scan: TenantScan, config, total: float, output_s: float):
+    """One :class:`~memforest_gpu.engine.CompressReport` from the groups' reports, tenants
+    in the in-memory run's order (first appearance in the input)."""
+    from ..engine import CompressReport
+
+    rank = {t: j for j, t in enumerate(scan.names)}
+    rows = sorted((row for r in reports for row in r["tenants"]), key=lambda row: rank[row["tenant"]])
+    seconds: dict[str, float] = {}
+    iters: dict[str, int] = {}
+    for r in reports:
+        for k, v in r["seconds"].items():
+            seconds[k] = seconds.get(k, 0.0) + v
+        for k, v in r.get("kmeans_iterations", {}).items():
+            iters[k] = max(iters.get(k, 0), v)
+    seconds["output"] = seconds.get("output", 0.0) + output_s
+    seconds["total"] = total
+    first = reports[0]
+    return CompressReport(
+        tenants=rows, nodes_in=sum(r["nodes_in"] for r in reports), nodes_out=sum(r["nodes_out"] for r in reports),
+        trees=sum(r["trees"] for r in reports), rounds=max(r["rounds"] for r in reports),
+        merges=sum(r["merges"] for r in reports), schedule=config.merge.schedule, merger=first["merger"],
+        embedder=first["embedder"], max_node_tokens=first["max_node_tokens"], seconds=seconds,
+        fallbacks=sum(r["fallbacks"] for r in reports),
+        moved_by_reassignment=sum(r["moved_by_reassignment"] for r in reports), kmeans_iterations=iters)
+
+
+def compress_file_budgeted(src, dst, config, *, memory_budget: int, embedder: str = "auto", merger="extractive",
+                           merger_options: dict | None = None, device=None, progress: bool = False,
+                           format: str | None = None, out_format: str | None = None, resume: bool = False,
+                           echo: Callable[[str], None] | None = None) -> BudgetedResult:
+    """:func:`~memforest_gpu.api.compress_file` within ``memory_budget`` bytes: the same
+    checks before any work, the same lock (``OUT.lock``) and journal, the same output."""
+    from ..mergers import get_merger
+    from ..store.io import detect_format
+    from .journal import journal_path
+    from .outputs import OutputLock, check_not_input, check_output
+
+    src, dst = os.fspath(src), os.fspath(dst)
+    detect_format(src, format)
+    if not os.path.exists(src):
+        raise FileNotFoundError(f"memory store file not found: {src!r}")
+    check_output(dst, format=out_format, inputs=[src], format_flag="out_format")
+    for path, what in ((OutputLock(dst).path, "the lock file"), (journal_path(dst), "the journal"),
+                       (parts_dir(dst), "the parts folder")):
+        check_not_input(path, [src], what=what)
+    if isinstance(merger, str):
+        merger = get_merger(merger, **(merger_options or {}))
+    elif merger_options:
+        raise ValueError(f"merger_options must be empty when merger is an object, got {sorted(merger_options)}")
+    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+    with OutputLock(dst):
+        return compress_budgeted(src, dst, config, memory_budget=memory_budget, embedder=embedder, merger=merger,
+                                 device=device, progress=progress, format=format, out_format=out_format,
+                                 resume=resume, echo=echo)

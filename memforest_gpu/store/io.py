@@ -1,0 +1,156 @@
+"""Read and write memory stores as Parquet or JSON Lines.
+
+Formats (see :data:`FORMATS`):
+
+``parquet`` (``.parquet``, ``.pq``) -- one row per node, zstd-compressed::
+
+    id         string
+    text       string
+    embedding  fixed_size_list<float32>[D]   (list<float*> also read)
+    timestamp  float64 epoch seconds          (ints, ISO strings, timestamp/date types also read)
+    tenant     string
+    sources    list<string>
+    metadata   string (one JSON object per row)
+
+  The embedder name lives in the schema metadata under ``memforest.embedder``.
+  Reading is streamed in record batches straight into the store's columns (Arrow arrays
+  and one preallocated float32 tensor; ``tenants=`` filters each batch), writing goes out
+  in row groups of 65,536 rows; no Python object per row, so millions of rows are fine.
+
+``jsonl`` (``.jsonl``, ``.ndjson``, ``.json``) -- one JSON object per line with keys
+  ``id``, ``text``, ``timestamp`` and optional ``embedding``, ``tenant``, ``sources``,
+  ``metadata``. An optional first line ``{"__memforest__": {"embedder": "..."}}``
+  records the embedder name. Blank lines are skipped. A ``.json`` file holding one
+  JSON array of such objects is read too.
+
+Required columns are ``id``, ``text`` and ``timestamp``; timestamps may be ISO 8601
+strings or epoch numbers. A file without embeddings is embedded on load with the
+``embedder`` given to :func:`read_store`.
+
+Every problem with a file raises ``ValueError`` naming the path (and the line or the
+node id where there is one); a missing file raises ``FileNotFoundError``. Writes are
+atomic: the data goes to a temporary file in the target directory which replaces the
+target only once it is complete and synced.
+
+This module picks the format and wires the readers and writers of :mod:`.parquet` and
+:mod:`.jsonl`; the columns they share are in :mod:`.layout`.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import jsonl, parquet
+from .atomic import atomic_open
+from .memory_store import MemoryStore
+
+__all__ = ["FORMATS", "detect_format", "read_store", "write_store"]
+
+FORMATS = ("parquet", "jsonl")
+
+_SUFFIXES = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".ndjson": "jsonl",
+}
+_ALIASES = {"parquet": "parquet", "pq": "parquet", "jsonl": "jsonl", "json": "jsonl", "ndjson": "jsonl"}
+
+
+def detect_format(path: str | os.PathLike, format: str | None = None, *, flag: str | None = "format") -> str:
+    """Return ``"parquet"`` or ``"jsonl"`` from ``format`` when given, else from the suffix.
+
+    Raises ``ValueError`` listing the valid formats and suffixes when neither tells; the
+    messages call the option ``flag`` (e.g. ``"--out-format"`` for the command line; ``None``
+    when there is no such option to suggest).
+    """
+    if format is not None:
+        key = str(format).strip().lower().lstrip(".")
+        if key not in _ALIASES:
+            raise ValueError(f"{flag or 'format'} must be one of {list(FORMATS)}, got {format!r}")
+        return _ALIASES[key]
+    suffix = os.path.splitext(os.fspath(path))[1].lower()
+    if suffix not in _SUFFIXES:
+        raise ValueError(
+            f"cannot tell the format of {os.fspath(path)!r} from its suffix {suffix!r}: "
+            f"format must be one of {list(FORMATS)} (suffixes {sorted(_SUFFIXES)})"
+            + ("" if flag is None else f", or pass {flag + ' FORMAT' if flag.startswith('-') else flag + '=...'}")
+        )
+    return _SUFFIXES[suffix]
+
+
+def read_store(
+    path: str | os.PathLike,
+    *,
+    format: str | None = None,
+    embedder: Any = None,
+    device: Any = None,
+    tenants: str | list[str] | None = None,
+) -> MemoryStore:
+    """Load a :class:`MemoryStore` from a Parquet or JSONL file.
+
+    ``embedder`` (an object with ``.name`` and ``.embed(texts)``) is used only when the
+    file has no embeddings; then it is required. ``device`` is where the tensors go.
+    The embedder name recorded in the file, when present, is restored; a file's vectors
+    whose model is not recorded keep ``embedder=None`` (unknown) unless ``embedder`` is a
+    string naming it. ``tenants``: keep only these tenants' nodes (checked against the
+    file's tenants before anything is embedded).
+    """
+    path = os.fspath(path)
+    fmt = detect_format(path, format)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"memory store file not found: {path!r}")
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: not a regular file")
+    if fmt == "parquet":
+        cols, file_embedder = parquet.read_parquet_columns(path, tenants)
+    else:
+        cols, file_embedder = jsonl.read_jsonl_columns(path)
+        if tenants is not None:
+            cols = jsonl.select_tenants(cols, tenants, path)
+    if cols["embedding"] is not None:
+        # Vectors come from the file: they are labelled with the model the file records (or a
+        # name the caller passes as a string), never with the model the caller would embed with.
+        emb_arg = file_embedder if file_embedder is not None else (embedder if isinstance(embedder, str) else None)
+    else:
+        emb_arg = embedder
+    try:
+        return MemoryStore.from_columns(
+            ids=cols["id"],
+            texts=cols["text"],
+            timestamps=cols["timestamp"],
+            embeddings=cols["embedding"],
+            tenants=cols["tenant"],
+            sources=cols["sources"],
+            metadata=cols["metadata"],
+            embedder=emb_arg,
+            device=device,
+        )
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
+
+
+def write_store(store: MemoryStore, path: str | os.PathLike, *, format: str | None = None,
+                time_format: str | None = "store") -> None:
+    """Write ``store`` to ``path`` atomically (temp file + fsync + ``os.replace``).
+
+    On any error the temp file is removed and an existing file at ``path`` is untouched.
+    Parent directories are created. ``time_format``: ``"iso"`` writes JSONL timestamps as
+    ISO 8601 strings (UTC), ``None`` as epoch seconds; the default follows
+    ``store.time_format`` (ISO when they were read as ISO). Parquet always holds float64
+    epoch seconds.
+    """
+    path = os.fspath(path)
+    fmt = detect_format(path, format)
+    if time_format == "store":
+        time_format = store.time_format
+    if time_format not in (None, "iso"):
+        raise ValueError(f"time_format must be one of [None, 'iso'], got {time_format!r}")
+    if fmt == "parquet":
+        table = parquet.to_arrow_table(store)  # build before touching the disk
+    with atomic_open(path) as f:
+        if fmt == "parquet":
+            parquet.write_parquet(table, f)
+        else:
+            jsonl.write_jsonl(store, f, iso=time_format == "iso")

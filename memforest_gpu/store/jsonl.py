@@ -1,0 +1,175 @@
+"""JSON Lines store files (the layout is in :mod:`.io`): one JSON object per line, an optional
+header line recording the embedder, blank lines skipped; a ``.json`` file holding one JSON
+array of such objects is read too. Every problem names the path and the line."""
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import torch
+
+from .layout import HEADER_KEY, REQUIRED_COLUMNS
+from .memory_store import DEFAULT_TENANT, MemoryStore
+
+__all__ = ["read_jsonl_columns", "select_tenants", "iter_jsonl_objects", "write_jsonl"]
+
+
+def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
+    with open(path, "rb") as f:
+        head = f.read(4096).lstrip(b"\xef\xbb\xbf").lstrip()
+    items = _read_json_array(path) if head.startswith(b"[") else None
+    if items is None:
+        items = _iter_jsonl(path)
+
+    file_embedder = None
+    ids, texts, stamps, embs, tenants, sources, metas = [], [], [], [], [], [], []
+    emb_where: tuple[str, Any] | None = None  # where the first embedding / missing one was
+    first_dim: tuple[int, Any] | None = None
+    n_with = n_without = 0
+    first = True
+    for where, rec in items:
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}: {where} must be a JSON object, got {type(rec).__name__}: {_short(rec)}")
+        if first and HEADER_KEY in rec:
+            first = False
+            hdr = rec[HEADER_KEY]
+            if not isinstance(hdr, dict):
+                raise ValueError(f"{path}: {where}: header {HEADER_KEY!r} must be a JSON object, got {_short(hdr)}")
+            name = hdr.get("embedder")
+            if name is not None and not isinstance(name, str):
+                raise ValueError(f"{path}: {where}: header embedder must be a string, got {_short(name)}")
+            file_embedder = name
+            continue
+        first = False
+        for key in REQUIRED_COLUMNS:
+            if key not in rec:
+                raise ValueError(f"{path}: {where} is missing required column {key!r}")
+        node = rec["id"]
+        e = rec.get("embedding")
+        if e is None:
+            n_without += 1
+            if n_with:
+                raise ValueError(f"{path}: {where}: embedding of node {node!r} is missing while other nodes have one")
+            emb_where = emb_where or (where, node)
+        else:
+            n_with += 1
+            if n_without:
+                w, other = emb_where
+                raise ValueError(f"{path}: {w}: embedding of node {other!r} is missing while other nodes have one")
+            if not isinstance(e, list) or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in e
+            ):
+                raise ValueError(f"{path}: {where}: embedding of node {node!r} must be a list of numbers, got {_short(e)}")
+            if first_dim is None:
+                first_dim = (len(e), node)
+            elif len(e) != first_dim[0]:
+                raise ValueError(
+                    f"{path}: {where}: embeddings must all have the same dimension, node "
+                    f"{first_dim[1]!r} has {first_dim[0]} but node {node!r} has {len(e)}"
+                )
+            embs.append(e)
+        ids.append(node)
+        texts.append(rec["text"])
+        stamps.append(rec["timestamp"])
+        tenants.append(rec.get("tenant"))
+        sources.append(rec.get("sources"))
+        metas.append(rec.get("metadata"))
+    if n_with and first_dim[0] == 0:
+        raise ValueError(f"{path}: embeddings must have dimension > 0, got 0")
+    emb = np.asarray(embs, dtype=np.float32) if n_with else None
+    cols = {"id": ids, "text": texts, "timestamp": stamps, "embedding": emb,
+            "tenant": tenants, "sources": sources, "metadata": metas}
+    return cols, file_embedder
+
+
+def _iter_jsonl(path: str):
+    with open(path, "rb") as f:
+        for ln, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}: line {ln} is not valid UTF-8: {e}") from None
+            if ln == 1:
+                line = line.lstrip("\ufeff")
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: line {ln} is not valid JSON: {e.msg} (column {e.colno})") from None
+            yield f"line {ln}", rec
+
+
+def iter_jsonl_objects(path: str):
+    """``(where, record)`` per non-blank line of a JSONL file, where = ``"line N"``; a line
+    that is not UTF-8, not JSON or not a JSON object raises ``ValueError`` naming it."""
+    for where, rec in _iter_jsonl(path):
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}: {where} must be a JSON object, got {type(rec).__name__}: {_short(rec)}")
+        yield where, rec
+
+
+def _read_json_array(path: str):
+    """Items of a file holding one JSON array, or None when it is not one (then the
+    line-by-line reader runs and reports the problem with its line number)."""
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            data = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(data, list):
+        return None
+    return ((f"item {j}", rec) for j, rec in enumerate(data))
+
+
+def _short(v: Any, limit: int = 80) -> str:
+    s = repr(v)
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def select_tenants(cols: dict, tenants: str | list[str], path: str) -> dict:
+    """Keep only the rows of ``tenants`` (JSONL columns: Python lists)."""
+    want = [tenants] if isinstance(tenants, str) else list(tenants)
+    n = len(cols["id"])
+    raw = cols["tenant"] if cols["tenant"] is not None else [None] * n
+    have = [DEFAULT_TENANT if t is None or (isinstance(t, float) and t != t) else str(t) for t in raw]
+    names = list(dict.fromkeys(have))
+    for t in want:
+        if t not in names:
+            raise ValueError(f"{path}: tenant must be one of {names}, got {t!r}")
+    keep = [j for j, t in enumerate(have) if t in set(want)]
+    out = {k: (None if v is None else (v[keep] if isinstance(v, np.ndarray) else [v[j] for j in keep]))
+           for k, v in cols.items()}
+    return out
+
+
+def _dumps(v: Any, what: str, node_id: str) -> str:
+    try:
+        return json.dumps(v, ensure_ascii=False, sort_keys=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{what} of node {node_id!r} cannot be written as JSON: {e}") from None
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat()
+
+
+def write_jsonl(store: MemoryStore, f, *, iso: bool = False, block: int = 1 << 12) -> None:
+    """One JSON object per line, ``block`` rows at a time (never a dict per node for the whole store)."""
+    if store.embedder is not None:
+        f.write(json.dumps({HEADER_KEY: {"embedder": str(store.embedder)}}, ensure_ascii=False).encode("utf-8"))
+        f.write(b"\n")
+    ids, texts, tenants, sources, metas = store.ids, store.texts, store.tenants, store.sources, store.metadata
+    for lo in range(0, len(store), block):
+        hi = min(len(store), lo + block)
+        emb = store.embeddings[lo:hi].detach().to("cpu", torch.float32).numpy()
+        ts = store.timestamps[lo:hi].detach().to("cpu").tolist()
+        if iso:
+            ts = [_iso(t) for t in ts]
+        buf = [_dumps({"id": i, "text": t, "timestamp": s_, "tenant": ten, "sources": src, "metadata": m,
+                       "embedding": e.tolist()}, "record", i)
+               for i, t, s_, ten, src, m, e in zip(ids[lo:hi], texts[lo:hi], ts, tenants[lo:hi], sources[lo:hi],
+                                                    metas[lo:hi], emb)]
+        f.write(("\n".join(buf) + "\n").encode("utf-8"))

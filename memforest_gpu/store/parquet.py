@@ -1,0 +1,315 @@
+"""Parquet store files: columns read in record batches, written in row groups (the layout is
+in :mod:`.io`). No Python object per row, so millions of rows are fine."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import torch
+
+from .layout import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
+from .memory_store import DEFAULT_TENANT, MemoryStore
+
+__all__ = ["read_parquet_columns", "to_arrow_table", "write_parquet", "ROW_GROUP_ROWS", "PARQUET_EMBEDDER_KEY"]
+
+PARQUET_EMBEDDER_KEY = b"memforest.embedder"
+_BATCH_ROWS = 1 << 16  # rows per Parquet record batch read
+_READ_BUFFER = 1 << 22  # bytes of the Parquet reader's stream buffer per column
+ROW_GROUP_ROWS = 1 << 16  # rows per Parquet row group written (a reader can stream the file)
+
+
+def _tenant_mask(pf, want: list[str], path: str):
+    """Rows of ``want`` tenants: one pass over the tenant column alone. Returns (count, per-batch
+    masks) for the batches :func:`read_parquet_columns` reads, or raises naming the tenants."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+
+    names: dict[str, None] = {}
+    masks, count = [], 0
+    has = "tenant" in pf.schema_arrow.names
+    for rb in pf.iter_batches(batch_size=_BATCH_ROWS, columns=["tenant"] if has else ["id"]):
+        if has:
+            col = pc.cast(rb.column(0), pa.large_string())
+            col = pc.if_else(pc.equal(col, ""), pa.scalar(None, pa.large_string()), col).fill_null(DEFAULT_TENANT)
+        else:
+            col = pa.array(np.full(rb.num_rows, DEFAULT_TENANT, dtype=object), type=pa.large_string())
+        names.update(dict.fromkeys(col.unique().to_pylist()))
+        m = pc.is_in(col, value_set=pa.array(want, type=pa.large_string()))
+        masks.append(m)
+        count += pc.sum(m).as_py() or 0
+    for t in want:
+        if t not in names:
+            # first appearance order, as the store names them
+            raise ValueError(f"{path}: tenant must be one of {_first_appearance(pf, has)}, got {t!r}")
+    return count, masks
+
+
+def _first_appearance(pf, has: bool) -> list[str]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+
+    if not has:
+        return [DEFAULT_TENANT]
+    col = pc.cast(pf.read(columns=["tenant"]).column(0), pa.large_string()).combine_chunks()
+    col = pc.if_else(pc.equal(col, ""), pa.scalar(None, pa.large_string()), col).fill_null(DEFAULT_TENANT)
+    return col.dictionary_encode().dictionary.to_pylist()
+
+
+def read_parquet_columns(path: str, tenants: str | list[str] | None = None) -> tuple[dict, str | None]:
+    """The file's columns, read in record batches: ids, texts, tenants, sources and metadata
+    as Arrow arrays, embeddings straight into one preallocated float32 (N, D) tensor (no
+    Python object per node, no float64 copy). ``tenants``: only those tenants' rows are kept,
+    batch by batch (the whole table is never in memory). Returns (columns, the embedder the
+    file records or ``None``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        # buffered, not pre-buffered: a column chunk is streamed through a small buffer instead of
+        # being loaded whole (a file written as one row group would otherwise be in memory twice)
+        pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=_READ_BUFFER)
+        wanted = _wanted_columns(pf.schema_arrow, path)
+        if tenants is not None:
+            n, masks = _tenant_mask(pf, [tenants] if isinstance(tenants, str) else list(tenants), path)
+        else:
+            n, masks = pf.metadata.num_rows, None
+        file_embedder = _file_embedder(pf.schema_arrow, wanted, path)
+        parts, emb = _read_batches(pf, wanted, masks, n, path)
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(f"{path}: cannot read as Parquet: {e}") from None
+    return _columns(parts, emb, pf.schema_arrow, path), file_embedder
+
+
+def _wanted_columns(schema, path: str) -> list[str]:
+    """The store's columns the file holds, in layout order; a missing required one raises."""
+    wanted = [c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in schema.names]
+    for c in REQUIRED_COLUMNS:
+        if c not in schema.names:
+            raise ValueError(f"{path}: missing required column {c!r} (columns: {schema.names})")
+    return wanted
+
+
+def _file_embedder(schema, wanted: list[str], path: str) -> str | None:
+    """The embedder the schema metadata records; checks that the vectors are lists."""
+    import pyarrow as pa
+
+    meta = schema.metadata or {}
+    file_embedder = meta.get(PARQUET_EMBEDDER_KEY)
+    file_embedder = file_embedder.decode("utf-8") if file_embedder else None
+    if "embedding" in wanted:
+        et = schema.field("embedding").type
+        if not (pa.types.is_list(et) or pa.types.is_large_list(et) or pa.types.is_fixed_size_list(et)):
+            raise ValueError(f"{path}: column 'embedding' must be a list of floats, got type {et}")
+    return file_embedder
+
+
+def _read_batches(pf, wanted: list[str], masks, n: int, path: str) -> tuple[dict[str, list], torch.Tensor | None]:
+    """Every record batch (filtered by ``masks``): the Arrow arrays of each column but the
+    vectors, and the vectors in one (n, D) float32 tensor (``None``: the file has none, or
+    all of them are null and the store is embedded on load)."""
+    parts: dict[str, list] = {c: [] for c in wanted if c != "embedding"}
+    emb = None  # (n, D) float32, allocated at the first batch with a vector
+    state = {"pos": 0, "d": None, "null": None, "first_id": None}
+    for b, rb in enumerate(pf.iter_batches(batch_size=_BATCH_ROWS, columns=wanted)):
+        if masks is not None:
+            rb = rb.filter(masks[b])
+        if rb.num_rows == 0:
+            continue
+        ids_b = rb.column("id")
+        for c in parts:
+            parts[c].append(rb.column(c))
+        if "embedding" in wanted:
+            emb = _embeddings_batch(rb.column("embedding"), ids_b, path, n, emb, state)
+        state["pos"] += rb.num_rows
+    return parts, None if state["null"] else emb  # all-null vectors: embed on load
+
+
+def _columns(parts: dict[str, list], emb, schema, path: str) -> dict[str, Any]:
+    """The store's columns from the batches' arrays: timestamps as epoch seconds, JSON-text
+    sources parsed, metadata checked (JSON text) or taken as Python values (struct / map)."""
+    import pyarrow as pa
+
+    def col(c):
+        if c not in parts:
+            return None
+        arrs = parts[c]
+        if not arrs:
+            return pa.array([], type=schema.field(c).type)
+        return pa.chunked_array(arrs, type=arrs[0].type).combine_chunks()
+
+    ids = col("id")
+    cols: dict[str, Any] = {
+        "id": ids,
+        "text": col("text"),
+        "timestamp": _parquet_timestamps(col("timestamp"), path),
+        "embedding": emb,
+        "tenant": col("tenant"),
+        "sources": None,
+        "metadata": None,
+    }
+    if "sources" in parts:
+        c = col("sources")
+        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
+            cols["sources"] = [_json_cell(v, "sources", i, path) for i, v in zip(ids.to_pylist(), c.to_pylist())]
+        else:
+            cols["sources"] = c
+    if "metadata" in parts:
+        c = col("metadata")
+        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
+            cols["metadata"] = _metadata_text(c, ids, path)
+        else:  # struct / map columns written by other tools
+            vals = c.to_pylist()
+            if pa.types.is_map(c.type):
+                vals = [dict(v) if v is not None else None for v in vals]
+            cols["metadata"] = vals
+    return cols
+
+
+def _metadata_text(col, ids, path: str):
+    """A JSON-text metadata column as Arrow, with invalid JSON reported as the reader does."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    todo = np.flatnonzero(~pc.equal(col.fill_null("{}"), "{}").fill_null(True).to_numpy(zero_copy_only=False))
+    for j in todo.tolist():  # only rows other than {} are parsed (once more in the store)
+        _json_cell(col[j].as_py(), "metadata", ids[j].as_py(), path)
+    return col if col.type == pa.large_string() else col.cast(pa.large_string())
+
+
+def _embeddings_batch(arr, ids, path: str, n: int, emb, state: dict):
+    """Copy one batch of the embedding column into ``emb`` (allocated here at the first
+    vector: (n, D) float32) at row ``state['pos']``; checks nulls and dimensions, naming the node."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    t = arr.type
+    m = len(arr)
+    nulls = arr.null_count
+    if state["null"] is None:  # the first row decides: vectors everywhere, or nowhere
+        state["null"] = bool(arr[0].as_py() is None) if m else None
+    if state["null"]:
+        if nulls != m:
+            # vectors after missing ones: name the first node without one (row 0 of the file)
+            raise ValueError(f"{path}: embedding of node {state['first_id']!r} is missing while other nodes have one")
+        if state["first_id"] is None:
+            state["first_id"] = ids[0].as_py()
+        return emb
+    if nulls:
+        j = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
+        raise ValueError(f"{path}: embedding of node {ids[j].as_py()!r} is missing while other nodes have one")
+    if pa.types.is_fixed_size_list(t):
+        d = t.list_size
+        if state["d"] is None:
+            state["d"], state["d_id"] = d, ids[0].as_py()
+    else:
+        lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+        if state["d"] is None:
+            state["d"], state["d_id"] = int(lengths[0]), ids[0].as_py()
+        d = state["d"]
+        bad = np.flatnonzero(lengths != d)
+        if bad.size:
+            j = int(bad[0])
+            raise ValueError(
+                f"{path}: embeddings must all have the same dimension, node {state['d_id']!r} has {d} "
+                f"but node {ids[j].as_py()!r} has {int(lengths[j])}"
+            )
+    if d == 0:
+        raise ValueError(f"{path}: embeddings must have dimension > 0, got 0")
+    values = arr.flatten()  # respects slicing/offsets
+    if not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
+        raise ValueError(f"{path}: column 'embedding' must hold numbers, got type {values.type}")
+    if values.null_count:
+        j = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0]) // d
+        raise ValueError(f"{path}: embedding of node {ids[j].as_py()!r} contains a null value")
+    if emb is None:
+        emb = torch.empty(n, d, dtype=torch.float32)
+    if values.type != pa.float32():
+        values = pc.cast(values, pa.float32())
+    pos = state["pos"]
+    emb.numpy()[pos:pos + m] = values.to_numpy(zero_copy_only=False).reshape(m, d)
+    return emb
+
+
+def _json_cell(v: Any, what: str, node_id: Any, path: str) -> Any:
+    if v is None or v == "":
+        return None
+    if v == "{}":  # the common case, skip the parser
+        return {}
+    try:
+        return json.loads(v)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: {what} of node {node_id!r} is not valid JSON: {e}") from None
+
+
+def _parquet_timestamps(col, path: str):
+    """Timestamp column -> float64 epoch seconds (N,) numpy, or raw values for MemoryStore to parse."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = col.type
+    if col.null_count:
+        return col.to_pylist()  # MemoryStore names the node with the missing value
+    if pa.types.is_floating(t) or pa.types.is_integer(t):
+        return pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
+    if pa.types.is_date(t):
+        col = pc.cast(col, pa.timestamp("s"))
+        t = col.type
+    if pa.types.is_timestamp(t):
+        per_second = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}[t.unit]
+        # Arrow stores instants as UTC counts; naive ones are read as UTC, like ISO strings.
+        raw = pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False)
+        return raw / per_second
+    return col.to_pylist()
+
+
+def to_arrow_table(store: MemoryStore):
+    """The store as one Arrow table in the file layout (see the module docstring). The
+    store's Arrow columns are reused; the vectors are a zero-copy view of a float32 host copy."""
+    import pyarrow as pa
+
+    n, d = len(store), store.dim
+    emb = store.embeddings.detach().to("cpu", torch.float32)
+    emb = np.ascontiguousarray(emb.numpy())
+    embedding = pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1)), d)
+    ts = np.ascontiguousarray(store.timestamps.detach().to("cpu").numpy(), dtype=np.float64)
+    cols = store.columns()
+    names = pa.array(store.tenant_table, type=pa.string())
+    tenant = names.take(pa.array(store.tenant_codes_np, type=pa.int64()))
+    schema_meta = {}
+    if store.embedder is not None:
+        schema_meta[PARQUET_EMBEDDER_KEY] = str(store.embedder).encode("utf-8")
+    schema = pa.schema(
+        [
+            ("id", pa.string()),
+            ("text", pa.string()),
+            ("embedding", pa.list_(pa.float32(), d)),
+            ("timestamp", pa.float64()),
+            ("tenant", pa.string()),
+            ("sources", pa.list_(pa.string())),
+            ("metadata", pa.string()),
+        ],
+        metadata=schema_meta or None,
+    )
+    assert len(ts) == n
+    return pa.Table.from_arrays(
+        [
+            cols["ids"].cast(pa.string()),
+            cols["texts"].cast(pa.string()),
+            embedding,
+            pa.array(ts),
+            tenant,
+            cols["sources"].cast(pa.list_(pa.string())),
+            cols["metadata"].cast(pa.string()),
+        ],
+        schema=schema,
+    )
+
+
+def write_parquet(table, f) -> None:
+    """Write an Arrow table (:func:`to_arrow_table`) to the open binary file ``f``: zstd, row
+    groups of :data:`ROW_GROUP_ROWS` rows."""
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, f, compression="zstd", row_group_size=ROW_GROUP_ROWS)
