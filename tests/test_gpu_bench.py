@@ -12,6 +12,8 @@ import types
 
 import pytest
 
+from extras import need
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
 sys.path.insert(0, BENCH)
@@ -37,10 +39,16 @@ def test_rehearsal_with_the_checkout_on_pythonpath_writes_the_same_records(tmp_p
     for name in ("retrieval_topk_t1", "retrieval_agpr_t1", "retrieval_topk_t4", "retrieval_agpr_t4"):
         assert by[name]["status"] == "ok" and by[name]["qps"] > 0 and by[name]["hits_found"] == 1.0
         assert by[name]["device"] == "cpu"
-    assert by["vllm"]["status"] == "skipped" and "not importable" in by["vllm"]["summary"] \
-        or importlib.util.find_spec("vllm") is not None
+    if importlib.util.find_spec("vllm") is None:
+        assert by["vllm"]["status"] == "skipped" and "not importable" in by["vllm"]["summary"]
+    else:  # importable: on the CPU rehearsal it still needs CUDA
+        assert by["vllm"]["status"] == "skipped" and "needs CUDA" in by["vllm"]["summary"]
     if importlib.util.find_spec("faiss") is not None:
-        assert by["faiss-flat"]["agreement_with_exact"] == 1.0  # exact index: the same AGPR hits
+        # the record reports how many AGPR hits equal the exact search's; a near-tie of
+        # similarities may flip a few (faiss and torch round differently), so the bench
+        # reports it and the exact check lives in tests/test_index.py (compared by margins)
+        for kind in ("faiss-flat", "faiss-ivf"):
+            assert by[kind]["status"] == "ok" and 0.9 <= by[kind]["agreement_with_exact"] <= 1.0, by[kind]
     else:
         assert by["faiss"]["status"] == "skipped"
     assert "retrieval_agpr_t4" in r.stdout.split("records in")[-1]  # the summary table
@@ -92,7 +100,7 @@ def test_step_limits_fit_the_budget():
 
 
 def test_environment_yml_is_the_gpu_environment():
-    yaml = pytest.importorskip("yaml")
+    yaml = need("yaml")
     env = yaml.safe_load(open(os.path.join(ROOT, "environment.yml")))
     conda = [d for d in env["dependencies"] if isinstance(d, str)]
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
