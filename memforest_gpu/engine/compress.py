@@ -25,6 +25,7 @@ from ..device import resolve_device
 from ..store.memory_store import MemoryStore
 from .apply import apply_round, pair_means
 from .assemble import assemble
+from .forest import record_forest
 from .merge_call import cap_and_counter, merge_round_capped, with_fallback
 from .node_table import NodeTable
 from .partition import Partition, partition_nodes
@@ -128,6 +129,10 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     live = np.ones(len(table), dtype=bool)
     live[np.concatenate(consumed) if consumed else np.zeros(0, dtype=np.int64)] = False
     out = assemble(table, live, s.emb, vectors)  # the blocks, released as they are read
+    if partition is None:  # its own full partition: recorded, so that `compact` can place new memories later
+        p = s.part
+        record_forest(out, store, p.tree.cpu().numpy(), p.tree_tenant.cpu().numpy(), p.centre.cpu().numpy(),
+                      np.sort(table.first[live]), s.names, s.cfg.partition)
     times["output"] = time.perf_counter() - t
     times["total"] = time.perf_counter() - times.pop("_t0")
     report = run_report(s, store, merger, embedder, out, shortfall, rounds, len(records), fallbacks)

@@ -10,6 +10,7 @@ import os
 import numpy as np
 
 from ..store.atomic import atomic_write_text
+from ..store.parquet import PARQUET_FOREST_KEY
 from .budget_groups import KEY, PART_BATCH_ROWS, SPLIT_BATCH_ROWS, _jsonl_items, output_batch_rows
 
 
@@ -216,7 +217,7 @@ def _write_output(out_paths: list[str], dst: str, fmt: str, time_format, budget:
         local = np.concatenate([np.arange(len(k), dtype=np.int64) for k in keys])
         order = np.argsort(np.concatenate(keys), kind="stable")
         schema = readers[0].reader.schema
-        schema = schema.remove(schema.get_field_index(KEY))
+        schema = schema.remove(schema.get_field_index(KEY)).with_metadata(_joined_metadata(readers))
         dim = schema.field("embedding").type.list_size
         rows = output_batch_rows(budget, dim)
         with atomic_open(dst) as f:
@@ -227,11 +228,14 @@ def _write_output(out_paths: list[str], dst: str, fmt: str, time_format, budget:
             else:
                 writer = None
                 emb_name = (schema.metadata or {}).get(b"memforest.embedder")
-                if emb_name is not None:
+                forest = (schema.metadata or {}).get(PARQUET_FOREST_KEY)
+                header = {"embedder": emb_name.decode("utf-8")} if emb_name is not None else {}
+                if forest is not None:
+                    header["forest"] = json.loads(forest)
+                if header:
                     from ..store.layout import HEADER_KEY
 
-                    f.write(json.dumps({HEADER_KEY: {"embedder": emb_name.decode("utf-8")}},
-                                       ensure_ascii=False).encode("utf-8") + b"\n")
+                    f.write(json.dumps({HEADER_KEY: header}, ensure_ascii=False).encode("utf-8") + b"\n")
             for s in range(0, len(order), rows):
                 sel = order[s:s + rows]
                 p, loc = part[sel], local[sel]
@@ -255,6 +259,21 @@ def _write_output(out_paths: list[str], dst: str, fmt: str, time_format, budget:
             r.close()
 
 
+def _joined_metadata(readers) -> dict | None:
+    """The parts' schema metadata, with their forest states (one per group of tenants) joined
+    into one, as the in-memory run writes it (tenants sorted)."""
+    from ..store.forest import Forest, forest_from_json, forest_json
+
+    meta = dict(readers[0].reader.schema.metadata or {})
+    states = [(r.reader.schema.metadata or {}).get(PARQUET_FOREST_KEY) for r in readers]
+    if any(x is not None for x in states):
+        tenants = {}
+        for r, x in zip(readers, states):
+            tenants.update(forest_from_json(x, r.path))
+        meta[PARQUET_FOREST_KEY] = forest_json(Forest(np.zeros(0, dtype=np.int64), tenants), list(tenants)).encode()
+    return meta or None
+
+
 def _jsonl_bytes(table, *, iso: bool) -> bytes:
     """Rows of a part table as the JSONL lines :func:`~memforest_gpu.store.io.write_store` writes."""
     from ..store.jsonl import _iso
@@ -269,4 +288,7 @@ def _jsonl_bytes(table, *, iso: bool) -> bytes:
         rec = {"id": ids[j], "text": texts[j], "timestamp": _iso(ts[j]) if iso else ts[j], "tenant": tenants[j],
                "sources": list(sources[j]), "metadata": json.loads(meta[j]), "embedding": emb[j].tolist()}
         lines.append(json.dumps(rec, ensure_ascii=False, sort_keys=False))
+    if "tree" in table.column_names:  # as write_jsonl writes compact's tree ids
+        trees = table.column("tree").to_pylist()
+        lines = [ln[:-1] + f', "tree": {"null" if t is None else t}}}' for ln, t in zip(lines, trees)]
     return ("\n".join(lines) + "\n").encode("utf-8") if lines else b""

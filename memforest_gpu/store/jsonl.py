@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .layout import HEADER_KEY, REQUIRED_COLUMNS
+from .forest import forest_json
+from .layout import HEADER_KEY, REQUIRED_COLUMNS, TREE_COLUMN
 from .memory_store import DEFAULT_TENANT, MemoryStore
 
 __all__ = ["read_jsonl_columns", "select_tenants", "iter_jsonl_objects", "write_jsonl"]
@@ -23,8 +24,8 @@ def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
     if items is None:
         items = _iter_jsonl(path)
 
-    file_embedder = None
-    ids, texts, stamps, embs, tenants, sources, metas = [], [], [], [], [], [], []
+    file_embedder = forest = None
+    ids, texts, stamps, embs, tenants, sources, metas, trees = [], [], [], [], [], [], [], []
     emb_where: tuple[str, Any] | None = None  # where the first embedding / missing one was
     first_dim: tuple[int, Any] | None = None
     n_with = n_without = 0
@@ -41,6 +42,7 @@ def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
             if name is not None and not isinstance(name, str):
                 raise ValueError(f"{path}: {where}: header embedder must be a string, got {_short(name)}")
             file_embedder = name
+            forest = json.dumps(hdr["forest"]) if hdr.get("forest") is not None else None
             continue
         first = False
         for key in REQUIRED_COLUMNS:
@@ -76,12 +78,22 @@ def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
         tenants.append(rec.get("tenant"))
         sources.append(rec.get("sources"))
         metas.append(rec.get("metadata"))
+        trees.append(_tree(rec.get(TREE_COLUMN), node, path, where))
     if n_with and first_dim[0] == 0:
         raise ValueError(f"{path}: embeddings must have dimension > 0, got 0")
     emb = np.asarray(embs, dtype=np.float32) if n_with else None
     cols = {"id": ids, "text": texts, "timestamp": stamps, "embedding": emb,
-            "tenant": tenants, "sources": sources, "metadata": metas}
+            "tenant": tenants, "sources": sources, "metadata": metas,
+            "tree": trees if any(t is not None for t in trees) else None, "forest": forest}
     return cols, file_embedder
+
+
+def _tree(v: Any, node: Any, path: str, where: str) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{path}: {where}: tree of node {node!r} must be an integer or null, got {_short(v)}")
+    return v if v >= 0 else None
 
 
 def _iter_jsonl(path: str):
@@ -140,7 +152,7 @@ def select_tenants(cols: dict, tenants: str | list[str], path: str) -> dict:
         if t not in names:
             raise ValueError(f"{path}: tenant must be one of {names}, got {t!r}")
     keep = [j for j, t in enumerate(have) if t in set(want)]
-    out = {k: (None if v is None else (v[keep] if isinstance(v, np.ndarray) else [v[j] for j in keep]))
+    out = {k: (v if k == "forest" or v is None else (v[keep] if isinstance(v, np.ndarray) else [v[j] for j in keep]))
            for k, v in cols.items()}
     return out
 
@@ -158,10 +170,14 @@ def _iso(ts: float) -> str:
 
 def write_jsonl(store: MemoryStore, f, *, iso: bool = False, block: int = 1 << 12) -> None:
     """One JSON object per line, ``block`` rows at a time (never a dict per node for the whole store)."""
-    if store.embedder is not None:
-        f.write(json.dumps({HEADER_KEY: {"embedder": str(store.embedder)}}, ensure_ascii=False).encode("utf-8"))
+    header = {"embedder": str(store.embedder)} if store.embedder is not None else {}
+    if store.forest is not None:  # compact's state (:mod:`.forest`): the header's "forest", a "tree" per node
+        header["forest"] = json.loads(forest_json(store.forest, store.tenant_table))
+    if header:
+        f.write(json.dumps({HEADER_KEY: header}, ensure_ascii=False).encode("utf-8"))
         f.write(b"\n")
     ids, texts, tenants, sources, metas = store.ids, store.texts, store.tenants, store.sources, store.metadata
+    trees = store.forest.tree.tolist() if store.forest is not None else None
     for lo in range(0, len(store), block):
         hi = min(len(store), lo + block)
         emb = store.embeddings[lo:hi].detach().to("cpu", torch.float32).numpy()
@@ -172,4 +188,6 @@ def write_jsonl(store: MemoryStore, f, *, iso: bool = False, block: int = 1 << 1
                        "embedding": e.tolist()}, "record", i)
                for i, t, s_, ten, src, m, e in zip(ids[lo:hi], texts[lo:hi], ts, tenants[lo:hi], sources[lo:hi],
                                                     metas[lo:hi], emb)]
+        if trees is not None:
+            buf = [b[:-1] + f', "{TREE_COLUMN}": {"null" if t < 0 else t}}}' for b, t in zip(buf, trees[lo:hi])]
         f.write(("\n".join(buf) + "\n").encode("utf-8"))

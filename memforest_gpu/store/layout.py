@@ -1,8 +1,9 @@
 """The file layout both store formats share (:mod:`.io` describes it): the columns a file must
 and may hold, and the key of the JSON Lines header that records the embedder."""
 
-__all__ = ["REQUIRED_COLUMNS", "OPTIONAL_COLUMNS", "HEADER_KEY"]
+__all__ = ["REQUIRED_COLUMNS", "OPTIONAL_COLUMNS", "HEADER_KEY", "TREE_COLUMN"]
 
 REQUIRED_COLUMNS = ("id", "text", "timestamp")
-OPTIONAL_COLUMNS = ("embedding", "tenant", "sources", "metadata")
+OPTIONAL_COLUMNS = ("embedding", "tenant", "sources", "metadata", "tree")
+TREE_COLUMN = "tree"  # a node's event tree (compact's state, :mod:`.forest`); null = not placed yet
 HEADER_KEY = "__memforest__"

@@ -16,6 +16,7 @@ from .checks import (DEFAULT_TENANT, _check_ids, _check_metadata, _check_sources
                            _check_texts, _check_timestamps)
 from .columns import (ArrowView, ColumnView, MetadataView, TenantView, _dumps_meta, _encode_tenants,
                       _identity_sources, _large_str, compact_codes)
+from .forest import Forest
 
 __all__ = ["DEFAULT_TENANT", "ArrowView", "ColumnView", "MemoryStore", "MetadataView", "TenantView", "as_embedding_tensor"]
 
@@ -109,6 +110,8 @@ class MemoryStore:
     - embedder: name of the model that produced the embeddings, when known
     - time_format: ``"iso"`` when the timestamps came in as ISO 8601 strings (a JSONL
       file is then written back with ISO strings), else ``None`` (epoch numbers)
+    - forest: the event trees ``compact`` keeps (:class:`~.forest.Forest`: tree per node,
+      centres per tenant), or ``None`` for a store without them
     """
 
     # the constructor's arguments, as dataclass fields (``dataclasses.replace(store, embedder=None)``
@@ -122,9 +125,11 @@ class MemoryStore:
     metadata: ColumnView
     embedder: str | None
     time_format: str | None
+    forest: Forest | None
 
     def __init__(self, ids, texts, embeddings: torch.Tensor, timestamps: torch.Tensor, tenants, sources=None,
-                 metadata=None, embedder: str | None = None, time_format: str | None = None):
+                 metadata=None, embedder: str | None = None, time_format: str | None = None,
+                 forest: Forest | None = None):
         import pyarrow as pa
 
         self._ids = _large_str(ids)
@@ -151,6 +156,9 @@ class MemoryStore:
                                   type=pa.large_string())
         self.embedder = embedder
         self.time_format = time_format
+        if forest is not None and len(forest.tree) != len(self._ids):
+            raise ValueError(f"forest.tree must have one tree id per node ({len(self._ids)}), got {len(forest.tree)}")
+        self.forest = forest
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -294,9 +302,10 @@ class MemoryStore:
         it = torch.as_tensor(idx, dtype=torch.int64, device=self.device)
         pi = pa.array(idx, type=pa.int64())
         names, codes = compact_codes(self.tenant_table, self.tenant_codes_np[idx])
+        forest = self.forest.take(idx, names) if self.forest is not None else None
         return MemoryStore(self._ids.take(pi), self._texts.take(pi), self.embeddings[it], self.timestamps[it],
                            TenantView(names, codes), self._sources.take(pi), ArrowView(self._meta.take(pi)),
-                           self.embedder, self.time_format)
+                           self.embedder, self.time_format, forest)
 
     def select_tenant(self, tenant: str) -> MemoryStore:
         if tenant not in self.tenant_table:
@@ -306,7 +315,7 @@ class MemoryStore:
     def to(self, device: torch.device | str) -> MemoryStore:
         d = torch.device(device)
         return MemoryStore(self._ids, self._texts, self.embeddings.to(d), self.timestamps.to(d), self.tenants,
-                           self._sources, ArrowView(self._meta), self.embedder, self.time_format)
+                           self._sources, ArrowView(self._meta), self.embedder, self.time_format, self.forest)
 
     def records(self, *, with_embedding: bool = True) -> list[dict]:
         """One dict per node, the layout the file formats use."""

@@ -8,12 +8,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from .forest import forest_json, tree_column
 from .layout import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 from .memory_store import DEFAULT_TENANT, MemoryStore
 
-__all__ = ["read_parquet_columns", "to_arrow_table", "write_parquet", "ROW_GROUP_ROWS", "PARQUET_EMBEDDER_KEY"]
+__all__ = ["read_parquet_columns", "to_arrow_table", "write_parquet", "ROW_GROUP_ROWS", "PARQUET_EMBEDDER_KEY",
+           "PARQUET_FOREST_KEY"]
 
 PARQUET_EMBEDDER_KEY = b"memforest.embedder"
+PARQUET_FOREST_KEY = b"memforest.forest"  # compact's per-tenant tree state (:mod:`.forest`)
 _BATCH_ROWS = 1 << 16  # rows per Parquet record batch read
 _READ_BUFFER = 1 << 22  # bytes of the Parquet reader's stream buffer per column
 ROW_GROUP_ROWS = 1 << 16  # rows per Parquet row group written (a reader can stream the file)
@@ -149,6 +152,8 @@ def _columns(parts: dict[str, list], emb, schema, path: str) -> dict[str, Any]:
         "tenant": col("tenant"),
         "sources": None,
         "metadata": None,
+        "tree": col("tree"),
+        "forest": (schema.metadata or {}).get(PARQUET_FOREST_KEY),
     }
     if "sources" in parts:
         c = col("sources")
@@ -280,31 +285,30 @@ def to_arrow_table(store: MemoryStore):
     schema_meta = {}
     if store.embedder is not None:
         schema_meta[PARQUET_EMBEDDER_KEY] = str(store.embedder).encode("utf-8")
-    schema = pa.schema(
-        [
-            ("id", pa.string()),
-            ("text", pa.string()),
-            ("embedding", pa.list_(pa.float32(), d)),
-            ("timestamp", pa.float64()),
-            ("tenant", pa.string()),
-            ("sources", pa.list_(pa.string())),
-            ("metadata", pa.string()),
-        ],
-        metadata=schema_meta or None,
-    )
+    fields = [
+        ("id", pa.string()),
+        ("text", pa.string()),
+        ("embedding", pa.list_(pa.float32(), d)),
+        ("timestamp", pa.float64()),
+        ("tenant", pa.string()),
+        ("sources", pa.list_(pa.string())),
+        ("metadata", pa.string()),
+    ]
+    arrays = [
+        cols["ids"].cast(pa.string()),
+        cols["texts"].cast(pa.string()),
+        embedding,
+        pa.array(ts),
+        tenant,
+        cols["sources"].cast(pa.list_(pa.string())),
+        cols["metadata"].cast(pa.string()),
+    ]
+    if store.forest is not None:  # compact's state: the tree column and the per-tenant JSON
+        fields.append(("tree", pa.int64()))
+        arrays.append(tree_column(store.forest.tree))
+        schema_meta[PARQUET_FOREST_KEY] = forest_json(store.forest, store.tenant_table).encode("utf-8")
     assert len(ts) == n
-    return pa.Table.from_arrays(
-        [
-            cols["ids"].cast(pa.string()),
-            cols["texts"].cast(pa.string()),
-            embedding,
-            pa.array(ts),
-            tenant,
-            cols["sources"].cast(pa.list_(pa.string())),
-            cols["metadata"].cast(pa.string()),
-        ],
-        schema=schema,
-    )
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=schema_meta or None))
 
 
 def write_parquet(table, f) -> None:

@@ -1,0 +1,91 @@
+"""Recording a store's event trees (:class:`~memforest_gpu.store.forest.Forest`) and finding
+them again: which row holds an original id, and which input row each output row starts at.
+
+:func:`record_forest` is what :func:`~memforest_gpu.engine.compress` writes into its output
+so that ``compact`` can place new memories into the same trees later; :mod:`.compact` uses
+the two lookups to follow trees and centres through merges.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..config import PartitionConfig
+from ..store.forest import Forest, TenantForest
+from ..store.memory_store import MemoryStore
+
+__all__ = ["record_forest", "rows_of_originals", "first_rows", "partition_key", "first_sources"]
+
+
+def partition_key(cfg: PartitionConfig) -> dict:
+    """The partition config fields a forest records (a tenant whose trees were built with
+    other values is partitioned again at its next compaction)."""
+    return dataclasses.asdict(cfg)
+
+
+def first_sources(store: MemoryStore, rows: np.ndarray) -> list[str]:
+    """The first original id of each of ``rows``: the key a forest names a centre node by."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if len(rows) == 0:
+        return []
+    return pc.list_element(store._sources.take(pa.array(np.asarray(rows, dtype=np.int64))), 0).to_pylist()
+
+
+def rows_of_originals(store: MemoryStore, ids) -> np.ndarray:
+    """The row whose ``sources`` hold each id (-1: none); ``ids`` a list or Arrow array of
+    strings. Shape: ids (M,) -> (M,) int64"""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if len(ids) == 0:
+        return np.zeros(0, dtype=np.int64)
+    ids = ids.cast(pa.large_string()) if isinstance(ids, pa.Array) else pa.array(list(ids), type=pa.large_string())
+    src = store._sources
+    flat = src.flatten()
+    parent = pc.list_parent_indices(src).to_numpy(zero_copy_only=False).astype(np.int64)
+    at = pc.index_in(ids, value_set=flat.cast(pa.large_string()))
+    at = at.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return np.where(at >= 0, parent[np.maximum(at, 0)] if len(parent) else -1, -1)
+
+
+def first_rows(inp: MemoryStore, out: MemoryStore) -> np.ndarray:
+    """For each row of ``out`` (a compression of ``inp``), the smallest ``inp`` row it holds.
+    Shape: -> (len(out),) int64"""
+    import pyarrow.compute as pc
+
+    src = out._sources
+    if len(out) == 0:
+        return np.zeros(0, dtype=np.int64)
+    rows = rows_of_originals(inp, src.flatten())
+    parent = pc.list_parent_indices(src).to_numpy(zero_copy_only=False).astype(np.int64)
+    first = np.full(len(out), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, parent, rows)
+    return first
+
+
+def record_forest(out: MemoryStore, inp: MemoryStore, tree: np.ndarray, tree_tenant: np.ndarray,
+                  centre: np.ndarray, firsts: np.ndarray, names: list[str], cfg: PartitionConfig) -> MemoryStore:
+    """``out`` with the forest of a full partition of ``inp``: each output row in the tree of
+    its first input row, tenant-local ids (trees are tenant-major), each tree's centre by the
+    first original id of its centre node.
+
+    Shape: tree (N_in,) global tree ids, tree_tenant (T,) sorted codes into ``names``,
+    centre (T,) input rows, firsts (N_out,) input rows
+    """
+    T = len(tree_tenant)
+    start = np.searchsorted(tree_tenant, np.arange(len(names)), side="left")  # first tree of each tenant
+    local = np.arange(T, dtype=np.int64) - start[tree_tenant]
+    row_tree = local[tree[firsts]] if len(firsts) else np.zeros(0, dtype=np.int64)
+    ids = first_sources(inp, centre)
+    sizes = np.bincount(inp.tenant_codes_np, minlength=len(names))
+    key = partition_key(cfg)
+    tenants = {}
+    for c in np.unique(tree_tenant).tolist():
+        lo = int(start[c])
+        hi = int(np.searchsorted(tree_tenant, c, side="right"))
+        tenants[names[c]] = TenantForest(ids[lo:hi], int(sizes[c]), 0, key)
+    out.forest = Forest(row_tree.astype(np.int64), tenants)
+    return out
