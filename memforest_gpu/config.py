@@ -10,6 +10,7 @@ __all__ = [
     "MergeConfig",
     "RetrievalConfig",
     "CompressConfig",
+    "CompactConfig",
     "SCHEDULES",
     "DEGREE_NORMS",
     "TREE_KINDS",
@@ -164,6 +165,36 @@ class CompressConfig:
         """The named preset (:data:`PRESETS`): ``"memforest"`` (the command line's default) or
         ``"paper"`` (SPEC's values, the same as ``CompressConfig()``)."""
         return preset(name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactConfig:
+    """Keeping every tenant within a budget as memories arrive (``compact``, docs/compaction.md)."""
+
+    # the budget: nodes a tenant may hold; one number for every tenant, or {tenant: number}
+    # (tenants a mapping leaves out have no budget and are never compacted)
+    max_nodes: int | dict
+    low_water: float = 0.8  # a tenant over its budget is compacted to floor(low_water * max_nodes) (hysteresis)
+    # a tenant is partitioned again in full when the nodes placed into its trees since its last
+    # full partition reach repartition_growth x its size then (1.0: it has doubled)
+    repartition_growth: float = 1.0
+    repartition: bool = False  # partition every compacted tenant again in full, whatever its state
+
+    def __post_init__(self):
+        budgets = self.max_nodes.values() if isinstance(self.max_nodes, dict) else [self.max_nodes]
+        for v in budgets:
+            _check_int("max_nodes", v, 1)
+        _check_range("low_water", self.low_water, 0.0, 1.0, lo_open=True)
+        _check_range("repartition_growth", self.repartition_growth, 0.0, math.inf, lo_open=True, hi_open=True)
+
+    def budget(self, tenant: str) -> int | None:
+        """The tenant's budget (``None``: none)."""
+        return self.max_nodes.get(tenant) if isinstance(self.max_nodes, dict) else self.max_nodes
+
+    def keep(self, tenant: str) -> int | None:
+        """What a compacted tenant keeps: floor(low_water * budget), at least 1."""
+        b = self.budget(tenant)
+        return None if b is None else max(1, math.floor(self.low_water * b + 1e-9))
 
 
 #: Named configurations. ``CompressConfig()`` (and so ``compress(store)`` without a config)

@@ -1,0 +1,63 @@
+"""How many nodes each tree of a compacted tenant loses, and so which trees are re-planned.
+
+A tenant over its budget keeps ``G`` nodes and loses ``R = n - G``. The offline one-shot
+compress would leave each tree a share of ``G`` proportional to the originals it holds; a
+tree's **excess** is how far it is above that share, ``size - originals * G / O`` (``O``: the
+tenant's originals). Trees that received new memories stand out (they hold uncompressed
+originals); as a tenant grows under a fixed budget the older trees' excess grows slowly too.
+
+Trees are taken by excess, largest first (ties: lower tree id), until their positive excess
+covers ``R`` and their room (``size - 1`` each: a tree keeps a node) does too; ``R`` is then
+split over them in proportion to their excess by largest remainder
+(:func:`~memforest_gpu.engine.quotas.allocate_segments`), none above its room. What no tree
+can take is the tenant's shortfall. A tree that gets nothing is not re-planned. All
+tenants at once, no loop per tenant.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .quotas import allocate_segments
+
+__all__ = ["compaction_quotas", "EXCESS_SCALE"]
+
+EXCESS_SCALE = 1000  # excess weights are integers: excess * EXCESS_SCALE, rounded down
+
+
+def _exclusive_cumsum(x: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Sum of the items before each one in its (contiguous) segment. Shape: (T,), (T,) -> (T,)"""
+    c = np.cumsum(x) - x
+    if len(x) == 0:
+        return c
+    starts = np.r_[0, np.flatnonzero(np.diff(seg)) + 1]
+    base = np.repeat(c[starts], np.diff(np.r_[starts, len(x)]))
+    return c - base
+
+
+def compaction_quotas(size: np.ndarray, originals: np.ndarray, tree_tenant: np.ndarray, keep: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Removals per tree for tenants that keep ``keep`` nodes (see the module docstring).
+
+    Shape: size, originals, tree_tenant (T,) with tree_tenant sorted; keep (n_tenants,) ->
+           per_tree (T,), remove (n_tenants,) = n - keep (at least 0), shortfall (n_tenants,)
+    """
+    size = np.asarray(size, dtype=np.int64)
+    originals = np.asarray(originals, dtype=np.int64)
+    tt = np.asarray(tree_tenant, dtype=np.int64)
+    n_ten = len(keep)
+    n = np.bincount(tt, weights=size, minlength=n_ten).astype(np.int64)
+    o = np.bincount(tt, weights=originals, minlength=n_ten).astype(np.float64)
+    remove = np.maximum(n - np.asarray(keep, dtype=np.int64), 0)
+    excess = size - originals * (np.asarray(keep, dtype=np.float64)[tt] / np.maximum(o[tt], 1.0))  # (T,)
+    order = np.lexsort((np.arange(len(tt)), -excess, tt))  # by tenant, excess desc, tree id
+    pos_e = np.maximum(excess[order], 0.0)
+    room = size[order] - 1
+    need = remove[tt[order]]
+    chosen = (_exclusive_cumsum(pos_e, tt[order]) < need) | (_exclusive_cumsum(room, tt[order]) < need)
+    weights = np.zeros(len(tt), dtype=np.int64)
+    caps = np.zeros(len(tt), dtype=np.int64)
+    weights[order[chosen]] = np.floor(pos_e[chosen] * EXCESS_SCALE).astype(np.int64)
+    caps[order[chosen]] = room[chosen]
+    per_tree = allocate_segments(remove, weights, caps, tt, n_ten)
+    given = np.bincount(tt, weights=per_tree, minlength=n_ten).astype(np.int64)
+    return per_tree, remove, remove - given

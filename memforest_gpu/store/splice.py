@@ -1,0 +1,86 @@
+"""Joining stores row-wise: the rows of several stores in one order (what ``compact`` writes
+back: the untouched rows and the compacted ones, each at its place), and appending new
+memories to a store."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .columns import ArrowView, TenantView, compact_codes
+from .forest import Forest
+from .memory_store import MemoryStore
+
+__all__ = ["splice", "append"]
+
+
+def splice(parts: list[MemoryStore], keys: list[np.ndarray], *, forest: Forest | None = None) -> MemoryStore:
+    """The rows of ``parts`` as one store, ordered by ``keys`` (stable; ties keep the parts'
+    order). ``forest``: the result's tree state (its ``tree`` in the *output* order), else
+    each part's trees (-1 for a part without) with every part's tenant states.
+
+    Shape: keys[j] (len(parts[j]),) -> store of sum(len) rows
+    """
+    import pyarrow as pa
+
+    order = np.argsort(np.concatenate(keys), kind="stable") if parts else np.zeros(0, dtype=np.int64)
+    pi = pa.array(order, type=pa.int64())
+
+    def col(name):
+        return pa.concat_arrays([getattr(p, name) for p in parts]).take(pi)
+
+    first = parts[0]
+    dev = first.device
+    pos = np.empty(len(order), dtype=np.int64)
+    pos[order] = np.arange(len(order))  # where each concatenated row goes
+    emb = torch.empty(len(order), first.dim, dtype=first.embeddings.dtype, device=dev)
+    ts = torch.empty(len(order), dtype=torch.float64, device=dev)
+    names: list[str] = []
+    code_of: dict[str, int] = {}
+    codes = np.empty(len(order), dtype=np.int64)
+    lo = 0
+    for p in parts:
+        at = torch.as_tensor(pos[lo:lo + len(p)], dtype=torch.int64, device=dev)
+        emb[at] = p.embeddings.to(dev, emb.dtype)
+        ts[at] = p.timestamps.to(dev)
+        remap = np.array([code_of.setdefault(t, len(code_of)) for t in p.tenant_table], dtype=np.int64)
+        codes[pos[lo:lo + len(p)]] = remap[p.tenant_codes_np] if len(p) else remap[:0]
+        lo += len(p)
+    names = list(code_of)
+    names, codes = compact_codes(names, codes)
+    if forest is None and any(p.forest is not None for p in parts):
+        tree = np.concatenate([p.forest.tree if p.forest is not None else np.full(len(p), -1, dtype=np.int64)
+                               for p in parts])[order]
+        states = {t: s for p in parts if p.forest is not None for t, s in p.forest.tenants.items()}
+        forest = Forest(tree, {t: states[t] for t in names if t in states})
+    return MemoryStore(col("_ids"), col("_texts"), emb, ts, TenantView(names, codes), col("_sources"),
+                       ArrowView(col("_meta")), first.embedder, first.time_format, forest)
+
+
+def append(store: MemoryStore, new: MemoryStore) -> MemoryStore:
+    """``store`` followed by the rows of ``new`` (not placed in any tree yet). Refuses an id of
+    ``new`` that ``store`` already holds as a node or inside a merged node's sources (every
+    original stays in exactly one node), and vectors of another dimension or model."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if new.dim != store.dim:
+        raise ValueError(f"new memories' embeddings must have the store's dimension ({store.dim}), got {new.dim}")
+    if store.embedder is not None and new.embedder is not None and new.embedder != store.embedder:
+        raise ValueError(f"new memories must be embedded by the store's model ({store.embedder!r}), "
+                         f"got {new.embedder!r}")
+    known = pa.concat_arrays([store._sources.flatten().cast(pa.large_string()), store._ids])
+    dup = pc.is_in(new._ids, value_set=known).to_numpy(zero_copy_only=False)
+    if dup.any():
+        raise ValueError(f"id of a new memory must not be in the store already, got {new._ids[int(np.argmax(dup))]}")
+    dup_src = pc.is_in(new._sources.flatten().cast(pa.large_string()), value_set=known).to_numpy(zero_copy_only=False)
+    if dup_src.any():
+        raise ValueError("sources of a new memory must not be in the store already, got "
+                         f"{new._sources.flatten()[int(np.argmax(dup_src))]}")
+    new = MemoryStore(new._ids, new._texts, new.embeddings.to(store.device), new.timestamps.to(store.device),
+                      new.tenants, new._sources, ArrowView(new._meta), store.embedder, store.time_format,
+                      Forest.empty(len(new)))
+    base = store if store.forest is not None else MemoryStore(
+        store._ids, store._texts, store.embeddings, store.timestamps, store.tenants, store._sources,
+        ArrowView(store._meta), store.embedder, store.time_format, Forest.empty(len(store)))
+    n = len(store)
+    return splice([base, new], [np.arange(n), n + np.arange(len(new))])
