@@ -1,0 +1,201 @@
+"""The files of a compaction: the store, compacted in place, and its inbox of new memories.
+
+A Parquet store in memforest's own layout (what ``compress`` and ``compact`` write) is
+compacted without converting the rows of tenants within budget: one pass reads the
+tenant column (their counts), a second reads every record batch, keeps the batches as Arrow
+and turns only the over-budget tenants' rows into a :class:`MemoryStore`; the output is then
+written batch by batch, each untouched row where it was and each compacted row at the row
+of its earliest member (:class:`PassThrough`). Any other store (JSON Lines, Parquet with
+other column types) is read whole (:func:`read_whole`).
+
+The inbox ``STORE.inbox.jsonl`` holds memories added since (one JSON object per line, the
+store's record layout; :class:`~memforest_gpu.runs.compact.CompactingStore` appends to it).
+A compaction folds it into the store: a record whose id the store already holds (a run
+killed after writing the store but before emptying the inbox) is skipped.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from ..store.forest import Forest, forest_from_json
+from ..store.memory_store import MemoryStore
+
+__all__ = ["INBOX_SUFFIX", "inbox_path", "read_inbox", "PassThrough", "memforest_layout", "drop_known"]
+
+INBOX_SUFFIX = ".inbox.jsonl"
+_BATCH = 1 << 16
+
+
+def inbox_path(store: str | os.PathLike) -> str:
+    return os.fspath(store) + INBOX_SUFFIX
+
+
+def read_inbox(path: str, embedder) -> tuple[MemoryStore | None, int]:
+    """The inbox's records as a store (embedded with ``embedder`` when they have no vectors)
+    and the number of bytes read; a torn last line (a kill while appending) is left for later."""
+    if not os.path.exists(path):
+        return None, 0
+    with open(path, "rb") as f:
+        data = f.read()
+    good = data.rfind(b"\n") + 1
+    recs = [json.loads(line) for line in data[:good].split(b"\n") if line.strip()]
+    if not recs:
+        return None, good
+    from ..store.memory_store import MemoryStore as _MS
+
+    try:
+        return _MS.from_records(recs, embedder=embedder), good
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def drop_known(new: MemoryStore, known_ids) -> MemoryStore | None:
+    """``new`` without the rows whose id is in ``known_ids`` (an Arrow array: ids and sources
+    already in the store); ``None`` when nothing is left."""
+    import pyarrow.compute as pc
+
+    dup = pc.is_in(new._ids, value_set=known_ids).to_numpy(zero_copy_only=False)
+    if not dup.any():
+        return new
+    keep = np.flatnonzero(~dup)
+    return new.take(keep) if len(keep) else None
+
+
+def memforest_layout(schema) -> bool:
+    """True when a Parquet schema is the layout memforest writes (the rows can pass through)."""
+    import pyarrow as pa
+
+    want = {"id": pa.string(), "text": pa.string(), "timestamp": pa.float64(), "tenant": pa.string(),
+            "sources": pa.list_(pa.string()), "metadata": pa.string()}
+    names = set(schema.names)
+    if not set(want) <= names or "embedding" not in names or not names <= set(want) | {"embedding", "tree"}:
+        return False
+    if "tree" in names and schema.field("tree").type != pa.int64():
+        return False
+    et = schema.field("embedding").type
+    return all(schema.field(k).type == t for k, t in want.items()) and pa.types.is_fixed_size_list(et) \
+        and et.value_type == pa.float32()
+
+
+class PassThrough:
+    """A memforest Parquet store read once as Arrow batches; only chosen tenants are converted."""
+
+    def __init__(self, path: str):
+        import pyarrow.parquet as pq
+
+        self.path = path
+        self.pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 22)
+        self.schema = self.pf.schema_arrow
+        self.batches: list = []
+        self.n = self.pf.metadata.num_rows
+
+    def tenant_counts(self) -> dict[str, int]:
+        """Nodes per tenant: the tenant column only."""
+        counts: dict[str, int] = {}
+        for rb in self.pf.iter_batches(batch_size=_BATCH, columns=["tenant"]):
+            vc = rb.column(0).value_counts()
+            for name, c in zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()):
+                counts[name] = counts.get(name, 0) + c
+        return counts
+
+    def known(self, ids):
+        """Which of ``ids`` (Arrow strings) the store already holds, as ids or sources."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        hit = np.zeros(len(ids), dtype=bool)
+        for rb in self.pf.iter_batches(batch_size=_BATCH, columns=["id", "sources"]):
+            have = pa.concat_arrays([rb.column(0).cast(pa.large_string()),
+                                     rb.column(1).flatten().cast(pa.large_string())])
+            hit |= pc.is_in(ids, value_set=have).to_numpy(zero_copy_only=False)
+        return hit
+
+    def load(self, tenants: list[str]) -> tuple[MemoryStore | None, np.ndarray]:
+        """Read every batch (kept for :meth:`write`); the rows of ``tenants`` as a store with
+        their trees and states, and their file rows."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        want = pa.array(tenants, type=pa.string())
+        picked, rows, lo = [], [], 0
+        for rb in self.pf.iter_batches(batch_size=_BATCH):
+            m = pc.is_in(rb.column("tenant"), value_set=want)
+            self.batches.append((lo, rb, m))
+            if pc.any(m).as_py():
+                picked.append(rb.filter(m))
+                rows.append(lo + np.flatnonzero(m.to_numpy(zero_copy_only=False)))
+            lo += rb.num_rows
+        if not picked:
+            return None, np.zeros(0, dtype=np.int64)
+        t = pa.Table.from_batches(picked).combine_chunks()
+        return self._store(t), np.concatenate(rows)
+
+    def _store(self, t) -> MemoryStore:
+        import pyarrow as pa
+
+        from ..store.forest import tree_from_column
+        from ..store.parquet import PARQUET_EMBEDDER_KEY, PARQUET_FOREST_KEY
+
+        meta = self.schema.metadata or {}
+        d = t.schema.field("embedding").type.list_size
+        emb = t.column("embedding").chunk(0).flatten().to_numpy(zero_copy_only=False).reshape(len(t), d).copy()
+        name = meta.get(PARQUET_EMBEDDER_KEY)
+        st = MemoryStore.from_columns(
+            ids=t.column("id").chunk(0), texts=t.column("text").chunk(0),
+            timestamps=t.column("timestamp").chunk(0).to_numpy(zero_copy_only=False), embeddings=emb,
+            tenants=t.column("tenant").chunk(0), sources=t.column("sources").chunk(0).cast(pa.large_list(pa.large_string())),
+            metadata=t.column("metadata").chunk(0), embedder=name.decode("utf-8") if name else None)
+        tree = tree_from_column(t.column("tree").chunk(0) if "tree" in t.column_names else None, len(st))
+        states = forest_from_json(meta.get(PARQUET_FOREST_KEY), self.path)
+        st.forest = Forest(tree, {k: v for k, v in states.items() if k in st.tenant_table})
+        return st
+
+    def states(self) -> dict:
+        from ..store.parquet import PARQUET_FOREST_KEY
+
+        return forest_from_json((self.schema.metadata or {}).get(PARQUET_FOREST_KEY), self.path)
+
+    def write(self, f, out, keys: np.ndarray, drop: np.ndarray, states: dict) -> None:
+        """Write the store to the open file ``f``: the kept file rows (``drop``: file rows the
+        compaction replaced) and the rows of ``out`` at their ``keys`` (file rows; keys past the
+        file's rows come after it), with every tenant's state."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from ..store.forest import forest_json
+        from ..store.parquet import PARQUET_FOREST_KEY, ROW_GROUP_ROWS, to_arrow_table
+
+        table = to_arrow_table(out)  # (len(out),) sorted by key
+        schema = table.schema
+        names = sorted(set(states) | set(out.tenant_table))
+        meta = dict(self.schema.metadata or {})
+        meta.update(schema.metadata or {})
+        meta[PARQUET_FOREST_KEY] = forest_json(Forest(np.zeros(0, dtype=np.int64), states), names).encode("utf-8")
+        schema = schema.with_metadata(meta)
+        writer = pq.ParquetWriter(f, schema, compression="zstd")
+        dropped = np.zeros(self.n, dtype=bool)
+        dropped[drop] = True
+        at = 0
+        for lo, rb, _ in self.batches + [(self.n, None, None)]:
+            hi = lo + (rb.num_rows if rb is not None else 0)
+            end = int(np.searchsorted(keys, hi if rb is not None else np.iinfo(np.int64).max, side="left"))
+            parts, part_keys = [], []
+            if rb is not None:
+                keep = np.flatnonzero(~dropped[lo:hi])
+                kept = rb.take(pa.array(keep))
+                if "tree" not in kept.schema.names:
+                    kept = kept.append_column("tree", pa.nulls(len(kept), pa.int64()))
+                parts.append(pa.Table.from_batches([kept.select(schema.names)]).cast(schema))
+                part_keys.append(lo + keep)
+            if end > at:
+                parts.append(table.slice(at, end - at).cast(schema))
+                part_keys.append(keys[at:end])
+            at = end
+            if parts:
+                piece = pa.concat_tables(parts).combine_chunks()
+                piece = piece.take(pa.array(np.argsort(np.concatenate(part_keys), kind="stable")))
+                writer.write_table(piece, row_group_size=ROW_GROUP_ROWS)
+        writer.close()
