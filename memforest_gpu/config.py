@@ -179,6 +179,9 @@ class CompactConfig:
     # full partition reach repartition_growth x its size then (1.0: it has doubled)
     repartition_growth: float = 1.0
     repartition: bool = False  # partition every compacted tenant again in full, whatever its state
+    # re-planned: the trees that received memories, and every tree more than slack x its size above its
+    # fair share of what the tenant keeps (docs/compaction.md); 0 spreads every removal by excess alone
+    slack: float = 0.05
 
     def __post_init__(self):
         budgets = self.max_nodes.values() if isinstance(self.max_nodes, dict) else [self.max_nodes]
@@ -186,6 +189,7 @@ class CompactConfig:
             _check_int("max_nodes", v, 1)
         _check_range("low_water", self.low_water, 0.0, 1.0, lo_open=True)
         _check_range("repartition_growth", self.repartition_growth, 0.0, math.inf, lo_open=True, hi_open=True)
+        _check_range("slack", self.slack, 0.0, 1.0)
 
     def budget(self, tenant: str) -> int | None:
         """The tenant's budget (``None``: none)."""

@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default=None, help="also write the sample and its compressed form in this folder")
     d.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
 
+    from .compact import add_parser as add_compact_command
+
+    add_compact_command(sub)  # compact
     from .adapters import add_parser as add_adapter_commands
 
     add_adapter_commands(sub)  # mem0 compress|restore, graph compress
@@ -333,6 +336,12 @@ def _eval(a) -> int:
     return run(a)
 
 
+def _compact_cmd(a) -> int:
+    from .compact import run
+
+    return run(a)
+
+
 def _adapters(a) -> int:
     from .adapters import run
 
@@ -344,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
     name = " ".join(x for x in (args.cmd, getattr(args, "sub", None)) if x)
     try:
-        commands = {"compress": _compress, "search": _search, "info": _info, "demo": _demo,
+        commands = {"compress": _compress, "compact": _compact_cmd, "search": _search, "info": _info, "demo": _demo,
                     "mem0": _adapters, "graph": _adapters, "eval": _eval}
         return commands[args.cmd](args)
     except BrokenPipeError:  # `memforest ... | head`

@@ -108,7 +108,8 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
     f = _forest_of(W, cfg, budget, elements)
     report.seconds["place"] = time.perf_counter() - t0 - report.seconds["select"]
     per_tree, remove, short = compaction_quotas(f.size, f.originals, f.tree_tenant,
-                                                np.array([budget.keep(t) for t in W.tenant_table]))
+                                                np.array([budget.keep(t) for t in W.tenant_table]), f.touched,
+                                                budget.slack)
     report.tenants = _rows(W, f, per_tree, remove, short, budget)
     if dry_run:
         report.seconds["total"] = time.perf_counter() - t0
@@ -148,6 +149,7 @@ class _Trees:
     new_trees: np.ndarray
     repartitioned: np.ndarray
     states: dict  # tenant -> its TenantForest before this compaction (or None)
+    touched: np.ndarray  # (T,) trees that received new rows (every tree of a tenant partitioned in full)
     key: dict  # the partition config the trees of a new partition are built with
 
 
@@ -169,6 +171,7 @@ def _forest_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, eleme
                      or s.arrived + new[j] >= budget.repartition_growth * max(s.partitioned, 1)
                      for j, s in enumerate(states.values())], dtype=bool)
     tree[full[W.tenant_codes_np]] = -1
+    arrived = tree < 0  # rows placed (or partitioned) by this compaction
     n_trees[full] = 0
     centre = _centre_rows(W, [states[t] for t in names], ~full)
     part_rows, part_centres, k_full = _partition_tenants(W, full, cfg, elements)
@@ -188,9 +191,10 @@ def _forest_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, eleme
     g = starts[W.tenant_codes_np] + p.tree
     T = int(starts[-1])
     orig = pc.list_value_length(W._sources).to_numpy(zero_copy_only=False).astype(np.int64)
+    touched = np.bincount(g[arrived], minlength=T) > 0
     return _Trees(p.tree, starts, centres, np.bincount(g, minlength=T), np.bincount(g, weights=orig, minlength=T)
                   .astype(np.int64), np.repeat(np.arange(n_ten), p.n_trees), new, p.placed, p.new_trees, full,
-                  states, key)
+                  states, touched, key)
 
 
 def _centre_rows(W: MemoryStore, states: list, keep: np.ndarray) -> list[np.ndarray]:

@@ -1,17 +1,22 @@
 """How many nodes each tree of a compacted tenant loses, and so which trees are re-planned.
 
 A tenant over its budget keeps ``G`` nodes and loses ``R = n - G``. The offline one-shot
-compress would leave each tree a share of ``G`` proportional to the originals it holds; a
-tree's **excess** is how far it is above that share, ``size - originals * G / O`` (``O``: the
-tenant's originals). Trees that received new memories stand out (they hold uncompressed
-originals); as a tenant grows under a fixed budget the older trees' excess grows slowly too.
+compress would leave each tree a **fair share** of ``G`` proportional to the originals it
+holds; a tree's **excess** is ``size - originals * G / O`` (``O``: the tenant's originals).
 
-Trees are taken by excess, largest first (ties: lower tree id), until their positive excess
-covers ``R`` and their room (``size - 1`` each: a tree keeps a node) does too; ``R`` is then
-split over them in proportion to their excess by largest remainder
-(:func:`~memforest_gpu.engine.quotas.allocate_segments`), none above its room. What no tree
-can take is the tenant's shortfall. A tree that gets nothing is not re-planned. All
-tenants at once, no loop per tenant.
+Re-planned are the trees that received memories (they hold uncompressed originals) and
+every tree more than ``slack`` of its size above its fair share. When their positive excess
+plus ``slack`` times their size does not cover ``R`` (or their room, ``size - 1`` each, does
+not: a tree keeps a node), more trees are added, largest excess first (ties: lower tree id).
+``R`` is split over the chosen trees in proportion to their positive excess by largest
+remainder (:func:`~memforest_gpu.engine.quotas.allocate_segments`; equally when none has
+any), none above its room; what no tree can take is the tenant's shortfall. A tree that
+gets nothing is not re-planned.
+
+So a few new memories re-plan the trees they reached (which may end a little below their
+share, at most ``slack``), while an older tree is re-planned only once the tenant's growth
+has put it ``slack`` above its share: each tree about once per ``slack`` of growth, which
+keeps the work of a compaction proportional to what arrived. All tenants at once.
 """
 from __future__ import annotations
 
@@ -34,26 +39,32 @@ def _exclusive_cumsum(x: np.ndarray, seg: np.ndarray) -> np.ndarray:
     return c - base
 
 
-def compaction_quotas(size: np.ndarray, originals: np.ndarray, tree_tenant: np.ndarray, keep: np.ndarray
+def compaction_quotas(size: np.ndarray, originals: np.ndarray, tree_tenant: np.ndarray, keep: np.ndarray,
+                      touched: np.ndarray | None = None, slack: float = 0.05
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Removals per tree for tenants that keep ``keep`` nodes (see the module docstring).
 
-    Shape: size, originals, tree_tenant (T,) with tree_tenant sorted; keep (n_tenants,) ->
-           per_tree (T,), remove (n_tenants,) = n - keep (at least 0), shortfall (n_tenants,)
+    Shape: size, originals, tree_tenant, touched (T,) with tree_tenant sorted; keep (n_tenants,)
+           -> per_tree (T,), remove (n_tenants,) = n - keep (at least 0), shortfall (n_tenants,)
     """
     size = np.asarray(size, dtype=np.int64)
     originals = np.asarray(originals, dtype=np.int64)
     tt = np.asarray(tree_tenant, dtype=np.int64)
+    touched = np.zeros(len(tt), dtype=bool) if touched is None else np.asarray(touched, dtype=bool)
     n_ten = len(keep)
     n = np.bincount(tt, weights=size, minlength=n_ten).astype(np.int64)
     o = np.bincount(tt, weights=originals, minlength=n_ten).astype(np.float64)
     remove = np.maximum(n - np.asarray(keep, dtype=np.int64), 0)
     excess = size - originals * (np.asarray(keep, dtype=np.float64)[tt] / np.maximum(o[tt], 1.0))  # (T,)
-    order = np.lexsort((np.arange(len(tt)), -excess, tt))  # by tenant, excess desc, tree id
+    first = touched | (excess > slack * size)  # must be re-planned: received memories, or over the slack
+    order = np.lexsort((np.arange(len(tt)), -excess, ~first, tt))  # by tenant, the first ones, excess desc, id
+    st = tt[order]
     pos_e = np.maximum(excess[order], 0.0)
     room = size[order] - 1
-    need = remove[tt[order]]
-    chosen = (_exclusive_cumsum(pos_e, tt[order]) < need) | (_exclusive_cumsum(room, tt[order]) < need)
+    cover = _exclusive_cumsum(pos_e + slack * size[order], st)
+    need = remove[st]
+    chosen = first[order] | (cover < need) | (_exclusive_cumsum(room, st) < need)
+    chosen &= need > 0
     weights = np.zeros(len(tt), dtype=np.int64)
     caps = np.zeros(len(tt), dtype=np.int64)
     weights[order[chosen]] = np.floor(pos_e[chosen] * EXCESS_SCALE).astype(np.int64)

@@ -1,0 +1,120 @@
+"""``memforest compact STORE --max-nodes-per-tenant N``: a thin command over
+:func:`~memforest_gpu.runs.compact.compact_file`; each flag maps to a config field."""
+from __future__ import annotations
+
+import json
+import sys
+
+from .flags import add_config_arguments, as_flag_error, check_embedder_flag, config_from_args, parse_options
+
+__all__ = ["add_parser", "run", "format_compact", "add_budget_arguments", "budget_from_args"]
+
+
+def add_budget_arguments(p, *, flag: str = "--max-nodes-per-tenant", what: str = "tenant") -> None:
+    """The budget flags (fields of :class:`~memforest_gpu.config.CompactConfig`)."""
+    p.add_argument(flag, dest="max_nodes", type=int, required=True, metavar="N",
+                   help=f"the budget: a {what} holding more than N memories is compacted")
+    p.add_argument("--low-water", type=float, default=0.8,
+                   help=f"a {what} over budget is compacted down to floor(LOW_WATER * N) memories")
+    p.add_argument("--repartition-growth", type=float, default=1.0,
+                   help=f"partition a {what} again in full once the memories placed into its trees since its "
+                        "last full partition reach this multiple of its size then (1.0: it has doubled)")
+    p.add_argument("--slack", type=float, default=0.05,
+                   help="re-plan, besides the trees that received memories, every tree more than SLACK x its size "
+                        "above its fair share of what the tenant keeps")
+    p.add_argument("--repartition", action="store_true",
+                   help=f"partition every compacted {what} again in full, whatever its state")
+
+
+def budget_from_args(a):
+    from ..config import CompactConfig
+
+    if getattr(a, "ratio", None) is not None:
+        raise ValueError("--ratio does not apply to compact: the budget sets how many memories each tenant loses")
+    try:
+        return CompactConfig(max_nodes=a.max_nodes, low_water=a.low_water, repartition_growth=a.repartition_growth,
+                             repartition=a.repartition, slack=a.slack)
+    except ValueError as e:
+        msg = str(e).replace("max_nodes must", "the budget must")
+        raise ValueError(as_flag_error(msg, a)) from None
+
+
+def add_parser(subparsers) -> None:
+    c = subparsers.add_parser(
+        "compact", help="keep every tenant of a store within a budget, in place",
+        description="Compact every tenant of STORE that holds more than its budget, in place: new memories "
+                    "(rows without a tree, and the inbox STORE.inbox.jsonl) are placed into the tenant's event "
+                    "trees and only the trees that received memories or must shrink are re-planned. Tenants "
+                    "within budget are not touched. docs/compaction.md")
+    c.add_argument("store", help="the store (.parquet or .jsonl), rewritten atomically")
+    add_budget_arguments(c)
+    add_config_arguments(c)
+    c.add_argument("--embedder", default="auto", help="auto | default | none | PATH, as in memforest compress")
+    c.add_argument("--merger", default="extractive", help="who writes merged text (see memforest compress)")
+    c.add_argument("--merger-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the merger, e.g. model=/models/qwen (VALUE read as JSON when it parses)")
+    c.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
+    c.add_argument("--resume", action="store_true",
+                   help="continue from STORE.journal.jsonl (compact always does: the flag is accepted for "
+                        "symmetry with compress)")
+    c.add_argument("--dry-run", action="store_true", help="print what would be removed where; write nothing")
+    c.add_argument("--report", default=None, help="also write the run report as JSON to this path")
+    c.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def run(a) -> int:
+    from ..mergers import get_merger
+    from ..runs.compact import compact_file
+    from ..runs.outputs import check_output
+    from ..store.io import detect_format
+
+    budget = budget_from_args(a)
+    cfg = config_from_args(a)
+    check_embedder_flag(a.embedder)
+    detect_format(a.store, None, flag=None)
+    if a.report:
+        check_output(a.report, inputs=[a.store], what="--report", needs_format=False)
+    try:
+        merger = get_merger(a.merger, **parse_options(a.merger_option))
+    except ValueError as e:
+        raise ValueError(as_flag_error(str(e), a)) from None
+    res = compact_file(a.store, budget, cfg, embedder=a.embedder, merger=merger, device=a.device,
+                       progress=not a.quiet and sys.stderr.isatty(), dry_run=a.dry_run)
+    print(format_compact(res))
+    if a.dry_run:
+        print("dry run: nothing merged, nothing written")
+    elif res.written:
+        print(f"wrote {a.store}")
+    else:
+        print("every tenant is within budget and the inbox is empty: nothing written")
+    if a.report:
+        from ..store.atomic import atomic_write_text
+
+        d = res.report.to_dict()
+        d.update({"written": res.written, "inbox": res.inbox, "replayed": res.replayed, "seconds": res.seconds})
+        atomic_write_text(a.report, json.dumps(d, indent=2, default=str))
+    return 0
+
+
+def format_compact(res, *, max_tenants: int = 20) -> str:
+    """Per compacted tenant: nodes in, budget, kept, new memories, placed, new trees, trees
+    re-planned of all; then totals and time per step."""
+    r = res.report
+    lines = [f"{'tenant':<24} {'in':>7} {'budget':>7} {'out':>7} {'new':>6} {'placed':>6} {'+trees':>6} "
+             f"{'replanned':>10}  note"]
+    for t in r.tenants[:max_tenants]:
+        note = ("partitioned in full; " if t["repartitioned"] else "") + \
+               (f"short by {t['shortfall']}" if t["shortfall"] else "")
+        lines.append(f"{t['tenant'][:24]:<24} {t['nodes_in']:>7} {t['budget']:>7} {t['nodes_out']:>7} {t['new']:>6} "
+                     f"{t['placed']:>6} {t['new_trees']:>6} {t['trees_replanned']:>4} of {t['trees']:<4}  "
+                     f"{note.rstrip('; ')}")
+    if len(r.tenants) > max_tenants:
+        lines.append(f"... and {len(r.tenants) - max_tenants} more compacted tenants")
+    lines.append(f"{len(r.tenants)} of {r.tenants_in} tenants over budget; nodes {r.nodes_in} -> {r.nodes_out}; "
+                 f"{r.merges} merges in {r.rounds} rounds" + (f"; {res.inbox} inbox records folded in" if res.inbox
+                                                              else "")
+                 + (f"; {res.replayed} merges replayed from the journal" if res.replayed else ""))
+    if r.shortfall:
+        lines.append(f"shortfall: {r.shortfall} removals could not be made (reported per tenant above)")
+    lines.append("time: " + ", ".join(f"{k} {v:.2f}s" for k, v in res.seconds.items()))
+    return "\n".join(lines)
