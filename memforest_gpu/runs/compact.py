@@ -271,8 +271,10 @@ class CompactingStore:
 
     ``add`` appends the records to the inbox (``STORE.inbox.jsonl``, fsynced; records without
     ``embedding`` are embedded first with ``embedder``) and, with ``auto``, compacts the
-    store when a tenant it added to is over budget. Nothing lives only in memory: a new
-    object on the same files carries on (the tenant counts are read again).
+    store when a tenant it added to is over budget. Adding is idempotent by id: a record
+    whose id the store already holds (as a node or inside a merged node) is dropped when the
+    inbox is folded in; an id already waiting in the inbox is refused. Nothing lives only in
+    memory: a new object on the same files carries on (the tenant counts are read again).
     """
 
     def __init__(self, path, budget: CompactConfig, config: CompressConfig | None = None, *, embedder=None,
@@ -299,6 +301,14 @@ class CompactingStore:
                     counts[t] = counts.get(t, 0) + 1
         return counts
 
+    def _inbox_ids(self) -> set[str]:
+        p = inbox_path(self.path)
+        if not os.path.exists(p):
+            return set()
+        with open(p, "rb") as f:
+            data = f.read()
+        return {str(json.loads(x)["id"]) for x in data[:data.rfind(b"\n") + 1].split(b"\n") if x.strip()}
+
     def _pass_through(self) -> bool:
         import pyarrow.parquet as pq
 
@@ -315,7 +325,11 @@ class CompactingStore:
             vecs = self.embedder.embed([r["text"] for r in todo]).detach().cpu().float().numpy()
             for r, v in zip(todo, vecs):
                 r["embedding"] = v.tolist()
-        MemoryStore.from_records(recs)  # refuse bad records before they reach the inbox
+        MemoryStore.from_records(recs)  # refuse bad records (and ids repeated among them) before the inbox
+        waiting = self._inbox_ids()
+        for r in recs:
+            if str(r["id"]) in waiting:
+                raise ValueError(f"id of a new memory must not be in the inbox already, got {r['id']!r}")
         with OutputLock(self.path):
             with open(inbox_path(self.path), "ab") as f:
                 f.write(b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in recs))

@@ -1,0 +1,180 @@
+"""compact on files: in place, atomic, journaled; the inbox; the service object; the CLI; a
+real kill -9 in the middle of a sequence of compactions."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from compact_helpers import arrivals, check_compaction, origin_tenants, same_store, store_of
+from memforest_gpu.cli.main import main as cli
+from memforest_gpu.config import CompactConfig, CompressConfig
+from memforest_gpu.engine.compact import compact
+from memforest_gpu.runs.compact import CompactingStore, compact_file
+from memforest_gpu.runs.compact_files import inbox_path
+from memforest_gpu.store.io import read_store, write_store
+from memforest_gpu.store.splice import append
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAPER = CompressConfig.preset("paper")
+BUDGET = CompactConfig(max_nodes={"a": 50, "b": 80, "c": 40}, low_water=0.8)
+
+
+def _add_to_inbox(path: str, recs: list[dict]) -> None:
+    with open(inbox_path(path), "a") as f:
+        for r in recs:
+            f.write(json.dumps(r) + "\n")
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_file_compactions_equal_the_in_memory_ones(tmp_path, fmt):
+    recs = arrivals(0, 60, ["a", "b", "c"])
+    path = str(tmp_path / f"s.{fmt}")
+    write_store(store_of(recs), path)
+    mem, owner = read_store(path), origin_tenants(recs)
+    for k in range(6):
+        r = compact_file(path, BUDGET, PAPER, embedder="none")
+        before = mem
+        res = compact(mem, BUDGET, PAPER, device="cpu")
+        mem = res.store
+        got = read_store(path)
+        check_compaction(before, res, BUDGET, owner)
+        assert same_store(got, mem) and r.written
+        assert not os.path.exists(path + ".journal.jsonl") and not os.path.exists(path + ".lock")
+        new = arrivals(k + 1, 10, ["a", "b", "c"][: k % 3 + 1])
+        owner.update(origin_tenants(new))
+        _add_to_inbox(path, new)
+        mem = append(mem, store_of(new))
+    assert compact_file(path, CompactConfig(max_nodes=10_000), PAPER, embedder="none").written  # the inbox
+    assert not compact_file(path, CompactConfig(max_nodes=10_000), PAPER, embedder="none").written  # nothing to do
+
+
+def test_an_inbox_folded_by_a_killed_run_is_not_folded_twice(tmp_path):
+    path = str(tmp_path / "s.parquet")
+    write_store(store_of(arrivals(0, 30, ["a", "b"])), path)
+    new = arrivals(1, 25, ["a"])
+    _add_to_inbox(path, new)
+    saved = open(inbox_path(path), "rb").read()
+    compact_file(path, CompactConfig(max_nodes=40), PAPER, embedder="none")
+    after = read_store(path)
+    assert not os.path.exists(inbox_path(path))
+    with open(inbox_path(path), "wb") as f:  # as if killed after the store was written, before the inbox was emptied
+        f.write(saved)
+    r = compact_file(path, CompactConfig(max_nodes=40), PAPER, embedder="none")
+    assert same_store(read_store(path), after) and r.report.merges == 0
+
+
+def test_service_object_carries_on_after_a_restart(tmp_path):
+    path = str(tmp_path / "s.parquet")
+    write_store(store_of(arrivals(0, 20, ["a", "b"])), path)
+    cs = CompactingStore(path, CompactConfig(max_nodes=30, low_water=0.5), PAPER)
+    assert cs.add(arrivals(1, 5, ["a"])) is None  # 25 <= 30: only the inbox grows
+    assert cs.counts() == {"a": 25, "b": 20}
+    cs2 = CompactingStore(path, CompactConfig(max_nodes=30, low_water=0.5), PAPER)  # a new process
+    res = cs2.add(arrivals(2, 6, ["a"]))
+    assert res is not None and res.written and cs2.counts() == {"a": 15, "b": 20}
+    st = read_store(path)
+    assert sorted(x for s in st.sources for x in s) == sorted(
+        [r["id"] for k, n in ((0, 20), (1, 5), (2, 6)) for r in arrivals(k, n, ["a", "b"] if k == 0 else ["a"])])
+    again = cs2.add(arrivals(2, 1, ["a"]) + arrivals(3, 1, ["b"]))  # a2-0 is in the store: adding is idempotent
+    assert again is None and cs2.compact().inbox == 1 and cs2.counts() == {"a": 15, "b": 21}
+    cs2.add(arrivals(4, 1, ["b"]))
+    with pytest.raises(ValueError, match="inbox already"):
+        cs2.add(arrivals(4, 1, ["b"]))
+
+
+def test_cli_compact(tmp_path, capsys):
+    path = str(tmp_path / "s.parquet")
+    write_store(store_of(arrivals(0, 60, ["a", "b"])), path)
+    before = open(path, "rb").read()
+    assert cli(["compact", path, "--max-nodes-per-tenant", "50", "--ratio", "0.5"]) == 2
+    assert "--ratio does not apply" in capsys.readouterr().err
+    assert cli(["compact", path, "--max-nodes-per-tenant", "50", "--dry-run", "--preset", "paper",
+                "--embedder", "none"]) == 0
+    assert "dry run" in capsys.readouterr().out and open(path, "rb").read() == before
+    rep = str(tmp_path / "r.json")
+    assert cli(["compact", path, "--max-nodes-per-tenant", "50", "--preset", "paper", "--embedder", "none",
+                "--report", rep, "--low-water", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "2 of 2 tenants over budget" in out and f"wrote {path}" in out
+    d = json.load(open(rep))
+    assert [t["nodes_out"] for t in d["tenants"]] == [25, 25] and d["written"]
+    assert cli(["compact", path, "--max-nodes-per-tenant", "50", "--preset", "paper", "--embedder", "none"]) == 0
+    assert "nothing written" in capsys.readouterr().out
+
+
+_SCRIPT = textwrap.dedent('''
+    import json, os, sys
+    sys.path.insert(0, sys.argv[1])
+    from compact_helpers import arrivals
+    from memforest_gpu.config import CompactConfig, CompressConfig
+    from memforest_gpu.mergers.extractive import ExtractiveMerger
+    from memforest_gpu.runs.compact import compact_file
+    from memforest_gpu.runs.compact_files import inbox_path
+
+    class Killer(ExtractiveMerger):
+        """The extractive merger; kills its own process (kill -9) at its call number kill_at."""
+        def __init__(self, kill_at):
+            super().__init__()
+            self.calls, self.kill_at = 0, kill_at
+        def merge(self, pairs):
+            self.calls += 1
+            if self.calls == self.kill_at:
+                os.kill(os.getpid(), 9)
+            return super().merge(pairs)
+        def identity(self):
+            return {"name": "extractive", "test": "killer"}
+
+    path, lo, hi, kill_at = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    budget = CompactConfig(max_nodes={"a": 50, "b": 80, "c": 40}, low_water=0.8)
+    for k in range(lo, hi):
+        if not os.path.exists(inbox_path(path)) or k > lo:
+            with open(inbox_path(path), "a") as f:
+                for r in arrivals(k + 1, 10, ["a", "b", "c"][: k % 3 + 1]):
+                    f.write(json.dumps(r) + "\\n")
+        r = compact_file(path, budget, CompressConfig.preset("paper"), embedder="none",
+                         merger=Killer(kill_at if k == lo else 0))
+        print(json.dumps({"step": k, "merges": r.report.merges, "replayed": r.replayed}), flush=True)
+''')
+
+
+def _steps(tmp_path, path, lo, hi, kill_at=0):
+    script = tmp_path / "seq.py"
+    script.write_text(_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, str(script), os.path.join(ROOT, "tests"), path, str(lo), str(hi),
+                           str(kill_at)], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_kill_9_in_the_middle_of_a_sequence(tmp_path):
+    start = str(tmp_path / "start.parquet")
+    write_store(store_of(arrivals(0, 60, ["a", "b", "c"])), start)
+    ref, killed = str(tmp_path / "ref.parquet"), str(tmp_path / "killed.parquet")
+    shutil.copy(start, ref)
+    shutil.copy(start, killed)
+    r = _steps(tmp_path, ref, 0, 12)  # twelve compactions, uninterrupted
+    assert r.returncode == 0, r.stderr
+    r = _steps(tmp_path, killed, 0, 6)
+    assert r.returncode == 0, r.stderr
+    before = open(killed, "rb").read()
+    r = _steps(tmp_path, killed, 6, 7, kill_at=2)  # kill -9 at the merger's second call of compaction 7
+    assert r.returncode == -9, (r.returncode, r.stdout, r.stderr)
+    assert open(killed, "rb").read() == before  # the previous store, intact
+    assert os.path.exists(inbox_path(killed)) and os.path.exists(killed + ".lock")
+    with open(killed + ".journal.jsonl") as f:
+        assert len(f.read().splitlines()) >= 2  # the header and the first round's merges
+    r = _steps(tmp_path, killed, 6, 12)  # a re-run: takes over the stale lock, replays the journal
+    assert r.returncode == 0, r.stderr
+    steps = [json.loads(x) for x in r.stdout.splitlines()]
+    assert steps[0]["replayed"] > 0 and steps[0]["merges"] > steps[0]["replayed"]
+    assert same_store(read_store(killed), read_store(ref))
+    assert not os.path.exists(killed + ".journal.jsonl") and not os.path.exists(killed + ".lock")
+    got = read_store(killed)
+    n = {t: int(c) for t, c in zip(got.tenant_table, np.bincount(got.tenant_codes_np))}
+    assert all(n[t] <= b for t, b in BUDGET.max_nodes.items())
