@@ -183,27 +183,30 @@ def test_failure_between_write_and_delete_loses_nothing(mem, tmp_path):
     assert _same(_snapshot(m, {"user_id": "carol"}), before)
 
 
-def test_verification_searches_really_run(mem, tmp_path):
-    """A merged memory the store's search does not return stops the run before any delete."""
+def test_verification_reads_the_store_back(mem, tmp_path, monkeypatch):
+    """A merged memory that the vector store does not hold as written stops the run before any
+    delete; the check reads the added points back by id, in batches, with no search."""
+    import memforest_gpu.adapters.mem0 as mem0_mod
+    from memforest_gpu.adapters.vectors import read_ids
+
     m, ids, _ = mem
     kim = _fill(m, "kim", 6)
     before = _snapshot(m, {"user_id": "kim"})
-    vs = m.vector_store
-    real = vs.search_batch
     calls = []
 
-    def forgetful(queries, vectors_list, top_k=1, filters=None):
-        calls.append((len(vectors_list), top_k, filters))
-        return [row[1:] for row in real(queries, vectors_list, top_k=top_k, filters=filters)]  # loses the best hit
+    def altered(memory, want, **kw):
+        calls.append(len(want))
+        got = read_ids(memory, want, **kw)
+        first = got[want[0]]
+        first.payload = {**first.payload, "data": first.payload["data"] + " (changed)"}
+        return got
 
-    vs.search_batch = forgetful
-    try:
-        with pytest.raises(RuntimeError, match="is stored but not found by a search in its scope"):
-            compress_mem0(m, Scope(user_id="kim"), CompressConfig(merge=MergeConfig(ratio=0.5)),
-                          backup=tmp_path / "kim.parquet")
-    finally:
-        vs.search_batch = real
-    assert len(calls) == 1 and calls[0][0] >= 1 and calls[0][1:] == (20, {"user_id": "kim"})  # one batched request
+    monkeypatch.setattr(mem0_mod, "read_ids", altered)
+    monkeypatch.setattr(m.vector_store, "search_batch", None)  # no search is made
+    with pytest.raises(RuntimeError, match="is not stored as written"):
+        compress_mem0(m, Scope(user_id="kim"), CompressConfig(merge=MergeConfig(ratio=0.5)),
+                      backup=tmp_path / "kim.parquet")
+    assert len(calls) == 1 and calls[0] >= 1  # one batched read-back
     now = _snapshot(m, {"user_id": "kim"})
     assert set(kim) <= set(now) and _same({i: now[i] for i in kim}, before)
     restore_mem0(m, tmp_path / "kim.parquet")

@@ -18,9 +18,9 @@ What :func:`compress_mem0` does, in order:
    history table records it) with ``metadata.merged_from`` = the original ids, the newest
    original's ``created_at``, the scope ids, the shared ``actor_id``/``role`` and the other
    metadata of its originals (newer wins);
-6. checks that every merged memory is stored and found by a vector search in its scope
-   (the searches batched per scope),
-   and links it to every entity of Mem0's entity store that one of its originals links to;
+6. checks that every merged memory is stored as written, reading the added points back
+   from the vector store by id in batches (text, scope ids, vector), and links it to every
+   entity of Mem0's entity store that one of its originals links to;
 7. only then deletes the memories they replace, through Mem0's API (history: DELETE; Mem0
    unlinks them from their entities, which keep the merged memory).
 
@@ -45,10 +45,11 @@ from ..store.timeutil import parse_timestamp
 from .backup import write_backup
 from .mem0_client import Mem0Embedder, close_memory, entity_store, load_config, load_memory
 from .restore import restore_mem0
-from .vectors import Point, provider_of, read_points
+from .vectors import Point, provider_of, read_ids, read_points
 
 __all__ = ["Scope", "compress_mem0", "restore_mem0", "format_plan", "MergeGroup", "Mem0CompressResult", "tenant_of",
-           "default_backup_path", "load_config", "load_memory", "close_memory", "entity_store", "Mem0Embedder"]
+           "default_backup_path", "load_config", "load_memory", "close_memory", "entity_store", "Mem0Embedder",
+           "split_eligible", "merge_groups", "write_back", "store_of_points", "Clock"]
 
 log = logging.getLogger("memforest_gpu")
 
@@ -143,7 +144,7 @@ def _timestamp(p: Point) -> float:
     raise ValueError(f"memory {p.id!r} must have a created_at or updated_at, got neither")
 
 
-def _store_of(points: list[Point], embedder_name: str) -> MemoryStore:
+def store_of_points(points: list[Point], embedder_name: str) -> MemoryStore:
     sources = []
     for p in points:
         mf = p.payload.get("merged_from")
@@ -164,10 +165,27 @@ def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *,
     ``after_write``: called once every merged memory is stored and verified, before any
     original is deleted (a failure there leaves every original in place).
     """
-    provider = provider_of(memory)
-    clock = _Clock()
+    clock = Clock()
     points = read_points(memory, scope.filters)
     clock("read")
+    todo, result = split_eligible(points, scope, dry_run, clock)
+    if not todo:
+        return result
+    emb = Mem0Embedder(memory, device=device)
+    store = store_of_points(todo, emb.name)
+    res = compress(store, config, merger=merger, embedder=emb, device=device, progress=progress)
+    clock("compress")
+    result.report = res.report
+    by_id = {p.id: p for p in todo}
+    result.groups, vectors, _ = merge_groups(store, res.store, res.merges, by_id)
+    if dry_run or not result.groups:
+        return result
+    write_back(memory, result, points, by_id, vectors, backup, after_write, clock, verify_k)
+    return result
+
+
+def split_eligible(points: list[Point], scope: Scope, dry_run: bool, clock) -> tuple[list[Point], Mem0CompressResult]:
+    """The memories that can be compressed, and a result that counts the others by reason."""
     why = {p.id: _eligible(p) for p in points}
     left: dict[str, int] = {}
     for r in why.values():
@@ -175,43 +193,45 @@ def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *,
             left[r] = left.get(r, 0) + 1
     todo = [p for p in points if why[p.id] is None]
     previews = {p.id: (p.payload.get("created_at"), p.payload.get("data")) for p in todo}
-    result = Mem0CompressResult(scope, len(points), [], [], left, dry_run=dry_run, previews=previews,
-                                seconds=clock.seconds)
-    if not todo:
-        return result
-    emb = Mem0Embedder(memory, device=device)
-    store = _store_of(todo, emb.name)
-    res = compress(store, config, merger=merger, embedder=emb, device=device, progress=progress)
-    clock("compress")
-    result.report = res.report
-    by_id = {p.id: p for p in todo}
+    return todo, Mem0CompressResult(scope, len(points), [], [], left, dry_run=dry_run, previews=previews,
+                                    seconds=clock.seconds)
+
+
+def merge_groups(store: MemoryStore, out: MemoryStore, merges, by_id: dict) -> tuple[list, list, list[int]]:
+    """One :class:`MergeGroup` per merged node of ``out`` (members older first), its vector,
+    and its row in ``out``."""
     pos = {i: j for j, i in enumerate(store.ids)}
     members = {i: [i] for i in store.ids}
-    for m in res.merges:
+    for m in merges:
         members[m.into] = members.pop(m.a) + members.pop(m.b)
-    out_emb = {}
-    for j, (i, text, src, ten) in enumerate(zip(res.store.ids, res.store.texts, res.store.sources,
-                                                res.store.tenants)):
+    groups, vectors, rows = [], [], []
+    ts = store.timestamps.tolist()
+    for j, (i, text, src, ten) in enumerate(zip(out.ids, out.texts, out.sources, out.tenants)):
         if i in by_id:
             continue
-        mem = sorted(members[i], key=lambda x: (float(store.timestamps[pos[x]]), pos[x]))
-        result.groups.append(MergeGroup(ten, mem, list(src), text))
-        out_emb[id(result.groups[-1])] = res.store.embeddings[j].detach().cpu().float().numpy()
-    if dry_run or not result.groups:
-        return result
+        mem = sorted(members[i], key=lambda x: (ts[pos[x]], pos[x]))
+        groups.append(MergeGroup(ten, mem, list(src), text))
+        vectors.append(out.embeddings[j].detach().cpu().float().numpy())
+        rows.append(j)
+    return groups, vectors, rows
 
-    # ---- backup, then merged memories, then (only then) deletions
+
+def write_back(memory, result: Mem0CompressResult, points: list[Point], by_id: dict, vectors: list, backup,
+               after_write, clock, verify_k: int = 20) -> None:
+    """Backup of the scope, then the merged memories (added, verified, linked to entities),
+    then (only then) the deletions."""
+    scope = result.scope
     result.backup = os.fspath(backup) if backup is not None else default_backup_path(scope)
     es = entity_store(memory)
     ents = read_points(memory, scope.filters, store=es) if es is not None else []
-    write_backup(result.backup, points, provider=provider, collection=memory.vector_store.collection_name,
+    write_backup(result.backup, points, provider=provider_of(memory), collection=memory.vector_store.collection_name,
                  scope=scope.filters, entities=ents, entity_collection=es.collection_name if es is not None else None)
     clock("backup")
     for g in result.groups:
         g.new_id = _add_merged(memory, g, [by_id[x] for x in g.members])
     clock("add")
-    _verify(memory, result.groups, [out_emb[id(g)] for g in result.groups],
-            [by_id[g.members[0]].payload for g in result.groups], verify_k, result.backup)
+    _verify(memory, result.groups, vectors, [by_id[g.members[0]].payload for g in result.groups], verify_k,
+            result.backup)
     clock("verify")
     result.relinked = _relink(es, ents, result.groups)
     clock("relink")
@@ -222,10 +242,9 @@ def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *,
             memory.delete(x)
             result.deleted.append(x)
     clock("delete")
-    return result
 
 
-class _Clock:
+class Clock:
     """``clock(step)`` adds the wall time since the last call to ``seconds[step]``."""
 
     def __init__(self):
@@ -278,54 +297,25 @@ def _relink(es, ents: list[Point], groups: list[MergeGroup]) -> int:
 
 def _verify(memory, groups: list[MergeGroup], vectors: list[np.ndarray], payloads: list[dict], k: int,
             backup: str) -> None:
-    """Every merged memory is stored as written (Mem0's ``get``) and found by a vector search
-    for its own vector in its scope (top ``k``). The searches go to the store batched: one
-    request list per scope (Qdrant ``query_batch_points``, Chroma one ``query`` with many
-    vectors); FAISS, which Mem0 filters after a global top-2k, is checked in its flat index."""
-    for g in groups:
-        got = memory.get(g.new_id)
-        if got is None or got.get("memory") != g.text:
-            raise RuntimeError(f"merged memory {g.new_id} is not stored as written; no original was deleted "
-                               f"(restore with: memforest mem0 restore {backup})")
-    provider = provider_of(memory)
-    vs = memory.vector_store
-    found: dict[str, bool] = {}
-    if provider in ("qdrant", "chroma"):
-        by_scope: dict[tuple, list[int]] = {}
-        for j, p in enumerate(payloads):
-            by_scope.setdefault(tuple((key, p[key]) for key in SCOPE_KEYS if p.get(key)), []).append(j)
-        for flt, js in by_scope.items():
-            for lo in range(0, len(js), 256):
-                chunk = js[lo:lo + 256]
-                hits = _search_batch(vs, provider, [vectors[j] for j in chunk], dict(flt), k)
-                for j, ids in zip(chunk, hits):
-                    found[groups[j].new_id] = groups[j].new_id in ids
-    else:
-        where = {x: i for i, x in vs.index_to_id.items()}  # the newest position of each id
-        for g, vec in zip(groups, vectors):
-            pos = where.get(g.new_id)
-            v = vs.index.reconstruct(int(pos)) if pos is not None else None
-            found[g.new_id] = v is not None and float(np.dot(v, vec) / (np.linalg.norm(v) * np.linalg.norm(vec))) > 0.99
-    missing = [g.new_id for g in groups if not found[g.new_id]]
-    if missing:
-        raise RuntimeError(f"merged memory {missing[0]} is stored but not found by a search in its scope "
-                           f"({len(missing)} such); no original was deleted (restore with: memforest mem0 restore "
-                           f"{backup})")
-
-
-def _search_batch(vs, provider: str, vectors: list[np.ndarray], filters: dict, k: int) -> list[set[str]]:
-    """The ids found by a filtered top-``k`` search for each vector, in one request: Mem0's
-    own ``search_batch`` for Qdrant, one ``query`` with many vectors for Chroma."""
-    if provider == "chroma":
-        from .vectors import chroma_where
-
-        n = min(k, vs.collection.count())
-        r = vs.collection.query(query_embeddings=[v.astype(np.float32) for v in vectors], n_results=max(n, 1),
-                                where=chroma_where(filters), include=[])
-        return [set(map(str, ids)) for ids in r["ids"]]
-    hits = vs.search_batch(queries=[""] * len(vectors), vectors_list=[v.tolist() for v in vectors], top_k=k,
-                           filters=filters)
-    return [{str(h.id) for h in row} for row in hits]
+    """Every merged memory is stored as written, read back from the vector store's own records
+    by id in batches (:func:`~.vectors.read_ids`; no search and no ``get`` per memory): its
+    text, the scope ids and actor of its originals (what a scoped search filters on), and its
+    vector (cosine > 0.99 with the embedding of its text). ``k`` is kept for callers."""
+    got = read_ids(memory, [g.new_id for g in groups])
+    for g, vec, p in zip(groups, vectors, payloads):
+        r = got.get(g.new_id)
+        why = None
+        if r is None:
+            why = "is not in the vector store"
+        elif r.payload.get("data") != g.text:
+            why = "is not stored as written"
+        elif any(r.payload.get(key) != p.get(key) for key in (*SCOPE_KEYS, "actor_id") if p.get(key)):
+            why = "is stored outside its scope"
+        elif float(np.dot(r.vector, vec) / (np.linalg.norm(r.vector) * np.linalg.norm(vec) + 1e-12)) <= 0.99:
+            why = "is stored with another vector than its text's"
+        if why:
+            raise RuntimeError(f"merged memory {g.new_id} {why}; no original was deleted (restore with: "
+                               f"memforest mem0 restore {backup})")
 
 
 # --------------------------------------------------------------------------- plan text

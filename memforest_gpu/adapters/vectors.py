@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Point", "STORES", "read_points", "write_points", "provider_of", "check_provider", "payloads_equal",
-           "payload_json"]
+__all__ = ["Point", "STORES", "read_points", "read_ids", "write_points", "provider_of", "check_provider",
+           "payloads_equal", "payload_json"]
 
 STORES = ("qdrant", "chroma", "faiss")
 
@@ -75,6 +75,34 @@ def read_points(memory, filters: dict, *, store=None, page: int = 512) -> list[P
     if provider == "chroma":
         return _chroma_read(vs, filters, page)
     return _faiss_read(vs, filters)
+
+
+def read_ids(memory, ids: list[str], *, page: int = 256) -> dict[str, Point]:
+    """The stored points of ``ids`` with their vectors, read back by id in batches of ``page``
+    (Qdrant ``retrieve``, Chroma ``get(ids=...)``, FAISS docstore + ``reconstruct``); an id the
+    store does not hold is absent from the result."""
+    vs = memory.vector_store
+    provider = provider_of(memory)
+    out: dict[str, Point] = {}
+    if provider == "faiss":
+        where = {str(x): i for i, x in vs.index_to_id.items()}  # the newest position of each id
+        for i in ids:
+            pos, payload = where.get(str(i)), vs.docstore.get(i)
+            if pos is not None and payload is not None:
+                out[str(i)] = Point(str(i), np.asarray(vs.index.reconstruct(int(pos)), dtype=np.float32), dict(payload))
+        return out
+    for lo in range(0, len(ids), page):
+        chunk = list(ids[lo:lo + page])
+        if provider == "qdrant":
+            for r in vs.client.retrieve(collection_name=vs.collection_name, ids=chunk, with_payload=True,
+                                        with_vectors=True):
+                v = r.vector.get("") if isinstance(r.vector, dict) else r.vector
+                out[str(r.id)] = Point(str(r.id), np.asarray(v, dtype=np.float32), dict(r.payload or {}))
+        else:
+            r = vs.collection.get(ids=chunk, include=["embeddings", "metadatas"])
+            for j, i in enumerate(r["ids"]):
+                out[str(i)] = Point(str(i), np.asarray(r["embeddings"][j], dtype=np.float32), dict(r["metadatas"][j] or {}))
+    return out
 
 
 def write_points(memory, points: list[Point], *, replace: set[str] = frozenset(), store=None) -> None:

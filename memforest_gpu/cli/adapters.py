@@ -43,6 +43,20 @@ def add_parser(subparsers) -> None:
     c.add_argument("--backup", default=None, help="backup file (default mem0-backup-<scope>-<time>.parquet)")
     c.add_argument("--show", type=int, default=50, help="merged memories shown in the plan (default 50)")
     _add_compress_options(c)
+    k = ms.add_parser("compact", help="keep every user within a budget: merge the memories of users over it")
+    k.add_argument("--config", required=True, help="Mem0 config (YAML or JSON), as given to Memory.from_config")
+    from .compact import add_budget_arguments
+
+    add_budget_arguments(k, flag="--max-per-user", what="user")
+    k.add_argument("--state", default=None,
+                   help="the compaction state (trees per memory; default CONFIG.compact.json beside the config)")
+    k.add_argument("--user-id", default=None, help="only this user's memories")
+    k.add_argument("--agent-id", default=None, help="only this agent's memories")
+    k.add_argument("--run-id", default=None, help="only this run's memories")
+    k.add_argument("--dry-run", action="store_true", help="print which memories would merge; change nothing")
+    k.add_argument("--backup", default=None, help="backup file (default mem0-backup-<scope>-<time>.parquet)")
+    k.add_argument("--show", type=int, default=50, help="merged memories shown in the plan (default 50)")
+    _add_compress_options(k)
     r = ms.add_parser("restore", help="put a scope back exactly as in a backup")
     r.add_argument("backup", help="the backup file written by mem0 compress")
     r.add_argument("--config", required=True, help="Mem0 config (YAML or JSON)")
@@ -116,6 +130,44 @@ def _mem0_compress(a) -> int:
                       "backup": res.backup, "deleted": res.deleted, "left_alone": res.left_alone,
                       "merged": [g.__dict__ for g in res.groups],
                       "engine": res.report.to_dict() if res.report else None})
+    return 0
+
+
+def _mem0_compact(a) -> int:
+    from ..adapters.mem0 import Scope, close_memory, format_plan, load_memory
+    from ..adapters.mem0_compact import compact_mem0
+    from ..runs.outputs import check_output
+    from .compact import budget_from_args
+
+    ids = {k: getattr(a, k) for k in ("user_id", "agent_id", "run_id") if getattr(a, k)}
+    scope = Scope(**ids) if ids else Scope(all_tenants=True)
+    budget, cfg, merger = budget_from_args(a), _config(a), _merger(a)  # bad options fail before Mem0 is opened
+    state = a.state or a.config + ".compact.json"
+    for path, what in ((a.backup, "--backup"), (a.report, "--report"), (state, "--state")):
+        if path:
+            check_output(path, inputs=[a.config], what=what, needs_format=False)
+    memory = load_memory(a.config)
+    try:
+        res = compact_mem0(memory, budget, cfg, scope=scope, state=state, merger=merger,
+                           backup=a.backup, dry_run=a.dry_run, device=a.device, progress=_progress(a))
+    finally:
+        close_memory(memory)
+    rep = res.report
+    over = len(rep.tenants) if rep is not None else 0
+    print(format_plan(res, max_groups=a.show))
+    print(f"{over} tenant(s) over a budget of {a.max_nodes} memories" + (
+        "; " + ", ".join(f"{t['tenant']} {t['nodes_in']} -> {t['nodes_out']}" for t in rep.tenants[:10])
+        + (" ..." if over > 10 else "") if over else ""))
+    if a.dry_run:
+        print("dry run: nothing written, nothing deleted")
+    elif res.groups:
+        print(f"backup: {res.backup}\nadded {len(res.groups)} merged memories, deleted {len(res.deleted)}; state "
+              f"{state}; undo with: memforest mem0 restore {res.backup} --config {a.config}")
+    print("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()))
+    _write_report(a, {"scope": res.scope.filters or "all", "memories_in": res.n_in, "dry_run": res.dry_run,
+                      "seconds": res.seconds, "backup": res.backup, "deleted": res.deleted, "state": state,
+                      "left_alone": res.left_alone, "merged": [g.__dict__ for g in res.groups],
+                      "engine": rep.to_dict() if rep is not None else None})
     return 0
 
 
@@ -203,7 +255,7 @@ def _m3_compress(a) -> int:
 
 def run(args) -> int:
     """Run a parsed ``mem0`` or ``graph`` command."""
-    fn = {("mem0", "compress"): _mem0_compress, ("mem0", "restore"): _mem0_restore,
+    fn = {("mem0", "compress"): _mem0_compress, ("mem0", "compact"): _mem0_compact, ("mem0", "restore"): _mem0_restore,
           ("graph", "compress"): _graph_compress}[(args.cmd, args.sub)]
     return fn(args)
 

@@ -1,0 +1,117 @@
+"""Keep every user of a Mem0 store within a budget: ``memforest mem0 compact``.
+
+    res = compact_mem0(memory, CompactConfig(max_nodes=500), state="mem0.compact.json")
+
+What :func:`compact_mem0` does, in order:
+
+1. reads every memory of the scope (default: the whole collection) with its vector;
+2. counts each tenant's memories (a tenant is a Mem0 scope: ``user_id`` / ``agent_id`` /
+   ``run_id`` / ``actor_id``; memories with an ``expiration_date`` and procedural ones are
+   left alone and not counted); tenants within budget are done with;
+3. compacts the tenants over budget with :func:`~memforest_gpu.engine.compact.compact`: their
+   memories added since the last compaction are placed into their event trees, read from
+   the state file (``state``: memory id -> tree, and each tenant's centres; a memory the file
+   does not know is new), and only the trees that received memories or must shrink are
+   re-planned; merged text is embedded with Mem0's own model;
+4. (dry run: stops here and returns the plan)
+5. writes it back as ``mem0 compress`` does (:func:`~.mem0.write_back`): a backup of the whole
+   scope, the merged memories added through Mem0 (``metadata.merged_from``: the originals),
+   verified by reading them back from the vector store by id in batches, relinked to Mem0's
+   entities, and only then the memories they replace deleted;
+6. writes the state file (atomically).
+
+A failure before step 5's deletions leaves every original in place, and ``memforest mem0
+restore BACKUP`` puts the scope back. A state file that is stale (a run stopped before step 6)
+only makes the next compaction place the memories it does not know as new ones.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from ..config import CompactConfig, CompressConfig
+from ..engine.compact import compact
+from ..store.atomic import atomic_write_text
+from ..store.forest import Forest, forest_from_json, forest_json
+from .mem0 import (Clock, Mem0CompressResult, Mem0Embedder, Scope, merge_groups, split_eligible, store_of_points,
+                   tenant_of, write_back)
+from .vectors import read_points
+
+__all__ = ["compact_mem0", "read_state", "write_state", "STATE_VERSION"]
+
+STATE_VERSION = 1
+
+
+def read_state(path) -> tuple[dict[str, int], dict]:
+    """(memory id -> tree, tenant -> TenantForest) from a state file; empty when there is none."""
+    if path is None or not os.path.exists(path):
+        return {}, {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+        if d.get("version") != STATE_VERSION:
+            return {}, {}
+        return {str(k): int(v) for k, v in d["trees"].items()}, forest_from_json(json.dumps(d["forest"]), path)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: not a memforest Mem0 compaction state: {e}") from None
+
+
+def write_state(path, trees: dict[str, int], states: dict) -> None:
+    forest = json.loads(forest_json(Forest(np.zeros(0, dtype=np.int64), states), list(states)))
+    atomic_write_text(path, json.dumps({"version": STATE_VERSION, "forest": forest, "trees": trees},
+                                       separators=(",", ":")))
+
+
+def compact_mem0(memory, budget: CompactConfig, config: CompressConfig | None = None, *, scope: Scope | None = None,
+                 state=None, merger=None, backup=None, dry_run: bool = False, device=None, progress: bool = False,
+                 after_write=None) -> Mem0CompressResult:
+    """Compact every tenant of ``scope`` over its budget (see the module docstring).
+    ``state``: the state file (``None``: none; every compacted tenant is then partitioned in
+    full). The result's ``report`` is the :class:`~memforest_gpu.engine.compact.CompactReport`."""
+    scope = scope or Scope(all_tenants=True)
+    clock = Clock()
+    points = read_points(memory, scope.filters)
+    clock("read")
+    todo, result = split_eligible(points, scope, dry_run, clock)
+    counts: dict[str, int] = {}
+    for p in todo:
+        t = tenant_of(p.payload)
+        counts[t] = counts.get(t, 0) + 1
+    over = {t for t, c in counts.items() if (budget.budget(t) or 0) and c > budget.budget(t)}
+    todo = [p for p in todo if tenant_of(p.payload) in over]
+    if not todo:
+        return result
+    trees, states = read_state(state)
+    emb = Mem0Embedder(memory, device=device)
+    store = store_of_points(todo, emb.name)
+    store.forest = Forest(np.array([trees.get(p.id, -1) for p in todo], dtype=np.int64),
+                          {t: s for t, s in states.items() if t in over})
+    res = compact(store, budget, config, merger=merger, embedder=emb, device=device, progress=progress,
+                  dry_run=dry_run)
+    clock("compact")
+    result.report = res.report
+    by_id = {p.id: p for p in todo}
+    result.groups, vectors, rows = merge_groups(store, res.store, res.merges, by_id)
+    if dry_run:
+        return result
+    if result.groups:
+        write_back(memory, result, points, by_id, vectors, backup, after_write, clock)
+    if state is not None:
+        _save_state(state, trees, states, res.store, result.groups, rows, over, {p.id for p in points})
+        clock("state")
+    return result
+
+
+def _save_state(path, trees: dict, states: dict, out, groups, rows: list[int], over: set, present: set) -> None:
+    """The compacted tenants' trees (memory ids as Mem0 stores them now) and states, with
+    every other tenant's as they were (memories no longer in the store dropped)."""
+    new_id = dict(zip(rows, (g.new_id for g in groups)))
+    mine = set(out.ids)
+    keep = {i: t for i, t in trees.items() if i in present and i not in mine}  # tenants not compacted
+    for j, (i, t) in enumerate(zip(out.ids, out.forest.tree.tolist())):
+        keep[new_id.get(j, i)] = int(t)
+    states = {t: s for t, s in states.items() if t not in over}
+    states.update(out.forest.tenants)
+    write_state(path, keep, states)
