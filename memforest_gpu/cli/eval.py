@@ -77,6 +77,17 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "and redo the selection without running anything")
     g.add_argument("--loo-select", default="B:ansr_content",
                    help="selection metric CUT:METRIC, plain top-k retention (B:ansr_content | B:ansr | k:evr | B:evr)")
+    g = p.add_argument_group("streaming replay (evaluation/stream.py, docs/compaction.md)")
+    g.add_argument("--stream", action="store_true",
+                   help="replay the benchmark session by session, compacting every tenant to its budget after each "
+                        "session; compare with one offline compress to the same size (default methods: "
+                        "memforest:matching,tome,kmeans_prune)")
+    g.add_argument("--budgets", default="0.7,0.5,0.3", help="--stream: budgets, fractions of each tenant's final size")
+    g.add_argument("--low-water", type=float, default=0.8, help="--stream: a tenant over budget keeps LOW_WATER x budget")
+    g.add_argument("--no-full-reference", action="store_true",
+                   help="--stream: skip re-running compress on the whole store after every session")
+    g.add_argument("--rerun", action="store_true",
+                   help="--stream: also compress every memory so far, uncompressed, after every session")
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: the grid's tensor ops are small; 0 = torch's default)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -163,6 +174,11 @@ def run(a) -> int:
 
     if a.leave_one_out:
         return _run_loo(a)
+    if a.stream:
+        from ..evaluation.stream_report import run_cli
+
+        spec = "memforest:matching,tome,kmeans_prune" if a.methods == "default" else a.methods
+        return run_cli(a, _config(a), _methods(spec))
     methods = _methods(a.methods)
     ratios, seeds = _floats(a.ratios), _ints(a.seeds)
     cfg = _config(a)
