@@ -174,3 +174,13 @@ def test_placement_is_spec_rule():
         else:
             assert p.tree[i] >= len(cs)  # a new tree of its own
     assert p.n_trees.tolist() == (np.diff(start) + p.new_trees).tolist()
+
+
+def test_a_tree_left_empty_is_dropped():
+    base = compress(store_of(arrivals(0, 120, ["a"])), PAPER, device="cpu").store
+    k = base.forest.tenants["a"].n_trees
+    store = append(base.take(np.flatnonzero(base.forest.tree != 1)), store_of(arrivals(1, 10, ["a"])))
+    owner = {x: "a" for s in store.sources for x in s}
+    res = compact(store, CompactConfig(max_nodes=50), PAPER, device="cpu")
+    check_compaction(store, res, CompactConfig(max_nodes=50), owner)
+    assert res.store.forest.tenants["a"].n_trees == k - 1 + res.report.tenants[0]["new_trees"]

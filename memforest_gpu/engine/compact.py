@@ -187,13 +187,14 @@ def _forest_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, eleme
     c = repair_centres(W.embeddings, gtree, torch.as_tensor(centre_all, dtype=torch.int64, device=dev))
     p = place_new(W.embeddings, W.timestamps, W.tenant_codes, names, tree, starts, c, cfg.partition, budget=elements)
     centres = _merge_centres(c.cpu().numpy(), starts, p.n_trees, p.new_centres)
-    starts = np.r_[0, np.cumsum(p.n_trees)]
-    g = starts[W.tenant_codes_np] + p.tree
+    tree_l, k, centres = _drop_empty(p.tree, W.tenant_codes_np, p.n_trees, centres)
+    starts = np.r_[0, np.cumsum(k)]
+    g = starts[W.tenant_codes_np] + tree_l
     T = int(starts[-1])
     orig = pc.list_value_length(W._sources).to_numpy(zero_copy_only=False).astype(np.int64)
     touched = np.bincount(g[arrived], minlength=T) > 0
-    return _Trees(p.tree, starts, centres, np.bincount(g, minlength=T), np.bincount(g, weights=orig, minlength=T)
-                  .astype(np.int64), np.repeat(np.arange(n_ten), p.n_trees), new, p.placed, p.new_trees, full,
+    return _Trees(tree_l, starts, centres, np.bincount(g, minlength=T), np.bincount(g, weights=orig, minlength=T)
+                  .astype(np.int64), np.repeat(np.arange(n_ten), k), new, p.placed, p.new_trees, full,
                   states, touched, key)
 
 
@@ -231,6 +232,19 @@ def _partition_tenants(W: MemoryStore, full: np.ndarray, cfg: CompressConfig, el
     first = np.searchsorted(tt, np.arange(len(ten)), side="left")
     k[ten] = np.bincount(tt, minlength=len(ten))
     return rows, (gt - first[tt[gt]], rows[part.centre.cpu().numpy()]), k
+
+
+def _drop_empty(tree: np.ndarray, codes: np.ndarray, n_trees: np.ndarray, centres: np.ndarray):
+    """Trees left without a member (their nodes were deleted outside memforest) are dropped and
+    each tenant's trees numbered again, in order. Returns (tree, trees per tenant, centres)."""
+    starts = np.r_[0, np.cumsum(n_trees)]
+    g = starts[codes] + tree
+    keep = np.bincount(g, minlength=int(starts[-1])) > 0
+    if keep.all():
+        return tree, n_trees, centres
+    new_g = np.cumsum(keep) - 1
+    k = np.bincount(np.repeat(np.arange(len(n_trees)), n_trees)[keep], minlength=len(n_trees))
+    return new_g[g] - np.r_[0, np.cumsum(k)][codes], k, centres[keep]
 
 
 def _merge_centres(centre: np.ndarray, starts: np.ndarray, n_trees: np.ndarray, new_centres: np.ndarray):
