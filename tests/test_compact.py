@@ -184,3 +184,15 @@ def test_a_tree_left_empty_is_dropped():
     res = compact(store, CompactConfig(max_nodes=50), PAPER, device="cpu")
     check_compaction(store, res, CompactConfig(max_nodes=50), owner)
     assert res.store.forest.tenants["a"].n_trees == k - 1 + res.report.tenants[0]["new_trees"]
+
+
+def test_recorded_radii_equal_recomputed_ones():
+    """The radii a compaction records are what reading every member would give: placing with
+    them or without them (state radius dropped) makes the same store."""
+    res = _sequence(4)[-1]
+    store = append(res.store, store_of(arrivals(9, 12, ["a", "b", "c"])))
+    bare = append(res.store, store_of(arrivals(9, 12, ["a", "b", "c"])))
+    bare.forest.tenants = {t: dataclasses.replace(s, radius=None) for t, s in bare.forest.tenants.items()}
+    assert all(s.radius is not None for s in store.forest.tenants.values())
+    a, b = compact(store, BUDGET, PAPER, device="cpu"), compact(bare, BUDGET, PAPER, device="cpu")
+    assert same_store(a.store, b.store)

@@ -31,7 +31,7 @@ from .compact_quotas import compaction_quotas
 from .compress import compress
 from .forest import first_rows, first_sources, partition_key, rows_of_originals
 from .partition import Partition, partition_nodes
-from .placement import place_new, repair_centres
+from .placement import place_new, repair_centres, tree_radius
 from .quotas import Quotas
 from .records import MergeRecord
 from .result import CompressReport
@@ -151,6 +151,7 @@ class _Trees:
     states: dict  # tenant -> its TenantForest before this compaction (or None)
     touched: np.ndarray  # (T,) trees that received new rows (every tree of a tenant partitioned in full)
     key: dict  # the partition config the trees of a new partition are built with
+    radius: np.ndarray  # (T,) float32 each tree's radius after placement
 
 
 def _forest_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, elements: int) -> _Trees:
@@ -160,34 +161,24 @@ def _forest_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, eleme
     names = W.tenant_table
     n_ten = len(names)
     key = partition_key(cfg.partition)
-    old = W.forest if W.forest is not None else Forest.empty(len(W))
-    states = {t: old.tenants.get(t) for t in names}
-    tree = old.tree.copy()
-    n_trees = np.array([s.n_trees if s is not None else 0 for s in states.values()], dtype=np.int64)
-    bad = (tree >= n_trees[W.tenant_codes_np]) | (tree < 0)
-    tree[bad] = -1
-    new = np.bincount(W.tenant_codes_np[bad], minlength=n_ten)
-    full = np.array([budget.repartition or s is None or s.config != key or s.n_trees == 0
-                     or s.arrived + new[j] >= budget.repartition_growth * max(s.partitioned, 1)
-                     for j, s in enumerate(states.values())], dtype=bool)
-    tree[full[W.tenant_codes_np]] = -1
-    arrived = tree < 0  # rows placed (or partitioned) by this compaction
-    n_trees[full] = 0
-    centre = _centre_rows(W, [states[t] for t in names], ~full)
-    part_rows, part_centres, k_full = _partition_tenants(W, full, cfg, elements)
-    tree[part_rows] = part_centres[0]
-    n_trees[full] = k_full[full]
-    starts = np.r_[0, np.cumsum(n_trees)]
-    centre_all = np.full(int(starts[-1]), -1, dtype=np.int64)
-    for j in np.flatnonzero(~full).tolist():
-        centre_all[starts[j]:starts[j + 1]] = centre[j]
-    centre_all[np.repeat(full, n_trees)] = part_centres[1]
+    tree, starts, centre, full, new, states = _known_trees(W, cfg, budget, key, elements)
+    arrived = tree < 0  # rows this compaction places (or partitioned in full)
     dev = W.device
     gtree = torch.as_tensor(np.where(tree >= 0, starts[W.tenant_codes_np] + tree, -1), dtype=torch.int64, device=dev)
-    c = repair_centres(W.embeddings, gtree, torch.as_tensor(centre_all, dtype=torch.int64, device=dev))
-    p = place_new(W.embeddings, W.timestamps, W.tenant_codes, names, tree, starts, c, cfg.partition, budget=elements)
+    c0 = torch.as_tensor(centre, dtype=torch.int64, device=dev)
+    c = repair_centres(W.embeddings, gtree, c0)
+    rad = _cached_radius(W, gtree, c, c0, states, full, starts)
+    p = place_new(W.embeddings, W.timestamps, W.tenant_codes, names, tree, starts, c, cfg.partition, radius=rad,
+                  budget=elements)
     centres = _merge_centres(c.cpu().numpy(), starts, p.n_trees, p.new_centres)
-    tree_l, k, centres = _drop_empty(p.tree, W.tenant_codes_np, p.n_trees, centres)
+    T0 = int(p.n_trees.sum())
+    rad = torch.cat([rad, torch.full((T0 - rad.shape[0],), float("inf"), device=dev)])[
+        torch.as_tensor(_old_index(starts, p.n_trees), device=dev)]
+    g = np.r_[0, np.cumsum(p.n_trees)][W.tenant_codes_np] + p.tree
+    got = torch.as_tensor(np.bincount(g[arrived], minlength=T0) > 0, device=dev)  # received rows: radius again
+    fresh = tree_radius(W.embeddings, torch.as_tensor(g, device=dev), torch.as_tensor(centres, device=dev), got)
+    rad = torch.where(got, fresh, rad).cpu().numpy()
+    tree_l, k, centres, rad = _drop_empty(p.tree, W.tenant_codes_np, p.n_trees, centres, rad)
     starts = np.r_[0, np.cumsum(k)]
     g = starts[W.tenant_codes_np] + tree_l
     T = int(starts[-1])
@@ -195,7 +186,61 @@ def _forest_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, eleme
     touched = np.bincount(g[arrived], minlength=T) > 0
     return _Trees(tree_l, starts, centres, np.bincount(g, minlength=T), np.bincount(g, weights=orig, minlength=T)
                   .astype(np.int64), np.repeat(np.arange(n_ten), k), new, p.placed, p.new_trees, full,
-                  states, touched, key)
+                  states, touched, key, rad)
+
+
+def _known_trees(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, key: dict, elements: int):
+    """The trees W's rows are in before placement: a tenant's recorded ones (a row not placed
+    yet: -1), or a new full partition. Returns (tree (N_W,) local ids or -1, tree_start,
+    centre rows (T,), full (n_ten,) bool, new rows per tenant, states)."""
+    names = W.tenant_table
+    old = W.forest if W.forest is not None else Forest.empty(len(W))
+    states = {t: old.tenants.get(t) for t in names}
+    tree = old.tree.copy()
+    n_trees = np.array([s.n_trees if s is not None else 0 for s in states.values()], dtype=np.int64)
+    bad = (tree >= n_trees[W.tenant_codes_np]) | (tree < 0)
+    tree[bad] = -1
+    new = np.bincount(W.tenant_codes_np[bad], minlength=len(names))
+    full = np.array([budget.repartition or s is None or s.config != key or s.n_trees == 0
+                     or s.arrived + new[j] >= budget.repartition_growth * max(s.partitioned, 1)
+                     for j, s in enumerate(states.values())], dtype=bool)
+    tree[full[W.tenant_codes_np]] = -1
+    n_trees[full] = 0
+    centre = _centre_rows(W, [states[t] for t in names], ~full)
+    part_rows, part_centres, k_full = _partition_tenants(W, full, cfg, elements)
+    tree[part_rows] = part_centres[0]
+    n_trees[full] = k_full[full]
+    starts = np.r_[0, np.cumsum(n_trees)]
+    centre_all = np.full(int(starts[-1]), -1, dtype=np.int64)
+    kept = [centre[j] for j in np.flatnonzero(~full).tolist()]
+    centre_all[np.repeat(~full, n_trees)] = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+    centre_all[np.repeat(full, n_trees)] = part_centres[1]
+    return tree, starts, centre_all, full, new, states
+
+
+def _cached_radius(W, gtree, c, c0, states: dict, full: np.ndarray, starts: np.ndarray) -> torch.Tensor:
+    """Each tree's radius: the one recorded with it, else (or when its centre changed, or its
+    tenant was partitioned again) computed from its members. Shape: -> (T,)"""
+    T = int(starts[-1])
+    rad = np.full(T, np.nan, dtype=np.float32)
+    for j, t in enumerate(W.tenant_table):
+        s = states[t]
+        if not full[j] and s is not None and s.radius is not None and len(s.radius) == s.n_trees:
+            rad[starts[j]:starts[j + 1]] = s.radius
+    rad = torch.as_tensor(rad, device=W.device)
+    want = torch.isnan(rad) | (c != c0)
+    return torch.where(want, tree_radius(W.embeddings, gtree, c, want), rad)
+
+
+def _old_index(starts: np.ndarray, n_trees: np.ndarray) -> np.ndarray:
+    """For the trees after placement (each tenant's own, then its new ones), the index of the
+    same tree before placement, or the first index past them (a new tree: +inf there)."""
+    T_old = int(starts[-1])
+    old_k = np.diff(starts)
+    new_starts = np.r_[0, np.cumsum(n_trees)]
+    local = np.arange(int(n_trees.sum())) - np.repeat(new_starts[:-1], n_trees)
+    ten = np.repeat(np.arange(len(n_trees)), n_trees)
+    return np.where(local < old_k[ten], starts[:-1][ten] + local, T_old)
 
 
 def _centre_rows(W: MemoryStore, states: list, keep: np.ndarray) -> list[np.ndarray]:
@@ -234,17 +279,17 @@ def _partition_tenants(W: MemoryStore, full: np.ndarray, cfg: CompressConfig, el
     return rows, (gt - first[tt[gt]], rows[part.centre.cpu().numpy()]), k
 
 
-def _drop_empty(tree: np.ndarray, codes: np.ndarray, n_trees: np.ndarray, centres: np.ndarray):
+def _drop_empty(tree: np.ndarray, codes: np.ndarray, n_trees: np.ndarray, centres: np.ndarray, rad: np.ndarray):
     """Trees left without a member (their nodes were deleted outside memforest) are dropped and
-    each tenant's trees numbered again, in order. Returns (tree, trees per tenant, centres)."""
+    each tenant's trees numbered again, in order. Returns (tree, trees per tenant, centres, radii)."""
     starts = np.r_[0, np.cumsum(n_trees)]
     g = starts[codes] + tree
     keep = np.bincount(g, minlength=int(starts[-1])) > 0
     if keep.all():
-        return tree, n_trees, centres
+        return tree, n_trees, centres, rad
     new_g = np.cumsum(keep) - 1
     k = np.bincount(np.repeat(np.arange(len(n_trees)), n_trees)[keep], minlength=len(n_trees))
-    return new_g[g] - np.r_[0, np.cumsum(k)][codes], k, centres[keep]
+    return new_g[g] - np.r_[0, np.cumsum(k)][codes], k, centres[keep], rad[keep]
 
 
 def _merge_centres(centre: np.ndarray, starts: np.ndarray, n_trees: np.ndarray, new_centres: np.ndarray):
@@ -308,12 +353,15 @@ def _splice_back(store, rows, W, f: _Trees, S_rows, res):
     keep_w[S_rows] = False
     w_keep = np.flatnonzero(keep_w)
     parts, keys, trees = [W.take(w_keep)], [rows[w_keep]], [f.tree[w_keep]]
+    ids = first_sources(W, f.centre)
+    rad = f.radius.copy()
     if res is not None:
         S = W.take(S_rows)
         first = S_rows[first_rows(S, res.store)]  # the W row each output row takes the place of
         parts.append(res.store.to(W.device))
         keys.append(rows[first])
         trees.append(f.tree[first])
+        rad = _replanned_radius(res.store, f.tree_start[W.tenant_codes_np[first]] + f.tree[first], ids, rad)
     untouched = np.ones(len(store), dtype=bool)
     untouched[rows] = False
     u_rows = np.flatnonzero(untouched)
@@ -325,22 +373,38 @@ def _splice_back(store, rows, W, f: _Trees, S_rows, res):
     all_keys = np.concatenate(keys)
     order = np.argsort(all_keys, kind="stable")
     states = dict(store.forest.tenants) if store.forest is not None else {}
-    states.update(_states(W, f))
+    states.update(_states(W, f, ids, rad))
     out = splice(parts, keys, forest=Forest(np.concatenate(trees)[order], {}))
     out.forest.tenants = {t: states[t] for t in out.tenant_table if t in states}
     return out, all_keys[order]
 
 
-def _states(W: MemoryStore, f: _Trees) -> dict[str, TenantForest]:
-    """Each compacted tenant's state: centres by original id, partition size, arrivals."""
-    ids = first_sources(W, f.centre)
+def _replanned_radius(out: MemoryStore, gtree: np.ndarray, centre_ids: list[str], rad: np.ndarray) -> np.ndarray:
+    """``rad`` with the radius of every re-planned tree computed again from its output rows
+    (merged nodes have new vectors). Shape: gtree (len(out),) W's global trees -> (T,)"""
+    T = len(rad)
+    busy = np.zeros(T, dtype=bool)
+    busy[gtree] = True
+    trees = np.flatnonzero(busy)
+    centre = np.full(T, -1, dtype=np.int64)
+    centre[trees] = rows_of_originals(out, [centre_ids[t] for t in trees.tolist()])
+    dev = out.device
+    fresh = tree_radius(out.embeddings, torch.as_tensor(gtree, device=dev), torch.as_tensor(centre, device=dev),
+                        torch.as_tensor(busy, device=dev)).cpu().numpy()
+    return np.where(busy, fresh, rad)
+
+
+def _states(W: MemoryStore, f: _Trees, ids: list[str], rad: np.ndarray) -> dict[str, TenantForest]:
+    """Each compacted tenant's state: centres by original id, partition size, arrivals, radii."""
     n = np.bincount(W.tenant_codes_np, minlength=len(W.tenant_table))
+    r32 = rad.astype(np.float32).tolist()
     out = {}
     for j, t in enumerate(W.tenant_table):
         s = f.states[t]
-        cen = ids[f.tree_start[j]:f.tree_start[j + 1]]
+        lo, hi = f.tree_start[j], f.tree_start[j + 1]
+        cen, r = ids[lo:hi], r32[lo:hi]
         if f.repartitioned[j]:
-            out[t] = TenantForest(cen, int(n[j]), 0, f.key)
+            out[t] = TenantForest(cen, int(n[j]), 0, f.key, r)
         else:
-            out[t] = TenantForest(cen, s.partitioned, s.arrived + int(f.new[j]), s.config)
+            out[t] = TenantForest(cen, s.partitioned, s.arrived + int(f.new[j]), s.config, r)
     return out

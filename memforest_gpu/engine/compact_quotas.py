@@ -4,19 +4,20 @@ A tenant over its budget keeps ``G`` nodes and loses ``R = n - G``. The offline 
 compress would leave each tree a **fair share** of ``G`` proportional to the originals it
 holds; a tree's **excess** is ``size - originals * G / O`` (``O``: the tenant's originals).
 
-Re-planned are the trees that received memories (they hold uncompressed originals) and
-every tree more than ``slack`` of its size above its fair share. When their positive excess
-plus ``slack`` times their size does not cover ``R`` (or their room, ``size - 1`` each, does
-not: a tree keeps a node), more trees are added, largest excess first (ties: lower tree id).
-``R`` is split over the chosen trees in proportion to their positive excess by largest
-remainder (:func:`~memforest_gpu.engine.quotas.allocate_segments`; equally when none has
-any), none above its room; what no tree can take is the tenant's shortfall. A tree that
-gets nothing is not re-planned.
+Re-planned are, first, every tree more than ``slack`` of its size above its fair share (it
+must shrink), then more trees, largest excess first (the trees that received memories hold
+uncompressed originals and come first; ties: those that received memories, then the lower
+tree id), until the chosen trees' positive excess plus ``slack`` times their size covers
+``R``, and their room (``size - 1`` each: a tree keeps a node) does too. ``R`` is split over
+the chosen trees in proportion to their positive excess by largest remainder
+(:func:`~memforest_gpu.engine.quotas.allocate_segments`; equally when none has any), none
+above its room; what no tree can take is the tenant's shortfall. A tree that gets nothing
+is not re-planned.
 
-So a few new memories re-plan the trees they reached (which may end a little below their
-share, at most ``slack``), while an older tree is re-planned only once the tenant's growth
-has put it ``slack`` above its share: each tree about once per ``slack`` of growth, which
-keeps the work of a compaction proportional to what arrived. All tenants at once.
+So a few new memories re-plan a few of the trees they reached (each may end up to ``slack``
+below its share, or keep some new memories up to ``slack`` above it), and any tree is
+re-planned once it drifts ``slack`` above its share: the work of a compaction follows
+what arrived, not the tenant's size. All tenants at once.
 """
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def compaction_quotas(size: np.ndarray, originals: np.ndarray, tree_tenant: np.n
     o = np.bincount(tt, weights=originals, minlength=n_ten).astype(np.float64)
     remove = np.maximum(n - np.asarray(keep, dtype=np.int64), 0)
     excess = size - originals * (np.asarray(keep, dtype=np.float64)[tt] / np.maximum(o[tt], 1.0))  # (T,)
-    first = touched | (excess > slack * size)  # must be re-planned: received memories, or over the slack
-    order = np.lexsort((np.arange(len(tt)), -excess, ~first, tt))  # by tenant, the first ones, excess desc, id
+    first = excess > slack * size  # must shrink: more than the slack above its share
+    order = np.lexsort((np.arange(len(tt)), ~touched, -excess, ~first, tt))  # tenant, first, excess desc, touched, id
     st = tt[order]
     pos_e = np.maximum(excess[order], 0.0)
     room = size[order] - 1

@@ -56,12 +56,17 @@ def positions(codes: torch.Tensor, ts: torch.Tensor) -> torch.Tensor:
     return pos
 
 
-def tree_radius(emb: torch.Tensor, gtree: torch.Tensor, centre: torch.Tensor, *, chunk: int = 1 << 16) -> torch.Tensor:
+def tree_radius(emb: torch.Tensor, gtree: torch.Tensor, centre: torch.Tensor, want: torch.Tensor | None = None, *,
+                chunk: int = 1 << 16) -> torch.Tensor:
     """Least cosine of a member to its tree's centre (+inf for a tree without a centre or
-    members). Shape: emb (N, D), gtree (N,) global tree or -1, centre (T,) rows or -1 -> (T,)"""
+    members); ``want`` (T,) bool: only those trees (the others +inf), reading only their rows.
+    Shape: emb (N, D), gtree (N,) global tree or -1, centre (T,) rows or -1 -> (T,)"""
     T = centre.shape[0]
     rad = torch.full((T,), float("inf"), dtype=torch.float32, device=emb.device)
-    rows = torch.nonzero(gtree >= 0).flatten()
+    sel = gtree >= 0
+    if want is not None:
+        sel &= want[gtree.clamp(min=0)]
+    rows = torch.nonzero(sel).flatten()
     for lo in range(0, rows.shape[0], chunk):
         r = rows[lo:lo + chunk]
         c = centre[gtree[r]]
@@ -115,13 +120,14 @@ def _best_trees(X, pos_x, C, pos_c, rad, c_valid, cfg: PartitionConfig, budget: 
 
 
 def place_new(emb: torch.Tensor, ts: torch.Tensor, codes: torch.Tensor, names: list[str], tree: np.ndarray,
-              tree_start: np.ndarray, centre: torch.Tensor, cfg: PartitionConfig, *,
+              tree_start: np.ndarray, centre: torch.Tensor, cfg: PartitionConfig, *, radius: torch.Tensor | None = None,
               budget: int = 1 << 24) -> Placement:
-    """Place the nodes with ``tree == -1`` (see the module docstring).
+    """Place the nodes with ``tree == -1`` (see the module docstring). ``radius``: the trees'
+    radii when known (a compaction keeps them with the trees), else computed here.
 
     Shape: emb (N, D) normalised, ts (N,), codes (N,) in [0, n_tenants), tree (N,) local ids
     or -1, tree_start (n_tenants + 1,) first global tree of each tenant, centre (T,) rows
-    (every tree's centre present: call :func:`repair_centres` first) -> Placement
+    (every tree's centre present: call :func:`repair_centres` first), radius (T,) -> Placement
     """
     dev = emb.device
     n_ten = len(names)
@@ -134,7 +140,7 @@ def place_new(emb: torch.Tensor, ts: torch.Tensor, codes: torch.Tensor, names: l
         return Placement(tree, n_trees, np.zeros(n_ten, dtype=np.int64), placed, np.zeros(0, dtype=np.int64))
     pos = positions(codes, ts)
     gtree = torch.as_tensor(np.where(tree >= 0, tree_start[codes_np] + tree, -1), dtype=torch.int64, device=dev)
-    rad = tree_radius(emb, gtree, centre)
+    rad = radius if radius is not None else tree_radius(emb, gtree, centre)
     tree_tenant = torch.as_tensor(np.repeat(np.arange(n_ten), n_trees), dtype=torch.int64, device=dev)
     c_idx, c_ok, _ = pack_segments(tree_tenant, n_ten, max_size=int(n_trees.max()) if n_ten else 0)  # (n_ten, K)
     new_t = torch.as_tensor(new, dtype=torch.int64, device=dev)

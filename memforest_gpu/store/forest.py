@@ -15,7 +15,8 @@ JSON object (Parquet schema metadata ``memforest.forest``; the JSON Lines header
      "tenants": {"alice": {"c": ["a-17", "a-3"], "p": 812, "a": 40, "k": 0}, ...}}
 
 ``c``: centre ids by tree id; ``p``: nodes at the last full partition; ``a``: nodes placed
-since; ``k``: index into ``configs``. Tenants are written in sorted order, so a state
+since; ``k``: index into ``configs``; ``r`` (optional): each tree's radius, the least cosine
+of a member to its centre (kept so that placing a few memories does not read every member). Tenants are written in sorted order, so a state
 split over files (``--memory-budget`` parts) joins back to the same text.
 """
 from __future__ import annotations
@@ -39,6 +40,7 @@ class TenantForest:
     partitioned: int  # the tenant's nodes when it was last partitioned in full
     arrived: int = 0  # nodes placed into its trees since then
     config: dict = field(default_factory=dict)  # the PartitionConfig fields that built the trees
+    radius: list[float] | None = None  # per tree: the least cosine of a member to its centre (None: not known)
 
     @property
     def n_trees(self) -> int:
@@ -73,6 +75,8 @@ def forest_json(forest: Forest, names: list[str]) -> str:
             keys[key] = len(configs)
             configs.append(s.config)
         tenants[t] = {"c": list(s.centres), "p": int(s.partitioned), "a": int(s.arrived), "k": keys[key]}
+        if s.radius is not None:
+            tenants[t]["r"] = [float(x) for x in s.radius]
     return json.dumps({"version": FOREST_VERSION, "configs": configs, "tenants": tenants}, ensure_ascii=False,
                       separators=(",", ":"))
 
@@ -87,7 +91,8 @@ def forest_from_json(text: str | bytes | None, where: str) -> dict[str, TenantFo
         if d.get("version") != FOREST_VERSION:
             return {}
         configs = d["configs"]
-        return {str(t): TenantForest([str(c) for c in s["c"]], int(s["p"]), int(s["a"]), dict(configs[int(s["k"])]))
+        return {str(t): TenantForest([str(c) for c in s["c"]], int(s["p"]), int(s["a"]), dict(configs[int(s["k"])]),
+                                     [float(x) for x in s["r"]] if s.get("r") is not None else None)
                 for t, s in d["tenants"].items()}
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
         raise ValueError(f"{where}: the forest state is not valid: {e}") from None
