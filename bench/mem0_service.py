@@ -132,6 +132,43 @@ def compact_steps(a, cli, cfg_path: str, work: str, root: str) -> dict:
     return out
 
 
+def compress_steps(a, cli, cfg_path: str, work: str, root: str, rec: dict) -> bool:
+    """mem0 compress --all-tenants, then a restore; True when the restore is exact."""
+    before = snapshot(root)
+    backup, report = os.path.join(work, "backup.parquet"), os.path.join(work, "report.json")
+    t = time.perf_counter()
+    rc = cli(["mem0", "compress", "--config", cfg_path, "--all-tenants", "--ratio", str(a.ratio), "--backup", backup,
+              "--report", report, "--quiet", "--show", "0"])
+    wall = time.perf_counter() - t
+    if rc != 0:
+        raise SystemExit(f"memforest mem0 compress failed (exit {rc})")
+    rep = json.load(open(report))
+    added, deleted = len(rep["merged"]), len(rep["deleted"])
+    after = snapshot(root)
+    steps = rep["seconds"]
+    rec.update({"compress_wall_seconds": wall, "compress_steps": steps, "memories_in": rep["memories_in"],
+                "merged_added": added, "deleted": deleted, "memories_after": len(after)})
+    print(f"compress   {rep['memories_in']} -> {len(after)} memories ({added} merged added, {deleted} deleted): "
+          f"{wall:.1f} s wall, {rep['memories_in'] / wall:.1f} memories/s through the whole protocol")
+    for k, v in steps.items():
+        extra = ""
+        if k == "add":
+            extra = f"  ({added / v:.1f} merged memories/s written back through Mem0 add)"
+        elif k == "delete":
+            extra = f"  ({deleted / v:.1f} deletes/s through Mem0 delete)"
+        elif k == "verify":
+            extra = f"  ({added / v:.1f} merged memories/s verified: read back by id in batches)"
+        print(f"  {k:<8} {v:8.1f} s  {100 * v / wall:5.1f} %{extra}")
+    t = time.perf_counter()
+    rc = cli(["mem0", "restore", backup, "--config", cfg_path])
+    rwall = time.perf_counter() - t
+    restored = snapshot(root)
+    same = restored.keys() == before.keys() and all(restored[i] == before[i] for i in before)
+    rec.update({"restore_wall_seconds": rwall, "restore_exact": same})
+    print(f"restore    {len(restored)} memories, payloads byte for byte as before: {same}; {rwall:.1f} s wall")
+    return rc == 0 and same
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--memories", type=int, default=20000)
@@ -178,43 +215,12 @@ def main() -> int:
                 json.dump(rec, f, indent=2)
         shutil.rmtree(work, ignore_errors=True)
         return 0
-    before = snapshot(root)
-    backup, report = os.path.join(work, "backup.parquet"), os.path.join(work, "report.json")
-    t = time.perf_counter()
-    rc = cli(["mem0", "compress", "--config", cfg_path, "--all-tenants", "--ratio", str(a.ratio), "--backup", backup,
-              "--report", report, "--quiet", "--show", "0"])
-    wall = time.perf_counter() - t
-    if rc != 0:
-        raise SystemExit(f"memforest mem0 compress failed (exit {rc})")
-    rep = json.load(open(report))
-    added, deleted = len(rep["merged"]), len(rep["deleted"])
-    after = snapshot(root)
-    steps = rep["seconds"]
-    rec.update({"compress_wall_seconds": wall, "compress_steps": steps, "memories_in": rep["memories_in"],
-                "merged_added": added, "deleted": deleted, "memories_after": len(after)})
-    print(f"compress   {rep['memories_in']} -> {len(after)} memories ({added} merged added, {deleted} deleted): "
-          f"{wall:.1f} s wall, {rep['memories_in'] / wall:.1f} memories/s through the whole protocol")
-    for k, v in steps.items():
-        extra = ""
-        if k == "add":
-            extra = f"  ({added / v:.1f} merged memories/s written back through Mem0 add)"
-        elif k == "delete":
-            extra = f"  ({deleted / v:.1f} deletes/s through Mem0 delete)"
-        elif k == "verify":
-            extra = f"  ({added / v:.1f} merged memories/s verified: get + batched filtered search)"
-        print(f"  {k:<8} {v:8.1f} s  {100 * v / wall:5.1f} %{extra}")
-    t = time.perf_counter()
-    rc = cli(["mem0", "restore", backup, "--config", cfg_path])
-    rwall = time.perf_counter() - t
-    restored = snapshot(root)
-    same = restored.keys() == before.keys() and all(restored[i] == before[i] for i in before)
-    rec.update({"restore_wall_seconds": rwall, "restore_exact": same})
-    print(f"restore    {len(restored)} memories, payloads byte for byte as before: {same}; {rwall:.1f} s wall")
+    ok = compress_steps(a, cli, cfg_path, work, root, rec)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rec, f, indent=2)
     shutil.rmtree(work, ignore_errors=True)
-    return 0 if rc == 0 and same else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@
 >>> result = compress(store, CompressConfig(merge=MergeConfig(ratio=0.5)))
 >>> result.store, result.report
 """
-from .config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
-from .engine import CompressReport, CompressResult, compress
+from .config import CompactConfig, CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
+from .engine import CompactResult, CompressReport, CompressResult, compact, compress
 from .mergers import ExtractiveMerger, MemoryItem, MergePair, Merger
 from .mergers.embedders import SentenceTransformerEmbedder
 from .retrieval.retriever import Retriever, SearchResult, search
@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "MemoryStore", "read_store", "write_store", "compress", "CompressResult", "CompressReport",
-    "CompressConfig", "PartitionConfig", "TreeConfig", "MergeConfig", "RetrievalConfig",
+    "compact", "CompactResult", "CompactConfig", "CompressConfig", "PartitionConfig", "TreeConfig", "MergeConfig", "RetrievalConfig",
     "SentenceTransformerEmbedder", "Merger", "MergePair", "MemoryItem", "ExtractiveMerger",
     "Retriever", "SearchResult", "search",
 ]

@@ -6,9 +6,11 @@
 
 The stages are :mod:`.partition` (with :mod:`.two_level`), :mod:`.quotas`, :mod:`.trees`,
 :mod:`.plan` (with :mod:`.lengths`), :mod:`.merge_call`, :mod:`.apply`, :mod:`.node_table` and
-:mod:`.assemble`; :mod:`.compress` wires them, :mod:`.dry_run` plans the first round only,
+:mod:`.assemble`; :mod:`.compress` wires them, :mod:`.compact` (with :mod:`.placement`,
+:mod:`.compact_quotas` and :mod:`.forest`) keeps tenants within a budget with the same stages, :mod:`.dry_run` plans the first round only,
 :mod:`.result` holds what both return and :mod:`.host_reads` counts the device reads of a run.
 """
+from .compact import CompactReport, CompactResult, compact
 from .compress import compress
 from .dry_run import dry_run
 from .lengths import DATE_TAG_TOKENS
@@ -20,6 +22,6 @@ from .records import MergeRecord
 from .result import CompressReport, CompressResult, DryRunResult
 from .trees import TreeBatch, build_trees
 
-__all__ = ["compress", "dry_run", "CompressResult", "CompressReport", "DryRunResult", "MergeRecord", "merged_id",
+__all__ = ["compress", "compact", "CompactResult", "CompactReport", "dry_run", "CompressResult", "CompressReport", "DryRunResult", "MergeRecord", "merged_id",
            "DATE_TAG_TOKENS", "Partition", "partition_nodes", "Quotas", "removal_quotas", "TreeBatch", "build_trees",
            "Plan", "plan_round"]

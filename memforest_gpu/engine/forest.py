@@ -70,22 +70,31 @@ def record_forest(out: MemoryStore, inp: MemoryStore, tree: np.ndarray, tree_ten
                   centre: np.ndarray, firsts: np.ndarray, names: list[str], cfg: PartitionConfig) -> MemoryStore:
     """``out`` with the forest of a full partition of ``inp``: each output row in the tree of
     its first input row, tenant-local ids (trees are tenant-major), each tree's centre by the
-    first original id of its centre node.
+    first original id of its centre node, and each tree's radius.
 
     Shape: tree (N_in,) global tree ids, tree_tenant (T,) sorted codes into ``names``,
     centre (T,) input rows, firsts (N_out,) input rows
     """
+    import torch
+
+    from .placement import tree_radius
+
     T = len(tree_tenant)
     start = np.searchsorted(tree_tenant, np.arange(len(names)), side="left")  # first tree of each tenant
     local = np.arange(T, dtype=np.int64) - start[tree_tenant]
-    row_tree = local[tree[firsts]] if len(firsts) else np.zeros(0, dtype=np.int64)
+    gtree = tree[firsts] if len(firsts) else np.zeros(0, dtype=np.int64)
     ids = first_sources(inp, centre)
+    dev = out.device
+    rad = tree_radius(out.embeddings, torch.as_tensor(gtree, dtype=torch.int64, device=dev),
+                      torch.as_tensor(rows_of_originals(out, ids), dtype=torch.int64, device=dev))
+    rad = rad.cpu().numpy().astype(np.float32).tolist()
     sizes = np.bincount(inp.tenant_codes_np, minlength=len(names))
     key = partition_key(cfg)
     tenants = {}
     for c in np.unique(tree_tenant).tolist():
         lo = int(start[c])
         hi = int(np.searchsorted(tree_tenant, c, side="right"))
-        tenants[names[c]] = TenantForest(ids[lo:hi], int(sizes[c]), 0, key)
+        tenants[names[c]] = TenantForest(ids[lo:hi], int(sizes[c]), 0, key, rad[lo:hi])
+    row_tree = local[gtree]
     out.forest = Forest(row_tree.astype(np.int64), tenants)
     return out

@@ -4,11 +4,13 @@
 (:mod:`.budget_groups` packs the groups, :mod:`.budget_files` splits the input and writes the
 output from the parts); :mod:`.journal` appends every finished merge so an interrupted run
 resumes without redoing it; :mod:`.outputs` checks an output path before any work and locks
-it while the run writes.
+it while the run writes; :mod:`.compact` keeps a store file within a budget per tenant in
+place (:mod:`.compact_files`: the pass-through of untouched rows and the inbox).
 """
 from .budgeted import BudgetedResult, compress_budgeted, compress_file_budgeted
+from .compact import CompactFileResult, CompactingStore, compact_file
 from .journal import JournaledMerger, JournalWriteError, journal_path, run_fingerprint
 from .outputs import OutputLock, check_not_input, check_output
 
-__all__ = ["compress_budgeted", "compress_file_budgeted", "BudgetedResult", "JournaledMerger", "JournalWriteError",
+__all__ = ["compact_file", "CompactingStore", "CompactFileResult", "compress_budgeted", "compress_file_budgeted", "BudgetedResult", "JournaledMerger", "JournalWriteError",
            "journal_path", "run_fingerprint", "OutputLock", "check_output", "check_not_input"]

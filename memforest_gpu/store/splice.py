@@ -13,43 +13,48 @@ from .memory_store import MemoryStore
 __all__ = ["splice", "append"]
 
 
-def splice(parts: list[MemoryStore], keys: list[np.ndarray], *, forest: Forest | None = None) -> MemoryStore:
+def splice(parts: list[MemoryStore], keys: list[np.ndarray], *, rows: list | None = None,
+           forest: Forest | None = None) -> MemoryStore:
     """The rows of ``parts`` as one store, ordered by ``keys`` (stable; ties keep the parts'
-    order). ``forest``: the result's tree state (its ``tree`` in the *output* order), else
-    each part's trees (-1 for a part without) with every part's tenant states.
+    order). ``rows[j]``: only these rows of ``parts[j]`` (``None``: all), taken without
+    copying the part first. ``forest``: the result's tree state (its ``tree`` in the
+    *output* order), else each part's trees (-1 for a part without) with every part's
+    tenant states.
 
-    Shape: keys[j] (len(parts[j]),) -> store of sum(len) rows
+    Shape: keys[j] (len(rows[j]),) -> store of sum(len) rows
     """
     import pyarrow as pa
 
+    sel = [np.arange(len(p)) if r is None else np.asarray(r, dtype=np.int64)
+           for p, r in zip(parts, rows or [None] * len(parts))]
     order = np.argsort(np.concatenate(keys), kind="stable") if parts else np.zeros(0, dtype=np.int64)
-    pi = pa.array(order, type=pa.int64())
+    offsets = np.cumsum([0] + [len(p) for p in parts])
+    gi = pa.array(np.concatenate([o + r for o, r in zip(offsets, sel)])[order], type=pa.int64())
 
     def col(name):
-        return pa.concat_arrays([getattr(p, name) for p in parts]).take(pi)
+        return pa.chunked_array([getattr(p, name) for p in parts]).take(gi).combine_chunks()
 
     first = parts[0]
     dev = first.device
     pos = np.empty(len(order), dtype=np.int64)
-    pos[order] = np.arange(len(order))  # where each concatenated row goes
+    pos[order] = np.arange(len(order))  # where each selected row goes
     emb = torch.empty(len(order), first.dim, dtype=first.embeddings.dtype, device=dev)
     ts = torch.empty(len(order), dtype=torch.float64, device=dev)
-    names: list[str] = []
     code_of: dict[str, int] = {}
     codes = np.empty(len(order), dtype=np.int64)
     lo = 0
-    for p in parts:
-        at = torch.as_tensor(pos[lo:lo + len(p)], dtype=torch.int64, device=dev)
-        emb[at] = p.embeddings.to(dev, emb.dtype)
-        ts[at] = p.timestamps.to(dev)
+    for p, r in zip(parts, sel):
+        at = torch.as_tensor(pos[lo:lo + len(r)], dtype=torch.int64, device=dev)
+        ri = torch.as_tensor(r, dtype=torch.int64, device=p.device)
+        emb[at] = p.embeddings[ri].to(dev, emb.dtype)
+        ts[at] = p.timestamps[ri].to(dev)
         remap = np.array([code_of.setdefault(t, len(code_of)) for t in p.tenant_table], dtype=np.int64)
-        codes[pos[lo:lo + len(p)]] = remap[p.tenant_codes_np] if len(p) else remap[:0]
-        lo += len(p)
-    names = list(code_of)
-    names, codes = compact_codes(names, codes)
+        codes[pos[lo:lo + len(r)]] = remap[p.tenant_codes_np[r]] if len(r) else remap[:0]
+        lo += len(r)
+    names, codes = compact_codes(list(code_of), codes)
     if forest is None and any(p.forest is not None for p in parts):
-        tree = np.concatenate([p.forest.tree if p.forest is not None else np.full(len(p), -1, dtype=np.int64)
-                               for p in parts])[order]
+        tree = np.concatenate([p.forest.tree[r] if p.forest is not None else np.full(len(r), -1, dtype=np.int64)
+                               for p, r in zip(parts, sel)])[order]
         states = {t: s for p in parts if p.forest is not None for t, s in p.forest.tenants.items()}
         forest = Forest(tree, {t: states[t] for t in names if t in states})
     return MemoryStore(col("_ids"), col("_texts"), emb, ts, TenantView(names, codes), col("_sources"),
