@@ -198,3 +198,11 @@ def test_recorded_radii_equal_recomputed_ones():
     assert all(s.radius is not None for s in store.forest.tenants.values())
     a, b = compact(store, BUDGET, PAPER, device="cpu"), compact(bare, BUDGET, PAPER, device="cpu")
     assert same_store(a.store, b.store)
+
+
+def test_append_refuses_an_original_the_store_holds():
+    res = compress(store_of(arrivals(0, 40, ["a"])), PAPER, device="cpu").store
+    merged = next(s for s in res.sources if len(s) > 1)
+    again = [r for r in arrivals(0, 40, ["a"]) if r["id"] == merged[-1]]
+    with pytest.raises(ValueError, match="must not be in the store already"):
+        append(res, store_of(again))

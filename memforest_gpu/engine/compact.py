@@ -91,6 +91,8 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
     report says what would be removed where).
     """
     cfg = config or CompressConfig()
+    if not isinstance(store, MemoryStore):
+        raise ValueError(f"store must be a MemoryStore, got {type(store).__name__}")
     if not isinstance(budget, CompactConfig):
         raise ValueError(f"budget must be a CompactConfig, got {type(budget).__name__}")
     t0 = time.perf_counter()
@@ -116,10 +118,10 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
         report.seconds["total"] = time.perf_counter() - t0
         return CompactResult(store, report, [], np.arange(len(store)))
     t1 = time.perf_counter()
-    res, S_rows = _replan(W, f, per_tree, cfg, merger, embedder, dev, progress, on_round, elements)
+    res, S_rows, S = _replan(W, f, per_tree, cfg, merger, embedder, dev, progress, on_round, elements)
     report.seconds["compress"] = time.perf_counter() - t1
     t1 = time.perf_counter()
-    out, keys = _splice_back(store, rows, W, f, S_rows, res)
+    out, keys = _splice_back(store, rows, W, f, S_rows, S, res)
     report.seconds["splice"] = time.perf_counter() - t1
     report.seconds["total"] = time.perf_counter() - t0
     report.nodes_out = len(out)
@@ -154,7 +156,7 @@ def _replan(W, f: Trees, per_tree, cfg, merger, embedder, dev, progress, on_roun
     busy = per_tree > 0
     S_rows = np.flatnonzero(busy[g])
     if len(S_rows) == 0:
-        return None, S_rows
+        return None, S_rows, None
     S = W.take(S_rows)
     s_code = {t: j for j, t in enumerate(S.tenant_table)}
     trees = np.flatnonzero(busy)  # W's global tree ids with a quota, tenant-major
@@ -173,10 +175,10 @@ def _replan(W, f: Trees, per_tree, cfg, merger, embedder, dev, progress, on_roun
     q = Quotas(per_tree[trees], size, sub_tenant, target, np.zeros(len(target), dtype=np.int64))
     res = compress(S, cfg, merger=merger, embedder=embedder, device=dev, progress=progress, on_round=on_round,
                    partition=part, quotas=q, budget=elements)
-    return res, S_rows
+    return res, S_rows, S
 
 
-def _splice_back(store, rows, W, f: Trees, S_rows, res):
+def _splice_back(store, rows, W, f: Trees, S_rows, S, res):
     """The whole store: W's rows that were not re-planned and the re-planned trees' output,
     each at its place among the untouched rows, with the trees and centres recorded."""
     keep_w = np.ones(len(W), dtype=bool)
@@ -186,7 +188,7 @@ def _splice_back(store, rows, W, f: Trees, S_rows, res):
     ids = first_sources(W, f.centre)
     rad = f.radius.copy()
     if res is not None:
-        first = S_rows[first_rows(W.take(S_rows), res.store)]  # the W row each output row takes the place of
+        first = S_rows[first_rows(S, res.store)]  # the W row each output row takes the place of
         parts.append(res.store.to(W.device))
         sel.append(None)
         keys.append(rows[first])

@@ -120,8 +120,7 @@ class _Run:
         return res
 
     def _embedder_and_store(self):
-        from ..api import load_store_and_embedder
-        from ..mergers.embedders import get_embedder
+        from ..api import load_store_and_embedder, resolve_embedder
 
         if self.pt is None:
             if not isinstance(self.spec, str):  # a model object
@@ -132,8 +131,7 @@ class _Run:
 
         name = (self.pt.schema.metadata or {}).get(PARQUET_EMBEDDER_KEY)
         name = name.decode("utf-8") if name else None
-        emb = self.spec if not isinstance(self.spec, str) else get_embedder(self.spec, device=self.device,
-                                                                           store_embedder=name)
+        emb = self.spec if not isinstance(self.spec, str) else resolve_embedder(self.spec, name, device=self.device)
         if emb is not None and emb.dim != self.pt.schema.field("embedding").type.list_size:
             raise ValueError(f"--embedder's dimension must match the store's "
                              f"({self.pt.schema.field('embedding').type.list_size}), got {emb.dim} from {emb.name!r}")
