@@ -13,6 +13,7 @@ __all__ = [
     "SCHEDULES",
     "DEGREE_NORMS",
     "TREE_KINDS",
+    "TIME_RULES",
     "KMEANS_METHODS",
     "SEEDINGS",
     "PRESETS",
@@ -23,6 +24,7 @@ __all__ = [
 SCHEDULES = ("sequential", "matching")
 DEGREE_NORMS = ("none", "max")
 TREE_KINDS = ("max", "min", "random")
+TIME_RULES = ("flat", "scaled", "gated")
 KMEANS_METHODS = ("exact", "two-level")
 SEEDINGS = ("batched", "k-means++")
 
@@ -82,10 +84,15 @@ class TreeConfig:
     eta: float = 0.99  # w' = eta * w - (1 - eta) * (deg_i + deg_j)
     degree_norm: str = "none"  # "max": divide deg_i + deg_j by its largest value in the tree
     kind: str = "max"  # ablations: "min" (minimum spanning tree), "random" (random merge order)
-    # local time on the tree's edges too: w = (1 - time_weight) * cos + time_weight * [gap <= time_window],
+    # local time on the tree's edges too: w = (1 - time_weight) * cos + time_weight * [gap <= time_window] * g(cos),
     # gap = positions between two nodes' spans (1 for neighbouring turns); 0 = the paper (cosine only)
     time_weight: float = 0.0
     time_window: int = 1  # in positions, as the partition's window
+    # g, what a neighbour's bonus needs (engine/time_term.py): "scaled" g = max(cos, 0) (time multiplies
+    # meaning: an unrelated neighbour gets nothing) | "gated" g = [cos >= time_min_cos] | "flat" g = 1
+    # (the 0/1 bonus before issue 22: unrelated neighbours merge first)
+    time_rule: str = "scaled"
+    time_min_cos: float = 0.3  # "gated" only: the cosine a neighbour needs for the bonus
     # size on the edges (ToMe's size weighting, for a fixed context budget): each edge loses
     # size_weight * (tok_i + tok_j + date tags) / size_unit, the estimated length of the merged
     # node in units of size_unit tokens, so short nodes (chit-chat, near duplicates) merge first
@@ -99,6 +106,8 @@ class TreeConfig:
         _check_choice("kind", self.kind, TREE_KINDS)
         _check_range("time_weight", self.time_weight, 0.0, 1.0)
         _check_int("time_window", self.time_window, 1)
+        _check_choice("time_rule", self.time_rule, TIME_RULES)
+        _check_range("time_min_cos", self.time_min_cos, -1.0, 1.0)
         _check_range("size_weight", self.size_weight, 0.0, 1.0)
         _check_int("size_unit", self.size_unit, 1)
 

@@ -19,7 +19,8 @@ FIELDS = {
     "alpha": ("partition", "alpha"), "beta": ("partition", "beta"), "window": ("partition", "window"),
     "max_iter": ("partition", "max_iter"), "kmeans": ("partition", "kmeans"),
     "eta": ("tree", "eta"), "degree_norm": ("tree", "degree_norm"), "time_weight": ("tree", "time_weight"),
-    "time_window": ("tree", "time_window"), "size_weight": ("tree", "size_weight"),
+    "time_window": ("tree", "time_window"), "time_rule": ("tree", "time_rule"),
+    "time_min_cos": ("tree", "time_min_cos"), "size_weight": ("tree", "size_weight"),
     "cap_policy": ("merge", "cap_policy"),
 }
 
@@ -71,6 +72,11 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
                    help=h("weight of local time on tree edges (0 = the paper: cosine only)", "time_weight"))
     g.add_argument("--time-window", type=int, default=None,
                    help=h("positions apart that count as neighbours on edges", "time_window"))
+    g.add_argument("--time-rule", default=None,
+                   help=h("what a neighbour's time bonus needs: scaled (the bonus times the cosine) | gated (the "
+                          "bonus only from --time-min-cos up) | flat (a 0/1 bonus whatever the cosine)", "time_rule"))
+    g.add_argument("--time-min-cos", type=float, default=None,
+                   help=h("the cosine a neighbour needs for the bonus under --time-rule gated", "time_min_cos"))
     g.add_argument("--size-weight", type=float, default=None,
                    help=h("penalty on the merged node's length, in units of size_unit tokens (0 = the paper)",
                           "size_weight"))

@@ -20,6 +20,7 @@ from ..config import CompressConfig
 from ..kernels import best_edge_per_tree, greedy_matching, spanning_forest, tree_degrees
 from ..kernels.mst import edge_key
 from .lengths import merged_length, utc_day
+from .time_term import time_weighted
 from .trees import Bucket, TreeBatch
 
 __all__ = ["Plan", "plan_round"]
@@ -66,7 +67,7 @@ def _edge_weights(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap: int | N
         if tw > 0:  # local time on the edges: neighbouring spans of positions get the bonus
             lo, hi = bk.lo[r], bk.hi[r]  # (B', m)
             gap = torch.maximum(lo[:, :, None], lo[:, None, :]) - torch.minimum(hi[:, :, None], hi[:, None, :])
-            Wt = (1 - tw) * W + tw * (gap <= cfg.tree.time_window).to(W.dtype)  # (B', m, m)
+            Wt = time_weighted(W, gap, cfg.tree)  # (B', m, m)
     est = None
     if bk.tok is not None and ((cfg.tree.size_weight > 0 and kind != "random") or cap is not None):
         tok, day = bk.tok[r], utc_day(bk.ts[r])  # (B', m)
