@@ -88,10 +88,10 @@ class TreeConfig:
     # gap = positions between two nodes' spans (1 for neighbouring turns); 0 = the paper (cosine only)
     time_weight: float = 0.0
     time_window: int = 1  # in positions, as the partition's window
-    # g, what a neighbour's bonus needs (engine/time_term.py): "scaled" g = max(cos, 0) (time multiplies
-    # meaning: an unrelated neighbour gets nothing) | "gated" g = [cos >= time_min_cos] | "flat" g = 1
+    # g, what a neighbour's bonus needs (engine/time_term.py): "gated" g = [cos >= time_min_cos] (the bonus
+    # only for neighbours that are related) | "scaled" g = max(cos, 0) (time multiplies meaning) | "flat" g = 1
     # (the 0/1 bonus before issue 22: unrelated neighbours merge first)
-    time_rule: str = "scaled"
+    time_rule: str = "gated"
     time_min_cos: float = 0.3  # "gated" only: the cosine a neighbour needs for the bonus
     # size on the edges (ToMe's size weighting, for a fixed context budget): each edge loses
     # size_weight * (tok_i + tok_j + date tags) / size_unit, the estimated length of the merged
@@ -181,7 +181,8 @@ class CompressConfig:
 PRESETS: dict[str, CompressConfig] = {
     "memforest": CompressConfig(
         partition=PartitionConfig(alpha=0.001),  # ~1,000 nodes per event tree (one per LoCoMo conversation)
-        tree=TreeConfig(time_weight=0.5, size_weight=0.2),  # neighbouring turns and short nodes merge first
+        # related neighbours in time (cosine >= 0.3) and short nodes merge first
+        tree=TreeConfig(time_weight=0.5, time_rule="gated", time_min_cos=0.3, size_weight=0.2),
         merge=MergeConfig(schedule="matching"),  # disjoint pairs per round
     ),
     "paper": CompressConfig(),  # SPEC.md's values

@@ -151,7 +151,8 @@ def test_dev_file_as_facts_counts():
     b = load_locomo(DEV, nodes="facts")
     turns = load_locomo(DEV)
     assert len(b.nodes) == 1210 and len({n["id"] for n in b.nodes}) == 1210
-    assert [(q.id, q.answer, q.category) for q in b.questions] == [(q.id, q.answer, q.category) for q in turns.questions]
+    same = [(q.id, q.answer, q.category) for q in turns.questions]
+    assert [(q.id, q.answer, q.category) for q in b.questions] == same
     assert b.info["questions_without_evidence"] == 131  # 129 whose turns no fact cites, 2 without turns
     assert b.info["questions_evidence_uncited"] == 129 and b.info["evidence_turns_uncited"] == 242
     ids = {n["id"]: n for n in b.nodes}

@@ -84,8 +84,11 @@ def test_cli_leave_one_out_writes_its_report(tmp_path, monkeypatch, capsys):
     assert main(argv) == 0
     data = json.loads((out / "loo.json").read_text())
     assert [f["held_out"] for f in data["folds"]] == ["t0", "t1", "t2"]
-    assert set(data["candidates"]) == {"sequential a=0.05 tw=0 sw=0", "sequential a=0.05 tw=0 sw=0.2", "tome"}
-    assert data["choice"] in data["candidates"] and data["compare"] == ["sequential a=0.05 tw=0 sw=0", "tome"]
+    before = "matching a=0.001 tw=0.5/flat sw=0.2 (compare)"  # the preset under the flat rule: compared, never chosen
+    assert set(data["candidates"]) == {"sequential a=0.05 tw=0 sw=0", "sequential a=0.05 tw=0 sw=0.2", "tome", before}
+    assert data["choice"] in data["candidates"] and data["choice"] != before
+    assert data["compare"] == ["sequential a=0.05 tw=0 sw=0", "tome", before]
+    assert data["candidates"][before]["config"]["tree"]["time_rule"] == "flat"
     assert "Preset rule" in (out / "loo.md").read_text()
     assert "preset rule picks" in capsys.readouterr().out
     assert main(argv[:-1] + ["--loo-select", "B:nope"]) == 2
@@ -98,6 +101,7 @@ def test_cli_leave_one_out_writes_its_report(tmp_path, monkeypatch, capsys):
                  f"{out / 'loo_scores.npz'},{tmp_path / 'loo2' / 'loo_scores.npz'}", "--quiet"]) == 0
     both = json.loads((joined / "loo.json").read_text())
     assert set(both["candidates"]) == set(data["candidates"]) | {"sequential a=0.05 tw=0 sw=0.5", "paper"}
+    assert both["compare"][-1] == before and all(f["chosen"] != before for f in both["folds"])
 
 
 def test_candidate_grid_time_rules_in_names_and_once_without_time():

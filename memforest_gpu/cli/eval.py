@@ -88,9 +88,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--loo-schedules", default="sequential,matching", help="candidate schedules")
     g.add_argument("--loo-alphas", default="0.05,0.01,0.001", help="candidate alphas")
     g.add_argument("--loo-time-weights", default="0,0.5", help="candidate time weights")
-    g.add_argument("--loo-time-rules", default="scaled,gated:0.3,flat",
+    g.add_argument("--loo-time-rules", default="scaled,gated:0.2,gated:0.3,gated:0.4",
                    help="candidate time rules (gated:COS sets its time_min_cos); with time weight 0 the rule does "
                         "not matter and the candidate is run once")
+    g.add_argument("--loo-compare-rules", default="flat",
+                   help="time rules scored on the preset's config (the other flags) for comparison only, never "
+                        "selected (flat: the preset before issue 22); '' for none")
     g.add_argument("--loo-size-weights", default="0,0.2", help="candidate size weights")
     g.add_argument("--loo-from", default=None,
                    help="comma list of loo_scores.npz files of earlier --leave-one-out runs: join their candidates "
@@ -256,7 +259,8 @@ def _run_loo(a) -> int:
         from ..evaluation.loo import load_scores
 
         cs = load_scores([x for x in a.loo_from.split(",") if x])
-        return _loo_report(a, cs, [c.name for c in cs.candidates if not c.method and c.name != "paper"], 0.0)
+        return _loo_report(a, cs, [c.name for c in cs.candidates
+                                   if not c.method and not c.compare_only and c.name != "paper"], 0.0)
     os.makedirs(a.out, exist_ok=True)
     ratios, seeds = _floats(a.ratios), _ints(a.seeds)
     rules = tuple(x.strip() for x in a.loo_time_rules.split(",") if x.strip())
@@ -264,6 +268,7 @@ def _run_loo(a) -> int:
                            _floats(a.loo_size_weights), base=_config(a), time_rules=rules)
     paper, tome = paper_candidate(), Candidate("tome", _config(a), method="tome")
     extra = [c for c in (paper, tome) if c.config not in [x.config for x in cands] or c.method]
+    extra += [c for c in _compare_rules(a) if c.config not in [x.config for x in cands]]
     shapes = _shapes(a)
     bench = _load(a) if len(shapes) == 1 else {sh: _load(a, sh) for sh in shapes}
     emb = CachedEmbedder(SentenceTransformerEmbedder(None if a.embedder == "default" else a.embedder,
@@ -287,6 +292,23 @@ def _run_loo(a) -> int:
     return _loo_report(a, cs, [c.name for c in cands], t0)
 
 
+def _compare_rules(a) -> list:
+    """``--loo-compare-rules``: the preset's config (with the other flags) under each rule,
+    comparison only."""
+    import dataclasses
+
+    from ..evaluation.loo import Candidate, rule_fields
+
+    c = _config(a)
+    out = []
+    for rule in (x.strip() for x in (a.loo_compare_rules or "").split(",") if x.strip()):
+        cfg = dataclasses.replace(c, tree=dataclasses.replace(c.tree, **rule_fields(rule)))
+        name = (f"{cfg.merge.schedule} a={cfg.partition.alpha:g} tw={cfg.tree.time_weight:g}/{rule} "
+                f"sw={cfg.tree.size_weight:g} (compare)")
+        out.append(Candidate(name, cfg, compare_only=True))
+    return out
+
+
 def _loo_report(a, cs, names: list[str], t0: float) -> int:
     """Select per fold among ``names``, write loo.md / loo.json, print the preset rule's pick."""
     from ..evaluation.loo import leave_one_out, loo_markdown, paper_candidate, preset_choice
@@ -295,7 +317,7 @@ def _loo_report(a, cs, names: list[str], t0: float) -> int:
     paper = paper_candidate()
     ratios, seeds = cs.ratios, cs.seeds
     paper_name = next((c.name for c in cs.candidates if c.config == paper.config and not c.method), paper.name)
-    compare = tuple(dict.fromkeys([paper_name, "tome"]))
+    compare = tuple(dict.fromkeys([paper_name, "tome", *(c.name for c in cs.candidates if c.compare_only)]))
     folds = leave_one_out(cs, select=a.loo_select, pool=names, compare=compare)
     choice = preset_choice(folds, a.loo_select)
     os.makedirs(a.out, exist_ok=True)

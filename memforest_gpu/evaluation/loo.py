@@ -36,17 +36,19 @@ from .harness import EvalConfig, cell_key, run_grid
 
 __all__ = ["Candidate", "candidate_grid", "CandidateScores", "score_candidates", "retention",
            "leave_one_out", "preset_choice", "loo_markdown", "paper_candidate", "save_scores", "load_scores",
-           "METRICS"]
+           "rule_fields", "METRICS"]
 
 
 @dataclass(frozen=True)
 class Candidate:
     """A named configuration; ``method`` is how the grid runs it (``memforest:SCHEDULE`` or
-    a baseline such as ``tome``, which reads only ratio and seed)."""
+    a baseline such as ``tome``, which reads only ratio and seed). ``compare_only``: scored
+    beside the others for comparison, never selected (as the paper defaults and ToMe)."""
 
     name: str
     config: CompressConfig
     method: str = ""
+    compare_only: bool = False
 
     @property
     def label(self) -> str:
@@ -64,7 +66,7 @@ def candidate_grid(schedules=("sequential", "matching"), alphas=(0.05, 0.01, 0.0
     base = base or CompressConfig()
     out, seen = [], set()
     for s, a, tw, rule, sw in itertools.product(schedules, alphas, time_weights, time_rules or (None,), size_weights):
-        tree = dataclasses.replace(base.tree, time_weight=tw, size_weight=sw, **_rule_fields(rule))
+        tree = dataclasses.replace(base.tree, time_weight=tw, size_weight=sw, **rule_fields(rule))
         cfg = dataclasses.replace(base, partition=dataclasses.replace(base.partition, alpha=a), tree=tree,
                                   merge=dataclasses.replace(base.merge, schedule=s))
         name = f"{s} a={a:g} tw={tw:g}{f'/{rule}' if rule and tw > 0 else ''} sw={sw:g}"
@@ -74,7 +76,7 @@ def candidate_grid(schedules=("sequential", "matching"), alphas=(0.05, 0.01, 0.0
     return out
 
 
-def _rule_fields(rule: str | None) -> dict:
+def rule_fields(rule: str | None) -> dict:
     """``"gated:0.3"`` -> ``{"time_rule": "gated", "time_min_cos": 0.3}``; None -> {}."""
     if rule is None:
         return {}
@@ -119,8 +121,8 @@ def score_candidates(bench, candidates: list[Candidate], ratios, seeds, *, embed
                         eval_config=eval_config, on_candidate=on_candidate) for b in benches.values()]
     if len(parts) == 1 and None in benches:
         return parts[0]
-    scores = {c.name: {key: np.concatenate([p.scores[c.name][key] for p in parts], 1) for key in parts[0].scores[c.name]}
-              for c in candidates}
+    scores = {c.name: {key: np.concatenate([p.scores[c.name][key] for p in parts], 1)
+                       for key in parts[0].scores[c.name]} for c in candidates}
     base = {m: np.concatenate([p.base[m] for p in parts]) for m in METRICS}
     shapes = np.concatenate([np.full(len(p.tenants), str(s)) for s, p in zip(benches, parts)])
     return CandidateScores(scores, base, np.concatenate([p.tenants for p in parts]), list(ratios), list(seeds),
@@ -288,7 +290,7 @@ def save_scores(cs: CandidateScores, path: str) -> None:
     arrays = {f"s|{n}|{r!r}|{m}": v for n, d in cs.scores.items() for (r, m), v in d.items()}
     arrays.update({f"b|{m}": v for m, v in cs.base.items()})
     meta = {"ratios": cs.ratios, "seeds": cs.seeds,
-            "candidates": [{"name": c.name, "method": c.method,
+            "candidates": [{"name": c.name, "method": c.method, "compare_only": c.compare_only,
                             "config": {k: dataclasses.asdict(getattr(c.config, k)) for k in ("partition", "tree",
                                                                                               "merge")}}
                            for c in cs.candidates]}
@@ -309,7 +311,8 @@ def load_scores(paths: list[str]) -> CandidateScores:
             meta = json.loads(str(z["meta"]))
             cands = [Candidate(c["name"], CompressConfig(partition=PartitionConfig(**c["config"]["partition"]),
                                                          tree=TreeConfig(**c["config"]["tree"]),
-                                                         merge=MergeConfig(**c["config"]["merge"])), c["method"])
+                                                         merge=MergeConfig(**c["config"]["merge"])), c["method"],
+                               c.get("compare_only", False))
                      for c in meta["candidates"]]
             scores: dict[str, dict] = {}
             for k in z.files:
