@@ -164,3 +164,13 @@ def test_dev_file_as_facts_counts():
     q = {x.question: x for x in b.questions}["When did Caroline go to the LGBTQ support group?"]
     assert [ids[e]["text"] for e in q.evidence] == [
         "Caroline attended an LGBTQ support group recently and found the transgender stories inspiring."]
+
+
+def test_results_header_reports_questions_without_evidence():
+    from memforest_gpu.evaluation.report import _evidence_counts
+
+    meta = {"questions_without_evidence": 131, "questions_evidence_uncited": 129, "evidence_turns_uncited": 242}
+    assert _evidence_counts(meta) == (" 131 questions have no evidence node (129 whose evidence turns no fact cites): "
+                                      "they count for AnsR and AnsR-c, not for EvR; 242 evidence turn ids are cited by "
+                                      "no fact.")
+    assert _evidence_counts({"questions_without_evidence": 0}) == ""
