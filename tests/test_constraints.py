@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine_helpers import CPU
+from engine_helpers import CPU, build_store
 from memforest_gpu import CompressConfig, MemoryStore, compress
 from memforest_gpu.config import MergeConfig
 from memforest_gpu.engine.constraints import constrain, group_codes, kept_mask
@@ -150,3 +150,19 @@ def test_config_checks_and_flags():
     with pytest.raises(ValueError, match="--keep-pattern must be a regular expression"):
         config_from_args(p.parse_args(["--keep-pattern", "("]))
 
+
+def test_distributed_run_keeps_ruled_tenants_whole():
+    pytest.importorskip("torch.distributed")
+    from memforest_gpu.distributed import compress_distributed
+
+    st = build_store([60, 20, 20], dim=16)
+    texts = [("Equivalence: " + t) if j % 6 == 0 else t for j, t in enumerate(st.texts)]
+    st = MemoryStore(st.ids, texts, st.embeddings, st.timestamps, st.tenants, st.sources, st.metadata)
+    cfg = _cfg(keep_pattern="^Equivalence")
+    res = compress_distributed(st, cfg, split_above=30)
+    assert res.split == []
+    one = compress(st, cfg, device=CPU)
+    assert res.store.ids == one.store.ids and res.store.sources == one.store.sources
+    assert [r["kept"] for r in res.report.tenants] == [r["kept"] for r in one.report.tenants]
+    assert [r["requested"] for r in res.report.tenants] == [r["requested"] for r in one.report.tenants]
+    assert res.report.kept == one.report.kept > 0 and res.report.shortfall == 0
