@@ -1,106 +1,21 @@
 """M3-Agent memory graphs in their own pickle format: read without importing mmagent,
 compressed per node type, written back so that M3-Agent's own class loads them.
 
-The stand-in module below is registered as ``mmagent.videograph``: the same class names and
-attributes as M3-Agent's ``VideoGraph`` (mmagent/videograph.py), with the methods the tests
-use written after that file (add_*_node, add_edge, get_connected_nodes, search_text_nodes)
-and retrieval after mmagent/retrieve.py (``retrieve_from_videograph``: node scores by
-``search_text_nodes(mode="max")``, clip score = max over the clip's nodes)."""
+``mmagent.videograph`` is M3-Agent's own (the copy in tests/m3_agent, see m3_helpers);
+retrieval follows mmagent/retrieve.py (``retrieve_from_videograph``: node scores by
+``search_text_nodes(mode="max")``, clip score = max over the clip's nodes). What M3-Agent's
+other functions see of a compressed graph: test_m3agent_use.py."""
 import pickle
 import sys
-import types
 from collections import defaultdict
 
 import numpy as np
 import pytest
 
+from m3_helpers import m3_agent
 from memforest_gpu import CompressConfig, MergeConfig
 from memforest_gpu.adapters.m3agent import (VideoGraph, compress_video_graph, load_video_graph, save_video_graph)
 from memforest_gpu.engine.quotas import removal_target
-
-STAND_IN = '''
-import numpy as np
-
-
-class VideoGraph:
-    def __init__(self, max_img_embeddings=10, max_audio_embeddings=20, img_matching_threshold=0.3,
-                 audio_matching_threshold=0.6):
-        self.nodes = {}
-        self.edges = {}
-        self.text_nodes = []
-        self.text_nodes_by_clip = {}
-        self.event_sequence_by_clip = {}
-        self.max_img_embeddings = max_img_embeddings
-        self.max_audio_embeddings = max_audio_embeddings
-        self.img_matching_threshold = img_matching_threshold
-        self.audio_matching_threshold = audio_matching_threshold
-        self.next_node_id = 0
-
-    class Node:
-        def __init__(self, node_id, node_type):
-            self.id = node_id
-            self.type = node_type
-            self.embeddings = []
-            self.metadata = {}
-
-    def _add(self, node):
-        self.nodes[node.id] = node
-        self.next_node_id += 1
-        return node.id
-
-    def add_img_node(self, imgs):
-        node = self.Node(self.next_node_id, "img")
-        node.embeddings.extend(imgs["embeddings"][:self.max_img_embeddings])
-        node.metadata["contents"] = imgs["contents"]
-        return self._add(node)
-
-    def add_voice_node(self, audios):
-        node = self.Node(self.next_node_id, "voice")
-        node.embeddings.extend(audios["embeddings"][:self.max_audio_embeddings])
-        node.metadata["contents"] = audios["contents"]
-        return self._add(node)
-
-    def add_text_node(self, text, clip_id, text_type="episodic"):
-        node = self.Node(self.next_node_id, text_type)
-        node.embeddings = text["embeddings"]
-        node.metadata["contents"] = text["contents"]
-        node.metadata["timestamp"] = clip_id
-        self.text_nodes.append(node.id)
-        self.text_nodes_by_clip.setdefault(clip_id, []).append(node.id)
-        if text_type == "episodic":
-            self.event_sequence_by_clip.setdefault(clip_id, []).append(node.id)
-        return self._add(node)
-
-    def add_edge(self, a, b, weight=1.0):
-        same_text = self.nodes[a].type == self.nodes[b].type and self.nodes[a].type in ["episodic", "semantic"]
-        if a in self.nodes and b in self.nodes and not same_text:
-            self.edges[(a, b)] = weight
-            self.edges[(b, a)] = weight
-            return True
-        return False
-
-    def get_connected_nodes(self, node_id, type=["img", "voice", "episodic", "semantic"]):
-        out = set()
-        for (n1, n2) in self.edges:
-            if n1 == node_id and self.nodes[n2].type in type:
-                out.add(n2)
-            elif n2 == node_id and self.nodes[n1].type in type:
-                out.add(n1)
-        return list(out)
-
-    def search_text_nodes(self, query_embeddings, range_nodes=[], mode="max"):
-        text_nodes = self.text_nodes
-        if range_nodes:
-            text_nodes = list({t for r in range_nodes for t in self.get_connected_nodes(r, ["episodic", "semantic"])})
-        ids = list(text_nodes)
-        emb = np.array([self.nodes[i].embeddings for i in ids])           # (N, n_emb, D)
-        q = np.array(query_embeddings)                                    # (Q, D)
-        qn = q / np.linalg.norm(q, axis=-1, keepdims=True)
-        en = emb / np.linalg.norm(emb, axis=-1, keepdims=True)
-        sims = np.einsum("qd,ned->qne", qn, en)
-        sims = sims.max(axis=(0, 2)) if mode == "max" else sims.mean(axis=(0, 2))
-        return sorted(zip(ids, sims), key=lambda x: x[1], reverse=True)
-'''
 
 FIELDS = ("nodes", "edges", "text_nodes", "text_nodes_by_clip", "event_sequence_by_clip", "max_img_embeddings",
           "max_audio_embeddings", "img_matching_threshold", "audio_matching_threshold", "next_node_id")
@@ -108,20 +23,9 @@ FIELDS = ("nodes", "edges", "text_nodes", "text_nodes_by_clip", "event_sequence_
 
 @pytest.fixture
 def mmagent():
-    """Register the stand-in as ``mmagent.videograph`` for the test, then remove it."""
-    saved = {k: sys.modules.get(k) for k in ("mmagent", "mmagent.videograph")}
-    pkg = types.ModuleType("mmagent")
-    pkg.__path__ = []
-    mod = types.ModuleType("mmagent.videograph")
-    exec(compile(STAND_IN, "mmagent/videograph.py", "exec"), mod.__dict__)
-    pkg.videograph = mod
-    sys.modules.update({"mmagent": pkg, "mmagent.videograph": mod})
-    yield mod
-    for k, v in saved.items():
-        if v is None:
-            sys.modules.pop(k, None)
-        else:
-            sys.modules[k] = v
+    """M3-Agent's ``mmagent.videograph`` (the copy in tests/m3_agent) for the test, then removed."""
+    with m3_agent() as ns:
+        yield ns.videograph
 
 
 def build_video(mod, seed=0, clips=12, per_clip=3, dim=32, ranges=4):
