@@ -30,7 +30,7 @@ def mmagent():
 
 def build_video(mod, seed=0, clips=12, per_clip=3, dim=32, ranges=4):
     """A video: ``ranges`` topics over consecutive clip ranges, ``per_clip`` episodic nodes
-    and one semantic node per clip, 3 faces and 2 voices linked to the text nodes."""
+    and two semantic nodes per clip, 3 faces and 2 voices linked to the text nodes."""
     rng = np.random.default_rng(seed)
     g = mod.VideoGraph()
     faces = [g.add_img_node({"embeddings": rng.standard_normal((2, 8)).tolist(), "contents": [f"face{j}.jpg"]})
@@ -43,7 +43,7 @@ def build_video(mod, seed=0, clips=12, per_clip=3, dim=32, ranges=4):
     span = clips // ranges
     for c in range(clips):
         topic = topics[c // span]
-        for typ, n in (("episodic", per_clip), ("semantic", 1)):
+        for typ, n in (("episodic", per_clip), ("semantic", 2)):
             for i in range(n):
                 e = topic + 0.35 * rng.standard_normal(dim)
                 who = ents[(c + i) % len(ents)]
@@ -135,12 +135,11 @@ def test_compress_keeps_every_invariant(mmagent, tmp_path):
         olds = [g.nodes[x] for x in n.metadata["merged_from"]]
         assert {o.type for o in olds} == {n.type}
         assert n.id in n.metadata["merged_from"]  # keeps one of its members' ids
-        assert n.metadata["timestamp"] == max(o.metadata["timestamp"] for o in olds)
-        assert n.metadata["clip_ids"] == sorted({o.metadata["timestamp"] for o in olds})
+        assert n.metadata["clip_ids"] == [n.metadata["timestamp"]] == sorted({o.metadata["timestamp"] for o in olds})
         assert len(n.metadata["contents"]) == 1 and n.metadata["contents"][0].strip()
         assert len(n.embeddings) == 1 and len(n.embeddings[0]) == 32
         assert np.linalg.norm(n.embeddings[0]) == pytest.approx(1.0, abs=1e-6)
-    assert out.nodes[g.text_nodes[1]].metadata.get("source") == "gpt-4o"  # carried over, merged or not
+    assert out.nodes[own[g.text_nodes[1]]].metadata.get("source") == "gpt-4o"  # carried over, merged or not
     # faces, voices and unmerged text nodes untouched
     for i, node in g.nodes.items():
         if node.type in ("img", "voice") or own[i] == i and "merged_from" not in out.nodes[i].metadata:
@@ -279,7 +278,7 @@ def test_cli(mmagent, tmp_path, capsys):
     dst = tmp_path / "out.pkl"
     assert main(["graph", "compress", str(src), str(dst), "--ratio", "0.5"]) == 0
     text = capsys.readouterr().out
-    assert "M3-Agent graph: text nodes 48 -> 24" in text and f"wrote {dst}" in text
+    assert "M3-Agent graph: text nodes 60 -> 30" in text and f"wrote {dst}" in text
     with open(dst, "rb") as f:
         assert type(pickle.load(f)) is mmagent.VideoGraph
     odd = tmp_path / "video.bin"
@@ -311,6 +310,6 @@ def test_readme_m3_agent_workflow(mmagent, tmp_path, monkeypatch, capsys):
     _dump(g, tmp_path / "video.pkl")
     argv = m.group(1).split()
     assert main(argv[1:]) == 0
-    assert "M3-Agent graph: text nodes 48 -> 24" in capsys.readouterr().out
+    assert "M3-Agent graph: text nodes 60 -> 30" in capsys.readouterr().out
     with open(tmp_path / argv[4], "rb") as f:
         assert type(pickle.load(f)) is mmagent.VideoGraph
