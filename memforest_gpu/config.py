@@ -47,6 +47,19 @@ def _check_choice(name: str, value: str, valid: tuple[str, ...]):
         raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
 
 
+def _check_regex(name: str, value: str):
+    """A non-empty regular expression that Arrow's RE2 compiles (the engine matches with it)."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty regular expression, got {value!r}")
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        pc.match_substring_regex(pa.array([""]), value)
+    except pa.ArrowInvalid as e:
+        raise ValueError(f"{name} must be a regular expression in RE2 syntax, got {value!r}: {e}") from None
+
+
 @dataclass(frozen=True, kw_only=True)
 class PartitionConfig:
     """EventTree partitioning: k-means + semantic/temporal reassignment (SPEC section 1)."""
@@ -115,6 +128,15 @@ class MergeConfig:
     # cap; no pair is excluded for its length) | "strict" (pairs whose merge would pass the cap
     # are not merged: the ratio may fall short)
     cap_policy: str = "condense"
+    # nodes whose text matches this regular expression (RE2 syntax, found anywhere in the text:
+    # anchor it with ^) never merge: they stay as they are, with their own sources, and the ratio
+    # applies to the other nodes; None: no node is kept (the graph commands default to M3-Agent's
+    # identity lines, GRAPH_KEEP_PATTERN)
+    keep_pattern: str | None = None
+    # nodes merge only with nodes of the same group: "timestamp" (equal timestamps, e.g. an
+    # M3-Agent clip) or a metadata key (equal values; nodes without the key are one group);
+    # None: any two nodes of a tenant may merge
+    merge_within: str | None = None
 
     def __post_init__(self):
         _check_range("ratio", self.ratio, 0.0, 1.0, lo_open=True, hi_open=True)
@@ -123,6 +145,10 @@ class MergeConfig:
         if self.max_node_tokens is not None:
             _check_int("max_node_tokens", self.max_node_tokens, 1)
         _check_int("seed", self.seed, 0)
+        if self.keep_pattern is not None:
+            _check_regex("keep_pattern", self.keep_pattern)
+        if self.merge_within is not None and (not isinstance(self.merge_within, str) or not self.merge_within):
+            raise ValueError(f"merge_within must be 'timestamp' or a metadata key, got {self.merge_within!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,8 @@ FIELDS = {
     "max_iter": ("partition", "max_iter"), "kmeans": ("partition", "kmeans"),
     "eta": ("tree", "eta"), "degree_norm": ("tree", "degree_norm"), "time_weight": ("tree", "time_weight"),
     "time_window": ("tree", "time_window"), "size_weight": ("tree", "size_weight"),
-    "cap_policy": ("merge", "cap_policy"),
+    "cap_policy": ("merge", "cap_policy"), "keep_pattern": ("merge", "keep_pattern"),
+    "merge_within": ("merge", "merge_within"),
 }
 
 
@@ -82,6 +83,14 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
     g.add_argument("--cap-policy", default=None,
                    help=h("condense (a merge over the cap keeps its most informative sentences, so the ratio is "
                         "reached) | strict (pairs over the cap are not merged; the ratio may fall short)", "cap_policy"))
+    g = p.add_argument_group("what may merge")
+    g.add_argument("--keep-pattern", default=None, metavar="REGEX",
+                   help="nodes whose text matches this regular expression (RE2, anywhere in the text; anchor with ^) "
+                        "are never merged; the ratio applies to the others (default: none; graph compress: M3-Agent's "
+                        "identity lines, '(?i)^equivalence')")
+    g.add_argument("--merge-within", default=None, metavar="KEY",
+                   help="nodes merge only with nodes of the same group: 'timestamp' (equal timestamps, e.g. a clip) or "
+                        "a metadata KEY (equal values) (default: none; an M3-Agent graph: timestamp, its clip)")
 
 
 def config_from_args(a: argparse.Namespace):

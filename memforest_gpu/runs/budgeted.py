@@ -317,7 +317,8 @@ def _merged_report(reports: list[dict], scan: TenantScan, config, total: float, 
         merges=sum(r["merges"] for r in reports), schedule=config.merge.schedule, merger=first["merger"],
         embedder=first["embedder"], max_node_tokens=first["max_node_tokens"], seconds=seconds,
         fallbacks=sum(r["fallbacks"] for r in reports),
-        moved_by_reassignment=sum(r["moved_by_reassignment"] for r in reports), kmeans_iterations=iters)
+        moved_by_reassignment=sum(r["moved_by_reassignment"] for r in reports), kmeans_iterations=iters,
+        kept=sum(r.get("kept", 0) for r in reports))
 
 
 def compress_file_budgeted(src, dst, config, *, memory_budget: int, embedder: str = "auto", merger="extractive",
