@@ -24,7 +24,7 @@ import torch
 from ..config import TreeConfig
 from ..kernels.knn import knn_blockwise, knn_cells, top_by_key
 from .edges import Ends, edge_weight, ends_of
-from .vectors import NodeVectors, compute_dtype, dot64
+from .vectors import NodeVectors, compute_dtype, dot64, dot64_many
 
 __all__ = ["uses_lists", "build_lists", "next_live", "merged_lists", "stale_entries"]
 
@@ -96,9 +96,10 @@ def _rank(X: torch.Tensor, e: Ends, cand: torch.Tensor, k: int, tree: TreeConfig
     cs = torch.zeros(B, m, k, dtype=compute_dtype(dtype), device=X.device)
     rows = max(1, budget // max(1, B * c * D))
     bi = torch.arange(B, device=X.device)[:, None, None]
+    Xd = X.double()  # gathered once in float64: the products below are accumulated in float64
     for r0 in range(0, m, rows):
         cd = cand[:, r0:r0 + rows]  # (B, r, c)
-        cos = dot64(X[:, r0:r0 + rows, None, :], X[bi, cd.clamp(min=0)], dtype)  # (B, r, c)
+        cos = dot64_many(Xd[:, r0:r0 + rows], Xd[bi, cd.clamp(min=0)], dtype)  # (B, r, c)
         me = Ends(*(None if x is None else x[:, r0:r0 + rows, None] for x in e))  # (B, r, 1)
         w, _ = edge_weight(cos, me, _gather_ends(e, cd), tree, cap)
         w = w.masked_fill(cd < 0, float("-inf"))
@@ -132,7 +133,7 @@ def merged_lists(bk, vectors: NodeVectors, r: torch.Tensor, keep: torch.Tensor, 
         sl = slice(p0, p0 + step)
         cd = cand[sl]
         Y = vectors.gather(torch.where(cd >= 0, bk.slot[r[sl, None], cd.clamp(min=0)], -1))  # (Pc, c, D)
-        cos = dot64(E[sl, None, :], Y, vectors.dtype)  # (Pc, c)
+        cos = dot64_many(E[sl], Y, vectors.dtype)  # (Pc, c)
         w, _ = edge_weight(cos, me.at(sl), _ends_at(bk, r[sl, None], cd.clamp(min=0)), tree, cap)
         top, _, j = top_by_key(w.masked_fill(cd < 0, float("-inf")), cd, k)
         bk.nbr[r[sl], keep[sl], :k] = top
