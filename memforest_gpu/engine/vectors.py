@@ -56,7 +56,8 @@ class NodeVectors:
         self.dtype = dtype or base.dtype
         self.base = base if base.dtype == self.dtype else base.to(self.dtype)
         self.n_base = int(base.shape[0])
-        self._extra = torch.zeros(0, base.shape[1], dtype=self.dtype, device=base.device)
+        # merged nodes' vectors from row 1 on; row 0 stays zero: what an empty slot (-1) reads
+        self._extra = torch.zeros(1, base.shape[1], dtype=self.dtype, device=base.device)
         self._n_extra = 0
 
     @property
@@ -75,14 +76,14 @@ class NodeVectors:
             raise ValueError(f"rows must continue the table at {self.n_base + self._n_extra}, got "
                              f"{int(rows[0])}..{int(rows[-1])}")
         v = vectors.to(device=self.device, dtype=self.dtype)
-        need = self._n_extra + P
+        need = 1 + self._n_extra + P
         if need > self._extra.shape[0]:  # grow by doubling: the copies cost O(merges) in all
             grown = torch.zeros(max(need, 2 * self._extra.shape[0], 1024), self.dim, dtype=self.dtype,
                                 device=self.device)
-            grown[: self._n_extra] = self._extra[: self._n_extra]
+            grown[: 1 + self._n_extra] = self._extra[: 1 + self._n_extra]
             self._extra = grown
-        self._extra[self._n_extra:need] = v
-        self._n_extra = need
+        self._extra[1 + self._n_extra:need] = v
+        self._n_extra += P
         return v
 
     def dot_rows(self, a: torch.Tensor, b: torch.Tensor, *, budget: int = 1 << 24) -> torch.Tensor:
@@ -97,10 +98,7 @@ class NodeVectors:
     def gather(self, rows: torch.Tensor) -> torch.Tensor:
         """Vectors of node ``rows`` (zeros where a row is negative: an empty slot)."""
         flat = rows.reshape(-1)
-        out = self.base[flat.clamp(min=0, max=max(self.n_base - 1, 0))]
-        if self._n_extra:
-            merged = flat >= self.n_base
-            ext = self._extra[(flat - self.n_base).clamp(min=0, max=self._n_extra - 1)]
-            out = torch.where(merged[:, None], ext, out)
-        out = torch.where((flat >= 0)[:, None], out, torch.zeros((), dtype=out.dtype, device=out.device))
-        return out.view(*rows.shape, self.dim)
+        stored = (flat >= 0) & (flat < self.n_base)
+        out = self.base.index_select(0, flat.clamp(min=0, max=max(self.n_base - 1, 0)))
+        ext = self._extra.index_select(0, torch.where(flat >= self.n_base, flat - self.n_base + 1, 0))  # 0: zeros
+        return torch.where(stored[:, None], out, ext).view(*rows.shape, self.dim)
