@@ -129,7 +129,8 @@ def test_order_key_and_top_by_key(device):
         cols, ww, j = (N(x) for x in top_by_key(wt, ct, k))
         for a in range(4):
             for b in range(7):
-                ref = sorted((c for c in range(30) if np.isfinite(w[a, b, c])), key=lambda c: (-w[a, b, c], col[a, b, c]))
+                ref = sorted((c for c in range(30) if np.isfinite(w[a, b, c])),
+                             key=lambda c: (-w[a, b, c], col[a, b, c]))
                 ref = [int(col[a, b, c]) for c in ref[:k]]
                 assert cols[a, b].tolist() == ref + [-1] * (k - len(ref))
                 assert (cols[a, b] == np.where(j[a, b] < 30, col[a, b][j[a, b]], -1)).sum() >= len(ref)

@@ -144,7 +144,8 @@ def test_lists_stay_consistent_round_after_round(monkeypatch, schedule):
 @pytest.mark.parametrize("ratio", [0.3, 0.7])
 def test_invariants_with_neighbour_lists(schedule, ratio):
     store = build_store([400, 260, 90, 3, 1], dim=16, seed=7)
-    cfg = CompressConfig(partition=PartitionConfig(alpha=0.01), tree=TreeConfig(knn=3, time_weight=0.5, size_weight=0.2),
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.01),
+                         tree=TreeConfig(knn=3, time_weight=0.5, size_weight=0.2),
                          merge=MergeConfig(ratio=ratio, schedule=schedule), storage_dtype="float16")
     a = compress(store, cfg, device="cpu")
     check_invariants(store, a, ratio)
