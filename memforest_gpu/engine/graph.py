@@ -4,7 +4,8 @@ A tree of more than ``knn + 1`` nodes does not keep its (m, m) cosine matrix: ea
 the ``k = knn`` neighbours with the best edge weights (:func:`~.edges.edge_weight`) and,
 in a last column, its next live slot in time, each with its cosine. The spanning forest is
 built on the union of these lists (an edge listed by either end), and the time column
-chains every live slot of a tree, so the forest always spans the tree.
+chains every live slot of a tree, so the forest always spans the tree (under a strict node
+cap a pair over it is no edge; :mod:`.candidates` then joins the pieces the cap leaves).
 
 Building (:func:`build_lists`), per chunk of trees: the kernels of :mod:`~memforest_gpu.kernels.knn`
 find ``k + k//2`` candidates per slot by ``(1 - time_weight) * cos - size_weight * tok_j / size_unit``
