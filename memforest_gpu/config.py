@@ -162,8 +162,9 @@ class CompressConfig:
     partition: PartitionConfig = field(default_factory=PartitionConfig)
     tree: TreeConfig = field(default_factory=TreeConfig)
     merge: MergeConfig = field(default_factory=MergeConfig)
-    # dtype of the vectors the engine keeps in its padded trees: "float32" | "float16" | "bfloat16"
-    # (half the memory; similarities still accumulated in float64, so only the stored values round)
+    # dtype of the vectors the trees read: "float32" | "float16" | "bfloat16" (a half copy of the
+    # store's vectors and half-size merged vectors; similarities still accumulated in float64,
+    # so only the stored values round)
     storage_dtype: str = "float32"
 
     def __post_init__(self):

@@ -88,8 +88,8 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
     g.add_argument("--max-node-tokens", type=int, default=None,
                    help="cap on merged node length (default: the embedder's limit)")
     g.add_argument("--storage-dtype", default=None,
-                   help="float32 | float16 | bfloat16: the vectors kept in the padded trees (half the memory; "
-                        "cosines stay float32) (default: float32)")
+                   help="float32 | float16 | bfloat16: the vectors the trees read (half precision: a half copy "
+                        "of the store's; cosines stay float32) (default: float32)")
     g.add_argument("--cap-policy", default=None,
                    help=h("condense (a merge over the cap keeps its most informative sentences, so the ratio is "
                         "reached) | strict (pairs over the cap are not merged; the ratio may fall short)", "cap_policy"))
