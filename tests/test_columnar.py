@@ -1,6 +1,6 @@
 """The columnar store (issue 12): Arrow columns behind read-only views, tenant codes, batched
 Parquet reads (tenant filter, preallocated vectors), the columnar node table, and the
-storage dtype of the engine's padded trees."""
+storage dtype of the vectors the engine's trees read."""
 from __future__ import annotations
 
 import dataclasses
