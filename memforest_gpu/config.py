@@ -13,6 +13,7 @@ __all__ = [
     "SCHEDULES",
     "DEGREE_NORMS",
     "TREE_KINDS",
+    "GRAPHS",
     "KMEANS_METHODS",
     "SEEDINGS",
     "PRESETS",
@@ -23,6 +24,7 @@ __all__ = [
 SCHEDULES = ("sequential", "matching")
 DEGREE_NORMS = ("none", "max")
 TREE_KINDS = ("max", "min", "random")
+GRAPHS = ("knn", "dense")
 KMEANS_METHODS = ("exact", "two-level")
 SEEDINGS = ("batched", "k-means++")
 
@@ -64,7 +66,7 @@ def _check_regex(name: str, value: str):
 class PartitionConfig:
     """EventTree partitioning: k-means + semantic/temporal reassignment (SPEC section 1)."""
 
-    alpha: float = 0.05  # clusters per node: K = max(1, min(N, floor(alpha * N)))
+    alpha: float = 0.05  # clusters per node: K = max(1, min(N, floor(alpha * N))); 0 = one tree per tenant
     beta: float = 0.8  # weight of the semantic term; 1 - beta weights the temporal window
     window: int = 5  # temporal window, in positions (rank by (timestamp, index))
     max_iter: int = 30  # at most this many Lloyd steps
@@ -81,7 +83,7 @@ class PartitionConfig:
         _check_choice("kmeans", self.kmeans, KMEANS_METHODS)
         _check_choice("seeding", self.seeding, SEEDINGS)
         _check_int("two_level_min_nodes", self.two_level_min_nodes, 1)
-        _check_range("alpha", self.alpha, 0.0, 1.0, lo_open=True)
+        _check_range("alpha", self.alpha, 0.0, 1.0)
         _check_range("beta", self.beta, 0.0, 1.0)
         _check_int("window", self.window, 0)
         _check_int("max_iter", self.max_iter, 1)
@@ -105,6 +107,14 @@ class TreeConfig:
     # and long ones late; 0 = the paper
     size_weight: float = 0.0
     size_unit: int = 256  # tokens; its own field, so the node-token cap never changes the term
+    # the graph each tree's spanning tree is built on: "knn" keeps per node its `knn` best
+    # neighbours by edge weight plus its next node in time (memory and work grow with N; a
+    # tree of at most knn + 1 nodes keeps every pair, exactly as "dense") | "dense" keeps every
+    # pair, a padded (m, m) matrix per tree (the reference). The ablation kinds "min" and
+    # "random" always use every pair.
+    graph: str = "knn"
+    knn: int = 16  # neighbours kept per node by the "knn" graph; >= (largest tree - 1) is exact
+    knn_cells_above: int = 8192  # trees of more nodes search neighbours in cells (approximate, sub-quadratic)
 
     def __post_init__(self):
         _check_range("eta", self.eta, 0.0, 1.0)
@@ -114,6 +124,9 @@ class TreeConfig:
         _check_int("time_window", self.time_window, 1)
         _check_range("size_weight", self.size_weight, 0.0, 1.0)
         _check_int("size_unit", self.size_unit, 1)
+        _check_choice("graph", self.graph, GRAPHS)
+        _check_int("knn", self.knn, 1)
+        _check_int("knn_cells_above", self.knn_cells_above, 2)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,8 +188,9 @@ class CompressConfig:
     partition: PartitionConfig = field(default_factory=PartitionConfig)
     tree: TreeConfig = field(default_factory=TreeConfig)
     merge: MergeConfig = field(default_factory=MergeConfig)
-    # dtype of the vectors the engine keeps in its padded trees: "float32" | "float16" | "bfloat16"
-    # (half the memory; similarities still accumulated in float64, so only the stored values round)
+    # dtype of the vectors the trees read: "float32" | "float16" | "bfloat16" (a half copy of the
+    # store's vectors and half-size merged vectors; similarities still accumulated in float64,
+    # so only the stored values round)
     storage_dtype: str = "float32"
 
     def __post_init__(self):

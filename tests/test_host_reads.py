@@ -71,3 +71,20 @@ def test_a_whole_20000_node_compress_stays_under_budget(schedule):
     assert res.report.trees >= 900 and res.report.merges == 10000
     assert reads.total <= TOTAL_BUDGET, dict(reads.by_name)
     assert max(per_round[1:]) <= ROUND_BUDGET
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_neighbour_lists_stay_under_budget(schedule):
+    """The memforest preset's trees of 1,000 nodes keep neighbour lists (graph="knn"): the
+    lists' one read per round and the flat forest keep the same budgets."""
+    import dataclasses
+
+    from memforest_gpu.config import preset
+
+    cfg = preset("memforest")
+    cfg = dataclasses.replace(cfg, merge=dataclasses.replace(cfg.merge, schedule=schedule,
+                                                             ratio=0.5 if schedule == "matching" else 0.02))
+    res, reads, per_round = compress_counting_reads(_store(20000, 20), cfg, Concat())
+    assert res.report.trees == 20 and res.report.merges == (10000 if schedule == "matching" else 400)
+    assert reads.total <= TOTAL_BUDGET, dict(reads.by_name)
+    assert max(per_round[1:]) <= ROUND_BUDGET, per_round

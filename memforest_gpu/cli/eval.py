@@ -58,6 +58,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--time-window", type=int, default=None, help="positions that count as neighbours on edges")
     g.add_argument("--size-weight", type=float, default=None,
                    help="penalty on tree edges per merged length in units of the node cap (0: the paper)")
+    g.add_argument("--graph", default=None, help="knn | dense: the trees' candidate graph (default: knn)")
+    g.add_argument("--knn", type=int, default=None, help="neighbours per node in the knn graph (default: 16)")
     g.add_argument("--max-node-tokens", type=int, default=None, help="node length cap (default: embedder's)")
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
     p.add_argument("--reference", default=None,
@@ -113,7 +115,8 @@ def _config(a):
     part = {k: v for k, v in (("alpha", a.alpha), ("beta", a.beta), ("window", a.window),
                                ("max_iter", a.max_iter)) if v is not None}
     tree = {k: v for k, v in (("eta", a.eta), ("degree_norm", a.degree_norm), ("time_weight", a.time_weight),
-                               ("time_window", a.time_window), ("size_weight", a.size_weight)) if v is not None}
+                               ("time_window", a.time_window), ("size_weight", a.size_weight), ("graph", a.graph),
+                               ("knn", a.knn)) if v is not None}
     merge = {"max_node_tokens": a.max_node_tokens} if a.max_node_tokens is not None else {}
     c = CompressConfig()
     return replace(c, partition=replace(c.partition, **part), tree=replace(c.tree, **tree),

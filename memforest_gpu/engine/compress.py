@@ -177,7 +177,8 @@ def setup_run(store, config, embedder, device, progress, part, q, budget) -> Run
     # the size term needs lengths too
     cap, counter = cap_and_counter(cfg.merge.max_node_tokens, embedder, count=cfg.tree.size_weight > 0)
     tokens = torch.tensor(counter(store.texts), dtype=torch.int64, device=dev) if counter is not None else None
-    batch = build_trees(part.tree, tree_size, emb, ts, codes, tokens, dtype=getattr(torch, cfg.storage_dtype))
+    batch = build_trees(part.tree, tree_size, emb, ts, codes, tokens, dtype=getattr(torch, cfg.storage_dtype),
+                        config=cfg.tree, cap=cap if cfg.merge.cap_policy == "strict" else None)
     times["setup"] = time.perf_counter() - t1
     return RunSetup(cfg, names, part, q, batch, NodeTable(store), emb, cap, counter, times, kept)
 
