@@ -25,7 +25,7 @@ from ..device import resolve_device
 from ..store.memory_store import MemoryStore
 from .apply import apply_round, pair_means
 from .assemble import assemble
-from .merge_call import cap_and_counter, merge_round_capped, with_fallback
+from .merge_call import cap_and_counter, count_column, merge_round_capped, with_fallback
 from .node_table import NodeTable
 from .partition import Partition, partition_nodes
 from .plan import Plan, plan_round
@@ -173,7 +173,7 @@ def setup_run(store, config, embedder, device, progress, part, q, budget) -> Run
                          f"got {len(q.per_tree)} trees")
     # the size term needs lengths too
     cap, counter = cap_and_counter(cfg.merge.max_node_tokens, embedder, count=cfg.tree.size_weight > 0)
-    tokens = torch.tensor(counter(store.texts), dtype=torch.int64, device=dev) if counter is not None else None
+    tokens = torch.as_tensor(count_column(counter, store.texts)).to(dev) if counter is not None else None
     batch = build_trees(part.tree, tree_size, emb, ts, codes, tokens, dtype=getattr(torch, cfg.storage_dtype))
     times["setup"] = time.perf_counter() - t1
     return RunSetup(cfg, names, part, q, batch, NodeTable(store), emb, cap, counter, times)
