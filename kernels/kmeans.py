@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from .assign import best_match
+from .blocks import row_blocks
 from .seeding import batched_d2_seeds, kmeans_plus_plus
 
 __all__ = ["kmeans", "lloyd_step", "initial_centroids", "cluster_means", "cluster_centres", "LocalReduce", "SEEDINGS"]
@@ -171,16 +172,20 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
 
 
 def cluster_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, means: torch.Tensor,
-                    c_valid: torch.Tensor) -> torch.Tensor:
-    """The member closest to each cluster's mean (ties: lowest point index).
+                    c_valid: torch.Tensor, *, budget: int = 1 << 24) -> torch.Tensor:
+    """The member closest to each cluster's mean (ties: lowest point index). Distances are
+    computed ``budget`` elements at a time (no (T, n, D) temporary).
 
     Shape: X (T, n, D), labels (T, n), means (T, K, D) -> centre (T, K) point index (-1 if empty)
     """
     T, n, D = X.shape
     K = means.shape[1]
     lab = labels.clamp(min=0)
-    own = means[torch.arange(T, device=X.device)[:, None], lab]  # (T, n, D)
-    d = ((X.float() - own) ** 2).sum(-1).masked_fill(~valid, float("inf"))  # (T, n)
+    rows = torch.arange(T, device=X.device)[:, None]
+    d = torch.empty(T, n, dtype=torch.promote_types(torch.float32, means.dtype), device=X.device)  # (T, n)
+    for cs in row_blocks(n, budget // max(1, T * D)):  # the same bits as all at once (see row_blocks)
+        d[:, cs] = ((X[:, cs].float() - means[rows, lab[:, cs]]) ** 2).sum(-1)
+    d = d.masked_fill(~valid, float("inf"))
     best = torch.full((T, K), float("inf"), device=X.device).scatter_reduce(1, lab, d, "amin")
     is_best = valid & (d == best.gather(1, lab))
     idx = torch.arange(n, device=X.device).expand(T, n)
