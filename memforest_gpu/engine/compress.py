@@ -26,7 +26,7 @@ from ..store.memory_store import MemoryStore
 from .apply import apply_round, pair_means
 from .assemble import assemble
 from .constraints import constrain
-from .merge_call import cap_and_counter, merge_round_capped, with_fallback
+from .merge_call import cap_and_counter, count_column, merge_round_capped, with_fallback
 from .node_table import NodeTable
 from .partition import Partition, partition_nodes
 from .plan import Plan, plan_round
@@ -61,7 +61,8 @@ class RunSetup:
 
 def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger=None, embedder=None,
              device=None, progress: bool = False, on_round: Callable[[int, list[MergeRecord]], None] | None = None,
-             partition: Partition | None = None, quotas: Quotas | None = None, budget: int = 1 << 24) -> CompressResult:
+             partition: Partition | None = None, quotas: Quotas | None = None, budget: int = 1 << 24,
+             copy: bool = True) -> CompressResult:
     """Compress ``store`` with MemForest.
 
     Args:
@@ -73,6 +74,9 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         on_round: called after each round with (round, the round's merge records).
         partition, quotas: a ready partition of ``store`` (and its quotas) instead of
             computing them (the distributed runner hands each rank its trees this way).
+        copy: ``False`` lets the output's vectors overwrite ``store.embeddings`` (then a view of
+            its first rows): no second (N_out, D) tensor, for callers that drop ``store`` after,
+            as ``compress_file`` does. A run on another device writes into its own copy anyway.
 
     Every tenant loses exactly ``round(ratio * N_t)`` nodes unless it cannot (report's
     ``shortfall``); every original id ends in exactly one output node's ``sources``.
@@ -127,9 +131,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         bar.close()
     t = time.perf_counter()
     batch = s.batch = None  # the padded tree tensors (about 2x the embeddings) are not needed any more
-    live = np.ones(len(table), dtype=bool)
-    live[np.concatenate(consumed) if consumed else np.zeros(0, dtype=np.int64)] = False
-    out = assemble(table, live, s.emb, vectors)  # the blocks, released as they are read
+    out = _output(s, store, table, consumed, vectors, copy)
     times["output"] = time.perf_counter() - t
     times["total"] = time.perf_counter() - times.pop("_t0")
     report = run_report(s, store, merger, embedder, out, shortfall, rounds, len(records), fallbacks)
@@ -138,6 +140,16 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
 
 
 # --------------------------------------------------------------------------- helpers
+def _output(s: RunSetup, store: MemoryStore, table: NodeTable, consumed: list[np.ndarray],
+            vectors: list[torch.Tensor], copy: bool) -> MemoryStore:
+    """The live rows as the output store; the merged vectors' blocks are released as they are
+    read, and the output's vectors overwrite the run's own (``s.emb``) unless it is the
+    caller's store's and ``copy``."""
+    live = np.ones(len(table), dtype=bool)
+    live[np.concatenate(consumed) if consumed else np.zeros(0, dtype=np.int64)] = False
+    return assemble(table, live, s.emb, vectors, in_place=not copy or s.emb is not store.embeddings)
+
+
 def setup_run(store, config, embedder, device, progress, part, q, budget) -> RunSetup:
     """Validate, then partition, quotas and trees (or take the given ones)."""
     t0 = time.perf_counter()
@@ -176,7 +188,7 @@ def setup_run(store, config, embedder, device, progress, part, q, budget) -> Run
                          f"got {len(q.per_tree)} trees")
     # the size term needs lengths too
     cap, counter = cap_and_counter(cfg.merge.max_node_tokens, embedder, count=cfg.tree.size_weight > 0)
-    tokens = torch.tensor(counter(store.texts), dtype=torch.int64, device=dev) if counter is not None else None
+    tokens = torch.as_tensor(count_column(counter, store.texts)).to(dev) if counter is not None else None
     batch = build_trees(part.tree, tree_size, emb, ts, codes, tokens, dtype=getattr(torch, cfg.storage_dtype),
                         config=cfg.tree, cap=cap if cfg.merge.cap_policy == "strict" else None)
     times["setup"] = time.perf_counter() - t1

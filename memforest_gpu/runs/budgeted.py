@@ -272,7 +272,7 @@ class _GroupRunner:
                                  f"{journal.path!r}, rerun with --resume once it is fixed")
 
         res = compress(store, self.config, merger=journal, embedder=self.emb, device=self.device,
-                       progress=self.progress, on_round=stop_if_broken)
+                       progress=self.progress, on_round=stop_if_broken, copy=False)  # store: sources only after
         return res, store
 
     def journaled(self) -> int:
