@@ -110,16 +110,36 @@ def check_triton(ctx: Ctx) -> dict:
     cv = torch.rand(3, s["agree_k"], generator=g) > 0.1
     cv[:, 1] = True
     X, C, cv = X.to(ctx.dev), C.to(ctx.dev), cv.to(ctx.dev)
-    out = {}
+    out, near = {}, {}
     for mode in ("l2", "dot"):
         v_ref, i_ref = best_match(X, C, cv, mode=mode, backend="torch")
         v, i = best_match(X, C, cv, mode=mode, backend="triton")
         out[mode] = (frac_equal(i, i_ref), float((v - v_ref).abs().max()))
-    ok = all(f == 1.0 and d <= 1e-4 for f, d in out.values())
+        near[mode] = _label_flips_are_near_ties(X, C, i, i_ref, mode, tol=1e-4)
+    ok = all(f >= 0.9999 and d <= 1e-4 and near[m] for m, (f, d) in out.items())
     return dict(ok=ok, agreement={m: f for m, (f, _) in out.items()},
-                max_abs_score_diff={m: d for m, (_, d) in out.items()},
+                max_abs_score_diff={m: d for m, (_, d) in out.items()}, flips_are_near_ties=near,
                 summary=" ".join(f"{m}: {f:.6f} equal, |diff| {d:.1e};" for m, (f, d) in out.items()),
-                rule="labels exactly equal, scores within 1e-4 (both fp32, tie rule: lowest index within TIE_EPS)")
+                rule="scores within 1e-4; labels equal for >= 99.99% of points, and every differing label a "
+                     "near-tie (the two centres' float64 scores within 1e-4): both fp32, blocked differently")
+
+
+def _label_flips_are_near_ties(X, C, i, i_ref, mode: str, tol: float) -> bool:
+    """Where two paths chose different centres, the choices score within ``tol`` of each other
+    in float64 (a flip at a near-tie is rounding, anything else is a bug)."""
+    import torch
+
+    diff = (i != i_ref) & (i >= 0) & (i_ref >= 0)
+    if not bool(diff.any()):
+        return bool(torch.equal(i >= 0, i_ref >= 0))
+    t, p = diff.nonzero(as_tuple=True)
+    x = X[t, p].double()
+    a, b = C[t, i[t, p]].double(), C[t, i_ref[t, p]].double()
+
+    def score(c):
+        return 2 * (x * c).sum(-1) - (c * c).sum(-1) if mode == "l2" else (x * c).sum(-1)
+
+    return bool(((score(a) - score(b)).abs() <= tol).all()) and bool(torch.equal(i >= 0, i_ref >= 0))
 
 
 def check_kmeans(ctx: Ctx) -> dict:

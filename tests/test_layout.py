@@ -144,3 +144,35 @@ def test_modules_and_functions_stay_small(top):
                     too_long.append(f"{name}.{node.name}: {n} lines")
     assert not too_long, f"modules must stay under {MAX_MODULE_LINES} lines, functions under " \
                          f"{MAX_FUNCTION_LINES}: {too_long}"
+
+
+def test_the_kernels_are_one_package_however_the_project_is_installed(tmp_path):
+    """kernels/ (the design card's top level) is memforest_gpu.kernels through the committed link
+    memforest_gpu/kernels -> ../kernels: this install (editable in CI) imports it from the
+    checkout's kernels/, and a wheel built from the checkout carries it as real files."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    import memforest_gpu.kernels as k
+
+    link = ROOT / "memforest_gpu" / "kernels"
+    assert link.is_symlink() and os.readlink(link) == os.path.join("..", "kernels")
+    assert Path(k.__file__).resolve() == (ROOT / "kernels" / "__init__.py").resolve()
+    src = tmp_path / "src"  # a copy of the checkout (links kept), so the build leaves nothing in it
+    src.mkdir()
+    for part in ("setup.py", "README.md", "memforest_gpu", "kernels"):
+        if (ROOT / part).is_dir():
+            shutil.copytree(ROOT / part, src / part, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(ROOT / part, src / part)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                        "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("memforest_gpu-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    kernels = sorted(p.name for p in (ROOT / "kernels").glob("*.py"))
+    assert {f"memforest_gpu/kernels/{n}" for n in kernels} <= names
+    assert not any(n.startswith("kernels/") for n in names)  # never a top-level `kernels` (PyPI has one)

@@ -51,7 +51,7 @@ def test_cli_default_is_the_memforest_preset_and_flags_override_one_field():
     assert _parse("--schedule", "sequential") == dataclasses.replace(
         m, merge=dataclasses.replace(m.merge, schedule="sequential"))
     assert _parse("--time-weight", "0") == dataclasses.replace(m, tree=dataclasses.replace(m.tree, time_weight=0.0))
-    with pytest.raises(ValueError, match=r"--alpha must be in \(0.0, 1.0\], got 2.0"):
+    with pytest.raises(ValueError, match=r"--alpha must be in \[0.0, 1.0\], got 2.0"):
         _parse("--preset", "paper", "--alpha", "2")
 
 

@@ -73,6 +73,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--time-min-cos", type=float, default=None, help="gated: the cosine a neighbour needs")
     g.add_argument("--size-weight", type=float, default=None,
                    help="penalty on tree edges per merged length in units of size_unit tokens (0: the paper)")
+    g.add_argument("--graph", default=None, help="knn | dense: the trees' candidate graph (default: knn)")
+    g.add_argument("--knn", type=int, default=None, help="neighbours per node in the knn graph (default: 16)")
     g.add_argument("--max-node-tokens", type=int, default=None, help="node length cap (default: embedder's)")
     g.add_argument("--cap-policy", default=None, help="condense | strict: a merge over the node cap")
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
