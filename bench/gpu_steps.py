@@ -23,6 +23,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 from gpu_agree import step_agreement  # noqa: E402
+from gpu_compress import step_compress  # noqa: E402
 from gpu_ctx import Ctx, fast_store, frac_equal, noisy_queries  # noqa: E402
 from gpu_record import RECORDS, append_record  # noqa: E402
 
@@ -39,9 +40,12 @@ class Step:
 STEPS = [
     Step("agreement", 110, 60,
          "CUDA agreement: pytest on CUDA, kernels CUDA vs CPU, Triton vs PyTorch, engine invariants"),
-    Step("first_round", 90, 40, "1M nodes d=384: partition + trees + the first round's pairs (a dry run), host reads"),
-    Step("kmeans", 40, 30, "k-means assignment TFLOP/s against the measured matmul ceiling"),
-    Step("merge", 140, 60, "LLM merges/s and tokens/s (Qwen2.5 shapes, random weights) + MiniLM re-embedding"),
+    Step("compress", 140, 60, "1M nodes d=384, the default preset and --preset paper: a whole compress, seconds "
+                              "and peak device memory by stage, rounds, host reads and H2D copies"),
+    Step("first_round", 55, 40, "1M nodes d=384: partition + trees + the first round's pairs (a dry run), host reads"),
+    Step("kmeans", 35, 30, "k-means assignment TFLOP/s against the measured matmul ceiling"),
+    Step("merge", 55, 60, "LLM merges/s and tokens/s (Qwen2.5 0.5B and 7B shapes, random weights) + MiniLM "
+                          "re-embedding"),
     Step("retrieval", 45, 30, "1M nodes, 10k batched queries: top-k and AGPR"),
     Step("optional", 25, 30, "faiss-gpu and vLLM, where importable"),
 ]
@@ -53,27 +57,31 @@ SIZES = {
                 ("engine", ["tests/test_engine*.py", "-m", "not slow"], 35),
                 ("gpu_marked", ["tests", "-m", "gpu"], 25)],
         agree_n=20000, agree_k=512, agree_d=384, agree_trees=(64, 48), agree_q=2000, agree_store=4000,
+        compress_n=1_000_000, compress_dim=384, compress_tenants=8, compress_two_level_min=20000,
         first_round_n=1_000_000, first_round_dim=384, first_round_tenants=8,
         first_round_kmeans=("two-level", "exact"),
         matmul=8192, assign_n=1_000_000, assign_k=50_000, assign_d=384, reps=2,
-        lms=("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b"), lm_batches=[64, 256, 1024], out_tokens=64,
-        bpe_vocab=16000, enc_batches=[64, 256, 1024],
+        # a throughput figure per model size: the small model at a small and a large batch, the 7B at one
+        lms={"qwen2.5-0.5b": [256, 1024], "qwen2.5-7b": [256]}, vllm_batches=[256, 1024], out_tokens=64,
+        bpe_vocab=16000,
+        enc_batches=[256, 1024],
         ret_n=1_000_000, ret_q=10_000, ret_dim=384, ret_tenants=(1, 64), k=10,
         faiss_n=1_000_000, faiss_q=10_000),
     "rehearse": dict(
         pytest=[("triton", ["tests/test_triton_*.py", "-k", "all_invalid or module_level or switched_off"],
                  40)],
         agree_n=600, agree_k=24, agree_d=16, agree_trees=(4, 12), agree_q=50, agree_store=300,
+        compress_n=3000, compress_dim=32, compress_tenants=3, compress_two_level_min=1000,
         first_round_n=3000, first_round_dim=32, first_round_tenants=3, first_round_kmeans=("two-level", "exact"),
         matmul=256, assign_n=2000, assign_k=64, assign_d=32, reps=2,
-        lms=("tiny-qwen2",), lm_batches=[2, 4], out_tokens=6, bpe_vocab=800, enc_batches=[4, 8],
+        lms={"tiny-qwen2": [2, 4]}, vllm_batches=[2, 4], out_tokens=6, bpe_vocab=800, enc_batches=[4, 8],
         ret_n=5000, ret_q=200, ret_dim=32, ret_tenants=(1, 4), k=10,
         faiss_n=3000, faiss_q=100),
 }
 
 
 def step_first_round(ctx: Ctx) -> None:
-    """Step 2: the dry run of a 1M-node store (partition + trees + the first round's pairs), per
+    """Step 3: the dry run of a 1M-node store (partition + trees + the first round's pairs), per
     k-means kind, with host reads: :func:`memforest_gpu.engine.dry_run`."""
     from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig
     from memforest_gpu.engine import dry_run
@@ -110,7 +118,7 @@ def step_first_round(ctx: Ctx) -> None:
 
 
 def step_kmeans(ctx: Ctx) -> None:
-    """Step 3: the dense matmul ceiling of this device, then the k-means assignment against it."""
+    """Step 4: the dense matmul ceiling of this device, then the k-means assignment against it."""
     import torch
 
     from memforest_gpu.kernels import best_match
@@ -162,7 +170,7 @@ def step_kmeans(ctx: Ctx) -> None:
 
 
 def step_merge(ctx: Ctx) -> None:
-    """Step 4: re-embedding and LLM merge throughput with random-weight models (:mod:`gpu_llm`)."""
+    """Step 5: re-embedding and LLM merge throughput with random-weight models (:mod:`gpu_llm`)."""
     from gpu_llm import MINILM_L6, QWEN25, TINY_ENCODER, TINY_LM, encoder_throughput, lm_throughput
     from gpu_merge import sample_pairs
 
@@ -173,16 +181,16 @@ def step_merge(ctx: Ctx) -> None:
     texts = [f"On {p.older.timestamp:.0f}: {p.older.text} Then: {p.newer.text}" for p in pairs]
     # the encoder first: it is cheap, and the 7B model may use the rest of the step
     encoder_throughput(enc, texts, s["enc_batches"], ctx.dev, ctx.emit, vocab=s["bpe_vocab"])
-    for name in s["lms"]:
+    for name, batches in s["lms"].items():
         if ctx.left() < 10:
             ctx.emit(name=f"merge_{name}", status="skipped", summary="no time left in the step")
             continue
-        lm_throughput(name, shapes[name], sample_pairs, s["lm_batches"], s["out_tokens"], ctx.dev, ctx.emit,
+        lm_throughput(name, shapes[name], sample_pairs, batches, s["out_tokens"], ctx.dev, ctx.emit,
                       vocab=s["bpe_vocab"])
 
 
 def step_retrieval(ctx: Ctx) -> None:
-    """Step 5: batched top-k and AGPR over a 1M-node store, one tenant and many."""
+    """Step 6: batched top-k and AGPR over a 1M-node store, one tenant and many."""
     from memforest_gpu import RetrievalConfig, Retriever
 
     s = ctx.size
@@ -202,7 +210,7 @@ def step_retrieval(ctx: Ctx) -> None:
 
 
 def step_optional(ctx: Ctx) -> None:
-    """Step 6: faiss-gpu and vLLM where importable, else a record saying they are not."""
+    """Step 7: faiss-gpu and vLLM where importable, else a record saying they are not."""
     import importlib.util
 
     try:
@@ -251,7 +259,7 @@ def _vllm(ctx: Ctx) -> None:
     from memforest_gpu.mergers.prompt import SYSTEM_PROMPT, build_messages
     from memforest_gpu.mergers.vllm_offline import VLLMMerger, free_memory_utilization
 
-    pairs = sample_pairs(max(ctx.size["lm_batches"]))
+    pairs = sample_pairs(max(ctx.size["vllm_batches"]))
     with tempfile.TemporaryDirectory() as d:
         tok = chatml_tokenizer([SYSTEM_PROMPT] + [p.older.text for p in pairs], ctx.size["bpe_vocab"])
         tok.save_pretrained(d)
@@ -268,7 +276,7 @@ def _vllm(ctx: Ctx) -> None:
         import vllm
 
         m.sampling_ = vllm.SamplingParams(temperature=0.0, max_tokens=m.max_tokens, min_tokens=m.max_tokens, seed=0)
-        for b in ctx.size["lm_batches"]:
+        for b in ctx.size["vllm_batches"]:
             convs = [build_messages(p) for p in pairs[:b]]
             before = dict(m.stats)
             sec, _ = ctx.timed(lambda: m._generate(convs))
@@ -278,7 +286,7 @@ def _vllm(ctx: Ctx) -> None:
                      gpu_memory_utilization=util, note="vLLM load_format=dummy: random weights, real throughput")
 
 
-STEP_FUNCS = {"agreement": step_agreement, "first_round": step_first_round, "kmeans": step_kmeans, "merge": step_merge,
+STEP_FUNCS = {"agreement": step_agreement, "compress": step_compress, "first_round": step_first_round, "kmeans": step_kmeans, "merge": step_merge,
               "retrieval": step_retrieval, "optional": step_optional}
 
 

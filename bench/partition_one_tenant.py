@@ -1,10 +1,11 @@
 """Does the event partition earn its place where it changes K? The LoCoMo dev file with every
 conversation in one tenant (~2,760 nodes), MemForest with the memforest preset's tree and
-schedule at several alphas (K = floor(alpha * N); alpha 1e-4 gives K = 1), plain top-k
-retention of AnsR@B and AnsR-c@B per ratio. Questions still retrieve from the one tenant.
+schedule (and its tree graph: ``knn`` by default, ``--graph dense`` for every pair) at several
+alphas (K = floor(alpha * N); alpha 0 gives K = 1, one tree), plain top-k retention of
+AnsR@B and AnsR-c@B per ratio. Questions still retrieve from the one tenant.
 
     python bench/partition_one_tenant.py --benchmark ../shared/data/locomo_dev5.json \
-        --alphas 0.0001,0.001,0.01,0.05 --ratios 0.5 --seeds 0 --cache /tmp/evalcache
+        --alphas 0,0.001,0.01,0.05 --ratios 0.5 --seeds 0 --cache /tmp/evalcache
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def one_tenant(bench, name: str = "all"):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--benchmark", required=True)
-    ap.add_argument("--alphas", default="0.0001,0.001,0.01,0.05")
+    ap.add_argument("--alphas", default="0,0.001,0.01,0.05")
+    ap.add_argument("--graph", default=None, help="knn | dense (default: the preset's, knn)")
     ap.add_argument("--ratios", default="0.5")
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--cache", required=True)
@@ -49,6 +51,8 @@ def main(argv=None):
     ratios = [float(x) for x in a.ratios.split(",")]
     seeds = [int(x) for x in a.seeds.split(",")]
     base = preset("memforest")
+    if a.graph:
+        base = dataclasses.replace(base, tree=dataclasses.replace(base.tree, graph=a.graph))
     recs = []
     for alpha in [float(x) for x in a.alphas.split(",")]:
         cfg = dataclasses.replace(base, partition=dataclasses.replace(base.partition, alpha=alpha))
@@ -57,7 +61,8 @@ def main(argv=None):
                        eval_config=EvalConfig(search_repeats=1))
         emb.flush()
         for r in ratios:
-            row = {"alpha": alpha, "K": n_clusters(len(bench.nodes), alpha), "ratio": r, "seeds": seeds,
+            row = {"alpha": alpha, "K": n_clusters(len(bench.nodes), alpha), "graph": base.tree.graph, "ratio": r,
+                   "seeds": seeds,
                    "seconds": time.perf_counter() - t0}
             for cut, metric in (("B", "ansr"), ("B", "ansr_content"), ("k", "evr"), ("B", "evr")):
                 base_q = res.per_question[cell_key("none", 0.0, 0, "plain", cut, metric)]

@@ -9,10 +9,13 @@ Stores have clustered embeddings with temporal drift. Two tenant shapes:
 Merging uses the extractive (non-LLM) merger and mean embeddings (re-embedding excluded)
 unless ``--reembed`` is given.
 
-In-process mode times ``compress`` alone (peak RSS of the compression). ``--cli`` writes
+In-process mode times ``compress`` alone (peak RSS of the compression, and by stage). ``--cli`` writes
 each store to Parquet in record batches (under ``--workdir``, reused when already there)
 and runs ``memforest compress`` as a child process, reporting its wall time and
-whole-process peak RSS (``/usr/bin/time -v``), with ``--memory-budget`` passed through.
+whole-process peak RSS (``/usr/bin/time -v``), with ``--memory-budget`` passed through; the
+child runs under ``bench/stage_memory.py``, so the record also holds each stage's time,
+resident set and peak (``stages``) and the stage that set the whole-process peak
+(``peak_stage``).
 One JSON record per run.
 
     python bench/scaling.py --sizes 1000,10000,100000 --out runs/scaling.json --plot runs/scaling.png
@@ -30,6 +33,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import Timer, peak_rss_mb, print_hardware, reset_peak, run_measured, write_records  # noqa: E402
+from stage_memory import StageMemory, stage_marks  # noqa: E402
 
 from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig, compress  # noqa: E402
 from memforest_gpu.store.synthetic import (few_tenant_sizes, heavy_tailed_sizes, synthetic_store,  # noqa: E402
@@ -62,12 +66,13 @@ def store_file(n: int, a) -> str:
 def run_cli(n: int, a) -> dict:
     src = store_file(n, a)
     out = os.path.join(a.workdir, f"out-{os.getpid()}.parquet")
-    report = out + ".report.json"
-    for p in (out, report):
+    report, stages = out + ".report.json", out + ".stages.json"
+    for p in (out, report, stages):
         if os.path.exists(p):
             os.unlink(p)
-    cmd = [sys.executable, "-m", "memforest_gpu.cli", "compress", src, out, "--ratio", str(a.ratio), "--schedule",
-           a.schedule, "--kmeans", a.kmeans, "--embedder", "default" if a.reembed else "none", "--report", report]
+    cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stage_memory.py"), "--out",
+           stages, "--", "compress", src, out, "--ratio", str(a.ratio), "--schedule", a.schedule, "--kmeans",
+           a.kmeans, "--embedder", "default" if a.reembed else "none", "--report", report]
     if a.device:
         cmd += ["--device", a.device]
     if a.memory_budget:
@@ -91,7 +96,11 @@ def run_cli(n: int, a) -> dict:
         groups = [ln for ln in m["output"].splitlines() if ln.startswith("memory budget")]
         if groups:
             rec["budget_groups"] = groups[-1]
-    for p in (out, report):
+        with open(stages) as f:
+            st = json.load(f)
+        rec.update(stages=st["stages"], peak_stage=st["peak_stage"])
+        print("\n".join(ln for ln in m["output"].splitlines() if ln.startswith("# stage")), flush=True)
+    for p in (out, report, stages):
         if os.path.exists(p):
             os.unlink(p)
     print(f"n={n:>8} {a.tenants_shape} cli total {m['seconds']:8.2f}s  peak {m['peak_rss_mb']:.0f} MB "
@@ -109,14 +118,16 @@ def run_in_process(n: int, a, cfg, embedder) -> dict:
                                 big_tenant_share=a.big_share, seed=n, device=a.device)
     store_mb = peak_rss_mb()
     reset_peak()  # peak of the compression itself, not of building the synthetic store
-    with Timer() as t:
+    sm = StageMemory(echo=False)
+    with Timer() as t, sm, stage_marks(sm):
         res = compress(store, cfg, embedder=embedder, device=a.device)
     sec = res.report.seconds
     rec = {"bench": "scaling", "n": n, "dim": store.dim, "tenants_shape": a.tenants_shape,
            "tenants": len(store.tenant_names()), "kmeans": a.kmeans, "schedule": a.schedule, "ratio": a.ratio,
            "reembed": a.reembed, "seconds": t.seconds, "peak_mb": peak_rss_mb(), "store_build_peak_mb": store_mb,
            "rounds": res.report.rounds, "trees": res.report.trees, "nodes_out": res.report.nodes_out,
-           "shortfall": res.report.shortfall, **{f"{s}_s": sec.get(s, 0.0) for s in STAGES}}
+           "shortfall": res.report.shortfall, **{f"{s}_s": sec.get(s, 0.0) for s in STAGES},
+           "stages": {k: v for k, v in sm.summary()["stages"].items() if k not in ("startup", "exit")}}
     print(f"n={n:>8} total {t.seconds:8.2f}s  " + "  ".join(f"{s} {sec.get(s, 0):.2f}" for s in STAGES)
           + f"  rounds {res.report.rounds}  peak {rec['peak_mb']:.0f} MB", flush=True)
     return rec

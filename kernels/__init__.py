@@ -12,12 +12,15 @@ from .seeding import batched_d2_seeds, kmeans_plus_plus
 from .rand import counter_uniform
 from .reassign import reassign_to_centres
 from .mst import spanning_forest, tree_degrees
+from .forest import edge_forest
+from .knn import knn_blockwise, knn_cells, top_by_key
 from .matching import greedy_matching, best_edge_per_tree
 from .agpr import agpr_rerank, dense_rank, topk_rows, topk_search
 
 __all__ = [
     "pack_segments", "unpack_segments", "size_buckets", "best_match", "kmeans", "batched_d2_seeds", "kmeans_plus_plus",
     "lloyd_step", "counter_uniform",
-    "cluster_centres", "reassign_to_centres", "spanning_forest", "tree_degrees", "greedy_matching",
+    "cluster_centres", "reassign_to_centres", "spanning_forest", "tree_degrees", "edge_forest",
+    "knn_blockwise", "knn_cells", "top_by_key", "greedy_matching",
     "best_edge_per_tree", "agpr_rerank", "dense_rank", "topk_search", "topk_rows",
 ]

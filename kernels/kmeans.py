@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from .assign import best_match
+from .blocks import row_blocks
 from .seeding import batched_d2_seeds, kmeans_plus_plus
 
 __all__ = ["kmeans", "lloyd_step", "initial_centroids", "cluster_means", "cluster_centres", "LocalReduce", "SEEDINGS"]
@@ -140,10 +141,10 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
     labels = torch.full((T, n), -1, dtype=torch.int64, device=dev)
     score = torch.zeros(T, n, dtype=torch.float32, device=dev)
     act = rows  # problems still iterating: each stops when its own labels stop changing
+    Xa, va = X, valid  # their points: X until some stop, then one copy of the active ones' (never two)
     it = 0
     for it in range(1, max_iter + 1):
         whole = act.shape[0] == T
-        Xa, va = (X, valid) if whole else (X[act], valid[act])
         la, sa = lloyd_step(Xa, va, C if whole else C[act], c_valid if whole else c_valid[act], budget=budget)
         changed = (la != labels[act]).any(1) if it > 1 else torch.ones(act.shape[0], dtype=torch.bool, device=dev)
         changed = red.any(changed)  # (Ta,) on every shard alike
@@ -153,12 +154,17 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
         if it == max_iter or not bool(changed.any()):
             break
         if not bool(changed.all()):
-            act, Xa, va, la, sa = act[changed], Xa[changed], va[changed], la[changed], sa[changed]
+            act, la, sa = act[changed], la[changed], sa[changed]
+            Xa = va = None  # the previous copy goes before the next one is gathered
+            Xa, va = X[act], valid[act]
         Ca, counts = cluster_means(Xa, va, la, Kmax, reduce=red)
         empty = c_valid[act] & (counts == 0)  # (Ta, Kmax)
         if bool(empty.any()):
-            # |x - c|^2 = |x|^2 - (2 x.c - |c|^2)
-            dist = ((Xa.float() * Xa.float()).sum(-1) - sa).masked_fill(~va, float("-inf"))
+            # |x - c|^2 = |x|^2 - (2 x.c - |c|^2); |x|^2 a block at a time (see row_blocks)
+            sq = torch.empty(Xa.shape[:2], dtype=torch.float32, device=dev)  # (Ta, n)
+            for cs in row_blocks(n, budget // max(1, Xa.shape[0] * D)):
+                sq[:, cs] = (Xa[:, cs].float() * Xa[:, cs].float()).sum(-1)
+            dist = (sq - sa).masked_fill(~va, float("-inf"))
             far = red.farthest(act, dist, int(empty.sum(1).max()))  # (Ta, m, D) farthest first
             rank = torch.cumsum(empty.long(), 1) - 1  # j-th empty cluster of its row
             sel = empty & (rank < far.shape[1])
@@ -171,16 +177,20 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
 
 
 def cluster_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, means: torch.Tensor,
-                    c_valid: torch.Tensor) -> torch.Tensor:
-    """The member closest to each cluster's mean (ties: lowest point index).
+                    c_valid: torch.Tensor, *, budget: int = 1 << 24) -> torch.Tensor:
+    """The member closest to each cluster's mean (ties: lowest point index). Distances are
+    computed ``budget`` elements at a time (no (T, n, D) temporary).
 
     Shape: X (T, n, D), labels (T, n), means (T, K, D) -> centre (T, K) point index (-1 if empty)
     """
     T, n, D = X.shape
     K = means.shape[1]
     lab = labels.clamp(min=0)
-    own = means[torch.arange(T, device=X.device)[:, None], lab]  # (T, n, D)
-    d = ((X.float() - own) ** 2).sum(-1).masked_fill(~valid, float("inf"))  # (T, n)
+    rows = torch.arange(T, device=X.device)[:, None]
+    d = torch.empty(T, n, dtype=torch.promote_types(torch.float32, means.dtype), device=X.device)  # (T, n)
+    for cs in row_blocks(n, budget // max(1, T * D)):  # the same bits as all at once (see row_blocks)
+        d[:, cs] = ((X[:, cs].float() - means[rows, lab[:, cs]]) ** 2).sum(-1)
+    d = d.masked_fill(~valid, float("inf"))
     best = torch.full((T, K), float("inf"), device=X.device).scatter_reduce(1, lab, d, "amin")
     is_best = valid & (d == best.gather(1, lab))
     idx = torch.arange(n, device=X.device).expand(T, n)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from .assign import best_match
+from .blocks import row_blocks
 
 __all__ = ["reassign_to_centres", "TIE_TOL"]
 
@@ -17,7 +18,8 @@ TIE_TOL = 1e-6  # scores within this are ties; a point keeps its k-means label w
 def reassign_to_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, centre: torch.Tensor, *,
                         beta: float = 0.8, window: int = 5, use_semantic: bool = True,
                         use_temporal: bool = True, budget: int = 1 << 24,
-                        semantic: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                        semantic: tuple[torch.Tensor, torch.Tensor] | None = None,
+                        rows: torch.Tensor | None = None) -> torch.Tensor:
     """Move each non-centre point to the centre maximising
     ``u = beta * cos(x, c) + (1 - beta) * [|pos_x - pos_c| <= window]``.
 
@@ -27,18 +29,23 @@ def reassign_to_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tens
 
     ``semantic``: a precomputed (cos, cluster) of each point's most similar centre, for
     callers that search centres approximately (two-level partitioning); default exact.
+    ``rows`` (needs ``semantic``): point ``(t, j)`` is ``X[rows[t, j]]``, so no (T, n, D) copy
+    of the points is made; no (T, n, D) temporary either way (``budget`` elements at a time).
 
-    Shape: X (T, n, D), valid (T, n), labels (T, n), centre (T, K) point index or -1
-           -> labels (T, n)
+    Shape: X (T, n, D), or X (N, D) with rows (T, n); valid (T, n), labels (T, n),
+           centre (T, K) point index or -1 -> labels (T, n)
     """
-    T, n, D = X.shape
+    if rows is not None and semantic is None:
+        raise ValueError("semantic must be given with rows (the exact semantic search needs the (T, n, D) points)")
+    pts = _points(X, rows)  # padding rows (< 0) read row 0: masked out at the end
+    T, n = valid.shape
     K = centre.shape[1]
     dev = X.device
-    rows = torch.arange(T, device=dev)
+    t_ar = torch.arange(T, device=dev)
     sem_w = float(beta) if use_semantic else 0.0
     tmp_w = float(1.0 - beta) if use_temporal else 0.0
     c_valid = centre >= 0  # (T, K)
-    Cx = X[rows[:, None], centre.clamp(min=0)]  # (T, K, D)
+    Cx = pts(t_ar[:, None], centre.clamp(min=0))  # (T, K, D)
 
     # (a) best centre by the semantic term alone (tiled running argmax)
     if sem_w > 0:
@@ -57,9 +64,8 @@ def reassign_to_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tens
     j2 = torch.full((T, n), K, dtype=torch.int64, device=dev)
     own_u = torch.full((T, n), float("-inf"), device=dev)
     own_c = labels.clamp(min=0)
-    own_cx = Cx[rows[:, None], own_c]  # (T, n, D)
-    own_cos = (X * own_cx).sum(-1)  # (T, n)
-    own_pos = centre[rows[:, None], own_c]  # (T, n)
+    own_cos = _own_cosines(X, rows, Cx, own_c, budget)  # (T, n)
+    own_pos = centre[t_ar[:, None], own_c]  # (T, n)
     own_in = (own_pos - cols[None, :]).abs() <= window
     own_u = sem_w * own_cos + tmp_w * own_in.float()
     if tmp_w > 0 or sem_w > 0:
@@ -72,7 +78,7 @@ def reassign_to_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tens
             ti, ni = has.nonzero(as_tuple=True)  # only points with a centre at offset d (a few %)
             if ti.numel() == 0:
                 continue
-            cos = (X[ti, ni] * X[ti, nbc[ni]]).sum(-1)  # (P,)
+            cos = (pts(ti, ni) * pts(ti, nbc[ni])).sum(-1)  # (P,)
             u = sem_w * cos + tmp_w
             c, cur_u, cur_j = c_at[ti, ni], u2[ti, ni], j2[ti, ni]
             better = (u > cur_u + TIE_TOL) | ((u >= cur_u - TIE_TOL) & (c < cur_j))
@@ -88,3 +94,26 @@ def reassign_to_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tens
     is_centre = cluster_at >= 0
     out = torch.where(is_centre, cluster_at, out)
     return out.masked_fill(~valid, -1)
+
+
+def _own_cosines(X: torch.Tensor, rows: torch.Tensor | None, Cx: torch.Tensor, own_c: torch.Tensor,
+                 budget: int) -> torch.Tensor:
+    """Each point's cosine to its own cluster's centre, a block of points at a time (no
+    (T, n, D) temporary): the same elementwise products and one sum over D per point whatever
+    the block (see :func:`~.blocks.row_blocks`). Shape: Cx (T, K, D), own_c (T, n) -> (T, n)"""
+    T, n = own_c.shape
+    t_ar = torch.arange(T, device=own_c.device)[:, None]
+    out = torch.empty(T, n, dtype=Cx.dtype, device=own_c.device)
+    for cs in row_blocks(n, budget // max(1, T * Cx.shape[2])):
+        blk = X[:, cs] if rows is None else X[rows[:, cs].clamp(min=0)]  # (T, block, D)
+        out[:, cs] = (blk * Cx[t_ar, own_c[:, cs]]).sum(-1)
+    return out
+
+
+def _points(X: torch.Tensor, rows: torch.Tensor | None):
+    """``(t, j) -> vectors`` of the points at index tensors ``t``, ``j``: ``X[t, j]``, or with
+    ``rows``, ``X[rows[t, j]]`` (the same values)."""
+    if rows is None:
+        return lambda t, j: X[t, j]
+    r = rows.clamp(min=0)
+    return lambda t, j: X[r[t, j]]

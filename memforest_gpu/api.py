@@ -153,7 +153,7 @@ def _compress_locked(src, dst, config, *, embedder, merger, device, progress, fo
 
     try:
         result = compress(store, config, merger=run_merger, embedder=emb, device=device, progress=progress,
-                          on_round=stop_if_broken)
+                          on_round=stop_if_broken, copy=False)  # the output's vectors reuse the store's
         write_store(result.store, dst, format=out_format, time_format=store.time_format)
     except KeyboardInterrupt:
         if not journal:

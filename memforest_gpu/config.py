@@ -14,6 +14,8 @@ __all__ = [
     "SCHEDULES",
     "DEGREE_NORMS",
     "TREE_KINDS",
+    "TIME_RULES",
+    "GRAPHS",
     "KMEANS_METHODS",
     "SEEDINGS",
     "PRESETS",
@@ -24,6 +26,8 @@ __all__ = [
 SCHEDULES = ("sequential", "matching")
 DEGREE_NORMS = ("none", "max")
 TREE_KINDS = ("max", "min", "random")
+TIME_RULES = ("flat", "scaled", "gated")
+GRAPHS = ("knn", "dense")
 KMEANS_METHODS = ("exact", "two-level")
 SEEDINGS = ("batched", "k-means++")
 
@@ -48,11 +52,24 @@ def _check_choice(name: str, value: str, valid: tuple[str, ...]):
         raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
 
 
+def _check_regex(name: str, value: str):
+    """A non-empty regular expression that Arrow's RE2 compiles (the engine matches with it)."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty regular expression, got {value!r}")
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        pc.match_substring_regex(pa.array([""]), value)
+    except pa.ArrowInvalid as e:
+        raise ValueError(f"{name} must be a regular expression in RE2 syntax, got {value!r}: {e}") from None
+
+
 @dataclass(frozen=True, kw_only=True)
 class PartitionConfig:
     """EventTree partitioning: k-means + semantic/temporal reassignment (SPEC section 1)."""
 
-    alpha: float = 0.05  # clusters per node: K = max(1, min(N, floor(alpha * N)))
+    alpha: float = 0.05  # clusters per node: K = max(1, min(N, floor(alpha * N))); 0 = one tree per tenant
     beta: float = 0.8  # weight of the semantic term; 1 - beta weights the temporal window
     window: int = 5  # temporal window, in positions (rank by (timestamp, index))
     max_iter: int = 30  # at most this many Lloyd steps
@@ -69,7 +86,7 @@ class PartitionConfig:
         _check_choice("kmeans", self.kmeans, KMEANS_METHODS)
         _check_choice("seeding", self.seeding, SEEDINGS)
         _check_int("two_level_min_nodes", self.two_level_min_nodes, 1)
-        _check_range("alpha", self.alpha, 0.0, 1.0, lo_open=True)
+        _check_range("alpha", self.alpha, 0.0, 1.0)
         _check_range("beta", self.beta, 0.0, 1.0)
         _check_int("window", self.window, 0)
         _check_int("max_iter", self.max_iter, 1)
@@ -83,16 +100,29 @@ class TreeConfig:
     eta: float = 0.99  # w' = eta * w - (1 - eta) * (deg_i + deg_j)
     degree_norm: str = "none"  # "max": divide deg_i + deg_j by its largest value in the tree
     kind: str = "max"  # ablations: "min" (minimum spanning tree), "random" (random merge order)
-    # local time on the tree's edges too: w = (1 - time_weight) * cos + time_weight * [gap <= time_window],
+    # local time on the tree's edges too: w = (1 - time_weight) * cos + time_weight * [gap <= time_window] * g(cos),
     # gap = positions between two nodes' spans (1 for neighbouring turns); 0 = the paper (cosine only)
     time_weight: float = 0.0
     time_window: int = 1  # in positions, as the partition's window
+    # g, what a neighbour's bonus needs (engine/time_term.py): "gated" g = [cos >= time_min_cos] (the bonus
+    # only for neighbours that are related) | "scaled" g = max(cos, 0) (time multiplies meaning) | "flat" g = 1
+    # (the 0/1 bonus before issue 22: unrelated neighbours merge first)
+    time_rule: str = "gated"
+    time_min_cos: float = 0.3  # "gated" only: the cosine a neighbour needs for the bonus
     # size on the edges (ToMe's size weighting, for a fixed context budget): each edge loses
     # size_weight * (tok_i + tok_j + date tags) / size_unit, the estimated length of the merged
     # node in units of size_unit tokens, so short nodes (chit-chat, near duplicates) merge first
     # and long ones late; 0 = the paper
     size_weight: float = 0.0
     size_unit: int = 256  # tokens; its own field, so the node-token cap never changes the term
+    # the graph each tree's spanning tree is built on: "knn" keeps per node its `knn` best
+    # neighbours by edge weight plus its next node in time (memory and work grow with N; a
+    # tree of at most knn + 1 nodes keeps every pair, exactly as "dense") | "dense" keeps every
+    # pair, a padded (m, m) matrix per tree (the reference). The ablation kinds "min" and
+    # "random" always use every pair.
+    graph: str = "knn"
+    knn: int = 16  # neighbours kept per node by the "knn" graph; >= (largest tree - 1) is exact
+    knn_cells_above: int = 8192  # trees of more nodes search neighbours in cells (approximate, sub-quadratic)
 
     def __post_init__(self):
         _check_range("eta", self.eta, 0.0, 1.0)
@@ -100,8 +130,13 @@ class TreeConfig:
         _check_choice("kind", self.kind, TREE_KINDS)
         _check_range("time_weight", self.time_weight, 0.0, 1.0)
         _check_int("time_window", self.time_window, 1)
+        _check_choice("time_rule", self.time_rule, TIME_RULES)
+        _check_range("time_min_cos", self.time_min_cos, -1.0, 1.0)
         _check_range("size_weight", self.size_weight, 0.0, 1.0)
         _check_int("size_unit", self.size_unit, 1)
+        _check_choice("graph", self.graph, GRAPHS)
+        _check_int("knn", self.knn, 1)
+        _check_int("knn_cells_above", self.knn_cells_above, 2)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +151,15 @@ class MergeConfig:
     # cap; no pair is excluded for its length) | "strict" (pairs whose merge would pass the cap
     # are not merged: the ratio may fall short)
     cap_policy: str = "condense"
+    # nodes whose text matches this regular expression (RE2 syntax, found anywhere in the text:
+    # anchor it with ^) never merge: they stay as they are, with their own sources, and the ratio
+    # applies to the other nodes; None: no node is kept (the graph commands default to M3-Agent's
+    # identity lines, GRAPH_KEEP_PATTERN)
+    keep_pattern: str | None = None
+    # nodes merge only with nodes of the same group: "timestamp" (equal timestamps, e.g. an
+    # M3-Agent clip) or a metadata key (equal values; nodes without the key are one group);
+    # None: any two nodes of a tenant may merge
+    merge_within: str | None = None
 
     def __post_init__(self):
         _check_range("ratio", self.ratio, 0.0, 1.0, lo_open=True, hi_open=True)
@@ -124,6 +168,10 @@ class MergeConfig:
         if self.max_node_tokens is not None:
             _check_int("max_node_tokens", self.max_node_tokens, 1)
         _check_int("seed", self.seed, 0)
+        if self.keep_pattern is not None:
+            _check_regex("keep_pattern", self.keep_pattern)
+        if self.merge_within is not None and (not isinstance(self.merge_within, str) or not self.merge_within):
+            raise ValueError(f"merge_within must be 'timestamp' or a metadata key, got {self.merge_within!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,8 +198,9 @@ class CompressConfig:
     partition: PartitionConfig = field(default_factory=PartitionConfig)
     tree: TreeConfig = field(default_factory=TreeConfig)
     merge: MergeConfig = field(default_factory=MergeConfig)
-    # dtype of the vectors the engine keeps in its padded trees: "float32" | "float16" | "bfloat16"
-    # (half the memory; similarities still accumulated in float64, so only the stored values round)
+    # dtype of the vectors the trees read: "float32" | "float16" | "bfloat16" (a half copy of the
+    # store's vectors and half-size merged vectors; similarities still accumulated in float64,
+    # so only the stored values round)
     storage_dtype: str = "float32"
 
     def __post_init__(self):
@@ -207,7 +256,8 @@ class CompactConfig:
 PRESETS: dict[str, CompressConfig] = {
     "memforest": CompressConfig(
         partition=PartitionConfig(alpha=0.001),  # ~1,000 nodes per event tree (one per LoCoMo conversation)
-        tree=TreeConfig(time_weight=0.5, size_weight=0.2),  # neighbouring turns and short nodes merge first
+        # related neighbours in time (cosine >= 0.3) and short nodes merge first
+        tree=TreeConfig(time_weight=0.5, time_rule="gated", time_min_cos=0.3, size_weight=0.2),
         merge=MergeConfig(schedule="matching"),  # disjoint pairs per round
     ),
     "paper": CompressConfig(),  # SPEC.md's values

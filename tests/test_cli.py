@@ -44,7 +44,9 @@ def test_compress_info_roundtrip(tmp_path, capsys):
     (["--ratio", "1.5"], "--ratio must be in (0.0, 1.0)"),
     (["--ratio", "0"], "--ratio must be in (0.0, 1.0)"),
     (["--schedule", "greedy"], "--schedule must be one of ['sequential', 'matching']"),
-    (["--alpha", "0"], "--alpha must be in"),
+    (["--alpha", "-0.5"], "--alpha must be in"),
+    (["--graph", "sparse"], "--graph must be one of ['knn', 'dense']"),
+    (["--knn", "0"], "--knn must be an integer >= 1"),
     (["--beta", "1.2"], "--beta must be in [0.0, 1.0]"),
     (["--eta", "-1"], "--eta must be in [0.0, 1.0]"),
     (["--degree-norm", "sum"], "--degree-norm must be one of ['none', 'max']"),
@@ -136,9 +138,11 @@ def test_every_config_flag_reaches_its_field_in_every_compress_command():
 
     flags = ["--ratio", "0.7", "--schedule", "matching", "--seed", "3", "--alpha", "0.01", "--beta", "0.6",
              "--window", "4", "--max-iter", "12", "--eta", "0.9", "--degree-norm", "max", "--time-weight", "0.5",
-             "--time-window", "2", "--size-weight", "0.2", "--max-node-tokens", "100"]
+             "--time-window", "2", "--size-weight", "0.2", "--max-node-tokens", "100", "--keep-pattern", "^Name:",
+             "--merge-within", "session"]
     want_tree = TreeConfig(eta=0.9, degree_norm="max", time_weight=0.5, time_window=2, size_weight=0.2)
-    want_merge = MergeConfig(ratio=0.7, schedule="matching", max_node_tokens=100, seed=3)
+    want_merge = MergeConfig(ratio=0.7, schedule="matching", max_node_tokens=100, seed=3, keep_pattern="^Name:",
+                             merge_within="session")
     part = dict(alpha=0.01, beta=0.6, window=4, max_iter=12, seed=3)
     import argparse
 

@@ -1,6 +1,6 @@
 """The columnar store (issue 12): Arrow columns behind read-only views, tenant codes, batched
 Parquet reads (tenant filter, preallocated vectors), the columnar node table, and the
-storage dtype of the engine's padded trees."""
+storage dtype of the vectors the engine's trees read."""
 from __future__ import annotations
 
 import dataclasses
@@ -176,17 +176,26 @@ def test_half_storage_keeps_every_guarantee(dtype):
     assert again.store.ids == r.store.ids and torch.equal(again.store.embeddings, r.store.embeddings)
 
 
-def test_build_trees_half_storage_and_chunked_gather():
+def test_build_trees_half_storage_and_chunked_lists():
+    """No padded copy of the vectors: the buckets read them by node row (the store's own
+    tensor when it is in the storage dtype); half storage keeps float32 cosines; neighbour
+    lists do not depend on the gather budget."""
+    from memforest_gpu.config import TreeConfig
+
     st = synthetic_store(300, tenants=1, dim=16, seed=3)
     tree = torch.arange(300) % 7
     size = np.bincount(tree.numpy(), minlength=7)
     full = build_trees(tree, size, st.embeddings, st.timestamps, st.tenant_codes, None)
-    tiny = build_trees(tree, size, st.embeddings, st.timestamps, st.tenant_codes, None, chunk=16)
     half = build_trees(tree, size, st.embeddings, st.timestamps, st.tenant_codes, None, dtype=torch.float16)
-    for a, b, h in zip(full.buckets, tiny.buckets, half.buckets):
-        assert torch.equal(a.X, b.X) and torch.equal(a.W, b.W)
-        assert h.X.dtype == torch.float16 and h.W.dtype == torch.float32
-        assert torch.equal(h.X, a.X.half()) and (h.W - a.W).abs().max() < 2e-3
+    assert full.vectors.base is st.embeddings and half.vectors.base.dtype == torch.float16
+    for a, h in zip(full.buckets, half.buckets):
+        assert not hasattr(a, "X") and h.W.dtype == torch.float32 and (h.W - a.W).abs().max() < 2e-3
+    knn = TreeConfig(knn=5, time_weight=0.5)
+    lists = build_trees(tree, size, st.embeddings, st.timestamps, st.tenant_codes, None, config=knn)
+    tiny = build_trees(tree, size, st.embeddings, st.timestamps, st.tenant_codes, None, config=knn, budget=64)
+    for a, b in zip(lists.buckets, tiny.buckets):
+        assert a.lists and a.W is None and a.nbr.shape == (a.slot.shape[0], a.m, 6)
+        assert torch.equal(a.nbr, b.nbr) and torch.equal(a.cs, b.cs)
 
 
 def test_storage_dtype_is_checked():

@@ -372,14 +372,18 @@ def test_tenant_independence_with_duplicate_embeddings():
 
 def test_row_sims_matches_per_pair_einsum_with_repeated_rows_and_chunks():
     from memforest_gpu.engine.trees import row_sims
+    from memforest_gpu.engine.vectors import NodeVectors
 
     g = torch.Generator().manual_seed(3)
-    X = torch.randn(7, 9, 5, generator=g)
+    vec = NodeVectors(torch.randn(60, 5, generator=g))
+    slot = torch.randperm(63, generator=g)[:63].view(7, 9) - 3  # node rows, a few empty slots (-1..-3 -> empty)
+    slot = torch.where(slot < 0, -1, slot)
+    X = vec.gather(slot)  # (7, 9, 5), zeros in empty slots
     r = torch.tensor([4, 0, 4, 4, 2, 0, 6])  # several pairs in one tree, trees out of order
     E = torch.randn(7, 5, generator=g)
     want = torch.einsum("pmd,pd->pm", X[r].double(), E.double()).float()
     for budget in (1, 50, 1 << 25):  # one tree per chunk, a few, all at once
-        assert torch.equal(row_sims(X, r.numpy(), E, budget=budget), want)
+        assert torch.equal(row_sims(vec, slot, r.numpy(), E, budget=budget), want)
 
 
 def test_assemble_picks_originals_and_merged_rows_in_output_order():

@@ -159,7 +159,7 @@ def test_ratio_must_be_a_number(ratio):
 
 
 @pytest.mark.parametrize("make, name, value", [
-    (lambda: PartitionConfig(alpha=0), "alpha", 0),
+    (lambda: PartitionConfig(alpha=-0.1), "alpha", -0.1),
     (lambda: PartitionConfig(alpha=1.5), "alpha", 1.5),
     (lambda: PartitionConfig(beta=-0.1), "beta", -0.1),
     (lambda: PartitionConfig(beta=1.1), "beta", 1.1),

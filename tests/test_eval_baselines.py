@@ -10,7 +10,7 @@ import torch
 from eval_fixtures import FACTS, BagOfWordsEmbedder, duplicate_facts_benchmark
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
 from memforest_gpu.engine.quotas import removal_target
-from memforest_gpu.evaluation.methods import (ABLATIONS, DEFAULT_METHODS, MethodSpec, compress_with,
+from memforest_gpu.evaluation.methods import (ABLATION_METHODS, ABLATIONS, DEFAULT_METHODS, MethodSpec, compress_with,
                                               parse_method)
 from memforest_gpu.store.memory_store import MemoryStore
 from memforest_gpu.store.synthetic import synthetic_store
@@ -163,6 +163,8 @@ def test_method_specs():
                        merge=MergeConfig(max_node_tokens=99)), ratio=0.5, seed=4)
     assert (p.tree, p.partition.alpha, p.partition.seed, p.merge.max_node_tokens, p.merge.schedule) == \
         (TreeConfig(), 0.05, 4, None, "matching")
-    assert len(ABLATIONS) == 9 and "memforest:matching" in DEFAULT_METHODS
+    assert parse_method("memforest-dense-graph").config(base, ratio=0.5, seed=0).tree.graph == "dense"
+    assert "memforest-dense-graph" not in ABLATION_METHODS  # the knn graph's reference, not an ablation
+    assert len(ABLATIONS) == 10 and "memforest:matching" in DEFAULT_METHODS
     st = _clusters()
     assert compress_with("none", st).store is st

@@ -122,12 +122,25 @@ def test_cli_export_and_report_only(tmp_path, grid):
 def test_cli_maps_config_flags():
     import argparse
 
-    from memforest_gpu.cli.eval import _add_arguments, _config
+    from memforest_gpu.cli.eval import _add_arguments, _config, _methods
+    from memforest_gpu.cli.flags import config_from_args
+    from memforest_gpu.cli.main import build_parser
+    from memforest_gpu.config import CompressConfig, preset
 
     p = argparse.ArgumentParser()
     _add_arguments(p)
     c = _config(p.parse_args(["--benchmark", "b", "--size-weight", "0.3", "--time-weight", "0.5",
-                              "--max-node-tokens", "128"]))
+                              "--max-node-tokens", "128", "--time-rule", "gated", "--time-min-cos", "0.4",
+                              "--cap-policy", "strict"]))
     assert (c.tree.size_weight, c.tree.time_weight, c.merge.max_node_tokens) == (0.3, 0.5, 128)
+    assert (c.tree.time_rule, c.tree.time_min_cos, c.merge.cap_policy) == ("gated", 0.4, "strict")
+    # no flag: the same config as `memforest compress` without flags (the default preset)
     d = _config(p.parse_args(["--benchmark", "b"]))
-    assert d.tree.size_weight == 0.0 and d.tree == type(d.tree)()  # defaults: SPEC's
+    assert d == preset("memforest") == config_from_args(build_parser().parse_args(["compress", "a", "b"]))
+    assert _config(p.parse_args(["--benchmark", "b", "--preset", "paper"])) == CompressConfig()
+    # a bare memforest method takes the preset's schedule
+    assert _methods("memforest,tome,memforest-no-size-edges", "matching") == [
+        "memforest:matching", "tome", "memforest-no-size-edges:matching"]
+    assert _methods("memforest:sequential", "matching") == ["memforest:sequential"]
+    with pytest.raises(ValueError, match=r"--time-rule must be one of \['flat', 'scaled', 'gated'\], got 'x'"):
+        _config(p.parse_args(["--benchmark", "b", "--time-rule", "x"]))

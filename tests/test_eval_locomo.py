@@ -81,6 +81,41 @@ def test_tiny_locomo_conversion(tmp_path):
     assert load_benchmark(str(p)).questions == b.questions  # a .json path is read as LoCoMo
 
 
+def test_tiny_locomo_as_facts(tmp_path):
+    p = tmp_path / "tiny.json"
+    _tiny_locomo(p)
+    data = json.loads(p.read_text())
+    data[0]["observation"] = {
+        "session_2_observation": {"Bo": [["Bo left later.", "D2:1"]]},
+        "session_1_observation": {  # Bo is listed first, but Ann's fact comes from the earlier turn
+            "Bo": [["Bo has a dog.", "D1:2"], ["Bo likes dogs.", []]],
+            "Ann": [["Ann greeted Bo.", ["D:1:1"]]]},
+    }
+    data[0]["qa"].append({"question": "q3", "answer": "x", "evidence": ["D2:2"], "category": 1})
+    data[0]["conversation"]["session_2"].append({"speaker": "Ann", "dia_id": "D2:2", "text": "Bye."})
+    p.write_text(json.dumps(data))
+    b = load_locomo(str(p), nodes="facts")
+    assert [(n["id"], n["text"]) for n in b.nodes] == [
+        ("conv-x:s1:0", "Ann greeted Bo."), ("conv-x:s1:1", "Bo has a dog."),
+        ("conv-x:s1:2", "Bo likes dogs."),  # cites no turn: stays after the fact listed before it
+        ("conv-x:s2:0", "Bo left later.")]
+    t1 = parse_locomo_date("1:56 pm on 8 May, 2023")
+    assert [n["timestamp"] for n in b.nodes] == [t1, t1 + 1, t1 + 2, parse_locomo_date("9:00 am on 9 May, 2023")]
+    assert b.nodes[1]["metadata"] == {"session": 1, "speaker": "Bo", "turns": ["D1:2"]}
+    assert {n["tenant"] for n in b.nodes} == {"conv-x"}
+    q = {x.question: x for x in b.questions}
+    assert q["q1"].evidence == ("conv-x:s1:1", "conv-x:s2:0")  # every fact citing D1:2 or D2:1
+    assert q["q2"].evidence == ("conv-x:s1:0",)
+    assert q["q3"].evidence == ()  # no fact cites D2:2: kept, for AnsR only
+    assert b.info["questions_without_evidence"] == 1 and b.info["questions_evidence_uncited"] == 1
+    assert b.info["evidence_turns_uncited"] == 1 and b.name == "tiny_facts"
+    assert [x.question for x in load_locomo(str(p)).questions] == ["q1", "q2", "q3"]  # same questions as turns
+    with pytest.raises(ValueError, match=r"nodes must be one of \['turns', 'facts'\], got 'sessions'"):
+        load_locomo(str(p), nodes="sessions")
+    with pytest.raises(ValueError, match="turns_per_node must be 1 with nodes='facts', got 4"):
+        load_locomo(str(p), nodes="facts", turns_per_node=4)
+
+
 def test_benchmark_folder_errors(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_benchmark(str(tmp_path / "missing"))
@@ -109,3 +144,33 @@ def test_dev_file_counts():
     assert all(e in ids and e.startswith(x.tenant + ":") for x in b.questions for e in x.evidence)
     assert "conv-43:D11:26" in {e for x in b.questions for e in x.evidence}
     assert b.info["evidence_ids_dropped"] == 2  # "D10:19" (no such turn) and "D" in the dev file
+
+
+@pytest.mark.skipif(not os.path.exists(DEV), reason="LoCoMo dev file not present (../shared/data)")
+def test_dev_file_as_facts_counts():
+    b = load_locomo(DEV, nodes="facts")
+    turns = load_locomo(DEV)
+    assert len(b.nodes) == 1210 and len({n["id"] for n in b.nodes}) == 1210
+    same = [(q.id, q.answer, q.category) for q in turns.questions]
+    assert [(q.id, q.answer, q.category) for q in b.questions] == same
+    assert b.info["questions_without_evidence"] == 131  # 129 whose turns no fact cites, 2 without turns
+    assert b.info["questions_evidence_uncited"] == 129 and b.info["evidence_turns_uncited"] == 242
+    ids = {n["id"]: n for n in b.nodes}
+    assert all(e in ids and e.startswith(x.tenant + ":") for x in b.questions for e in x.evidence)
+    by_t = {}
+    for n in b.nodes:
+        by_t.setdefault(n["tenant"], []).append(n["timestamp"])
+    assert all(ts == sorted(ts) and len(set(ts)) == len(ts) for ts in by_t.values())
+    q = {x.question: x for x in b.questions}["When did Caroline go to the LGBTQ support group?"]
+    assert [ids[e]["text"] for e in q.evidence] == [
+        "Caroline attended an LGBTQ support group recently and found the transgender stories inspiring."]
+
+
+def test_results_header_reports_questions_without_evidence():
+    from memforest_gpu.evaluation.report import _evidence_counts
+
+    meta = {"questions_without_evidence": 131, "questions_evidence_uncited": 129, "evidence_turns_uncited": 242}
+    assert _evidence_counts(meta) == (" 131 questions have no evidence node (129 whose evidence turns no fact cites): "
+                                      "they count for AnsR and AnsR-c, not for EvR; 242 evidence turn ids are cited by "
+                                      "no fact.")
+    assert _evidence_counts({"questions_without_evidence": 0}) == ""

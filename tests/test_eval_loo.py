@@ -84,8 +84,11 @@ def test_cli_leave_one_out_writes_its_report(tmp_path, monkeypatch, capsys):
     assert main(argv) == 0
     data = json.loads((out / "loo.json").read_text())
     assert [f["held_out"] for f in data["folds"]] == ["t0", "t1", "t2"]
-    assert set(data["candidates"]) == {"sequential a=0.05 tw=0 sw=0", "sequential a=0.05 tw=0 sw=0.2", "tome"}
-    assert data["choice"] in data["candidates"] and data["compare"] == ["sequential a=0.05 tw=0 sw=0", "tome"]
+    before = "matching a=0.001 tw=0.5/flat sw=0.2 (compare)"  # the preset under the flat rule: compared, never chosen
+    assert set(data["candidates"]) == {"sequential a=0.05 tw=0 sw=0", "sequential a=0.05 tw=0 sw=0.2", "tome", before}
+    assert data["choice"] in data["candidates"] and data["choice"] != before
+    assert data["compare"] == ["sequential a=0.05 tw=0 sw=0", "tome", before]
+    assert data["candidates"][before]["config"]["tree"]["time_rule"] == "flat"
     assert "Preset rule" in (out / "loo.md").read_text()
     assert "preset rule picks" in capsys.readouterr().out
     assert main(argv[:-1] + ["--loo-select", "B:nope"]) == 2
@@ -98,3 +101,85 @@ def test_cli_leave_one_out_writes_its_report(tmp_path, monkeypatch, capsys):
                  f"{out / 'loo_scores.npz'},{tmp_path / 'loo2' / 'loo_scores.npz'}", "--quiet"]) == 0
     both = json.loads((joined / "loo.json").read_text())
     assert set(both["candidates"]) == set(data["candidates"]) | {"sequential a=0.05 tw=0 sw=0.5", "paper"}
+    assert both["compare"][-1] == before and all(f["chosen"] != before for f in both["folds"])
+
+
+def test_candidate_grid_time_rules_in_names_and_once_without_time():
+    c = candidate_grid(["matching"], [0.001], [0.0, 0.5], [0.2], time_rules=("scaled", "gated:0.4", "flat"))
+    assert [x.name for x in c] == ["matching a=0.001 tw=0 sw=0.2", "matching a=0.001 tw=0.5/scaled sw=0.2",
+                                   "matching a=0.001 tw=0.5/gated:0.4 sw=0.2", "matching a=0.001 tw=0.5/flat sw=0.2"]
+    assert (c[2].config.tree.time_rule, c[2].config.tree.time_min_cos) == ("gated", 0.4)
+    assert c[3].config.tree.time_rule == "flat" and c[1].config.tree.time_rule == "scaled"
+
+
+def _shaped_scores() -> CandidateScores:
+    """Two shapes of the same 3 conversations: "x" wins on the turns (one question per
+    conversation), "y" on the facts (three questions per conversation, so a pooled mean over
+    questions would favour the facts)."""
+    ten = np.array(["a", "b", "c"] + ["a", "b", "c"] * 3)
+    shapes = np.array(["turns"] * 3 + ["facts"] * 9)
+    per = {"x": [1.0] * 3 + [0.6] * 9, "y": [0.5] * 3 + [0.9] * 9}
+    cands = [Candidate(n, CompressConfig()) for n in per]
+    scores = {n: {(0.5, m): np.array([v], dtype=np.float64) for m in METRICS} for n, v in per.items()}
+    return CandidateScores(scores, {m: np.ones(len(ten)) for m in METRICS}, ten, [0.5], [0], cands, shapes)
+
+
+def test_shapes_weigh_the_same_and_folds_report_each_shape(tmp_path):
+    from memforest_gpu.evaluation.loo import load_scores, save_scores
+
+    cs = _shaped_scores()
+    every = np.ones(12, bool)
+    assert retention(cs, "x", every) == pytest.approx(0.8)  # (1.0 + 0.6) / 2, not pooled (0.7)
+    assert retention(cs, "y", every) == pytest.approx(0.7)
+    assert retention(cs, "y", every, shape="facts") == pytest.approx(0.9)
+    folds = leave_one_out(cs, compare=("y",))
+    assert all(f["chosen"] == "x" for f in folds) and folds[0]["questions"] == 4
+    s = folds[0]["held_out_scores"]["y"]["B:ansr"]
+    assert s["mean"] == pytest.approx(0.7) and s["by_shape"]["turns"]["0.5"] == pytest.approx(0.5)
+    md = loo_markdown(cs, folds, select="B:ansr_content", compare=("y",), choice="x")
+    assert "over the shapes turns and facts" in md and "## Held out, facts (B:ansr_content" in md
+    assert "| x | 80.0 | 100.0 | 60.0 |" in md  # all-in, then each shape's all-in
+    save_scores(cs, str(tmp_path / "s.npz"))
+    back = load_scores([str(tmp_path / "s.npz")])
+    assert back.shapes.tolist() == cs.shapes.tolist() and retention(back, "x", every) == pytest.approx(0.8)
+
+
+def _tiny_locomo(path, tenants=("c0", "c1", "c2")):
+    """Conversations of two sessions whose facts restate their turns; one question per fact."""
+    data = []
+    for t in tenants:
+        turns = [("Ann", "my cat is called Miso"), ("Bo", "I bought a red bicycle in Porto"),
+                 ("Ann", "violin lessons start on Tuesday"), ("Bo", "grandmother bakes plum dumplings")]
+        conv = {"speaker_a": "Ann", "speaker_b": "Bo", "session_1_date_time": "1:56 pm on 8 May, 2023",
+                "session_2_date_time": "9:00 am on 9 June, 2023"}
+        obs, qa = {}, []
+        for s in (1, 2):
+            conv[f"session_{s}"] = [{"speaker": sp, "dia_id": f"D{s}:{i + 1}", "text": f"{tx} ({t} {s})"}
+                                    for i, (sp, tx) in enumerate(turns)]
+            obs[f"session_{s}_observation"] = {sp: [[f"{sp} says {tx}.", f"D{s}:{i + 1}"]]
+                                               for i, (sp, tx) in enumerate(turns)}
+            qa += [{"question": f"what about {tx}?", "answer": tx.split()[-1], "evidence": [f"D{s}:{i + 1}"],
+                    "category": 4} for i, (_, tx) in enumerate(turns)]
+        data.append({"sample_id": t, "conversation": conv, "observation": obs, "qa": qa})
+    path.write_text(json.dumps(data))
+
+
+def test_cli_leave_one_out_on_turns_and_facts(tmp_path, monkeypatch):
+    import memforest_gpu.mergers.embedders as embedders
+    from memforest_gpu.cli.eval import main
+
+    monkeypatch.setattr(embedders, "SentenceTransformerEmbedder", lambda *a, **k: BagOfWordsEmbedder())
+    _tiny_locomo(tmp_path / "tiny.json")
+    out = tmp_path / "loo"
+    argv = ["--benchmark", str(tmp_path / "tiny.json"), "--nodes", "turns,facts", "--out", str(out),
+            "--leave-one-out", "--ratios", "0.5", "--seeds", "0", "--loo-schedules", "matching", "--loo-alphas",
+            "0.001", "--loo-time-weights", "0,0.5", "--loo-time-rules", "scaled,flat", "--loo-size-weights", "0.2",
+            "--quiet"]
+    assert main(argv) == 0
+    data = json.loads((out / "loo.json").read_text())
+    assert data["shapes"] == ["turns", "facts"] and [f["held_out"] for f in data["folds"]] == ["c0", "c1", "c2"]
+    assert set(data["candidates"]) == {"matching a=0.001 tw=0 sw=0.2", "matching a=0.001 tw=0.5/scaled sw=0.2",
+                                       "matching a=0.001 tw=0.5/flat sw=0.2", "paper", "tome"}
+    assert data["folds"][0]["questions"] == 16  # 8 questions in each shape
+    assert set(data["folds"][0]["held_out_scores"]["tome"]["B:ansr"]["by_shape"]) == {"turns", "facts"}
+    assert main(argv[:4] + ["--nodes", "turns,facts", "--out", str(tmp_path / "x")]) == 2  # only with LOO

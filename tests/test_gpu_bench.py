@@ -54,6 +54,22 @@ def test_rehearsal_with_the_checkout_on_pythonpath_writes_the_same_records(tmp_p
     assert "retrieval_agpr_t4" in r.stdout.split("records in")[-1]  # the summary table
 
 
+def test_rehearsal_of_the_whole_compress_step(tmp_path):
+    """Both presets compress the store whole, with seconds and peaks by stage, reads and copies."""
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "gpu.py"), "--rehearse", "--only", "compress",
+                        "--install", "path", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    by = {rec["name"]: rec for rec in read_records(str(out / RECORDS))}
+    for preset in ("memforest", "paper"):
+        rec = by[f"compress_{preset}"]
+        assert rec["status"] == "ok" and rec["n"] == 3000 and rec["shortfall"] == 0 and rec["rounds"] >= 1
+        assert rec["kmeans"] == "two-level" and rec["schedule"] == "matching"
+        assert {"partition", "setup", "trees", "rounds", "output"} <= set(rec["stages"])
+        assert rec["stages"]["partition"]["rss_peak_mb"] > 0 and rec["peak_gpu_mb"] is None  # the CPU
+        assert rec["host_reads"] > 0 and rec["h2d_copies"] == 0 and len(rec["reads_per_round"]) == rec["rounds"]
+
+
 def test_a_step_past_its_limit_leaves_a_timeout_record_and_keeps_the_others(tmp_path):
     records = str(tmp_path / RECORDS)
     append_record(records, step="first_round", name="earlier", summary="written before the kill")
@@ -94,9 +110,11 @@ def test_step_limits_fit_the_budget():
     from gpu_steps import SIZES, STEPS
 
     assert sum(s.limit_s for s in STEPS) <= 480  # 8 minutes on the GPU, setup included by the budget
-    assert [s.name for s in STEPS] == ["agreement", "first_round", "kmeans", "merge", "retrieval", "optional"]
+    assert [s.name for s in STEPS] == ["agreement", "compress", "first_round", "kmeans", "merge", "retrieval",
+                                       "optional"]
     assert SIZES["gpu"]["first_round_n"] == SIZES["gpu"]["ret_n"] == 1_000_000 and SIZES["gpu"]["ret_q"] == 10_000
-    assert SIZES["gpu"]["lm_batches"] == [64, 256, 1024]
+    assert SIZES["gpu"]["compress_n"] == 1_000_000 and SIZES["gpu"]["compress_dim"] == 384
+    assert SIZES["gpu"]["lms"] == {"qwen2.5-0.5b": [256, 1024], "qwen2.5-7b": [256]}
 
 
 def test_environment_yml_is_the_gpu_environment():

@@ -55,6 +55,30 @@ def test_counter_sees_the_reads_and_restores_torch():
     assert torch.Tensor.item is item
 
 
+def test_counter_sees_host_to_device_copies_apart_from_the_reads():
+    """A ``meta`` tensor stands for a device one: what crosses is counted, what stays is not."""
+    import numpy as np
+
+    from memforest_gpu.engine.host_reads import _way
+
+    x = torch.arange(4)
+    as_tensor = torch.as_tensor
+    with count_host_reads() as reads:
+        torch.as_tensor(np.arange(3), device="meta")
+        torch.tensor([1, 2], device="meta")
+        m = x.to("meta")
+        x.to(m)
+        torch.empty(4, device="meta").copy_(x)
+        x.to(torch.float64)  # no device named: not a copy
+        torch.as_tensor(np.arange(3))  # stays on the host
+        torch.as_tensor(m, device="meta")  # already there
+        x.to("cpu")
+    assert reads.copies == {"H2D torch.as_tensor": 1, "H2D torch.tensor": 1, "H2D Tensor.to": 2, "H2D Tensor.copy_": 1}
+    assert reads.h2d == 5 and reads.total == 0
+    assert torch.as_tensor is as_tensor
+    assert _way(torch.device("meta"), "cpu") == "D2H" and _way("cpu", "cpu") is None
+
+
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
 def test_reads_per_round_do_not_grow_with_trees_and_tenants(schedule):
     small, _, per_small = _reads(_store(2000, 2), schedule)  # ~100 trees, 2 tenants
@@ -71,3 +95,20 @@ def test_a_whole_20000_node_compress_stays_under_budget(schedule):
     assert res.report.trees >= 900 and res.report.merges == 10000
     assert reads.total <= TOTAL_BUDGET, dict(reads.by_name)
     assert max(per_round[1:]) <= ROUND_BUDGET
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_neighbour_lists_stay_under_budget(schedule):
+    """The memforest preset's trees of 1,000 nodes keep neighbour lists (graph="knn"): the
+    lists' one read per round and the flat forest keep the same budgets."""
+    import dataclasses
+
+    from memforest_gpu.config import preset
+
+    cfg = preset("memforest")
+    cfg = dataclasses.replace(cfg, merge=dataclasses.replace(cfg.merge, schedule=schedule,
+                                                             ratio=0.5 if schedule == "matching" else 0.02))
+    res, reads, per_round = compress_counting_reads(_store(20000, 20), cfg, Concat())
+    assert res.report.trees == 20 and res.report.merges == (10000 if schedule == "matching" else 400)
+    assert reads.total <= TOTAL_BUDGET, dict(reads.by_name)
+    assert max(per_round[1:]) <= ROUND_BUDGET, per_round

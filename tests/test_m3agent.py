@@ -1,106 +1,21 @@
 """M3-Agent memory graphs in their own pickle format: read without importing mmagent,
 compressed per node type, written back so that M3-Agent's own class loads them.
 
-The stand-in module below is registered as ``mmagent.videograph``: the same class names and
-attributes as M3-Agent's ``VideoGraph`` (mmagent/videograph.py), with the methods the tests
-use written after that file (add_*_node, add_edge, get_connected_nodes, search_text_nodes)
-and retrieval after mmagent/retrieve.py (``retrieve_from_videograph``: node scores by
-``search_text_nodes(mode="max")``, clip score = max over the clip's nodes)."""
+``mmagent.videograph`` is M3-Agent's own (the copy in tests/m3_agent, see m3_helpers);
+retrieval follows mmagent/retrieve.py (``retrieve_from_videograph``: node scores by
+``search_text_nodes(mode="max")``, clip score = max over the clip's nodes). What M3-Agent's
+other functions see of a compressed graph: test_m3agent_use.py."""
 import pickle
 import sys
-import types
 from collections import defaultdict
 
 import numpy as np
 import pytest
 
+from m3_helpers import m3_agent
 from memforest_gpu import CompressConfig, MergeConfig
 from memforest_gpu.adapters.m3agent import (VideoGraph, compress_video_graph, load_video_graph, save_video_graph)
 from memforest_gpu.engine.quotas import removal_target
-
-STAND_IN = '''
-import numpy as np
-
-
-class VideoGraph:
-    def __init__(self, max_img_embeddings=10, max_audio_embeddings=20, img_matching_threshold=0.3,
-                 audio_matching_threshold=0.6):
-        self.nodes = {}
-        self.edges = {}
-        self.text_nodes = []
-        self.text_nodes_by_clip = {}
-        self.event_sequence_by_clip = {}
-        self.max_img_embeddings = max_img_embeddings
-        self.max_audio_embeddings = max_audio_embeddings
-        self.img_matching_threshold = img_matching_threshold
-        self.audio_matching_threshold = audio_matching_threshold
-        self.next_node_id = 0
-
-    class Node:
-        def __init__(self, node_id, node_type):
-            self.id = node_id
-            self.type = node_type
-            self.embeddings = []
-            self.metadata = {}
-
-    def _add(self, node):
-        self.nodes[node.id] = node
-        self.next_node_id += 1
-        return node.id
-
-    def add_img_node(self, imgs):
-        node = self.Node(self.next_node_id, "img")
-        node.embeddings.extend(imgs["embeddings"][:self.max_img_embeddings])
-        node.metadata["contents"] = imgs["contents"]
-        return self._add(node)
-
-    def add_voice_node(self, audios):
-        node = self.Node(self.next_node_id, "voice")
-        node.embeddings.extend(audios["embeddings"][:self.max_audio_embeddings])
-        node.metadata["contents"] = audios["contents"]
-        return self._add(node)
-
-    def add_text_node(self, text, clip_id, text_type="episodic"):
-        node = self.Node(self.next_node_id, text_type)
-        node.embeddings = text["embeddings"]
-        node.metadata["contents"] = text["contents"]
-        node.metadata["timestamp"] = clip_id
-        self.text_nodes.append(node.id)
-        self.text_nodes_by_clip.setdefault(clip_id, []).append(node.id)
-        if text_type == "episodic":
-            self.event_sequence_by_clip.setdefault(clip_id, []).append(node.id)
-        return self._add(node)
-
-    def add_edge(self, a, b, weight=1.0):
-        same_text = self.nodes[a].type == self.nodes[b].type and self.nodes[a].type in ["episodic", "semantic"]
-        if a in self.nodes and b in self.nodes and not same_text:
-            self.edges[(a, b)] = weight
-            self.edges[(b, a)] = weight
-            return True
-        return False
-
-    def get_connected_nodes(self, node_id, type=["img", "voice", "episodic", "semantic"]):
-        out = set()
-        for (n1, n2) in self.edges:
-            if n1 == node_id and self.nodes[n2].type in type:
-                out.add(n2)
-            elif n2 == node_id and self.nodes[n1].type in type:
-                out.add(n1)
-        return list(out)
-
-    def search_text_nodes(self, query_embeddings, range_nodes=[], mode="max"):
-        text_nodes = self.text_nodes
-        if range_nodes:
-            text_nodes = list({t for r in range_nodes for t in self.get_connected_nodes(r, ["episodic", "semantic"])})
-        ids = list(text_nodes)
-        emb = np.array([self.nodes[i].embeddings for i in ids])           # (N, n_emb, D)
-        q = np.array(query_embeddings)                                    # (Q, D)
-        qn = q / np.linalg.norm(q, axis=-1, keepdims=True)
-        en = emb / np.linalg.norm(emb, axis=-1, keepdims=True)
-        sims = np.einsum("qd,ned->qne", qn, en)
-        sims = sims.max(axis=(0, 2)) if mode == "max" else sims.mean(axis=(0, 2))
-        return sorted(zip(ids, sims), key=lambda x: x[1], reverse=True)
-'''
 
 FIELDS = ("nodes", "edges", "text_nodes", "text_nodes_by_clip", "event_sequence_by_clip", "max_img_embeddings",
           "max_audio_embeddings", "img_matching_threshold", "audio_matching_threshold", "next_node_id")
@@ -108,25 +23,14 @@ FIELDS = ("nodes", "edges", "text_nodes", "text_nodes_by_clip", "event_sequence_
 
 @pytest.fixture
 def mmagent():
-    """Register the stand-in as ``mmagent.videograph`` for the test, then remove it."""
-    saved = {k: sys.modules.get(k) for k in ("mmagent", "mmagent.videograph")}
-    pkg = types.ModuleType("mmagent")
-    pkg.__path__ = []
-    mod = types.ModuleType("mmagent.videograph")
-    exec(compile(STAND_IN, "mmagent/videograph.py", "exec"), mod.__dict__)
-    pkg.videograph = mod
-    sys.modules.update({"mmagent": pkg, "mmagent.videograph": mod})
-    yield mod
-    for k, v in saved.items():
-        if v is None:
-            sys.modules.pop(k, None)
-        else:
-            sys.modules[k] = v
+    """M3-Agent's ``mmagent.videograph`` (the copy in tests/m3_agent) for the test, then removed."""
+    with m3_agent() as ns:
+        yield ns.videograph
 
 
 def build_video(mod, seed=0, clips=12, per_clip=3, dim=32, ranges=4):
     """A video: ``ranges`` topics over consecutive clip ranges, ``per_clip`` episodic nodes
-    and one semantic node per clip, 3 faces and 2 voices linked to the text nodes."""
+    and two semantic nodes per clip, 3 faces and 2 voices linked to the text nodes."""
     rng = np.random.default_rng(seed)
     g = mod.VideoGraph()
     faces = [g.add_img_node({"embeddings": rng.standard_normal((2, 8)).tolist(), "contents": [f"face{j}.jpg"]})
@@ -139,7 +43,7 @@ def build_video(mod, seed=0, clips=12, per_clip=3, dim=32, ranges=4):
     span = clips // ranges
     for c in range(clips):
         topic = topics[c // span]
-        for typ, n in (("episodic", per_clip), ("semantic", 1)):
+        for typ, n in (("episodic", per_clip), ("semantic", 2)):
             for i in range(n):
                 e = topic + 0.35 * rng.standard_normal(dim)
                 who = ents[(c + i) % len(ents)]
@@ -231,12 +135,11 @@ def test_compress_keeps_every_invariant(mmagent, tmp_path):
         olds = [g.nodes[x] for x in n.metadata["merged_from"]]
         assert {o.type for o in olds} == {n.type}
         assert n.id in n.metadata["merged_from"]  # keeps one of its members' ids
-        assert n.metadata["timestamp"] == max(o.metadata["timestamp"] for o in olds)
-        assert n.metadata["clip_ids"] == sorted({o.metadata["timestamp"] for o in olds})
+        assert n.metadata["clip_ids"] == [n.metadata["timestamp"]] == sorted({o.metadata["timestamp"] for o in olds})
         assert len(n.metadata["contents"]) == 1 and n.metadata["contents"][0].strip()
         assert len(n.embeddings) == 1 and len(n.embeddings[0]) == 32
         assert np.linalg.norm(n.embeddings[0]) == pytest.approx(1.0, abs=1e-6)
-    assert out.nodes[g.text_nodes[1]].metadata.get("source") == "gpt-4o"  # carried over, merged or not
+    assert out.nodes[own[g.text_nodes[1]]].metadata.get("source") == "gpt-4o"  # carried over, merged or not
     # faces, voices and unmerged text nodes untouched
     for i, node in g.nodes.items():
         if node.type in ("img", "voice") or own[i] == i and "merged_from" not in out.nodes[i].metadata:
@@ -375,7 +278,7 @@ def test_cli(mmagent, tmp_path, capsys):
     dst = tmp_path / "out.pkl"
     assert main(["graph", "compress", str(src), str(dst), "--ratio", "0.5"]) == 0
     text = capsys.readouterr().out
-    assert "M3-Agent graph: text nodes 48 -> 24" in text and f"wrote {dst}" in text
+    assert "M3-Agent graph: text nodes 60 -> 30" in text and f"wrote {dst}" in text
     with open(dst, "rb") as f:
         assert type(pickle.load(f)) is mmagent.VideoGraph
     odd = tmp_path / "video.bin"
@@ -407,6 +310,6 @@ def test_readme_m3_agent_workflow(mmagent, tmp_path, monkeypatch, capsys):
     _dump(g, tmp_path / "video.pkl")
     argv = m.group(1).split()
     assert main(argv[1:]) == 0
-    assert "M3-Agent graph: text nodes 48 -> 24" in capsys.readouterr().out
+    assert "M3-Agent graph: text nodes 60 -> 30" in capsys.readouterr().out
     with open(tmp_path / argv[4], "rb") as f:
         assert type(pickle.load(f)) is mmagent.VideoGraph

@@ -67,6 +67,17 @@ def test_budgeted_output_is_the_in_memory_output(stores, tmp_path, fmt, schedule
     assert not os.path.exists(str(tmp_path / f"b.{fmt}") + ".journal.jsonl")
 
 
+def test_budgeted_run_with_a_keep_rule_is_the_in_memory_run(stores, tmp_path):
+    """Kept nodes (--keep-pattern) and their per-tenant counts come out of a budgeted run as in memory."""
+    src, budget = stores["parquet"], _budget_for(300)
+    rc_a, rep_a = _run(src, str(tmp_path / "a.parquet"), "--keep-pattern", "^Alice")
+    rc_b, rep_b = _run(src, str(tmp_path / "b.parquet"), "--keep-pattern", "^Alice", "--memory-budget", str(budget))
+    assert rc_a == rc_b == 0
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+    assert rep_a["tenants"] == rep_b["tenants"] and rep_a["kept"] == rep_b["kept"] > 0
+    assert rep_a["kept"] == sum(t["kept"] for t in rep_a["tenants"])
+
+
 def test_small_output_batches_keep_the_rows(stores, tmp_path):
     """A budget too small for one output batch: smaller row groups, the same table."""
     src = stores["parquet"]

@@ -130,9 +130,11 @@ def compare(store, cfg, merger_cls):
 
 def config(*, ratio, schedule, degree_norm="none", eta=0.99, alpha=0.05, cap=None, time_weight=0.0,
            size_weight=0.0):
+    # knn >= every tree's size - 1: every pair is a candidate, as in the reference (the
+    # flat edge-list path; tests/test_sparse_trees.py holds it against graph="dense" too)
     return CompressConfig(partition=PartitionConfig(alpha=alpha),
                           tree=TreeConfig(eta=eta, degree_norm=degree_norm, time_weight=time_weight,
-                                          size_weight=size_weight),
+                                          size_weight=size_weight, knn=1 << 20),
                           # the reference models the "strict" cap policy: a pair over the cap is no edge
                           merge=MergeConfig(ratio=ratio, schedule=schedule, max_node_tokens=cap, cap_policy="strict"))
 

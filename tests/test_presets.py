@@ -26,6 +26,7 @@ def test_memforest_preset_values():
     c = CompressConfig.preset("memforest")
     assert (c.partition.alpha, c.tree.time_weight, c.tree.size_weight, c.merge.schedule) == (0.001, 0.5, 0.2,
                                                                                            "matching")
+    assert (c.tree.time_rule, c.tree.time_min_cos) == ("gated", 0.3)  # related neighbours only (issue 22)
     # everything else is SPEC's
     p = preset("paper")
     assert dataclasses.replace(c, partition=p.partition, tree=p.tree, merge=p.merge) == p
@@ -50,7 +51,7 @@ def test_cli_default_is_the_memforest_preset_and_flags_override_one_field():
     assert _parse("--schedule", "sequential") == dataclasses.replace(
         m, merge=dataclasses.replace(m.merge, schedule="sequential"))
     assert _parse("--time-weight", "0") == dataclasses.replace(m, tree=dataclasses.replace(m.tree, time_weight=0.0))
-    with pytest.raises(ValueError, match=r"--alpha must be in \(0.0, 1.0\], got 2.0"):
+    with pytest.raises(ValueError, match=r"--alpha must be in \[0.0, 1.0\], got 2.0"):
         _parse("--preset", "paper", "--alpha", "2")
 
 

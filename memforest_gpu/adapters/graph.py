@@ -20,6 +20,10 @@ and Parquet (one row each; ``metadata`` is a JSON string there)::
   An edge between two nodes merged into one becomes internal and is dropped (counted).
 - A merged node's metadata gets ``merged_from`` (original ids, as ``sources``) and
   ``clip_ids``: every clip id (timestamp) of the originals inside, sorted.
+- Text nodes that encode identity are never merged: by default those matching
+  :data:`GRAPH_KEEP_PATTERN` (M3-Agent's ``Equivalence:`` lines; ``MergeConfig.keep_pattern``
+  names another rule). With ``MergeConfig.merge_within="timestamp"`` text nodes merge only
+  within one clip (what an M3-Agent pickle always uses, see :mod:`.m3agent`).
 """
 from __future__ import annotations
 
@@ -38,7 +42,13 @@ from ..store.io import detect_format
 from ..store.jsonl import iter_jsonl_objects
 from ..store.memory_store import MemoryStore
 
-__all__ = ["MemoryGraph", "GraphCompressResult", "read_graph", "write_graph", "compress_graph", "fold_edges"]
+__all__ = ["MemoryGraph", "GraphCompressResult", "read_graph", "write_graph", "compress_graph", "graph_config",
+           "fold_edges", "GRAPH_KEEP_PATTERN"]
+
+#: The graph default for ``MergeConfig.keep_pattern``: M3-Agent's identity lines
+#: ("Equivalence: <face_0>, <voice_1>."), which M3-Agent finds by
+#: ``contents[0].lower().startswith("equivalence")`` and turns into characters.
+GRAPH_KEEP_PATTERN = r"(?i)^equivalence"
 
 _SEP = "\x1f"  # joins tenant and node type into the engine's tenant key
 _FIELDS = {"node": ("kind", "id", "type", "text", "timestamp", "embedding", "tenant", "sources", "metadata"),
@@ -103,17 +113,28 @@ def fold_edges(source: list[str], target: list[str], weight: np.ndarray, merges:
     return [k[0] for k in keys], [k[1] for k in keys], np.array([out[k] for k in keys], dtype=np.float64), internal
 
 
+def graph_config(config: CompressConfig | None) -> CompressConfig:
+    """``config`` (default: SPEC's) with the graph default for the keep rule: text nodes that
+    match :data:`GRAPH_KEEP_PATTERN` (M3-Agent's identity lines) never merge, unless
+    ``config.merge.keep_pattern`` names another rule."""
+    cfg = config or CompressConfig()
+    if cfg.merge.keep_pattern is not None:
+        return cfg
+    return dataclasses.replace(cfg, merge=dataclasses.replace(cfg.merge, keep_pattern=GRAPH_KEEP_PATTERN))
+
+
 def compress_graph(graph: MemoryGraph, config: CompressConfig | None = None, *, merger=None, embedder=None,
                    device=None, progress: bool = False) -> GraphCompressResult:
     """Compress the text nodes of ``graph`` with MemForest (per tenant and node type) and
-    fold the edges through the merge log. Entity nodes are unchanged."""
+    fold the edges through the merge log. Entity nodes are unchanged. Text nodes that match
+    the keep rule (:func:`graph_config`) are never merged."""
     if graph.texts is None:
         raise ValueError("graph must have at least one text node to compress, got 0")
     st = graph.texts
     keyed = MemoryStore(st.ids, st.texts, st.embeddings, st.timestamps,
                         [f"{t}{_SEP}{ty}" for t, ty in zip(st.tenants, graph.types)],
                         st.sources, st.metadata, st.embedder)
-    res = compress(keyed, config, merger=merger, embedder=embedder, device=device, progress=progress)
+    res = compress(keyed, graph_config(config), merger=merger, embedder=embedder, device=device, progress=progress)
     for row in res.report.tenants:  # "video-1/episodic" in reports and logs
         row["tenant"] = row["tenant"].replace(_SEP, "/")
     res.merges = [dataclasses.replace(m, tenant=m.tenant.replace(_SEP, "/")) for m in res.merges]

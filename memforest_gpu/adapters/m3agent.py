@@ -26,18 +26,32 @@ that names M3-Agent's own classes again, so ``pickle.load`` in M3-Agent gives it
 ``VideoGraph`` back.
 
 :func:`compress_video_graph` compresses the episodic and the semantic nodes of one video
-separately (never across types) with :func:`memforest_gpu.adapters.graph.compress_graph`, then
-writes the result back into the graph: a merged node keeps one id (its earliest member's),
-``contents`` = [merged text], ``embeddings`` = [its vector], ``timestamp`` = the latest clip
-id inside, plus ``clip_ids`` and ``merged_from`` in its metadata; every edge of its members
-moves to it with weights summed (both directions kept; an edge between two members would
-be a self-loop and is dropped); ``text_nodes``, ``text_nodes_by_clip`` (a merged node is
-listed under every clip it holds) and ``event_sequence_by_clip`` are rewritten in order;
-face and voice nodes and everything else are untouched, and ``next_node_id`` stays above
-every id.
+separately (never across types) with :func:`memforest_gpu.adapters.graph.compress_graph`,
+under two rules that keep the graph meaning what it meant to M3-Agent (:func:`m3_config`):
+
+- identity lines are never merged: M3-Agent turns its ``Equivalence: <face_0>, <voice_1>.``
+  nodes into characters (``refresh_equivalences``, re-run by ``truncate_memory_by_clip`` and
+  ``prune_memory_by_node_type``); merging two of them would join two people. They match the
+  graph keep rule (``GRAPH_KEEP_PATTERN``, or ``MergeConfig.keep_pattern``) and stay as they are;
+- text nodes merge only within one clip (``merge_within="timestamp"``: a text node's
+  timestamp is its clip). M3-Agent cuts its memory at any clip c (``truncate_memory_by_clip(c)``
+  keeps node ids up to the last text node of clip c; ``search(..., before_clip=c)`` keeps
+  clips and node timestamps <= c), so a node holding two clips would be cut with the later
+  one or leak it into the earlier one. Inside one clip every cutoff keeps or drops a merged
+  node together with all its members, exactly as the uncompressed graph does.
+
+It then writes the result back into the graph: a merged node keeps one id (its earliest
+member's, so it sorts inside its clip's id range), ``contents`` = [merged text],
+``embeddings`` = [its vector], ``timestamp`` = its clip, plus ``clip_ids`` and
+``merged_from`` in its metadata; every edge of its members moves to it with weights summed
+(both directions kept; an edge between two members would be a self-loop and is dropped);
+``text_nodes``, ``text_nodes_by_clip`` and ``event_sequence_by_clip`` are rewritten in order
+(a merged node where its earliest member was); face and voice nodes, identity lines and
+everything else are untouched, and ``next_node_id`` stays above every id.
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import pickle
@@ -49,10 +63,10 @@ from ..config import CompressConfig
 from ..engine import CompressReport
 from ..store.atomic import atomic_open
 from ..store.memory_store import MemoryStore
-from .graph import MemoryGraph, compress_graph
+from .graph import MemoryGraph, compress_graph, graph_config
 
-__all__ = ["VideoGraph", "load_video_graph", "save_video_graph", "compress_video_graph", "VideoCompressResult",
-           "M3_MODULE", "TEXT_TYPES", "is_m3_agent_path"]
+__all__ = ["VideoGraph", "load_video_graph", "save_video_graph", "compress_video_graph", "m3_config",
+           "VideoCompressResult", "M3_MODULE", "TEXT_TYPES", "is_m3_agent_path"]
 
 M3_MODULE = "mmagent.videograph"
 TEXT_TYPES = ("episodic", "semantic")
@@ -250,14 +264,27 @@ def _to_memory_graph(g: VideoGraph, tenant: str, where: str) -> tuple[MemoryGrap
     return mg, key_of
 
 
+def m3_config(config: CompressConfig | None) -> CompressConfig:
+    """``config`` with M3-Agent's rules (module docstring): the graph keep rule unless
+    ``keep_pattern`` names another, and ``merge_within="timestamp"`` (the clip; no other
+    grouping is accepted)."""
+    cfg = graph_config(config)
+    if cfg.merge.merge_within not in (None, "timestamp"):
+        raise ValueError(f"merge_within must be 'timestamp' (the clip) for an M3-Agent graph, got "
+                         f"{cfg.merge.merge_within!r}: M3-Agent cuts its memory at any clip")
+    return dataclasses.replace(cfg, merge=dataclasses.replace(cfg.merge, merge_within="timestamp"))
+
+
 def compress_video_graph(graph: VideoGraph, config: CompressConfig | None = None, *, merger=None, embedder=None,
                          device=None, progress: bool = False, video: str = "video") -> VideoCompressResult:
-    """Compress the text nodes of one M3-Agent graph (episodic and semantic apart) and
-    rewrite the graph around the merged nodes (see the module docstring). ``graph`` is
-    not modified. ``embedder``: embeds merged text (None: the normalised mean of the
-    members' vectors, as for any store whose model is not local)."""
+    """Compress the text nodes of one M3-Agent graph (episodic and semantic apart, identity
+    lines kept, merges within one clip: :func:`m3_config`) and rewrite the graph around the
+    merged nodes (see the module docstring). ``graph`` is not modified. ``embedder``: embeds
+    merged text (None: the normalised mean of the members' vectors, as for any store whose
+    model is not local)."""
     mg, key_of = _to_memory_graph(graph, video, video)
-    res = compress_graph(mg, config, merger=merger, embedder=embedder, device=device, progress=progress)
+    res = compress_graph(mg, m3_config(config), merger=merger, embedder=embedder, device=device,
+                         progress=progress)
     out = res.graph.texts
     # which input nodes each output node holds, by replaying the merge log
     members = {i: [i] for i in mg.texts.ids}

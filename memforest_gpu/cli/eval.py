@@ -24,12 +24,22 @@ def _ints(s: str) -> list[int]:
     return [int(x) for x in s.split(",") if x.strip()]
 
 
+def _preset_names() -> list[str]:
+    from ..config import PRESETS
+
+    return list(PRESETS)
+
+
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmark", required=True,
                    help="benchmark folder (nodes.jsonl|parquet + questions.jsonl) or a LoCoMo .json file")
     p.add_argument("--out", default=None, help="output folder: results.json, per_question.npz, results.md, retention.png")
+    p.add_argument("--nodes", default="turns",
+                   help="LoCoMo .json only: turns (one node per dialogue turn) | facts (one node per fact of "
+                        "LoCoMo's observation field, the shape of a Mem0 store); --leave-one-out also takes "
+                        "turns,facts (both shapes, selected on their mean)")
     p.add_argument("--turns-per-node", type=int, default=1,
-                   help="LoCoMo .json only: consecutive turns per node (4: the long-memory variant)")
+                   help="LoCoMo .json only, turns only: consecutive turns per node (4: the long-memory variant)")
     p.add_argument("--methods", default="default",
                    help="comma list of NAME[:SCHEDULE]; 'default' (baselines + memforest, both schedules), "
                         "'ablations', or 'all'")
@@ -45,9 +55,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--L", type=int, default=4, help="AGPR candidate multiplier")
     g.add_argument("--lam", type=float, default=0.2, help="AGPR anchor fraction")
     g.add_argument("--gamma", type=float, default=0.9, help="AGPR similarity weight")
-    g = p.add_argument_group("MemForest config: the paper preset (CompressConfig()) with these fields changed; "
+    g = p.add_argument_group("MemForest config: the --preset with these fields changed (as in memforest compress); "
                              "ablations override their own field")
-    g.add_argument("--alpha", type=float, default=None, help="clusters per node (default: the paper preset's, 0.05)")
+    g.add_argument("--preset", default=None, choices=_preset_names(),
+                   help="named configuration the flags below start from (default: memforest, the same as "
+                        "memforest compress; paper: the paper's values); a bare 'memforest' method takes its schedule")
+    g.add_argument("--alpha", type=float, default=None, help="clusters per node")
     g.add_argument("--beta", type=float, default=None, help="semantic weight in the reassignment")
     g.add_argument("--window", type=int, default=None, help="temporal window, in positions")
     g.add_argument("--max-iter", type=int, default=None, help="at most this many Lloyd steps")
@@ -56,12 +69,18 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--time-weight", type=float, default=None,
                    help="weight of local time on tree edges (0: cosine only, the paper)")
     g.add_argument("--time-window", type=int, default=None, help="positions that count as neighbours on edges")
+    g.add_argument("--time-rule", default=None, help="scaled | gated | flat: what a neighbour's bonus needs")
+    g.add_argument("--time-min-cos", type=float, default=None, help="gated: the cosine a neighbour needs")
     g.add_argument("--size-weight", type=float, default=None,
-                   help="penalty on tree edges per merged length in units of the node cap (0: the paper)")
+                   help="penalty on tree edges per merged length in units of size_unit tokens (0: the paper)")
+    g.add_argument("--graph", default=None, help="knn | dense: the trees' candidate graph (default: knn)")
+    g.add_argument("--knn", type=int, default=None, help="neighbours per node in the knn graph (default: 16)")
     g.add_argument("--max-node-tokens", type=int, default=None, help="node length cap (default: embedder's)")
+    g.add_argument("--cap-policy", default=None, help="condense | strict: a merge over the node cap")
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
     p.add_argument("--reference", default=None,
-                   help="the method every other one is compared with (paired bootstrap; default memforest:sequential)")
+                   help="the method every other one is compared with (cluster bootstrap; default: memforest with "
+                        "the preset's schedule when it runs, else memforest:sequential)")
     p.add_argument("--export", default=None, help="only write the benchmark in the nodes + questions format here")
     p.add_argument("--report-only", action="store_true", help="redo tables and plot from OUT's results")
     g = p.add_argument_group("leave-one-conversation-out tuning (evaluation/loo.py)")
@@ -71,6 +90,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--loo-schedules", default="sequential,matching", help="candidate schedules")
     g.add_argument("--loo-alphas", default="0.05,0.01,0.001", help="candidate alphas")
     g.add_argument("--loo-time-weights", default="0,0.5", help="candidate time weights")
+    g.add_argument("--loo-time-rules", default="scaled,gated:0.2,gated:0.3,gated:0.4",
+                   help="candidate time rules (gated:COS sets its time_min_cos); with time weight 0 the rule does "
+                        "not matter and the candidate is run once")
+    g.add_argument("--loo-compare-rules", default="flat",
+                   help="time rules scored on the preset's config (the other flags) for comparison only, never "
+                        "selected (flat: the preset before issue 22); '' for none")
     g.add_argument("--loo-size-weights", default="0,0.2", help="candidate size weights")
     g.add_argument("--loo-from", default=None,
                    help="comma list of loo_scores.npz files of earlier --leave-one-out runs: join their candidates "
@@ -101,7 +126,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _methods(spec: str) -> list[str]:
+def _methods(spec: str, schedule: str = "sequential") -> list[str]:
+    """Method labels of ``--methods``; a MemForest name without ``:SCHEDULE`` takes ``schedule``."""
     from ..evaluation.methods import ABLATION_METHODS, DEFAULT_METHODS, parse_method
 
     out: list[str] = []
@@ -112,36 +138,64 @@ def _methods(spec: str) -> list[str]:
         if part in ("default", "all", "ablations"):
             out += list(DEFAULT_METHODS) * (part != "ablations") + list(ABLATION_METHODS) * (part != "default")
         else:
-            out.append(parse_method(part).label)
+            name = part if ":" in part or not part.startswith("memforest") else f"{part}:{schedule}"
+            out.append(parse_method(name).label)
     return list(dict.fromkeys(parse_method(m).label for m in out))
 
 
 def _config(a):
+    """The MemForest config: ``--preset`` (default: the command line's, as ``memforest compress``)
+    with every config flag given replacing its own field."""
     from dataclasses import replace
 
-    from ..config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+    from ..config import DEFAULT_PRESET, preset
+    from .flags import FIELDS, as_flag_error
 
-    part = {k: v for k, v in (("alpha", a.alpha), ("beta", a.beta), ("window", a.window),
-                               ("max_iter", a.max_iter)) if v is not None}
-    tree = {k: v for k, v in (("eta", a.eta), ("degree_norm", a.degree_norm), ("time_weight", a.time_weight),
-                               ("time_window", a.time_window), ("size_weight", a.size_weight)) if v is not None}
-    merge = {"max_node_tokens": a.max_node_tokens} if a.max_node_tokens is not None else {}
-    c = CompressConfig()
-    return replace(c, partition=replace(c.partition, **part), tree=replace(c.tree, **tree),
-                   merge=replace(c.merge, **merge))
+    try:
+        c = preset(a.preset or DEFAULT_PRESET)
+        changes: dict[str, dict] = {"partition": {}, "tree": {}, "merge": {}}
+        for dest, (stage, name) in FIELDS.items():
+            if dest not in ("ratio", "schedule") and getattr(a, dest, None) is not None:
+                changes[stage][name] = getattr(a, dest)
+        return replace(c, **{stage: replace(getattr(c, stage), **kw) for stage, kw in changes.items()})
+    except ValueError as e:
+        raise ValueError(as_flag_error(str(e), a)) from None
 
 
-def _load(a):
-    """The benchmark of ``--benchmark``, in windows of ``--turns-per-node`` turns when asked."""
+def _shapes(a) -> list[str]:
+    """The node shapes of ``--nodes`` (several only with ``--leave-one-out``)."""
+    from ..evaluation.locomo import NODE_SHAPES
+
+    shapes = [x.strip() for x in a.nodes.split(",") if x.strip()]
+    if not shapes or any(x not in NODE_SHAPES for x in shapes) or len(set(shapes)) != len(shapes):
+        raise ValueError(f"--nodes must be one of {list(NODE_SHAPES)} or, with --leave-one-out, a comma list of "
+                         f"them, got {a.nodes!r}")
+    if len(shapes) > 1 and not getattr(a, "leave_one_out", False):
+        raise ValueError(f"--nodes takes several shapes only with --leave-one-out, got {a.nodes!r}")
+    return shapes
+
+
+def _load(a, shape: str | None = None):
+    """The benchmark of ``--benchmark``: a folder as it is; a LoCoMo file in the node shape
+    ``shape`` (default ``--nodes``), in windows of ``--turns-per-node`` turns when asked."""
     from ..evaluation.benchmark import load_benchmark
     from ..evaluation.locomo import load_locomo
 
+    shape = shape or _shapes(a)[0]
     n = getattr(a, "turns_per_node", 1)
-    if n == 1:
-        return load_benchmark(a.benchmark)
-    if not (os.path.isfile(a.benchmark) and a.benchmark.endswith(".json")):
-        raise ValueError(f"--turns-per-node needs a LoCoMo .json file, got {a.benchmark!r}")
-    return load_locomo(a.benchmark, turns_per_node=n)
+    if os.path.isfile(a.benchmark) and a.benchmark.endswith(".json"):
+        return load_locomo(a.benchmark, turns_per_node=n, nodes=shape)
+    if n != 1 or shape != "turns":
+        raise ValueError(f"--turns-per-node and --nodes need a LoCoMo .json file, got {a.benchmark!r}")
+    return load_benchmark(a.benchmark)
+
+
+def _reference(a, methods: list[str], cfg) -> str | None:
+    """``--reference``, else MemForest with the preset's schedule when it runs (else the report's default)."""
+    if a.reference:
+        return a.reference
+    mine = f"memforest:{cfg.merge.schedule}"
+    return mine if mine in methods else None
 
 
 def run(a) -> int:
@@ -167,6 +221,7 @@ def run(a) -> int:
         return 0
     import torch
 
+    from ..config import DEFAULT_PRESET
     from ..evaluation.cache import CachedEmbedder
     from ..evaluation.harness import EvalConfig, run_grid
     from ..mergers import get_merger
@@ -174,14 +229,14 @@ def run(a) -> int:
 
     if a.leave_one_out:
         return _run_loo(a)
+    cfg = _config(a)
     if a.stream:
         from ..evaluation.stream_report import run_cli
 
         spec = "memforest:matching,tome,kmeans_prune" if a.methods == "default" else a.methods
-        return run_cli(a, _config(a), _methods(spec))
-    methods = _methods(a.methods)
+        return run_cli(a, cfg, _methods(spec, cfg.merge.schedule))
+    methods = _methods(a.methods, cfg.merge.schedule)
     ratios, seeds = _floats(a.ratios), _ints(a.seeds)
-    cfg = _config(a)
     ecfg = EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma)
     if not ratios or not seeds:
         raise ValueError(f"ratios and seeds must be non-empty, got {a.ratios!r} and {a.seeds!r}")
@@ -197,7 +252,8 @@ def run(a) -> int:
     res = run_grid(bench, methods, ratios, seeds, embedder=emb, merger=get_merger(a.merger), base_config=cfg,
                    eval_config=ecfg, device=a.device, progress=not a.quiet and sys.stderr.isatty())
     emb.flush()
-    paths = write_outputs(res, a.out, bootstrap=a.bootstrap, reference=a.reference)
+    res.meta["preset"] = a.preset or DEFAULT_PRESET
+    paths = write_outputs(res, a.out, bootstrap=a.bootstrap, reference=_reference(a, methods, cfg))
     print(f"{len(methods)} methods x {len(ratios)} ratios x {len(seeds)} seeds in {time.perf_counter() - t0:.0f}s "
           f"(embedding cache: {emb.hits} hits, {emb.misses} new)")
     print("\n".join(f"wrote {p}" for p in paths.values()))
@@ -209,7 +265,6 @@ def _run_loo(a) -> int:
     MemForest flags), compared per fold with SPEC's defaults and ToMe."""
     import torch
 
-    from ..evaluation.benchmark import load_benchmark
     from ..evaluation.cache import CachedEmbedder
     from ..evaluation.harness import EvalConfig
     from ..evaluation.loo import METRICS, Candidate, candidate_grid, paper_candidate, save_scores, score_candidates
@@ -222,14 +277,18 @@ def _run_loo(a) -> int:
         from ..evaluation.loo import load_scores
 
         cs = load_scores([x for x in a.loo_from.split(",") if x])
-        return _loo_report(a, cs, [c.name for c in cs.candidates if not c.method and c.name != "paper"], 0.0)
+        return _loo_report(a, cs, [c.name for c in cs.candidates
+                                   if not c.method and not c.compare_only and c.name != "paper"], 0.0)
     os.makedirs(a.out, exist_ok=True)
     ratios, seeds = _floats(a.ratios), _ints(a.seeds)
+    rules = tuple(x.strip() for x in a.loo_time_rules.split(",") if x.strip())
     cands = candidate_grid(a.loo_schedules.split(","), _floats(a.loo_alphas), _floats(a.loo_time_weights),
-                           _floats(a.loo_size_weights), base=_config(a))
+                           _floats(a.loo_size_weights), base=_config(a), time_rules=rules)
     paper, tome = paper_candidate(), Candidate("tome", _config(a), method="tome")
     extra = [c for c in (paper, tome) if c.config not in [x.config for x in cands] or c.method]
-    bench = load_benchmark(a.benchmark)
+    extra += [c for c in _compare_rules(a) if c.config not in [x.config for x in cands]]
+    shapes = _shapes(a)
+    bench = _load(a) if len(shapes) == 1 else {sh: _load(a, sh) for sh in shapes}
     emb = CachedEmbedder(SentenceTransformerEmbedder(None if a.embedder == "default" else a.embedder,
                                                      device=a.device), a.cache or os.path.join(a.out, ".cache"))
     if a.threads:
@@ -238,17 +297,34 @@ def _run_loo(a) -> int:
     ecfg = EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma, search_repeats=1)
     done = [0]
 
-    def tick(c, _res):
+    def tick(c, res):
         done[0] += 1
         emb.flush()
         if not a.quiet:
-            print(f"[{done[0]}/{len(cands) + len(extra)}] {c.name} ({time.perf_counter() - t0:.0f}s)",
-                  file=sys.stderr, flush=True)
+            print(f"[{done[0]}/{(len(cands) + len(extra)) * len(shapes)}] {c.name} on {res.meta.get('benchmark')} "
+                  f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
 
     cs = score_candidates(bench, cands + extra, ratios, seeds, embedder=emb, merger=get_merger(a.merger),
                           device=a.device, eval_config=ecfg, on_candidate=tick)
     save_scores(cs, os.path.join(a.out, "loo_scores.npz"))
     return _loo_report(a, cs, [c.name for c in cands], t0)
+
+
+def _compare_rules(a) -> list:
+    """``--loo-compare-rules``: the preset's config (with the other flags) under each rule,
+    comparison only."""
+    import dataclasses
+
+    from ..evaluation.loo import Candidate, rule_fields
+
+    c = _config(a)
+    out = []
+    for rule in (x.strip() for x in (a.loo_compare_rules or "").split(",") if x.strip()):
+        cfg = dataclasses.replace(c, tree=dataclasses.replace(c.tree, **rule_fields(rule)))
+        name = (f"{cfg.merge.schedule} a={cfg.partition.alpha:g} tw={cfg.tree.time_weight:g}/{rule} "
+                f"sw={cfg.tree.size_weight:g} (compare)")
+        out.append(Candidate(name, cfg, compare_only=True))
+    return out
 
 
 def _loo_report(a, cs, names: list[str], t0: float) -> int:
@@ -259,14 +335,16 @@ def _loo_report(a, cs, names: list[str], t0: float) -> int:
     paper = paper_candidate()
     ratios, seeds = cs.ratios, cs.seeds
     paper_name = next((c.name for c in cs.candidates if c.config == paper.config and not c.method), paper.name)
-    compare = tuple(dict.fromkeys([paper_name, "tome"]))
+    compare = tuple(dict.fromkeys([paper_name, "tome", *(c.name for c in cs.candidates if c.compare_only)]))
     folds = leave_one_out(cs, select=a.loo_select, pool=names, compare=compare)
     choice = preset_choice(folds, a.loo_select)
     os.makedirs(a.out, exist_ok=True)
     md = loo_markdown(cs, folds, select=a.loo_select, compare=compare, choice=choice)
     atomic_write_text(os.path.join(a.out, "loo.md"), md)
+    shapes = None if cs.shapes is None else list(dict.fromkeys(cs.shapes.tolist()))
     atomic_write_text(os.path.join(a.out, "loo.json"), json.dumps(
-        {"select": a.loo_select, "ratios": ratios, "seeds": seeds, "choice": choice, "compare": list(compare),
+        {"select": a.loo_select, "ratios": ratios, "seeds": seeds, "shapes": shapes, "choice": choice,
+         "compare": list(compare),
          "candidates": {c.name: {"method": c.label, "config": dataclasses_dict(c.config)} for c in cs.candidates},
          "folds": folds, "seconds": time.perf_counter() - t0 if t0 else None}, indent=1))
     print(f"{len(cs.candidates)} candidates x {len(ratios)} ratios x {len(seeds)} seeds"

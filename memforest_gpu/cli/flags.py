@@ -19,8 +19,11 @@ FIELDS = {
     "alpha": ("partition", "alpha"), "beta": ("partition", "beta"), "window": ("partition", "window"),
     "max_iter": ("partition", "max_iter"), "kmeans": ("partition", "kmeans"),
     "eta": ("tree", "eta"), "degree_norm": ("tree", "degree_norm"), "time_weight": ("tree", "time_weight"),
-    "time_window": ("tree", "time_window"), "size_weight": ("tree", "size_weight"),
-    "cap_policy": ("merge", "cap_policy"),
+    "time_window": ("tree", "time_window"), "time_rule": ("tree", "time_rule"),
+    "time_min_cos": ("tree", "time_min_cos"), "size_weight": ("tree", "size_weight"),
+    "cap_policy": ("merge", "cap_policy"), "keep_pattern": ("merge", "keep_pattern"),
+    "merge_within": ("merge", "merge_within"), "graph": ("tree", "graph"), "knn": ("tree", "knn"),
+    "knn_cells_above": ("tree", "knn_cells_above"),
 }
 
 
@@ -56,7 +59,8 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
                           "per round)", "schedule"))
     p.add_argument("--seed", type=int, default=0, help="random seed (k-means++ seeding)")
     g = p.add_argument_group("event partition (k-means over meaning and time)")
-    g.add_argument("--alpha", type=float, default=None, help=h("clusters per node (K = floor(alpha*N))", "alpha"))
+    g.add_argument("--alpha", type=float, default=None,
+                   help=h("clusters per node (K = floor(alpha*N); 0: one tree per tenant)", "alpha"))
     g.add_argument("--beta", type=float, default=None, help=h("semantic weight in the reassignment", "beta"))
     g.add_argument("--window", type=int, default=None, help=h("temporal window, in positions", "window"))
     g.add_argument("--max-iter", type=int, default=None, help=h("at most this many Lloyd steps", "max_iter"))
@@ -71,17 +75,39 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
                    help=h("weight of local time on tree edges (0 = the paper: cosine only)", "time_weight"))
     g.add_argument("--time-window", type=int, default=None,
                    help=h("positions apart that count as neighbours on edges", "time_window"))
+    g.add_argument("--time-rule", default=None,
+                   help=h("what a neighbour's time bonus needs: scaled (the bonus times the cosine) | gated (the "
+                          "bonus only from --time-min-cos up) | flat (a 0/1 bonus whatever the cosine)", "time_rule"))
+    g.add_argument("--time-min-cos", type=float, default=None,
+                   help=h("the cosine a neighbour needs for the bonus under --time-rule gated", "time_min_cos"))
     g.add_argument("--size-weight", type=float, default=None,
                    help=h("penalty on the merged node's length, in units of size_unit tokens (0 = the paper)",
                           "size_weight"))
+    g.add_argument("--graph", default=None,
+                   help=h("knn (each node's --knn best neighbours plus its next in time: memory grows with N) | "
+                          "dense (every pair of a tree: the reference, memory grows with the trees' squares)",
+                          "graph"))
+    g.add_argument("--knn", type=int, default=None,
+                   help=h("neighbours per node in the knn graph (a tree of at most knn+1 nodes keeps every pair)",
+                          "knn"))
+    g.add_argument("--knn-cells-above", type=int, default=None,
+                   help=h("trees of more nodes search their neighbours in cells (approximate)", "knn_cells_above"))
     g.add_argument("--max-node-tokens", type=int, default=None,
                    help="cap on merged node length (default: the embedder's limit)")
     g.add_argument("--storage-dtype", default=None,
-                   help="float32 | float16 | bfloat16: the vectors kept in the padded trees (half the memory; "
-                        "cosines stay float32) (default: float32)")
+                   help="float32 | float16 | bfloat16: the vectors the trees read (half precision: a half copy "
+                        "of the store's; cosines stay float32) (default: float32)")
     g.add_argument("--cap-policy", default=None,
                    help=h("condense (a merge over the cap keeps its most informative sentences, so the ratio is "
                         "reached) | strict (pairs over the cap are not merged; the ratio may fall short)", "cap_policy"))
+    g = p.add_argument_group("what may merge")
+    g.add_argument("--keep-pattern", default=None, metavar="REGEX",
+                   help="nodes whose text matches this regular expression (RE2, anywhere in the text; anchor with ^) "
+                        "are never merged; the ratio applies to the others (default: none; graph compress: M3-Agent's "
+                        "identity lines, '(?i)^equivalence')")
+    g.add_argument("--merge-within", default=None, metavar="KEY",
+                   help="nodes merge only with nodes of the same group: 'timestamp' (equal timestamps, e.g. a clip) or "
+                        "a metadata KEY (equal values) (default: none; an M3-Agent graph: timestamp, its clip)")
 
 
 def config_from_args(a: argparse.Namespace):

@@ -10,7 +10,9 @@ def format_report(r: CompressReport, *, max_tenants: int = 20) -> str:
     """A short table: nodes in/out per tenant, ratio reached, trees, rounds, time per stage."""
     lines = [f"{'tenant':<24} {'in':>8} {'out':>8} {'removed':>8} {'ratio':>6} {'trees':>6}  note"]
     for t in r.tenants[:max_tenants]:
-        note = f"short by {t['shortfall']} (tenant too small or merges too long)" if t["shortfall"] else ""
+        note = "; ".join(([f"{t['kept']} kept (keep rule)"] if t.get("kept") else [])
+                         + ([f"short by {t['shortfall']} (tenant too small, groups too small or merges too long)"]
+                            if t["shortfall"] else []))
         lines.append(f"{t['tenant'][:24]:<24} {t['nodes_in']:>8} {t['nodes_out']:>8} {t['removed']:>8} "
                      f"{t['ratio']:>6.3f} {t['trees']:>6}  {note}")
     if len(r.tenants) > max_tenants:
@@ -19,6 +21,8 @@ def format_report(r: CompressReport, *, max_tenants: int = 20) -> str:
                      f"{sum(t['nodes_out'] for t in rest)} out)")
     lines.append(f"{'total':<24} {r.nodes_in:>8} {r.nodes_out:>8} {r.nodes_in - r.nodes_out:>8} "
                  f"{r.ratio_reached:>6.3f} {r.trees:>6}")
+    if getattr(r, "kept", 0):
+        lines.append(f"kept: {r.kept} nodes match the keep rule and are never merged (the ratio applies to the others)")
     if r.shortfall:
         lines.append(f"shortfall: {r.shortfall} removals could not be made (reported per tenant above)")
     lines.append(f"schedule {r.schedule}: {r.merges} merges in {r.rounds} rounds; merger {r.merger}; "

@@ -79,9 +79,12 @@ def _tree_work(store: MemoryStore, keys: list[tuple[str, int]], tree_rows: dict,
 
 
 def _splittable(cfg: CompressConfig, n: int) -> bool:
+    """Whether a tenant's trees may be spread over ranks; a tenant under the keep rule or merge
+    groups goes whole to one rank, whose ``compress`` applies them."""
     p = cfg.partition
     two_level = getattr(p, "kmeans", "exact") == "two-level" and n >= getattr(p, "two_level_min_nodes", n + 1)
-    return not two_level and cfg.tree.kind != "random"
+    ruled = cfg.merge.keep_pattern is not None or cfg.merge.merge_within is not None
+    return not two_level and cfg.tree.kind != "random" and not ruled
 
 
 def compress_distributed(store: MemoryStore, config: CompressConfig | None = None, *,
@@ -174,6 +177,7 @@ def _rank_info(store: MemoryStore, results: list, whole: bool, rank: int, merger
                        "sources": out.sources, "metadata": out.metadata})
     return {"chunks": chunks, "merges": [(rank, m) for m in merges],
             "trees": {row["tenant"]: row["trees"] for r in reports[:1] if whole for row in r.tenants},
+            "rows": {row["tenant"]: row for r in reports[:1] if whole for row in r.tenants},
             "rounds": sum(r.rounds for r in reports), "fallbacks": sum(r.fallbacks for r in reports),
             "condensed": sum(r.condensed for r in reports),
             "condensed_tokens": sum(r.condensed_tokens for r in reports),
@@ -201,13 +205,16 @@ def _assemble(store, cfg, gathered, plan, split, sizes, seconds) -> DistributedR
     per.update(Counter(out.tenants))
     n_items = Counter(it.tenant for p in plan for it in p)
     trees = {t: n_items[t] for t in split}
+    rows: dict[str, dict] = {}
     for g in gathered:
         trees.update(g["trees"])
+        rows.update(g["rows"])
     tenants = []
-    for t, n in sizes.items():
-        req = removal_target(n, cfg.merge.ratio)
+    for t, n in sizes.items():  # a whole tenant: its run's target (the keep rule lowers it) and kept count
+        req = rows[t]["requested"] if t in rows else removal_target(n, cfg.merge.ratio)
+        kept = rows[t].get("kept", 0) if t in rows else 0
         tenants.append({"tenant": t, "nodes_in": n, "nodes_out": per[t], "requested": req, "removed": n - per[t],
-                        "ratio": (n - per[t]) / n, "shortfall": req - (n - per[t]), "trees": trees[t]})
+                        "ratio": (n - per[t]) / n, "shortfall": req - (n - per[t]), "trees": trees[t], "kept": kept})
     merges = [m for g in gathered for m in g["merges"]]  # (rank, MergeRecord)
     name = next((g["merger"] for g in gathered if g["merger"]), "extractive")
     emb_name = next((g["embedder"] for g in gathered if g["embedder"]), "mean-of-inputs")
@@ -218,6 +225,6 @@ def _assemble(store, cfg, gathered, plan, split, sizes, seconds) -> DistributedR
         merges=len(merges), schedule=cfg.merge.schedule, merger=name, embedder=emb_name, max_node_tokens=cap,
         seconds={"total": seconds, **{f"rank{r}": g["seconds"] for r, g in enumerate(gathered)}},
         fallbacks=sum(g["fallbacks"] for g in gathered), condensed=sum(g["condensed"] for g in gathered),
-        condensed_tokens=sum(g["condensed_tokens"] for g in gathered))
+        condensed_tokens=sum(g["condensed_tokens"] for g in gathered), kept=sum(t["kept"] for t in tenants))
     plan_d = [[{"tenant": it.tenant, "tree": it.tree, "nodes": it.size} for it in p] for p in plan]
     return DistributedResult(out, report, merges, plan_d, split)

@@ -11,23 +11,39 @@ __all__ = ["assemble"]
 
 
 def assemble(table: NodeTable, live: np.ndarray, embeddings: torch.Tensor,
-             merged: torch.Tensor | list[torch.Tensor]) -> MemoryStore:
+             merged: torch.Tensor | list[torch.Tensor], *, in_place: bool = False, chunk: int = 1 << 16
+             ) -> MemoryStore:
     """Rows ``live`` of the table as a store. Row ``i < N`` is an original (vector
     ``embeddings[i]``), row ``N + j`` the j-th merged node (vector ``merged[j]``); the full
     (N + M, D) concatenation is never built. ``merged`` may be a list of blocks (one per
     round, in order): each is read once and released from the list, so neither their
     concatenation nor the dead merged vectors outlive their block.
 
+    ``in_place``: the output's vectors are written into ``embeddings`` itself (overwritten;
+    the output's are its first rows), so no second (N_out, D) tensor is made. That is safe
+    in one forward pass: a live original's output position is at most its row (the rows
+    before it in the output each hold a distinct earlier original), so moving the originals
+    ``chunk`` rows at a time in output order never overwrites a row still to be read, and the
+    merged vectors are written after every original has moved.
+
     Shape: live (N + M,) bool host, embeddings (N, D), merged (M, D) or [(P_r, D)] -> store of live.sum() rows
     """
     N, D = embeddings.shape
     rows = table.output_order(np.flatnonzero(live))
     dev = embeddings.device
-    out = torch.empty(len(rows), D, dtype=embeddings.dtype, device=dev)
+    out = embeddings[:len(rows)] if in_place else torch.empty(len(rows), D, dtype=embeddings.dtype, device=dev)
     orig = rows < N
     pos_o, pos_m = np.flatnonzero(orig), np.flatnonzero(~orig)
     t = lambda a: torch.as_tensor(a, dtype=torch.int64, device=dev)  # noqa: E731
-    out[t(pos_o)] = embeddings[t(rows[orig])]
+    src_o = rows[orig]
+    if in_place:
+        assert (pos_o <= src_o).all(), "a live original's output position must not pass its row"
+        move = np.flatnonzero(pos_o != src_o)  # originals before the first merge stay where they are
+        for c in range(0, len(move), chunk):
+            sel = move[c:c + chunk]
+            out[t(pos_o[sel])] = embeddings[t(src_o[sel])]  # gathered, then written: sources >= targets
+    else:
+        out[t(pos_o)] = embeddings[t(src_o)]
     blocks = merged if isinstance(merged, list) else [merged]
     j_m = rows[~orig] - N  # merged index of each merged output row
     lo = 0

@@ -25,8 +25,9 @@ from ..device import resolve_device
 from ..store.memory_store import MemoryStore
 from .apply import apply_round, pair_means
 from .assemble import assemble
+from .constraints import constrain
 from .forest import record_forest
-from .merge_call import cap_and_counter, merge_round_capped, with_fallback
+from .merge_call import cap_and_counter, count_column, merge_round_capped, with_fallback
 from .node_table import NodeTable
 from .partition import Partition, partition_nodes
 from .plan import Plan, plan_round
@@ -50,6 +51,7 @@ class RunSetup:
     cap: int | None
     counter: Callable | None
     times: dict
+    kept: np.ndarray | None = None  # (n_tenants,) nodes the keep rule holds out of merging
 
     @property
     def plan_cap(self) -> int | None:
@@ -60,7 +62,8 @@ class RunSetup:
 
 def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger=None, embedder=None,
              device=None, progress: bool = False, on_round: Callable[[int, list[MergeRecord]], None] | None = None,
-             partition: Partition | None = None, quotas: Quotas | None = None, budget: int = 1 << 24) -> CompressResult:
+             partition: Partition | None = None, quotas: Quotas | None = None, budget: int = 1 << 24,
+             copy: bool = True) -> CompressResult:
     """Compress ``store`` with MemForest.
 
     Args:
@@ -72,6 +75,9 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         on_round: called after each round with (round, the round's merge records).
         partition, quotas: a ready partition of ``store`` (and its quotas) instead of
             computing them (the distributed runner hands each rank its trees this way).
+        copy: ``False`` lets the output's vectors overwrite ``store.embeddings`` (then a view of
+            its first rows): no second (N_out, D) tensor, for callers that drop ``store`` after,
+            as ``compress_file`` does. A run on another device writes into its own copy anyway.
 
     Every tenant loses exactly ``round(ratio * N_t)`` nodes unless it cannot (report's
     ``shortfall``); every original id ends in exactly one output node's ``sources``.
@@ -128,7 +134,9 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     batch = s.batch = None  # the padded tree tensors (about 2x the embeddings) are not needed any more
     live = np.ones(len(table), dtype=bool)
     live[np.concatenate(consumed) if consumed else np.zeros(0, dtype=np.int64)] = False
-    out = assemble(table, live, s.emb, vectors)  # the blocks, released as they are read
+    # the merged vectors' blocks are released as they are read; the output's vectors overwrite
+    # the run's own (s.emb) unless they are the caller's store's and `copy`
+    out = assemble(table, live, s.emb, vectors, in_place=not copy or s.emb is not store.embeddings)
     if partition is None:  # its own full partition: recorded, so that `compact` can place new memories later
         p = s.part
         record_forest(out, store, p.tree.cpu().numpy(), p.tree_tenant.cpu().numpy(), p.centre.cpu().numpy(),
@@ -166,22 +174,24 @@ def setup_run(store, config, embedder, device, progress, part, q, budget) -> Run
             bar.close()
     else:
         _check_partition(part, len(store), len(names))
+    part, kept = constrain(part, store, cfg.merge.keep_pattern, cfg.merge.merge_within)  # who may merge
     times["partition"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     n_trees = int(part.tree_tenant.shape[0])
     tree_size = torch.bincount(part.tree, minlength=n_trees).cpu().numpy().astype(np.int64)
     if q is None:
         tenant_size = np.bincount(codes.cpu().numpy(), minlength=len(names))
-        q = removal_quotas(tree_size, part.tree_tenant.cpu().numpy(), tenant_size, cfg.merge.ratio)
+        q = removal_quotas(tree_size, part.tree_tenant.cpu().numpy(), tenant_size - kept, cfg.merge.ratio)
     elif len(q.per_tree) != n_trees or not np.array_equal(q.tree_size, tree_size):
         raise ValueError(f"quotas must be for the partition's {n_trees} trees of sizes {tree_size.tolist()[:8]}..., "
                          f"got {len(q.per_tree)} trees")
     # the size term needs lengths too
     cap, counter = cap_and_counter(cfg.merge.max_node_tokens, embedder, count=cfg.tree.size_weight > 0)
-    tokens = torch.tensor(counter(store.texts), dtype=torch.int64, device=dev) if counter is not None else None
-    batch = build_trees(part.tree, tree_size, emb, ts, codes, tokens, dtype=getattr(torch, cfg.storage_dtype))
+    tokens = torch.as_tensor(count_column(counter, store.texts)).to(dev) if counter is not None else None
+    batch = build_trees(part.tree, tree_size, emb, ts, codes, tokens, dtype=getattr(torch, cfg.storage_dtype),
+                        config=cfg.tree, cap=cap if cfg.merge.cap_policy == "strict" else None)
     times["setup"] = time.perf_counter() - t1
-    return RunSetup(cfg, names, part, q, batch, NodeTable(store), emb, cap, counter, times)
+    return RunSetup(cfg, names, part, q, batch, NodeTable(store), emb, cap, counter, times, kept)
 
 
 def _check_partition(part: Partition, n: int, n_tenants: int) -> None:
@@ -229,16 +239,18 @@ def run_report(s: RunSetup, store, merger, embedder, out, shortfall, rounds, mer
             if len(out_names) else np.zeros(n_ten, dtype=np.int64)
         removed = n_in - n_out
         ratio = np.divide(removed, n_in, out=np.zeros(n_ten), where=n_in > 0)
+        kept = s.kept if s.kept is not None else np.zeros(n_ten, dtype=np.int64)
         rows = [{"tenant": name, "nodes_in": n, "nodes_out": o, "requested": r, "removed": d, "ratio": f,
-                 "shortfall": sf, "trees": tr}
-                for name, n, o, r, d, f, sf, tr in zip(s.names, n_in.tolist(), n_out.tolist(), q.target.tolist(),
-                                                       removed.tolist(), ratio.tolist(), shortfall.tolist(),
-                                                       n_trees.tolist())]
+                 "shortfall": sf, "trees": tr, "kept": k}
+                for name, n, o, r, d, f, sf, tr, k in zip(s.names, n_in.tolist(), n_out.tolist(), q.target.tolist(),
+                                                          removed.tolist(), ratio.tolist(), shortfall.tolist(),
+                                                          n_trees.tolist(), kept.tolist())]
     return CompressReport(
         tenants=rows, nodes_in=len(store), nodes_out=len(out), trees=len(q.per_tree), rounds=rounds, merges=merges,
         schedule=s.cfg.merge.schedule, merger=getattr(merger, "name", type(merger).__name__) if merger else "none",
         embedder=embedder.name if embedder is not None else "mean-of-inputs", max_node_tokens=s.cap,
-        seconds=s.times, fallbacks=fallbacks, moved_by_reassignment=s.part.moved, kmeans_iterations=s.part.iterations)
+        seconds=s.times, fallbacks=fallbacks, moved_by_reassignment=s.part.moved, kmeans_iterations=s.part.iterations,
+        kept=int(s.kept.sum()) if s.kept is not None else 0)
 
 
 def _bar(progress: bool, total: int, desc: str):

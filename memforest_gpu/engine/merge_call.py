@@ -21,11 +21,14 @@ from __future__ import annotations
 import logging
 from typing import Callable, NamedTuple, Sequence
 
-from ..mergers.base import MergePair
-from ..mergers.embedders import count_words
-from ..mergers.extractive import ExtractiveMerger
+import numpy as np
 
-__all__ = ["merge_round", "merge_round_capped", "RoundTexts", "CAP_POLICIES", "with_fallback", "cap_and_counter"]
+from ..mergers.base import MergePair
+from ..mergers.extractive import ExtractiveMerger
+from ..mergers.word_count import count_words, count_words_arrow
+
+__all__ = ["merge_round", "merge_round_capped", "RoundTexts", "CAP_POLICIES", "with_fallback", "cap_and_counter",
+           "count_column"]
 
 CAP_POLICIES = ("condense", "strict")
 
@@ -56,6 +59,21 @@ def cap_and_counter(max_node_tokens: int | None, embedder, *,
         cap = embedder.max_tokens
     counter = (getattr(embedder, "count_tokens", None) or count_words) if cap is not None or count else None
     return cap, counter
+
+
+def count_column(counter: Callable, texts, *, block: int = 1 << 16) -> np.ndarray:
+    """``counter`` over a store's text column (an Arrow-backed view): the word counter with
+    vectorised kernels (:func:`~memforest_gpu.mergers.word_count.count_words_arrow`), any other
+    counter (a tokenizer) ``block`` texts at a time, so no Python list of every text is built.
+
+    Shape: (N,) -> (N,) int64
+    """
+    if counter is count_words and hasattr(texts, "arrow"):
+        return count_words_arrow(texts)
+    out = np.empty(len(texts), dtype=np.int64)
+    for lo in range(0, len(texts), block):
+        out[lo:lo + block] = counter(texts[lo:lo + block])
+    return out
 
 
 def merge_round(merger, fallback, pairs: Sequence[MergePair], *, counter: Callable | None = None,

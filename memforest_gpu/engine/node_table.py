@@ -10,8 +10,10 @@ engine and the merging baselines so both follow the same rules:
 - output order: live nodes by the earliest original inside (originals keep their order).
 
 Columnar: the originals are the store's own Arrow columns (never copied); numeric columns
-(timestamp, tenant code, earliest original) are numpy arrays over all rows; only merged rows
-(M of them, whose text the merger makes anyway) are Python lists.
+(timestamp, tenant code, earliest original, a merged row's two parents) are numpy arrays over
+all rows; only merged rows (M of them, whose text the merger makes anyway) are Python lists.
+A merged row's metadata is not kept: it follows from its parents' and is made when asked
+for (for the output's rows, at the end), which saves a dict per merge during the run.
 """
 from __future__ import annotations
 
@@ -70,10 +72,10 @@ class NodeTable:
         self._first = np.arange(self._cap, dtype=np.int64)  # smallest original index inside
         self._code = np.empty(self._cap, dtype=np.int64)
         self._code[:n] = store.tenant_codes_np
+        self._parents = np.full((self._cap - n, 2), -1, dtype=np.int64)  # (older, newer) of merged row n + j
         self.m_ids: list[str] = []
         self.m_texts: list[str] = []
         self.m_sources: list[list[str]] = []
-        self.m_meta: list[dict] = []
         self.ids = _Rows(store.ids, self.m_ids)
         self.texts = _Rows(store.texts, self.m_texts)
 
@@ -126,9 +128,25 @@ class NodeTable:
         return self.store._sources[i].as_py() if i < self.n else self.m_sources[i - self.n]
 
     def _meta(self, i: int) -> dict:
-        if i >= self.n:
-            return self.m_meta[i - self.n]
-        return _loads_meta(self.store._meta[i].as_py())
+        """Row ``i``'s metadata: an original's from the store; a merged row's is
+        ``{**meta(older), **meta(newer), "merged_from": [id(older), id(newer)]}``, made here
+        from the rows below it (iteratively: a chain of merges may be long)."""
+        made: dict[int, dict] = {}
+        stack = [i]
+        while stack:
+            r = stack[-1]
+            if r < self.n:
+                made[r] = _loads_meta(self.store._meta[r].as_py())
+                stack.pop()
+                continue
+            a, b = self._parents[r - self.n].tolist()
+            todo = [p for p in (a, b) if p not in made]
+            if todo:
+                stack += todo[::-1]
+                continue
+            made[r] = {**made.pop(a), **made.pop(b), "merged_from": [self.id_of(a), self.id_of(b)]}
+            stack.pop()
+        return made[i]
 
     # ---------------------------------------------------------------- merging
     def order(self, a: int, b: int) -> tuple[int, int]:
@@ -166,8 +184,7 @@ class NodeTable:
         self._ts[j] = max(self._ts[older], self._ts[newer])
         self._code[j] = self._code[older]
         self.m_sources.append(src)
-        self.m_meta.append({**self._meta(older), **self._meta(newer),
-                            "merged_from": [self.id_of(older), self.id_of(newer)]})
+        self._parents[j - self.n] = (older, newer)
         self._first[j] = min(self._first[older], self._first[newer])
         return j
 
@@ -179,7 +196,9 @@ class NodeTable:
             setattr(self, name, a)
         f = np.arange(cap, dtype=np.int64)
         f[:self._cap] = self._first
-        self._first, self._cap = f, cap
+        p = np.full((cap - self.n, 2), -1, dtype=np.int64)
+        p[:self._cap - self.n] = self._parents
+        self._first, self._parents, self._cap = f, p, cap
 
     # ---------------------------------------------------------------- output
     def output_order(self, live: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -211,7 +230,8 @@ class NodeTable:
         ids = col(st._ids, m_id, pa.large_string())
         texts = col(st._texts, [self.m_texts[j] for j in m_rows], pa.large_string())
         sources = col(st._sources, [self.m_sources[j] for j in m_rows], ls)
-        meta = col(st._meta, [_dumps_meta(self.m_meta[j], i) for j, i in zip(m_rows, m_id)], pa.large_string())
+        meta = col(st._meta, [_dumps_meta(self._meta(self.n + j), i) for j, i in zip(m_rows, m_id)],
+                   pa.large_string())
         names, codes = compact_codes(st.tenant_table, self._code[rows])
         ts = torch.as_tensor(self._ts[rows], dtype=torch.float64).to(embeddings.device)
         return MemoryStore(ids, texts, embeddings, ts, TenantView(names, codes), sources, ArrowView(meta),

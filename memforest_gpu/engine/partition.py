@@ -13,6 +13,7 @@ import torch
 
 from ..config import PartitionConfig
 from ..kernels import cluster_centres, kmeans, reassign_to_centres, size_buckets
+from ..kernels.blocks import row_blocks
 from ..kernels.rand import stream_keys
 from .two_level import two_level_clusters
 
@@ -101,7 +102,9 @@ def closed_form_centres(embeddings: torch.Tensor, order: torch.Tensor, codes: to
         sums.index_add_(0, c[r0:r0 + tile], embeddings[sel[r0:r0 + tile]].double())
     counts = torch.bincount(c, minlength=n_ten).to(torch.float64)
     mean = (sums / counts.clamp(min=1)[:, None]).float()  # (n_ten, D)
-    d = ((embeddings[sel].float() - mean[c]) ** 2).sum(-1)  # (N1,)
+    d = torch.empty(sel.shape[0], dtype=mean.dtype, device=dev)  # (N1,) a tile of (N1, D) at a time
+    for r in row_blocks(sel.shape[0], tile):
+        d[r] = ((embeddings[sel[r]].float() - mean[c[r]]) ** 2).sum(-1)
     best = torch.full((n_ten,), float("inf"), device=dev).scatter_reduce(0, c, d, "amin")
     rank = torch.arange(sel.shape[0], device=dev)  # position order inside each tenant
     big = sel.shape[0]
@@ -169,15 +172,14 @@ def _two_level_tenants(embeddings, order, sizes, k_all, tenants, names, cfg, bud
     starts = np.cumsum(sizes) - sizes
     for t in tenants.tolist():
         n_t = int(sizes[t])
-        idx = order[starts[t]:starts[t] + n_t]  # (n_t,) node ids in time order
-        X = embeddings[idx]
+        idx = order[starts[t]:starts[t] + n_t]  # (n_t,) node ids in time order; their vectors are never copied whole
         labels, centre, _, _, _, sem, it2 = two_level_clusters(
-            X, int(k_all[t]), name=names[t], seed=cfg.seed, max_iter=cfg.max_iter, budget=budget,
-            seeding=cfg.seeding)
+            embeddings, int(k_all[t]), name=names[t], seed=cfg.seed, max_iter=cfg.max_iter, budget=budget,
+            seeding=cfg.seeding, rows=idx)
         val = torch.ones(1, n_t, dtype=torch.bool, device=dev)
-        new = reassign_to_centres(X[None], val, labels[None], centre[None], beta=cfg.beta, window=cfg.window,
+        new = reassign_to_centres(embeddings, val, labels[None], centre[None], beta=cfg.beta, window=cfg.window,
                                   use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal, budget=budget,
-                                  semantic=(sem[0][None], sem[1][None]))[0]
+                                  semantic=(sem[0][None], sem[1][None]), rows=idx[None])[0]
         lab.moved += (new != labels).sum()
         lab.tree_local[idx] = new
         lab.km_local[idx] = labels
@@ -201,7 +203,7 @@ def _exact_tenants(embeddings, order, sizes_t, sizes, k_all, exact, names, cfg, 
         bucket = bucket.to(dev)
         n_b = int(sizes[b_np].max())
         idx, val = _segment_index(order, starts_t[bucket], sizes_t[bucket], n_b)  # (Tb, n)
-        X = embeddings[idx.clamp(min=0)] * val[:, :, None]  # (Tb, n, D)
+        X = embeddings[idx.clamp(min=0)].mul_(val[:, :, None])  # (Tb, n, D)
         ks = k_all[b_np]
         k = torch.as_tensor(ks, dtype=torch.int64, device=dev)
         # k-means++ (the exact, sequential seeding) draws from one numpy generator per tenant

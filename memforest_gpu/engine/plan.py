@@ -1,13 +1,17 @@
 """One round's choice of pairs, for every tree of every tenant at once (SPEC sections 2-3).
 
-Per bucket of trees: edge weights (cosine, optionally with the time and size terms and the
-node-token cap) -> spanning forest -> degree-adjusted score ``w' = eta*w - (1-eta)*(deg_i+deg_j)``
--> candidates: the best edge of each tree (``sequential``) or every tree edge (``matching``,
-then ONE greedy matching over the edges of all buckets together). The chosen pairs of all
-buckets are gathered on the device and copied to the host once: :class:`Plan` holds both
-the device tensors (for ``apply_round``) and their host copy (for the merger's texts and
-the bookkeeping). Two device->host reads per round (the number of pairs, then the pairs),
-plus one per 8 matching iterations; none per tree, pair or tenant.
+Edge weights (:func:`~.edges.edge_weight`: cosine, optionally with the time and size terms
+and the node-token cap) -> spanning forest -> degree-adjusted score
+``w' = eta*w - (1-eta)*(deg_i+deg_j)`` -> candidates: the best edge of each tree
+(``sequential``) or every tree edge (``matching``, then ONE greedy matching over the edges
+of all buckets together). Under ``graph="knn"`` the forest of every bucket is built at once
+on one flat edge list (:mod:`.candidates`); under ``graph="dense"`` (and the ablation kinds)
+per bucket on its padded (B', m, m) matrix, as below. The chosen pairs of all buckets are
+gathered on the device and copied to the host once: :class:`Plan` holds both the device
+tensors (for ``apply_round``) and their host copy (for the merger's texts and the
+bookkeeping). Two device->host reads per round (the number of pairs, then the pairs), plus
+one per 8 matching iterations (and, on edge lists of a million edges or more, one per
+compaction of the forest); none per tree, pair or tenant.
 """
 from __future__ import annotations
 
@@ -19,7 +23,8 @@ import torch
 from ..config import CompressConfig
 from ..kernels import best_edge_per_tree, greedy_matching, spanning_forest, tree_degrees
 from ..kernels.mst import edge_key
-from .lengths import merged_length, utc_day
+from .candidates import forest_candidates
+from .edges import Ends, edge_weight
 from .trees import Bucket, TreeBatch
 
 __all__ = ["Plan", "plan_round"]
@@ -56,29 +61,14 @@ def _edge_weights(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap: int | N
     merged length (or None). Shape: -> Wt, W (B', m, m), est (B', m, m) or None"""
     W = bk.W[r]  # (B', m, m)
     B, m, _ = W.shape
-    kind = cfg.tree.kind
-    if kind == "random":  # ablation: a random spanning tree, random merge order
+    cos = W
+    if cfg.tree.kind == "random":  # ablation: a random spanning tree, random merge order
         Rw = torch.from_numpy(rng.random((B, m, m))).to(W.device, W.dtype)
-        Wt = torch.triu(Rw, 1) + torch.triu(Rw, 1).transpose(1, 2)
-    else:
-        Wt = W
-        tw = cfg.tree.time_weight
-        if tw > 0:  # local time on the edges: neighbouring spans of positions get the bonus
-            lo, hi = bk.lo[r], bk.hi[r]  # (B', m)
-            gap = torch.maximum(lo[:, :, None], lo[:, None, :]) - torch.minimum(hi[:, :, None], hi[:, None, :])
-            Wt = (1 - tw) * W + tw * (gap <= cfg.tree.time_window).to(W.dtype)  # (B', m, m)
-    est = None
-    if bk.tok is not None and ((cfg.tree.size_weight > 0 and kind != "random") or cap is not None):
-        tok, day = bk.tok[r], utc_day(bk.ts[r])  # (B', m)
-        est = merged_length(tok[:, :, None], tok[:, None, :], day[:, :, None], day[:, None, :])  # (B', m, m)
-    if cfg.tree.size_weight > 0 and kind != "random" and est is not None:
-        # size on the edges: the merged node's estimated length, in units of size_unit tokens
-        pen = cfg.tree.size_weight * est.to(W.dtype) / float(cfg.tree.size_unit)  # (B', m, m)
-        Wt = Wt + pen if kind == "min" else Wt - pen
-    if cap is not None and est is not None:
-        # a pair whose merge would pass the cap is no edge: the tree spans the pairs that fit,
-        # so a full node drops out of its tree instead of blocking it (SPEC: "the next best edge")
-        Wt = Wt.masked_fill(est > cap, float("inf") if kind == "min" else float("-inf"))
+        cos = torch.triu(Rw, 1) + torch.triu(Rw, 1).transpose(1, 2)
+    e = bk.ends(r)  # (B', m)
+    a = Ends(*(None if x is None else x[:, :, None] for x in e))
+    b = Ends(*(None if x is None else x[:, None, :] for x in e))
+    Wt, est = edge_weight(cos, a, b, cfg.tree, cap)  # (B', m, m)
     return Wt, W, est
 
 
@@ -125,8 +115,37 @@ def plan_round(batch: TreeBatch, need: np.ndarray, remaining: np.ndarray, cfg: C
     how many (the matching schedule takes at most that many pairs in a tree). A tree in
     ``need`` with no pair in the plan has no eligible edge left (node cap).
     """
-    dev = batch.buckets[0].X.device if batch.buckets else torch.device("cpu")
+    dev = batch.vectors.device
     matching = cfg.merge.schedule == "matching"
+    if cfg.tree.graph == "knn" and cfg.tree.kind == "max":  # one flat edge list, one forest for all buckets
+        cat, off = forest_candidates(batch, need, cfg, cap, matching)
+    else:
+        cat, off = _dense_candidates(batch, need, cfg, cap, rng, matching)
+    if cat is None:
+        return _empty_plan(len(batch.buckets), dev)
+    take = cat["take"]
+    if matching:  # one greedy matching over every tree of every bucket, capped by each tree's quota
+        quota = torch.as_tensor(remaining, dtype=torch.int64, device=dev)
+        take = greedy_matching(cat["ga"][None], cat["gb"][None], cat["score"][None], cat["key"][None], take[None],
+                               off, cap=quota, group=cat["tree"][None])[0]
+    sel = torch.nonzero(take).flatten()  # host read 1: how many pairs
+    bucket, row, sa, sb, tree_e, score, cos, node_a, node_b = (
+        cat[k][sel] for k in ("bucket", "row", "a", "b", "tree", "score", "cos", "na", "nb"))
+    packed = torch.stack([bucket, row, sa, sb, tree_e, node_a, node_b,
+                          cos.to(torch.float64).view(torch.int64)], 1)  # (P, 8)
+    host = packed.cpu().numpy()  # host read 2: the round's pairs
+    counts = np.bincount(host[:, 0], minlength=len(batch.buckets))
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    return Plan(bucket, row, sa, sb, tree_e, score, host[:, 4].copy(), host[:, 1].copy(), host[:, 5].copy(),
+                host[:, 6].copy(), host[:, 7].copy().view(np.float64), offsets)
+
+
+def _dense_candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap: int | None, rng,
+                      matching: bool):
+    """Per bucket of every pair, the padded (B', m, m) path: the candidate pairs as flat (C,)
+    tensors (the best edge per tree, or every forest edge), and the vertex count of the
+    matching's global ids (None when no tree plans)."""
+    dev = batch.vectors.device
     cands = []  # per bucket, flat (C,) tensors: the candidate pairs (matching: every tree edge)
     off = 0  # matching: vertex ids made global over every (bucket, row), for one flat matching
     for b, bk in enumerate(batch.buckets):
@@ -154,23 +173,8 @@ def plan_round(batch: TreeBatch, need: np.ndarray, remaining: np.ndarray, cfg: C
         c["bucket"] = torch.full_like(c["row"], b)
         cands.append(c)
     if not cands:
-        return _empty_plan(len(batch.buckets), dev)
-    cat = {k: torch.cat([c[k] for c in cands]) for k in cands[0]}
-    take = cat["take"]
-    if matching:  # one greedy matching over every tree of every bucket, capped by each tree's quota
-        quota = torch.as_tensor(remaining, dtype=torch.int64, device=dev)
-        take = greedy_matching(cat["ga"][None], cat["gb"][None], cat["score"][None], cat["key"][None], take[None],
-                               off, cap=quota, group=cat["tree"][None])[0]
-    sel = torch.nonzero(take).flatten()  # host read 1: how many pairs
-    bucket, row, sa, sb, tree_e, score, cos, node_a, node_b = (
-        cat[k][sel] for k in ("bucket", "row", "a", "b", "tree", "score", "cos", "na", "nb"))
-    packed = torch.stack([bucket, row, sa, sb, tree_e, node_a, node_b,
-                          cos.to(torch.float64).view(torch.int64)], 1)  # (P, 8)
-    host = packed.cpu().numpy()  # host read 2: the round's pairs
-    counts = np.bincount(host[:, 0], minlength=len(batch.buckets))
-    offsets = np.concatenate([[0], np.cumsum(counts)])
-    return Plan(bucket, row, sa, sb, tree_e, score, host[:, 4].copy(), host[:, 1].copy(), host[:, 5].copy(),
-                host[:, 6].copy(), host[:, 7].copy().view(np.float64), offsets)
+        return None, 0
+    return {k: torch.cat([c[k] for c in cands]) for k in cands[0]}, off
 
 
 def _empty_plan(n_buckets: int, dev) -> Plan:

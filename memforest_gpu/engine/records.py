@@ -6,11 +6,12 @@ from dataclasses import asdict, dataclass
 __all__ = ["MergeRecord"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MergeRecord:
     """``a`` (older) and ``b`` (newer) merged into ``into`` in round ``round`` of tenant
     ``tenant``; ``similarity`` is the cosine of the two inputs. A dry run's records
-    (:func:`memforest_gpu.engine.dry_run`) have ``into=None`` and ``text=None``."""
+    (:func:`memforest_gpu.engine.dry_run`) have ``into=None`` and ``text=None``. Slotted: a
+    run keeps one per merge (88 bytes each instead of about 350 with an instance dict)."""
 
     round: int
     tenant: str

@@ -31,6 +31,7 @@ class CompressReport:
     kmeans_iterations: dict = field(default_factory=dict)
     condensed: int = 0  # merges cut to the node cap (cap_policy "condense")
     condensed_tokens: int = 0  # tokens those merges dropped, in all
+    kept: int = 0  # nodes the keep rule (MergeConfig.keep_pattern) held out of merging
 
     @property
     def ratio_reached(self) -> float:

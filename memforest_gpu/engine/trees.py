@@ -1,20 +1,26 @@
 """The trees of a run as padded tensors on the device: what every merge round works on.
 
 :func:`build_trees` lays out every tree of every tenant once. Trees of similar size share a
-:class:`Bucket` of B trees padded to m slots: node rows, vectors (B, m, D), the cosine
-matrix (B, m, m) kept current one row/column per merge, timestamps, token counts and each
-slot's span of positions. Slots are in time order inside a tree, so a slot index is a
+:class:`Bucket` of B trees padded to m slots: node rows, timestamps, token counts, each
+slot's span of positions, and the candidate graph the spanning tree is built on (every
+pair's cosine, or per slot its nearest neighbours, :mod:`.graph`), kept current one
+row per merge. Vectors are read by node row from :class:`~.vectors.NodeVectors`. Slots are in time order inside a tree, so a slot index is a
 stable tie key. :func:`~memforest_gpu.engine.apply.apply_round` updates these tensors in
 place after each round; nothing here reads a value back to the host.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from ..config import TreeConfig
 from ..kernels import size_buckets
+from .edges import Ends, ends_of
+from .graph import build_lists, uses_lists
+from .vectors import NodeVectors, compute_dtype
 from .partition import time_order
 
 __all__ = ["Bucket", "TreeBatch", "build_trees", "compute_dtype", "row_sims"]
@@ -24,71 +30,86 @@ __all__ = ["Bucket", "TreeBatch", "build_trees", "compute_dtype", "row_sims"]
 class Bucket:
     """B trees padded to m slots. Tensors are updated in place by ``apply_round``.
 
-    Shape: trees (B,), slot (B, m) node row (-1 = empty), X (B, m, D), W (B, m, m),
-           ts (B, m) float64, tok (B, m) int64 or None, lo / hi (B, m) int64 first and last
-           position of each slot's originals
+    The candidate graph is either every pair (``W``: the cosine matrix, kept current one
+    row/column per merge) or, for trees of more than ``knn + 1`` nodes under ``graph="knn"``,
+    neighbour lists (``nbr`` / ``cs``: per slot its ``knn`` best neighbours, then its next
+    live slot in time; see :mod:`.graph`).
+
+    Shape: trees (B,), slot (B, m) node row (-1 = empty), ts (B, m) float64, tok (B, m) int64
+           or None, lo / hi (B, m) int64 first and last position of each slot's originals,
+           W (B, m, m) or None, nbr (B, m, k+1) int64 (-1 = none) or None, cs (B, m, k+1) or None
     """
 
     trees: torch.Tensor
     trees_np: np.ndarray  # host copy of ``trees`` (known when the batch is laid out)
     slot: torch.Tensor
-    X: torch.Tensor
-    W: torch.Tensor
     ts: torch.Tensor
     tok: torch.Tensor | None
     lo: torch.Tensor
     hi: torch.Tensor
+    W: torch.Tensor | None = None
+    nbr: torch.Tensor | None = None
+    cs: torch.Tensor | None = None
 
     @property
     def m(self) -> int:
         return int(self.slot.shape[1])
 
+    @property
+    def lists(self) -> bool:
+        """Whether the candidate graph is neighbour lists (else every pair, ``W``)."""
+        return self.nbr is not None
+
+    def ends(self, r: torch.Tensor | slice = slice(None)) -> Ends:
+        """The edge-weight attributes of rows ``r``. Shape: -> (B', m) each"""
+        return ends_of(self.lo[r], self.hi[r], None if self.tok is None else self.tok[r], self.ts[r])
+
 
 @dataclass(frozen=True)
 class TreeBatch:
     """Every tree of a run with at least two nodes, in buckets by size (largest first).
-    ``bucket_of`` / ``row_of`` (T,) locate tree ``t`` (-1 for one-node trees)."""
+    ``bucket_of`` / ``row_of`` (T,) locate tree ``t`` (-1 for one-node trees); ``vectors``
+    holds every node's vector by node row; ``tree`` and ``cap`` are the settings the
+    neighbour lists are ranked by (kept for their updates)."""
 
     buckets: tuple[Bucket, ...]
     bucket_of: np.ndarray
     row_of: np.ndarray
+    vectors: NodeVectors
+    tree: TreeConfig | None = None
+    cap: int | None = None
 
 
-HALF = (torch.float16, torch.bfloat16)
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype of similarities for vectors stored in ``dtype``: float32 for a half storage."""
-    return torch.float32 if dtype in HALF else dtype
-
-
-def _cosines(X: torch.Tensor) -> torch.Tensor:
-    """(B, m, m) cosines, accumulated in float64 and made exactly symmetric, so a value never
-    depends on which other trees share the batch (ties must stay ties). At most ~256 MB of
-    float64 temporaries at a time. Half-precision vectors give float32 cosines."""
-    B, m, _ = X.shape
-    W = torch.empty(B, m, m, dtype=compute_dtype(X.dtype), device=X.device)
+def _cosines(vectors: NodeVectors, slots: torch.Tensor) -> torch.Tensor:
+    """(B, m, m) cosines of the trees' slots, accumulated in float64 and made exactly
+    symmetric, so a value never depends on which other trees share the batch (ties must stay
+    ties). At most ~256 MB of float64 temporaries at a time. Half-precision vectors give
+    float32 cosines."""
+    B, m = slots.shape
+    W = torch.empty(B, m, m, dtype=compute_dtype(vectors.dtype), device=slots.device)
     step = max(1, (1 << 25) // max(1, m * m))
     for b0 in range(0, B, step):
-        Xd = X[b0:b0 + step].double()
+        Xd = vectors.gather(slots[b0:b0 + step]).double()  # (step, m, D), zeros in empty slots
         S = Xd @ Xd.transpose(1, 2)
-        W[b0:b0 + step] = ((S + S.transpose(1, 2)) * 0.5).to(X.dtype)
+        W[b0:b0 + step] = ((S + S.transpose(1, 2)) * 0.5).to(vectors.dtype)
     return W
 
 
 def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Tensor, timestamps: torch.Tensor,
                 codes: torch.Tensor, tokens: torch.Tensor | None, *, dtype: torch.dtype | None = None,
-                chunk: int = 1 << 22) -> TreeBatch:
+                config: TreeConfig | None = None, cap: int | None = None, budget: int = 1 << 24) -> TreeBatch:
     """Lay out every tree of ``tree`` (global tree id per node) as padded buckets.
 
-    ``dtype``: storage dtype of the padded vectors (default the embeddings'; float16 /
-    bfloat16 halve them, similarities are still accumulated in float64). Vectors are
-    gathered about ``chunk`` elements at a time, so no second padded copy is ever made.
+    ``dtype``: storage dtype of the vectors (default the embeddings'; float16 / bfloat16
+    halve them, similarities are still accumulated in float64). ``config``: the tree stage's
+    settings (its ``graph`` / ``knn`` choose each bucket's candidate graph, its edge terms
+    and ``cap`` (the planner's) rank the neighbours; default every pair, as ``"dense"``).
+    No padded copy of the vectors is kept: buckets hold node rows (``TreeBatch.vectors``).
 
     Shape: tree (N,), tree_size (T,) host, embeddings (N, D), timestamps (N,), codes (N,),
            tokens (N,) or None -> TreeBatch
     """
-    dtype = dtype or embeddings.dtype
+    vectors = NodeVectors(embeddings, dtype or embeddings.dtype)
     dev = embeddings.device
     N = embeddings.shape[0]
     T = len(tree_size)
@@ -111,21 +132,23 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
         ok = col[None, :] < size_t[trees][:, None]  # (B, m): each bucket cut from the sorted order,
         at = (start[trees][:, None] + col[None, :]).clamp(max=max(N - 1, 0))  # never a (T, largest) index
         slots = torch.where(ok, items[at], torch.full_like(at, -1))  # (B, m)
-        val = slots >= 0
         s0 = slots.clamp(min=0)
-        X = torch.empty(len(ids), m, embeddings.shape[1], dtype=dtype, device=dev)  # (B, m, D)
-        step = max(1, chunk // max(1, m * embeddings.shape[1]))
-        for c in range(0, len(ids), step):
-            X[c:c + step] = (embeddings[s0[c:c + step]] * val[c:c + step, :, None]).to(dtype)
         lo = pos[s0]
-        buckets.append(Bucket(trees, ids, slots, X, _cosines(X), timestamps[s0].to(torch.float64),
-                              tokens[s0] if tokens is not None else None, lo, lo.clone()))
+        bk = Bucket(trees, ids, slots, timestamps[s0].to(torch.float64), tokens[s0] if tokens is not None else None,
+                    lo, lo.clone())
+        if uses_lists(config, m):
+            nbr, cs = build_lists(bk, vectors, config, cap, budget=budget)
+            bk = dataclasses.replace(bk, nbr=nbr, cs=cs)
+        else:
+            bk = dataclasses.replace(bk, W=_cosines(vectors, slots))
+        buckets.append(bk)
         bucket_of[ids] = b
         row_of[ids] = np.arange(len(ids))
-    return TreeBatch(tuple(buckets), bucket_of, row_of)
+    return TreeBatch(tuple(buckets), bucket_of, row_of, vectors, config, cap)
 
 
-def row_sims(X: torch.Tensor, r: np.ndarray, E: torch.Tensor, *, budget: int = 1 << 25) -> torch.Tensor:
+def row_sims(vectors: NodeVectors, slot: torch.Tensor, r: np.ndarray, E: torch.Tensor, *,
+             budget: int = 1 << 25) -> torch.Tensor:
     """Similarity of each new vector to every slot of its tree, accumulated in float64.
 
     Pairs of one tree share one gather of that tree (the matching schedule puts up to m/2
@@ -133,12 +156,12 @@ def row_sims(X: torch.Tensor, r: np.ndarray, E: torch.Tensor, *, budget: int = 1
     processed in chunks of at most ``budget`` float64 elements. ``r`` is a host array (the
     plan's host copy), so the grouping costs no device read.
 
-    Shape: X (B, m, D), r (P,) host row of each pair, E (P, D) -> (P, m) in X's dtype
-           (float32 for half-precision X)
+    Shape: slot (B, m) node rows, r (P,) host row of each pair, E (P, D) -> (P, m) in the
+           vectors' dtype (float32 for half precision)
     """
     P, D = E.shape
-    m = X.shape[1]
-    dev = X.device
+    m = slot.shape[1]
+    dev = slot.device
     rows, inv = np.unique(np.asarray(r, dtype=np.int64), return_inverse=True)  # (R,), (P,)
     R = len(rows)
     counts = np.bincount(inv, minlength=R)
@@ -151,10 +174,11 @@ def row_sims(X: torch.Tensor, r: np.ndarray, E: torch.Tensor, *, budget: int = 1
     rows_t = torch.as_tensor(rows, dtype=torch.int64, device=dev)
     Ep = torch.zeros(R, pmax, D, dtype=torch.float64, device=dev)
     Ep[inv_t, col_t] = E.double()  # (R, pmax, D): each tree's new vectors
-    out = torch.empty(P, m, dtype=compute_dtype(X.dtype), device=dev)
+    out = torch.empty(P, m, dtype=compute_dtype(vectors.dtype), device=dev)
     step = max(1, budget // max(1, m * (D + pmax)))
     for c0 in range(0, R, step):
-        S = torch.bmm(X[rows_t[c0:c0 + step]].double(), Ep[c0:c0 + step].transpose(1, 2))  # (Rc, m, pmax)
+        X = vectors.gather(slot[rows_t[c0:c0 + step]]).double()  # (Rc, m, D), zeros in empty slots
+        S = torch.bmm(X, Ep[c0:c0 + step].transpose(1, 2))  # (Rc, m, pmax)
         sel = np.flatnonzero((inv >= c0) & (inv < c0 + step))
         st = torch.as_tensor(sel, dtype=torch.int64, device=dev)
         out[st] = S[inv_t[st] - c0, :, col_t[st]].to(out.dtype)

@@ -33,7 +33,8 @@ def _streams(name: str, salts, dev) -> torch.Tensor:
 
 
 def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_iter: int,
-                       sample_per_cell: int = 256, budget: int = 1 << 24, seeding: str = "batched"):
+                       sample_per_cell: int = 256, budget: int = 1 << 24, seeding: str = "batched",
+                       rows: torch.Tensor | None = None):
     """k-means of one tenant through coarse cells.
 
     Returns ``labels`` (n,) cluster per point, ``centre`` (K',) point index of each
@@ -42,23 +43,26 @@ def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_ite
     search (best cosine and cluster per point, inside its cell) and the iterations run
     (the coarse k-means plus the most any cell bucket needed).
 
-    Shape: X (n, D) normalised -> labels (n,), centre (K',), cell (n,), centre_cell (K',), means (K', D)
+    ``rows``: the tenant's points as rows of ``X`` (point ``i`` is ``X[rows[i]]``), so that no
+    (n, D) copy of them is made: only the sample, one tile of the coarse assignment and one
+    bucket of cells are gathered at a time.
+
+    Shape: X (n, D) normalised, or X (N, D) with rows (n,) -> labels (n,), centre (K',), cell (n,),
+           centre_cell (K',), means (K', D)
     """
-    n, D = X.shape
+    n, D = (X.shape[0], X.shape[1]) if rows is None else (rows.shape[0], X.shape[1])
     dev = X.device
+    at = (lambda i: X[i]) if rows is None else (lambda i: X[rows[i]])  # noqa: E731 - point vectors
     K1 = max(1, min(n, int(math.ceil(math.sqrt(k)))))
     # 1. coarse quantizer trained on a sample (as faiss does), then every point assigned
     rng = np.random.default_rng([int(seed), zlib.crc32(name.encode("utf-8")), 104729])
-    m = min(n, sample_per_cell * K1)
-    sample = torch.from_numpy(np.sort(rng.choice(n, size=m, replace=False))).to(dev)
-    Xs = X[sample][None]  # (1, m, D)
+    sample = torch.from_numpy(np.sort(rng.choice(n, size=min(n, sample_per_cell * K1), replace=False))).to(dev)
     u = torch.from_numpy(_uniforms(seed, name, 0, K1)[:, None]).to(dev) if seeding == "k-means++" else None
-    _, cmeans, cvalid, it_coarse = kmeans(Xs, torch.ones(1, m, dtype=torch.bool, device=dev),
+    _, cmeans, cvalid, it_coarse = kmeans(at(sample)[None], torch.ones(1, len(sample), dtype=torch.bool, device=dev),
                                           torch.tensor([K1], device=dev), max_iter=max_iter, seed=seed,
                                           seeding=seeding, streams=_streams(name, [0], dev), uniforms=u, budget=budget)
     it_cells = 0
-    _, cell = best_match(X[None], cmeans, cvalid, mode="l2", budget=budget)
-    cell = cell[0]  # (n,)
+    cell = _coarse_cells(X, rows, cmeans, cvalid, budget)  # (n,)
     _, cell = torch.unique(cell, return_inverse=True)  # consecutive ids over non-empty cells
     n_cells = int(cell.max()) + 1
     sizes = torch.bincount(cell, minlength=n_cells)
@@ -74,7 +78,7 @@ def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_ite
     for bucket in size_buckets(sizes):
         nb = int(sizes[bucket].max())
         idx, val = index[bucket][:, :nb], valid[bucket][:, :nb]
-        Xc = X[idx.clamp(min=0)] * val[:, :, None]  # (Cb, nb, D)
+        Xc = at(idx.clamp(min=0)).mul_(val[:, :, None])  # (Cb, nb, D)
         kk = torch.as_tensor(kc[bucket.cpu().numpy()], dtype=torch.int64, device=dev)
         ub = None
         if seeding == "k-means++":
@@ -107,3 +111,18 @@ def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_ite
     remap[gid] = torch.arange(gid.shape[0], device=dev)
     return (remap[labels], centre, cell, torch.cat(centre_cells)[order], torch.cat(means_out)[order],
             (best_cos, remap[best_lab]), it_coarse + it_cells)
+
+
+def _coarse_cells(X: torch.Tensor, rows: torch.Tensor | None, cmeans: torch.Tensor, cvalid: torch.Tensor,
+                  budget: int) -> torch.Tensor:
+    """Each point's nearest coarse centroid. With ``rows``, the points are gathered a whole
+    number of :func:`best_match` tiles at a time, so every tile (and so every score) is the one
+    the search over all points at once makes. Shape: -> (n,) int64"""
+    if rows is None:
+        return best_match(X[None], cmeans, cvalid, mode="l2", budget=budget)[1][0]
+    n = rows.shape[0]
+    tile = max(1, min(n, budget // max(1, cmeans.shape[1])))  # best_match's rows per tile (T = 1)
+    cell = torch.empty(n, dtype=torch.int64, device=X.device)
+    for r0 in range(0, n, tile):
+        cell[r0:r0 + tile] = best_match(X[rows[r0:r0 + tile]][None], cmeans, cvalid, mode="l2", budget=budget)[1][0]
+    return cell

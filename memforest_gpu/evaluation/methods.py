@@ -40,14 +40,15 @@ ABLATIONS: dict[str, Callable[[CompressConfig], CompressConfig]] = {
     "degree-max": lambda c: _replace(c, "tree", degree_norm="max", eta=0.9),  # the authors' code (their Mem0 eta)
     "no-time-edges": lambda c: _replace(c, "tree", time_weight=0.0),  # cosine-only edges (the paper's tree)
     "no-size-edges": lambda c: _replace(c, "tree", size_weight=0.0),  # no size term on the edges (the paper's)
-    # not an ablation: SPEC's defaults for partition, tree and node cap, whatever the base config says
+    "dense-graph": lambda c: _replace(c, "tree", graph="dense"),  # every pair of a tree, not nearest neighbours
+    # not ablations: the dense graph above (the reference of the knn graph), and SPEC's defaults for partition, tree and node cap, whatever the base config says
     "paper": lambda c: dataclasses.replace(c, partition=PartitionConfig(seed=c.partition.seed), tree=TreeConfig(),
                                            merge=dataclasses.replace(c.merge, max_node_tokens=None)),
 }
 METHOD_NAMES = ("none", *BASELINES, "memforest", *(f"memforest-{a}" for a in ABLATIONS))
 DEFAULT_METHODS = ("random_prune", "kmeans_prune", "dart", "random_merge", "tome", "memforest:sequential",
                    "memforest:matching")
-ABLATION_METHODS = tuple(f"memforest-{a}" for a in ABLATIONS if a != "paper")
+ABLATION_METHODS = tuple(f"memforest-{a}" for a in ABLATIONS if a not in ("paper", "dense-graph"))
 
 
 @dataclass(frozen=True)

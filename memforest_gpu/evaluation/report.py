@@ -220,7 +220,8 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
              f"seeds {meta.get('seeds')}; @k = top {k} nodes, @B = {B} whitespace tokens. "
              f"Values are x100, mean ± std over seeds; % = retention against the uncompressed store "
              f"with plain top-k. AnsR-c (AnsR-content) credits answer tokens only from node text and from "
-             f"the dates of nodes that hold the question's evidence, not from unrelated nodes' date headers.")
+             f"the dates of nodes that hold the question's evidence, not from unrelated nodes' date headers."
+             + _evidence_counts(meta))
     L.append("")
     head = ["Method"] + [f"AnsR@B c{c}" for c in cats] + ["AnsR@B all", "%", "AnsR-c@B all", "%", f"EvR@{k}", "%",
                                                            "EvR@B", "%", f"Ctx@{k}", "Dates@B", "speedup"]
@@ -279,6 +280,18 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
                 cells.append({0: "n.s.", -1: "reference ahead", 1: "reference behind"}[d_cut[base + "_call"]])
             L.append(f"| {label} | {ratio:g} | {retriever} | " + " | ".join(cells) + " |")
     return "\n".join(L) + "\n"
+
+
+def _evidence_counts(meta: dict) -> str:
+    """The benchmark's questions without an evidence node, when the loader counted them."""
+    n = meta.get("questions_without_evidence")
+    if not n:
+        return ""
+    uncited = meta.get("questions_evidence_uncited")
+    why = f" ({uncited} whose evidence turns no fact cites)" if uncited else ""
+    return (f" {n} questions have no evidence node{why}: they count for AnsR and AnsR-c, not for EvR"
+            + (f"; {meta['evidence_turns_uncited']} evidence turn ids are cited by no fact."
+               if "evidence_turns_uncited" in meta else "."))
 
 
 def _summary(agg, labels, ratios, calls, retriever, k, reference=REFERENCE, by_tenant: int = 0) -> str:

@@ -10,11 +10,12 @@ Two kinds:
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import Protocol, Sequence, runtime_checkable
 
 import torch
+
+from .word_count import count_words
 
 __all__ = ["Embedder", "SentenceTransformerEmbedder", "default_model_path", "count_words", "get_embedder",
            "EMBEDDERS"]
@@ -35,14 +36,6 @@ class Embedder(Protocol):
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:  # pragma: no cover - protocol
         ...
-
-
-_WORDPIECE_APPROX = re.compile(r"\w+|[^\w\s]")
-
-
-def count_words(texts: Sequence[str]) -> list[int]:
-    """Cheap token estimate when no tokenizer is at hand: words plus punctuation marks."""
-    return [len(_WORDPIECE_APPROX.findall(t)) for t in texts]
 
 
 def default_model_path() -> str:

@@ -144,11 +144,15 @@ def _output_keys(sub, out, rows: np.ndarray) -> np.ndarray:
     """Each output node's key: the input row (of the whole file) of the earliest input
     node it holds. ``rows`` (N_g,): the group's input rows, in file order.
     Shape: -> (N_out,) int64"""
-    first_of = {}
-    for i, src in enumerate(sub.sources):
-        for s in src:
-            first_of[s] = i
-    local = np.fromiter((min(first_of[s] for s in src) for src in out.sources), dtype=np.int64, count=len(out))
+    import pyarrow.compute as pc
+
+    sub_src, out_src = sub.columns()["sources"], out.columns()["sources"]
+    # an id's input node: its position among the group's source ids (unique and non-empty: the
+    # store checks that), then the list it sits in; the same with Arrow kernels for every id at once
+    at = pc.index_in(pc.list_flatten(out_src), value_set=pc.list_flatten(sub_src)).to_numpy(zero_copy_only=False)
+    node = pc.list_parent_indices(sub_src).to_numpy(zero_copy_only=False).astype(np.int64)[at]
+    starts = pc.list_value_length(out_src).to_numpy(zero_copy_only=False).astype(np.int64).cumsum()
+    local = np.minimum.reduceat(node, np.concatenate([[0], starts[:-1]])) if len(node) else node
     return rows[local]
 
 

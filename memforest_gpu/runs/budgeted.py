@@ -272,7 +272,7 @@ class _GroupRunner:
                                  f"{journal.path!r}, rerun with --resume once it is fixed")
 
         res = compress(store, self.config, merger=journal, embedder=self.emb, device=self.device,
-                       progress=self.progress, on_round=stop_if_broken)
+                       progress=self.progress, on_round=stop_if_broken, copy=False)  # store: sources only after
         return res, store
 
     def journaled(self) -> int:
@@ -317,7 +317,8 @@ def _merged_report(reports: list[dict], scan: TenantScan, config, total: float, 
         merges=sum(r["merges"] for r in reports), schedule=config.merge.schedule, merger=first["merger"],
         embedder=first["embedder"], max_node_tokens=first["max_node_tokens"], seconds=seconds,
         fallbacks=sum(r["fallbacks"] for r in reports),
-        moved_by_reassignment=sum(r["moved_by_reassignment"] for r in reports), kmeans_iterations=iters)
+        moved_by_reassignment=sum(r["moved_by_reassignment"] for r in reports), kmeans_iterations=iters,
+        kept=sum(r.get("kept", 0) for r in reports))
 
 
 def compress_file_budgeted(src, dst, config, *, memory_budget: int, embedder: str = "auto", merger="extractive",

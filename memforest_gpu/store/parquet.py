@@ -135,10 +135,10 @@ def _columns(parts: dict[str, list], emb, schema, path: str) -> dict[str, Any]:
     sources parsed, metadata checked (JSON text) or taken as Python values (struct / map)."""
     import pyarrow as pa
 
-    def col(c):
+    def col(c):  # one column's batches, combined and then released (never every column twice)
         if c not in parts:
             return None
-        arrs = parts[c]
+        arrs = parts.pop(c)
         if not arrs:
             return pa.array([], type=schema.field(c).type)
         return pa.chunked_array(arrs, type=arrs[0].type).combine_chunks()

@@ -1,0 +1,69 @@
+"""The weight of a tree edge: one elementwise function for every pair the planner scores.
+
+``w = cos`` (SPEC), or with the optional terms of :class:`~memforest_gpu.config.TreeConfig`:
+``(1 - time_weight) * cos + time_weight * [gap <= time_window] * g(cos)`` (gap: positions between
+the two nodes' spans; ``g`` by ``time_rule``: :func:`~.time_term.time_weighted`), minus ``size_weight * est / size_unit`` (est: the merged node's estimated
+length); a pair whose merge would pass the planner's cap is no edge (-inf). The same function
+scores the padded (B, m, m) matrices of the dense graph and the (E,) edge lists of the
+nearest-neighbour graph, so the two agree bit for bit wherever they score the same pair.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ..config import TreeConfig
+from .lengths import merged_length, utc_day
+from .time_term import time_weighted
+
+__all__ = ["Ends", "ends_of", "edge_weight"]
+
+
+class Ends(NamedTuple):
+    """Per-slot attributes an edge weight reads, for one end of a set of edges: ``lo`` / ``hi``
+    first and last position of the slot's originals (int64), ``tok`` token count (int64 or
+    None), ``day`` UTC day of its timestamp (float64 or None). Any broadcastable shapes."""
+
+    lo: torch.Tensor
+    hi: torch.Tensor
+    tok: torch.Tensor | None
+    day: torch.Tensor | None
+
+    def at(self, index) -> "Ends":
+        """The same attributes indexed by ``index`` (any indexing expression)."""
+        return Ends(*(None if x is None else x[index] for x in self))
+
+
+def ends_of(lo: torch.Tensor, hi: torch.Tensor, tok: torch.Tensor | None, ts: torch.Tensor) -> Ends:
+    """:class:`Ends` of slots from their spans, token counts and timestamps (float64 epoch seconds)."""
+    return Ends(lo, hi, tok, utc_day(ts) if tok is not None else None)
+
+
+def edge_weight(cos: torch.Tensor, a: Ends, b: Ends, tree: TreeConfig, cap: int | None = None):
+    """The weight the spanning tree is built on, and the estimated merged length (or None).
+
+    ``tree.kind == "min"`` adds the size term instead (an ablation: the minimum spanning
+    tree), with +inf for a pair over the cap; ``"random"`` callers pass random weights as
+    ``cos`` (no time or size term, the cap still applies).
+
+    Shape: cos (...), a and b broadcastable to it -> weight (...) in cos's dtype, est (...) int64 or None
+    """
+    kind = tree.kind
+    wt = cos
+    tw = tree.time_weight
+    if tw > 0 and kind != "random":  # local time on the edges: neighbouring spans of positions get the bonus
+        gap = torch.maximum(a.lo, b.lo) - torch.minimum(a.hi, b.hi)
+        wt = time_weighted(cos, gap, tree)
+    est = None
+    sized = tree.size_weight > 0 and kind != "random"
+    if a.tok is not None and (sized or cap is not None):
+        est = merged_length(a.tok, b.tok, a.day, b.day)
+    if sized and est is not None:  # the merged node's estimated length, in units of size_unit tokens
+        pen = tree.size_weight * est.to(cos.dtype) / float(tree.size_unit)
+        wt = wt + pen if kind == "min" else wt - pen
+    if cap is not None and est is not None:
+        # a pair whose merge would pass the cap is no edge: the tree spans the pairs that fit,
+        # so a full node drops out of its tree instead of blocking it (SPEC: "the next best edge")
+        wt = wt.masked_fill(est > cap, float("inf") if kind == "min" else float("-inf"))
+    return wt, est

@@ -1,0 +1,172 @@
+"""Nearest-neighbour candidate graphs for big trees (``TreeConfig.graph = "knn"``).
+
+A tree of more than ``knn + 1`` nodes does not keep its (m, m) cosine matrix: each slot keeps
+the ``k = knn`` neighbours with the best edge weights (:func:`~.edges.edge_weight`) and,
+in a last column, its next live slot in time, each with its cosine. The spanning forest is
+built on the union of these lists (an edge listed by either end), and the time column
+chains every live slot of a tree, so the forest always spans the tree (under a strict node
+cap a pair over it is no edge; :mod:`.candidates` then joins the pieces the cap leaves).
+
+Building (:func:`build_lists`), per chunk of trees: the kernels of :mod:`~memforest_gpu.kernels.knn`
+find ``k + k//2`` candidates per slot by ``(1 - time_weight) * cos - size_weight * tok_j / size_unit``
+(the part of the weight that a matrix multiply can carry; exact blockwise, or in cells
+for trees of more than ``knn_cells_above`` nodes), then the candidates' cosines are
+recomputed in float64 and the ``k`` best by exact weight kept (ties: lower slot).
+
+After a round (:func:`merged_lists`, :func:`stale_entries`): a merged node's list is re-ranked
+from the union of its two parents' lists; an entry of another slot that pointed at either
+parent now points at the merged node (its cosine recomputed), the time column follows the
+live slots, and the dropped slot's list is cleared. Nothing here reads the device.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..config import TreeConfig
+from ..kernels.knn import knn_blockwise, knn_cells, top_by_key
+from .edges import Ends, edge_weight, ends_of
+from .vectors import NodeVectors, compute_dtype, dot64, dot64_many
+
+__all__ = ["uses_lists", "build_lists", "next_live", "merged_lists", "stale_entries"]
+
+
+def uses_lists(tree: TreeConfig | None, m: int) -> bool:
+    """Whether a bucket of trees padded to ``m`` slots keeps neighbour lists (else every pair)."""
+    return tree is not None and tree.graph == "knn" and tree.kind == "max" and m - 1 > tree.knn
+
+
+def _gather_ends(e: Ends, idx: torch.Tensor) -> Ends:
+    """Attributes of slots ``idx`` of each row. Shape: e fields (B, m), idx (B, ...) -> (B, ...)"""
+    B = idx.shape[0]
+    flat = idx.reshape(B, -1).clamp(min=0)
+    return Ends(*(None if x is None else x.gather(1, flat).view(idx.shape) for x in e))
+
+
+def _ends_at(bk, rows: torch.Tensor, slots: torch.Tensor) -> Ends:
+    """Attributes of slots ``slots`` of rows ``rows`` (broadcast together), read in place."""
+    return ends_of(bk.lo[rows, slots], bk.hi[rows, slots], None if bk.tok is None else bk.tok[rows, slots],
+                   bk.ts[rows, slots])
+
+
+def next_live(slot: torch.Tensor) -> torch.Tensor:
+    """Each slot's next live slot (slots are in time order), -1 for the last.
+    Shape: slot (B, m) -> (B, m) int64"""
+    B, m = slot.shape
+    idx = torch.arange(m, device=slot.device).expand(B, m)
+    at = torch.where(slot >= 0, idx, torch.full_like(idx, m))
+    nxt = torch.flip(torch.cummin(torch.flip(at, [1]), 1).values, [1])  # first live slot >= s
+    nxt = torch.cat([nxt[:, 1:], torch.full((B, 1), m, dtype=nxt.dtype, device=nxt.device)], 1)
+    return torch.where(nxt < m, nxt, torch.full_like(nxt, -1))
+
+
+def build_lists(bk, vectors: NodeVectors, tree: TreeConfig, cap: int | None, *, budget: int = 1 << 24):
+    """Neighbour lists of a bucket's trees (module docstring).
+
+    Shape: bk.slot (B, m) -> nbr (B, m, k+1) int64 slot (-1 = none), cs (B, m, k+1) cosines
+    """
+    B, m = bk.slot.shape
+    k, D = tree.knn, vectors.dim
+    dev = bk.slot.device
+    nbr = torch.full((B, m, k + 1), -1, dtype=torch.int64, device=dev)
+    cs = torch.zeros(B, m, k + 1, dtype=compute_dtype(vectors.dtype), device=dev)
+    c = min(m - 1, k + k // 2)  # candidates re-ranked by exact weight
+    search = knn_cells if m > tree.knn_cells_above else knn_blockwise
+    step = max(1, budget // max(1, m * (D + 1)))  # trees whose vectors are gathered at once
+    for b0 in range(0, B, step):
+        rows = slice(b0, b0 + step)
+        slots = bk.slot[rows]
+        X = vectors.gather(slots)  # (Bc, m, D)
+        e = bk.ends(rows)
+        bias = None
+        if tree.size_weight > 0 and e.tok is not None:
+            bias = -tree.size_weight * e.tok.float() / float(tree.size_unit)
+        cand = search(X, slots >= 0, c, scale=1.0 - tree.time_weight, bias=bias, budget=budget)  # (Bc, m, c)
+        nbr[rows, :, :k], cs[rows, :, :k] = _rank(X, e, cand, k, tree, cap, vectors.dtype, budget)
+        nxt = next_live(slots)  # (Bc, m)
+        nbr[rows, :, k] = nxt
+        cs[rows, :, k] = dot64(X, X.gather(1, nxt.clamp(min=0)[..., None].expand_as(X)), vectors.dtype)
+    return nbr, cs
+
+
+def _rank(X: torch.Tensor, e: Ends, cand: torch.Tensor, k: int, tree: TreeConfig, cap, dtype, budget: int):
+    """The ``k`` best candidates of each slot by exact edge weight, with their cosines.
+    Shape: X (B, m, D), cand (B, m, c) -> nbr (B, m, k), cs (B, m, k)"""
+    B, m, c = cand.shape
+    D = X.shape[2]
+    nbr = torch.full((B, m, k), -1, dtype=torch.int64, device=X.device)
+    cs = torch.zeros(B, m, k, dtype=compute_dtype(dtype), device=X.device)
+    rows = max(1, budget // max(1, B * c * D))
+    bi = torch.arange(B, device=X.device)[:, None, None]
+    Xd = X.double()  # gathered once in float64: the products below are accumulated in float64
+    for r0 in range(0, m, rows):
+        cd = cand[:, r0:r0 + rows]  # (B, r, c)
+        cos = dot64_many(Xd[:, r0:r0 + rows], Xd[bi, cd.clamp(min=0)], dtype)  # (B, r, c)
+        me = Ends(*(None if x is None else x[:, r0:r0 + rows, None] for x in e))  # (B, r, 1)
+        w, _ = edge_weight(cos, me, _gather_ends(e, cd), tree, cap)
+        w = w.masked_fill(cd < 0, float("-inf"))
+        top, _, j = top_by_key(w, cd, k)
+        nbr[:, r0:r0 + rows] = top
+        cs[:, r0:r0 + rows] = cos.gather(-1, j)
+    return nbr, cs
+
+
+def merged_lists(bk, vectors: NodeVectors, r: torch.Tensor, keep: torch.Tensor, drop: torch.Tensor,
+                 E: torch.Tensor, rd: torch.Tensor, inv: torch.Tensor, tree: TreeConfig, cap: int | None, *,
+                 budget: int = 1 << 24) -> None:
+    """Re-rank each merged slot's list from its two parents' lists; clear the dropped slot's.
+    Call after the round's slot, span, time and token writes and after ``vectors.append``.
+
+    Shape: r, keep, drop, inv (P,) (inv: each pair's row of ``rd``), E (P, D) the merged
+           vectors in the storage dtype, rd (R, m): each touched row's slot -> its slot after
+           the round (a dropped slot -> the slot it merged into)
+    """
+    k = tree.knn
+    P = r.shape[0]
+    cand = torch.cat([bk.nbr[r, keep], bk.nbr[r, drop]], 1)  # (P, 2k+2)
+    cand = torch.where(cand >= 0, rd[inv[:, None], cand.clamp(min=0)], cand)
+    cand = torch.where(cand == keep[:, None], torch.full_like(cand, -1), cand)
+    cand = torch.sort(cand, dim=1).values
+    dup = torch.cat([torch.zeros_like(cand[:, :1], dtype=torch.bool), cand[:, 1:] == cand[:, :-1]], 1)
+    cand = torch.where(dup, torch.full_like(cand, -1), cand)  # each neighbour once
+    me = _ends_at(bk, r[:, None], keep[:, None])  # (P, 1)
+    step = max(1, budget // max(1, cand.shape[1] * vectors.dim))
+    for p0 in range(0, P, step):
+        sl = slice(p0, p0 + step)
+        cd = cand[sl]
+        Y = vectors.gather(torch.where(cd >= 0, bk.slot[r[sl, None], cd.clamp(min=0)], -1))  # (Pc, c, D)
+        cos = dot64_many(E[sl], Y, vectors.dtype)  # (Pc, c)
+        w, _ = edge_weight(cos, me.at(sl), _ends_at(bk, r[sl, None], cd.clamp(min=0)), tree, cap)
+        top, _, j = top_by_key(w.masked_fill(cd < 0, float("-inf")), cd, k)
+        bk.nbr[r[sl], keep[sl], :k] = top
+        bk.cs[r[sl], keep[sl], :k] = cos.gather(1, j)
+    bk.nbr[r, drop] = -1
+
+
+def stale_entries(bk, rows: torch.Tensor, rd: torch.Tensor, merged: torch.Tensor, kept: torch.Tensor):
+    """Point the touched rows' entries at the slots after the round, and say which entries
+    need a new cosine: list entries of other slots that pointed at a merged pair, and time
+    entries whose next live slot changed or merged. Writes ``bk.nbr[rows]``.
+
+    Shape: rows (R,), rd, merged, kept (R, m) (merged: slots of this round's pairs; kept:
+           the slots the merged nodes took) -> stale (R, m, k+1) bool, node rows of both
+           ends of every entry (R, m, k+1) each
+    """
+    R, m = rd.shape
+    S = bk.nbr[rows]  # (R, m, k+1)
+    k = S.shape[2] - 1
+    slot = bk.slot[rows]  # (R, m)
+    live = slot >= 0
+    t = S.clamp(min=0).view(R, -1)
+    hit = (S >= 0) & merged.gather(1, t).view(R, m, k + 1)  # the entry points at a merged slot
+    nxt = next_live(slot)
+    fresh = kept[..., None]  # a merged slot's own list was re-ranked already
+    stale_list = live[..., None] & ~fresh & hit[..., :k]  # (R, m, k)
+    new_list = torch.where(stale_list, rd.gather(1, t.view(R, m, k + 1)[..., :k].reshape(R, -1)).view(R, m, k),
+                           S[..., :k])
+    stale_time = live & ((nxt != S[..., k]) | hit[..., k] | kept)
+    new = torch.cat([new_list, torch.where(live, nxt, torch.full_like(nxt, -1))[..., None]], 2)
+    new = torch.where(live[..., None], new, torch.full_like(new, -1))
+    bk.nbr[rows] = new
+    stale = torch.cat([stale_list, stale_time[..., None]], 2) & (new >= 0)
+    node_b = torch.where(new >= 0, slot.gather(1, new.clamp(min=0).view(R, -1)).view(R, m, k + 1), -1)
+    return stale, slot[..., None].expand(R, m, k + 1), node_b

@@ -1,0 +1,104 @@
+"""The vector of every node of a run, by node row: the store's rows, then the merged nodes.
+
+Trees keep node rows, not vectors: a bucket gathers the vectors it needs when it needs them
+(building its graph, re-scoring a merged node), so no padded (B, m, D) copy lives for the
+run. Rows ``0..N-1`` are the store's nodes (the embeddings themselves when they are already
+in the storage dtype, else one converted copy); merged nodes are appended in the order the
+:class:`~memforest_gpu.engine.node_table.NodeTable` numbers them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["NodeVectors", "compute_dtype", "dot64", "dot64_many"]
+
+HALF = (torch.float16, torch.bfloat16)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of similarities for vectors stored in ``dtype``: float32 for a half storage."""
+    return torch.float32 if dtype in HALF else dtype
+
+
+def dot64(x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Dot products of vector pairs accumulated in float64 (the products first, then one sum
+    over D, so dot(x, y) and dot(y, x) are the same bits), in the similarities' dtype of
+    vectors stored in ``dtype``. Callers bound the (..., D) float64 temporary.
+
+    Shape: x, y broadcastable (..., D) -> (...)
+    """
+    return (x.double() * y.double()).sum(-1).to(compute_dtype(dtype))
+
+
+def dot64_many(x: torch.Tensor, Y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Dot products of each vector with its own set of vectors, accumulated in float64 by a
+    batched matrix-vector product (no (..., c, D) float64 product is made), in the
+    similarities' dtype. Equal to :func:`dot64` up to the float64 summation order, so the two
+    agree after rounding to float32 save for values within 1e-16 of a rounding boundary.
+
+    Shape: x (..., D), Y (..., c, D) -> (..., c)
+    """
+    lead = Y.shape[:-2]
+    c, D = Y.shape[-2:]
+    Yd = Y.reshape(-1, c, D).double()
+    xd = x.expand(*lead, D).reshape(-1, D, 1).double()
+    return torch.bmm(Yd, xd).view(*lead, c).to(compute_dtype(dtype))
+
+
+class NodeVectors:
+    """Node row -> vector, for the store's rows and the merged nodes appended after them.
+
+    Shape: base (N, D); :meth:`gather` rows (...) -> (..., D) in the storage dtype, zeros at rows < 0
+    """
+
+    def __init__(self, base: torch.Tensor, dtype: torch.dtype | None = None):
+        self.dtype = dtype or base.dtype
+        self.base = base if base.dtype == self.dtype else base.to(self.dtype)
+        self.n_base = int(base.shape[0])
+        # merged nodes' vectors from row 1 on; row 0 stays zero: what an empty slot (-1) reads
+        self._extra = torch.zeros(1, base.shape[1], dtype=self.dtype, device=base.device)
+        self._n_extra = 0
+
+    @property
+    def dim(self) -> int:
+        return int(self.base.shape[1])
+
+    @property
+    def device(self) -> torch.device:
+        return self.base.device
+
+    def append(self, rows: np.ndarray, vectors: torch.Tensor) -> torch.Tensor:
+        """Store the vectors of merged nodes ``rows`` (consecutive, right after the last ones).
+        Returns them in the storage dtype. Shape: rows (P,) host, vectors (P, D) -> (P, D)"""
+        P = len(rows)
+        if P and (int(rows[0]) != self.n_base + self._n_extra or int(rows[-1]) != int(rows[0]) + P - 1):
+            raise ValueError(f"rows must continue the table at {self.n_base + self._n_extra}, got "
+                             f"{int(rows[0])}..{int(rows[-1])}")
+        v = vectors.to(device=self.device, dtype=self.dtype)
+        need = 1 + self._n_extra + P
+        if need > self._extra.shape[0]:  # grow by doubling: the copies cost O(merges) in all
+            grown = torch.zeros(max(need, 2 * self._extra.shape[0], 1024), self.dim, dtype=self.dtype,
+                                device=self.device)
+            grown[: 1 + self._n_extra] = self._extra[: 1 + self._n_extra]
+            self._extra = grown
+        self._extra[1 + self._n_extra:need] = v
+        self._n_extra += P
+        return v
+
+    def dot_rows(self, a: torch.Tensor, b: torch.Tensor, *, budget: int = 1 << 24) -> torch.Tensor:
+        """:func:`dot64` of the vectors of node rows ``a`` and ``b``, a bounded number at a time.
+        Shape: a, b (P,) -> (P,)"""
+        out = torch.empty(a.shape[0], dtype=compute_dtype(self.dtype), device=a.device)
+        step = max(1, budget // max(1, self.dim))
+        for i in range(0, a.shape[0], step):
+            out[i:i + step] = dot64(self.gather(a[i:i + step]), self.gather(b[i:i + step]), self.dtype)
+        return out
+
+    def gather(self, rows: torch.Tensor) -> torch.Tensor:
+        """Vectors of node ``rows`` (zeros where a row is negative: an empty slot)."""
+        flat = rows.reshape(-1)
+        stored = (flat >= 0) & (flat < self.n_base)
+        out = self.base.index_select(0, flat.clamp(min=0, max=max(self.n_base - 1, 0)))
+        ext = self._extra.index_select(0, torch.where(flat >= self.n_base, flat - self.n_base + 1, 0))  # 0: zeros
+        return torch.where(stored[:, None], out, ext).view(*rows.shape, self.dim)

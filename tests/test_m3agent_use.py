@@ -1,0 +1,177 @@
+"""M3-Agent can still use a compressed graph (issue 21). Graphs are built clip by clip by
+M3-Agent's own code (tests/m3_agent: VideoGraph, process_memories, refresh_equivalences),
+compressed, and used by M3-Agent's own functions: refresh_equivalences,
+truncate_memory_by_clip, prune_memory_by_node_type, search (with and without before_clip)
+and translate. Three things must not change for M3-Agent:
+
+1. who is who: the ``Equivalence:`` lines are never merged, so the characters are the same;
+2. search output: every merged memory comes out of translate as text with
+   ``<character_N>`` names, never dropped, never raw ids or an Equivalence line inside;
+3. clip cutoffs: at every clip c the compressed graph truncated at c holds every memory the
+   uncompressed one holds (possibly merged) and nothing of a later clip; ``search(...,
+   before_clip=c)`` hides nothing and leaks nothing.
+"""
+import pickle
+
+import pytest
+
+from m3_helpers import m3_agent, m3_report, run_m3
+from memforest_gpu import CompressConfig
+from memforest_gpu.adapters.m3agent import compress_video_graph, load_video_graph, save_video_graph
+from memforest_gpu.config import MergeConfig
+
+
+@pytest.fixture(scope="module")
+def m3():
+    with m3_agent(dim=64) as ns:  # the structure is what matters here; full sizes: test_m3_agent_process
+        yield ns
+
+
+def _compress(m3, g, tmp_path, config=None, name="out.pkl"):
+    """g pickled by M3-Agent, compressed, and loaded back by M3-Agent's pickle.load."""
+    src, dst = tmp_path / "in.pkl", tmp_path / name
+    with open(src, "wb") as f:
+        pickle.dump(g, f)
+    res = compress_video_graph(load_video_graph(src), config)
+    save_video_graph(res.graph, dst)
+    with open(dst, "rb") as f:
+        out = pickle.load(f)
+    assert type(out) is m3.videograph.VideoGraph
+    return out, res
+
+
+@pytest.fixture(scope="module")
+def video(m3, tmp_path_factory):
+    """The 24-clip video, compressed with the command line's default preset at ratio 0.5."""
+    g = m3.build.build_video(24)
+    out, res = _compress(m3, g, tmp_path_factory.mktemp("video"), CompressConfig.preset("memforest"))
+    return g, out, res
+
+
+def test_identity_lines_are_never_merged_smallest_case(m3, tmp_path):
+    """Two faces, two voices, their two Equivalence lines and one fact each, ratio 0.5: the
+    Equivalence lines (nearly identical vectors) used to merge and join the two people."""
+    g = m3.build.build_small()
+    assert m3.check.characters(g) == [["face_0", "voice_1"], ["face_2", "voice_3"]]
+    for cfg in (None, CompressConfig.preset("memforest")):
+        out, res = _compress(m3, g, tmp_path, cfg)
+        assert m3.check.characters(out) == [["face_0", "voice_1"], ["face_2", "voice_3"]]
+        eq = [i for i, n in g.nodes.items() if n.metadata.get("contents", [""])[0].startswith("Equivalence")]
+        for i in eq:  # as they were: same node, same edges
+            assert out.nodes[i].__dict__ == g.nodes[i].__dict__
+            assert {e: w for e, w in out.edges.items() if i in e} == {e: w for e, w in g.edges.items() if i in e}
+        assert res.report.kept == 2 and res.info["text_out"] == 3  # the two facts merged: round(0.5 * 2) = 1
+
+
+def test_characters_survive_refresh_truncate_and_prune(m3, video):
+    g, out, _ = video
+    rep = m3.check.check(g, out, queries=[], before_clips=[])
+    assert len(rep["characters"][0]) == 4
+    assert rep["characters"][1] == rep["characters"][0]
+    assert rep["characters_pruned"][1] == rep["characters_pruned"][0]
+    assert all(r["characters_equal"] for r in rep["cutoffs"]), [r["clip"] for r in rep["cutoffs"]
+                                                               if not r["characters_equal"]]
+
+
+def test_search_and_translate_give_every_merged_memory_as_text(m3, video):
+    g, out, _ = video
+    m3.check.characters(out)
+    merged = [n for n in out.nodes.values() if len(n.metadata.get("merged_from", [])) > 1]
+    assert len(merged) > 50
+    for n in merged:
+        text = m3.retrieve.translate(out, n.metadata["contents"])
+        assert len(text) == 1 and not m3.check.RAW.search(text[0]) and "equivalence" not in text[0].lower()
+        assert "<character_" in text[0] or "<" not in text[0]
+    clips = sorted(g.text_nodes_by_clip)
+    rep = m3.check.search_problems(out, [g.nodes[i].metadata["contents"][0] for i in g.text_nodes[::40]]
+                                   + ["Who is the owner of the laptop?"], clips[::6])
+    assert rep == {"dropped": [], "raw_ids": [], "equivalence_text": [], "after_cutoff": []}
+    # clip-wise search: one memory per node listed under the clip, Equivalence lines left out as before
+    m3.check.characters(g)
+    for c in clips[::5]:
+        mems, _, _ = m3.retrieve.search(out, f"CLIP_{c}", [], topk=len(clips), before_clip=c)
+        for key, ms in mems.items():
+            k = int(key.split("_")[1])
+            assert k <= c
+            listed = [out.nodes[i].metadata["contents"][0] for i in out.text_nodes_by_clip[k]]
+            assert len(ms) == sum(not t.lower().startswith("equivalence: ") for t in listed)
+
+
+def test_clip_cutoffs_lose_hide_and_leak_nothing(m3, video):
+    g, out, _ = video
+    clip_of = {i: n.metadata["timestamp"] for i, n in g.nodes.items() if n.type in m3.check.TEXT}
+    for n in out.nodes.values():  # a merged node holds one clip, and is listed under it only
+        if n.type in m3.check.TEXT:
+            assert {clip_of[x] for x in n.metadata.get("merged_from", [n.id])} == {n.metadata["timestamp"]}
+    for c, ids in out.text_nodes_by_clip.items():
+        assert all(out.nodes[i].metadata["timestamp"] == c for i in ids)
+    rep = m3.check.check(g, out, queries=[], before_clips=[])
+    assert len(rep["cutoffs"]) == 24
+    for r in rep["cutoffs"]:
+        assert r["compressed"] == r["uncompressed"] and r["nodes"] < r["uncompressed"], r
+        assert all(r[k] == 0 for k in m3.check.CUTOFF_COUNTS), r
+
+
+@pytest.mark.parametrize("preset", ["paper", "memforest"])
+def test_m3_agent_rules_hold_for_every_preset_and_ratio(m3, tmp_path, preset):
+    g = m3.build.build_video(12, seed=3)
+    for ratio in (0.3, 0.7):
+        cfg = CompressConfig.preset(preset)
+        cfg = CompressConfig(partition=cfg.partition, tree=cfg.tree, merge=MergeConfig(
+            ratio=ratio, schedule=cfg.merge.schedule))
+        out, res = _compress(m3, g, tmp_path, cfg)
+        rep = m3.check.check(g, out, queries=[g.nodes[g.text_nodes[7]].metadata["contents"][0]], before_clips=[5])
+        assert rep["failures"] == [], rep["failures"][:5]
+        assert res.report.kept == sum(1 for n in g.nodes.values()
+                                      if n.type == "semantic" and n.metadata["contents"][0].startswith("Equivalence"))
+
+
+def test_keep_pattern_and_merge_within(m3, tmp_path):
+    from memforest_gpu.adapters.graph import GRAPH_KEEP_PATTERN
+    from memforest_gpu.adapters.m3agent import m3_config
+
+    g = m3.build.build_video(6)
+    kept = [i for i, n in g.nodes.items() if n.type == "semantic" and "friends" in n.metadata["contents"][0]]
+    cfg = CompressConfig(merge=MergeConfig(keep_pattern=GRAPH_KEEP_PATTERN + "|friends"))
+    out, res = _compress(m3, g, tmp_path, cfg)
+    assert kept and all(out.nodes[i].__dict__ == g.nodes[i].__dict__ for i in kept)
+    assert m3.check.characters(out) == m3.check.characters(g)
+    assert m3_config(None).merge.keep_pattern == GRAPH_KEEP_PATTERN
+    assert m3_config(None).merge.merge_within == "timestamp"
+    with pytest.raises(ValueError, match="merge_within must be 'timestamp' \\(the clip\\) for an M3-Agent graph, "
+                                         "got 'scene'"):
+        compress_video_graph(g, CompressConfig(merge=MergeConfig(merge_within="scene")))
+
+
+def test_cli_reports_kept_nodes_and_shortfall(m3, tmp_path, capsys):
+    from memforest_gpu.cli import main
+
+    g = m3.build.build_video(6)
+    src, dst = tmp_path / "video.pkl", tmp_path / "out.pkl"
+    with open(src, "wb") as f:
+        pickle.dump(g, f)
+    assert main(["graph", "compress", str(src), str(dst), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    n_eq = sum(1 for n in g.nodes.values() if n.type == "semantic" and n.metadata["contents"][0].startswith("Equ"))
+    assert f"kept: {n_eq} nodes match the keep rule" in text
+    assert f"{n_eq} kept (keep rule)" in text
+    with open(dst, "rb") as f:
+        assert m3.check.characters(pickle.load(f)) == m3.check.characters(g)
+
+
+def test_m3_agent_process_uses_the_output(tmp_path, capsys):
+    """The issue's setting end to end: M3-Agent's code builds a 24-clip video in a process of
+    its own (text vectors 3072-d, faces 512-d, voices 192-d), ``memforest graph compress``
+    with the defaults, then M3-Agent's code, in a process that never imports memforest, uses
+    both graphs and finds nothing changed (check.py)."""
+    from memforest_gpu.cli import main
+
+    src, dst = tmp_path / "video.pkl", tmp_path / "video.small.pkl"
+    p = run_m3("build.py", src)
+    assert p.returncode == 0, p.stderr
+    assert "episodic 332, semantic 45, faces 4, voices 4" in p.stdout
+    assert main(["graph", "compress", str(src), str(dst), "--quiet"]) == 0
+    assert "M3-Agent graph: text nodes 377 -> " in capsys.readouterr().out
+    rep = m3_report(src, dst)
+    assert rep["memforest_imported"] == [] and rep["failures"] == []
+    assert len(rep["characters"][0]) == 4 and rep["text_nodes"][1] < 0.6 * rep["text_nodes"][0]

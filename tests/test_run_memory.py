@@ -1,0 +1,110 @@
+"""What the run does to bound its memory changes no result: the partition's block-wise
+products and row gathers, the output written into the run's own vectors, the lazy metadata
+of merged nodes; each compared exactly with the plain computation."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig
+from memforest_gpu.engine import compress
+from memforest_gpu.engine.two_level import two_level_clusters
+from memforest_gpu.kernels import cluster_centres, reassign_to_centres
+from memforest_gpu.kernels.blocks import row_blocks
+from memforest_gpu.store.memory_store import MemoryStore
+from memforest_gpu.store.synthetic import synthetic_store
+
+
+def _unit(n, d, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.nn.functional.normalize(torch.randn(n, d, generator=g), dim=1)
+
+
+def test_row_blocks_cover_the_rows_without_a_lone_last_row():
+    for n in range(12):
+        for step in (0, 1, 2, 3, 5, 100):
+            blocks = row_blocks(n, step)
+            assert [i for b in blocks for i in range(b.start, b.stop)] == list(range(n))
+            assert n == 1 or all(b.stop - b.start >= 2 for b in blocks)
+
+
+@pytest.mark.parametrize("budget", [1 << 24, 999, 40])
+def test_cluster_centres_in_blocks_equal_all_at_once(budget):
+    X = _unit(3 * 301, 16).view(3, 301, 16)
+    valid = torch.ones(3, 301, dtype=torch.bool)
+    valid[2, 250:] = False
+    labels = torch.randint(0, 7, (3, 301), generator=torch.Generator().manual_seed(1)).masked_fill(~valid, -1)
+    means = _unit(21, 16, seed=2).view(3, 7, 16)
+    c_valid = torch.ones(3, 7, dtype=torch.bool)
+    want = cluster_centres(X, valid, labels, means, c_valid, budget=1 << 30)
+    assert torch.equal(cluster_centres(X, valid, labels, means, c_valid, budget=budget), want)
+
+
+@pytest.mark.parametrize("budget", [1 << 24, 5000, 30])
+def test_reassignment_from_rows_in_blocks_equals_the_gathered_points(budget):
+    """Point (t, j) as embeddings[rows[t, j]], a block at a time, against the (T, n, D) copy."""
+    emb = _unit(500, 24, seed=3)
+    g = torch.Generator().manual_seed(4)
+    rows = torch.randperm(500, generator=g)[:2 * 201].view(2, 201)  # (T, n)
+    valid = torch.ones(2, 201, dtype=torch.bool)
+    centre = torch.stack([torch.randperm(201, generator=g)[:9] for _ in range(2)])  # (T, K)
+    labels = torch.randint(0, 9, (2, 201), generator=g)
+    labels[torch.arange(2)[:, None], centre] = torch.arange(9)
+    sem = (torch.rand(2, 201, generator=g), torch.randint(0, 9, (2, 201), generator=g))
+    X = emb[rows]  # (T, n, D)
+    want = reassign_to_centres(X, valid, labels, centre, semantic=sem, budget=1 << 30)
+    got = reassign_to_centres(emb, valid, labels, centre, semantic=sem, rows=rows, budget=budget)
+    assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="semantic must be given with rows"):
+        reassign_to_centres(emb, valid, labels, centre, rows=rows)
+
+
+@pytest.mark.parametrize("budget", [1 << 24, 20000])
+def test_two_level_from_rows_equals_the_gathered_points(budget):
+    emb = _unit(3000, 16, seed=5)
+    rows = torch.randperm(3000, generator=torch.Generator().manual_seed(6))[:2500]
+    want = two_level_clusters(emb[rows], 100, name="t", seed=0, max_iter=10, budget=budget)
+    got = two_level_clusters(emb, 100, name="t", seed=0, max_iter=10, budget=budget, rows=rows)
+    for w, g in zip(want[:5], got[:5]):
+        assert torch.equal(w, g)
+    assert torch.equal(want[5][0], got[5][0]) and torch.equal(want[5][1], got[5][1]) and want[6] == got[6]
+
+
+def _meta_store():
+    st = synthetic_store(400, tenants=3, dim=16, seed=7)
+    meta = [{"k": i % 3, "who": f"n{i}"} if i % 4 else {} for i in range(len(st))]
+    return MemoryStore.from_columns(ids=st.ids, texts=st.texts, timestamps=st.timestamps,
+                                    embeddings=st.embeddings, tenants=st.tenants, metadata=meta)
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_output_in_the_runs_own_vectors_is_the_same_store(schedule):
+    """``copy=False`` writes the output into the store's tensor: the same output, and merged
+    nodes' metadata (made lazily from their parents) as the rule says."""
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.1),
+                         merge=MergeConfig(ratio=0.6, schedule=schedule))
+    st = _meta_store()
+    a = compress(st, cfg)
+    kept = st.embeddings.clone()
+    assert torch.equal(st.embeddings, kept)  # copy=True (the default) leaves the store alone
+    b = compress(st, cfg, copy=False)
+    assert torch.equal(a.store.embeddings, b.store.embeddings)
+    assert b.store.embeddings.data_ptr() == st.embeddings.data_ptr()  # a view of the store's own rows
+    for col in ("ids", "texts", "sources", "metadata", "tenants"):
+        assert getattr(a.store, col) == getattr(b.store, col), col
+    assert torch.equal(a.store.timestamps, b.store.timestamps)
+    meta = {i: m for i, m in zip(st.ids, st.metadata)}
+    for r in a.merges:  # in merge order: a merged node may be merged again
+        meta[r.into] = {**meta[r.a], **meta[r.b], "merged_from": [r.a, r.b]}
+    assert all(m == meta[i] for i, m in zip(a.store.ids, a.store.metadata))
+    assert any("merged_from" in m and len(m) > 1 for m in a.store.metadata)
+
+
+def test_output_in_place_moves_rows_forward_only():
+    """Every live original lands at or before its own row, so the in-place pass is safe."""
+    st = synthetic_store(600, tenants=2, dim=8, seed=8)
+    res = compress(st, CompressConfig(merge=MergeConfig(ratio=0.5)))
+    pos = {i: p for p, i in enumerate(res.store.ids)}
+    assert all(pos[i] <= r for r, i in enumerate(st.ids) if i in pos)
+    assert np.all(np.diff([min(st.ids.index(s) for s in src) for src in res.store.sources]) > 0)

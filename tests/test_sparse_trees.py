@@ -1,0 +1,212 @@
+"""Trees without a dense matrix (``TreeConfig.graph = "knn"``).
+
+- Exact mode: with ``knn`` at least the largest tree's size - 1 every tree keeps every pair
+  and its cosines come from the dense path's own functions, so the run equals the dense
+  graph's merge for merge (records in order, similarities, output), on trees of 1,000 to
+  4,000 nodes, both schedules, with and without the edge terms, degree normalisation and a
+  strict node cap.
+- Neighbour lists (small ``knn``): every compression invariant holds; after every round
+  each list points at live slots only, its last column is the next live slot, and every
+  stored cosine is the float64-accumulated dot product of the current vectors.
+- ``alpha = 0``: one tree per tenant.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+import numpy as np
+import pytest
+import torch
+
+from memforest_gpu import compress
+from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig, preset
+from memforest_gpu.engine.graph import next_live
+from memforest_gpu.engine.partition import partition_nodes
+from memforest_gpu.engine.vectors import dot64
+from memforest_gpu.store import MemoryStore
+from memforest_gpu.store.synthetic import synthetic_store
+from engine_helpers import build_store, check_invariants, _one_thread  # noqa: F401
+
+compress_module = importlib.import_module("memforest_gpu.engine.compress")  # the module, not the function
+EXACT = 1 << 20  # knn at least every tree's size: every pair kept
+
+
+def one_tree_store(sizes, *, dim=32, seed=0) -> MemoryStore:
+    """One tenant per size, clustered vectors drifting in time (tenants named t0, t1, ...)."""
+    parts = [synthetic_store(n, dim=dim, seed=seed + j) for j, n in enumerate(sizes)]
+    return MemoryStore.from_columns(
+        ids=[f"t{j}-{i}" for j, p in enumerate(parts) for i in p.ids],
+        texts=[t for p in parts for t in p.texts],
+        timestamps=[t for p in parts for t in p.timestamps.tolist()],
+        embeddings=torch.cat([p.embeddings for p in parts]),
+        tenants=[f"t{j}" for j, p in enumerate(parts) for _ in range(len(p))])
+
+
+def with_tree(cfg: CompressConfig, **tree) -> CompressConfig:
+    return dataclasses.replace(cfg, tree=dataclasses.replace(cfg.tree, **tree))
+
+
+def records(res):
+    return [(m.round, m.tenant, m.a, m.b, m.into, m.similarity) for m in res.merges]
+
+
+def assert_same_run(a, b):
+    assert records(a) == records(b)
+    assert a.store.ids == b.store.ids and a.store.texts == b.store.texts
+    assert torch.equal(a.store.embeddings, b.store.embeddings)
+    assert a.report.rounds == b.report.rounds and a.report.shortfall == b.report.shortfall
+
+
+# --------------------------------------------------------------------------- exact mode
+EXACT_CASES = {
+    # name: (tree sizes, config)
+    "memforest-4000+1000": ([4000, 1000], dataclasses.replace(preset("memforest"),
+                                                                partition=PartitionConfig(alpha=0.0))),
+    "paper-terms-1500": ([1500], CompressConfig(partition=PartitionConfig(alpha=0.0),
+                                                merge=MergeConfig(ratio=0.7, schedule="matching"))),
+    "degree-max-strict-cap-1200": ([1200], CompressConfig(
+        partition=PartitionConfig(alpha=0.0), tree=TreeConfig(degree_norm="max", eta=0.9, size_weight=0.3),
+        merge=MergeConfig(ratio=0.5, schedule="matching", max_node_tokens=40, cap_policy="strict"))),
+    "sequential-1000": ([1000], CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(time_weight=0.3),
+                                               merge=MergeConfig(ratio=0.03, schedule="sequential"))),
+}
+
+
+@pytest.mark.parametrize("case", list(EXACT_CASES))
+def test_exact_mode_equals_the_dense_graph(case):
+    sizes, cfg = EXACT_CASES[case]
+    store = one_tree_store(sizes, seed=len(case))
+    dense = compress(store, with_tree(cfg, graph="dense"), device="cpu")
+    exact = compress(store, with_tree(cfg, graph="knn", knn=EXACT), device="cpu")
+    assert dense.report.trees == len(sizes) and dense.merges
+    assert_same_run(dense, exact)
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_trees_of_at_most_knn_plus_one_nodes_are_exact(schedule):
+    """A bucket whose largest tree has knn + 1 nodes (the boundary) keeps every pair: many
+    small trees of the paper's partition give the dense graph's run."""
+    store = build_store([300, 200, 90], dim=16, seed=4)
+    cfg = CompressConfig(merge=MergeConfig(ratio=0.5, schedule=schedule))
+    sizes = np.bincount(partition_nodes(
+        store.embeddings, store.timestamps, store.tenant_index()[1], store.tenant_names(), cfg.partition).tree)
+    assert len(sizes) > 10 and sizes.max() > 17
+    exact = with_tree(cfg, knn=int(sizes.max()) - 1)
+    assert_same_run(compress(store, with_tree(cfg, graph="dense"), device="cpu"), compress(store, exact, device="cpu"))
+
+
+# --------------------------------------------------------------------------- neighbour lists
+def check_lists(batch):
+    """Every list bucket: entries of live slots point at other live slots, the last column
+    is the next live slot, dead slots list nothing, cosines are the current vectors' ones."""
+    for bk in batch.buckets:
+        if not bk.lists:
+            continue
+        live = bk.slot >= 0
+        nbr = bk.nbr
+        k = nbr.shape[2] - 1
+        assert (nbr[~live] == -1).all()
+        own = torch.arange(bk.m)[None, :, None]
+        ok = nbr >= 0
+        assert not (ok & (nbr == own)).any()
+        tgt_live = live.gather(1, nbr.clamp(min=0).view(nbr.shape[0], -1)).view(nbr.shape)
+        assert (tgt_live | ~ok).all()
+        assert torch.equal(torch.where(live, next_live(bk.slot), -1), nbr[..., k])
+        rows_a = bk.slot[:, :, None].expand_as(nbr)[ok]
+        rows_b = bk.slot.gather(1, nbr.clamp(min=0).view(nbr.shape[0], -1)).view(nbr.shape)[ok]
+        want = dot64(batch.vectors.gather(rows_a), batch.vectors.gather(rows_b), batch.vectors.dtype)
+        # both float64-accumulated, in two summation orders (dot64 / dot64_many): equal after
+        # rounding to float32 save for values within 1e-16 of a boundary, so one ulp is allowed
+        torch.testing.assert_close(bk.cs[ok], want, rtol=0, atol=2.0 ** -23)
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_lists_stay_consistent_round_after_round(monkeypatch, schedule):
+    store = one_tree_store([300, 120], dim=16, seed=5)
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn=4, time_weight=0.3, size_weight=0.2),
+                         merge=MergeConfig(ratio=0.6 if schedule == "matching" else 0.2, schedule=schedule))
+    seen = []
+    real = compress_module.apply_round
+
+    def checked(batch, *a, **kw):
+        real(batch, *a, **kw)
+        check_lists(batch)
+        seen.append(1)
+
+    monkeypatch.setattr(compress_module, "apply_round", checked)
+    res = compress(store, cfg, device="cpu")
+    check_invariants(store, res, cfg.merge.ratio)
+    assert len(seen) == res.report.rounds > 1
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+@pytest.mark.parametrize("ratio", [0.3, 0.7])
+def test_invariants_with_neighbour_lists(schedule, ratio):
+    store = build_store([400, 260, 90, 3, 1], dim=16, seed=7)
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.01),
+                         tree=TreeConfig(knn=3, time_weight=0.5, size_weight=0.2),
+                         merge=MergeConfig(ratio=ratio, schedule=schedule), storage_dtype="float16")
+    a = compress(store, cfg, device="cpu")
+    check_invariants(store, a, ratio)
+    assert a.report.shortfall == int(ratio >= 0.5)  # only the one-node tenant falls short (round(ratio * 1))
+    assert records(compress(store, cfg, device="cpu")) == records(a)  # deterministic
+
+
+def test_strict_cap_with_neighbour_lists():
+    store = build_store([500, 300], dim=16, seed=8)
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn=4),
+                         merge=MergeConfig(ratio=0.5, schedule="matching", max_node_tokens=60, cap_policy="strict"))
+    res = compress(store, cfg, device="cpu")
+    check_invariants(store, res, 0.5, capped=True)
+
+
+def test_tenant_independence_with_neighbour_lists():
+    st = build_store([400, 300, 260, 3], dim=16, seed=2)
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn=5, time_weight=0.5),
+                         merge=MergeConfig(ratio=0.5, schedule="matching"))
+    full = compress(st, cfg, device="cpu")
+    for t in st.tenant_names():
+        alone = compress(st.select_tenant(t), cfg, device="cpu")
+        part = full.store.select_tenant(t)
+        assert alone.store.ids == part.ids and alone.store.sources == part.sources, t
+        assert torch.equal(alone.store.embeddings, part.embeddings), t
+
+
+def test_alpha_zero_is_one_tree_per_tenant():
+    store = build_store([120, 80, 1], dim=16, seed=3)
+    res = compress(store, CompressConfig(partition=PartitionConfig(alpha=0.0)), device="cpu")
+    assert res.report.trees == 3
+    assert [r["trees"] for r in res.report.tenants] == [1, 1, 1]
+    with pytest.raises(ValueError, match=r"alpha must be in \[0.0, 1.0\], got -0.1"):
+        PartitionConfig(alpha=-0.1)
+    for bad, rule in (({"graph": "sparse"}, "graph must be one of"), ({"knn": 0}, "knn must be an integer >= 1"),
+                      ({"knn_cells_above": 1}, "knn_cells_above must be an integer >= 2")):
+        with pytest.raises(ValueError, match=rule):
+            TreeConfig(**bad)
+
+
+@pytest.mark.parametrize("knn", [1, 2, 4])
+def test_strict_cap_forest_has_the_dense_pieces(knn):
+    """Under a strict cap a pair over it is no edge, so short lists can leave a tree in more
+    pieces than the pairs that fit do; the completion joins them: every tree's forest has as
+    many edges as the dense graph's (live nodes - pieces of the pairs that fit)."""
+    from memforest_gpu.engine.candidates import forest_candidates
+    from memforest_gpu.engine.plan import _dense_candidates
+
+    store = build_store([400, 150], dim=16, seed=11)
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn=knn, size_weight=0.3),
+                         merge=MergeConfig(ratio=0.5, schedule="matching", max_node_tokens=24, cap_policy="strict"))
+    counts = {}
+    for graph in ("knn", "dense"):
+        c = with_tree(cfg, graph=graph)
+        s = compress_module.setup_run(store, c, None, "cpu", False, None, None, 1 << 24)
+        need = np.ones(len(s.quotas.per_tree), dtype=bool)
+        find = forest_candidates if graph == "knn" else (lambda *a: _dense_candidates(*a[:4], None, a[4]))
+        cat, _ = find(s.batch, need, c, s.plan_cap, True)
+        counts[graph] = np.bincount(cat["tree"][cat["take"]].numpy(), minlength=len(need))
+        if graph == "knn":
+            assert all(bk.lists for bk in s.batch.buckets)
+    live = s.quotas.tree_size
+    assert (counts["dense"] < live - 1).all()  # the cap splits both trees
+    np.testing.assert_array_equal(counts["knn"], counts["dense"])
