@@ -166,3 +166,20 @@ def test_distributed_run_keeps_ruled_tenants_whole():
     assert [r["kept"] for r in res.report.tenants] == [r["kept"] for r in one.report.tenants]
     assert [r["requested"] for r in res.report.tenants] == [r["requested"] for r in one.report.tenants]
     assert res.report.kept == one.report.kept > 0 and res.report.shortfall == 0
+
+
+def test_split_trees_are_recorded_with_a_centre_that_compaction_can_find():
+    # the keep rule and the groups split k-means trees; each piece is recorded in the output's
+    # forest with a member as its centre, so a later `compact` can place memories into it
+    from memforest_gpu.engine.forest import rows_of_originals
+
+    st = _store()
+    res = compress(st, _cfg(ratio=0.5, keep_pattern="(?i)^equivalence", merge_within="timestamp"), device=CPU)
+    f = res.store.forest
+    assert f is not None and f.tree.shape == (len(res.store),)
+    for name, tf in f.tenants.items():
+        rows = rows_of_originals(res.store, tf.centres)
+        assert (rows >= 0).all(), (name, tf.centres)
+        codes = res.store.tenant_codes_np[rows]
+        assert set(np.asarray(res.store.tenant_index()[0])[codes].tolist()) == {name}
+        assert (f.tree[rows] == np.arange(len(tf.centres))).all()  # each centre sits in its own tree

@@ -17,7 +17,7 @@ from memforest_gpu.engine import compress
 from memforest_gpu.retrieval.retriever import Retriever
 from memforest_gpu.store.memory_store import MemoryStore
 
-TRIP = {"alice-0040", "alice-0068", "alice-0069", "alice-0098", "alice-0099"}  # the autumn trip, and only it
+TRIP = {"alice-0040", "alice-0068", "alice-0069", "alice-0098", "alice-0099", "alice-0100"}  # the autumn trip (Porto), and only it
 
 
 @pytest.fixture(scope="module")

@@ -34,9 +34,9 @@ def _two_topics(n=8, dim=8):
                                     timestamps=ts, embeddings=X.flip(0))
 
 
-def _cfg(time_weight, ratio=0.5, schedule="sequential"):
+def _cfg(time_weight, ratio=0.5, schedule="sequential", time_rule="gated"):
     return CompressConfig(partition=PartitionConfig(alpha=0.01),
-                          tree=TreeConfig(eta=1.0, time_weight=time_weight, time_window=1),
+                          tree=TreeConfig(eta=1.0, time_weight=time_weight, time_window=1, time_rule=time_rule),
                           merge=MergeConfig(ratio=ratio, schedule=schedule))
 
 
@@ -49,9 +49,12 @@ def test_time_weight_merges_neighbours(schedule):
     st = _two_topics()
     by_topic = _groups(compress(st, _cfg(0.0, schedule=schedule), device="cpu"))
     assert all(len({i % 2 for i in g}) == 1 for g in by_topic)  # cosine only: same topic, far apart in time
-    by_time = _groups(compress(st, _cfg(0.6, schedule=schedule), device="cpu"))
-    # the bonus for neighbouring positions outweighs the topic: every merge joins neighbours in time
+    by_time = _groups(compress(st, _cfg(0.6, schedule=schedule, time_rule="flat"), device="cpu"))
+    # the flat 0/1 bonus for neighbouring positions outweighs the topic: every merge joins neighbours in time
     assert all(g == list(range(g[0], g[0] + len(g))) for g in by_time), by_time
+    # the gated rule (the default) gives no bonus to neighbours of cosine ~0: merges follow the topic
+    gated = _groups(compress(st, _cfg(0.6, schedule=schedule), device="cpu"))
+    assert all(len({i % 2 for i in g}) == 1 for g in gated), gated
 
 
 def test_time_weight_zero_is_the_paper():

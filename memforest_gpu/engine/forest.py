@@ -66,6 +66,28 @@ def first_rows(inp: MemoryStore, out: MemoryStore) -> np.ndarray:
     return first
 
 
+def _with_centres(inp: MemoryStore, tree: np.ndarray, centre: np.ndarray) -> np.ndarray:
+    """``centre`` with every tree that has none (-1: the keep rule or ``merge_within`` split
+    it off its k-means tree, engine/constraints.py) given the member nearest its mean, as
+    compaction does for a tree whose centre is gone. Shape: tree (N,), centre (T,) -> (T,)"""
+    import torch
+
+    lost = centre < 0
+    if not lost.any():
+        return centre
+    rows = np.nonzero(lost[tree])[0]  # (M,) the members of those trees
+    t = torch.as_tensor(tree[rows], dtype=torch.int64)
+    x = inp.embeddings[torch.as_tensor(rows)].cpu().float()  # (M, D)
+    mean = torch.zeros(len(centre), x.shape[1]).index_add_(0, t, x)  # (T, D) sums: the mean's direction
+    score = (x * mean[t]).sum(1).numpy()  # (M,)
+    order = np.lexsort((rows, -score, tree[rows]))  # by tree, best score first, lowest row on ties
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = tree[rows][order][1:] != tree[rows][order][:-1]
+    out = centre.copy()
+    out[tree[rows][order][first]] = rows[order][first]
+    return out
+
+
 def record_forest(out: MemoryStore, inp: MemoryStore, tree: np.ndarray, tree_tenant: np.ndarray,
                   centre: np.ndarray, firsts: np.ndarray, names: list[str], cfg: PartitionConfig) -> MemoryStore:
     """``out`` with the forest of a full partition of ``inp``: each output row in the tree of
@@ -80,6 +102,7 @@ def record_forest(out: MemoryStore, inp: MemoryStore, tree: np.ndarray, tree_ten
     from .placement import tree_radius
 
     T = len(tree_tenant)
+    centre = _with_centres(inp, tree, np.asarray(centre, dtype=np.int64))
     start = np.searchsorted(tree_tenant, np.arange(len(names)), side="left")  # first tree of each tenant
     local = np.arange(T, dtype=np.int64) - start[tree_tenant]
     gtree = tree[firsts] if len(firsts) else np.zeros(0, dtype=np.int64)
