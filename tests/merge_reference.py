@@ -30,8 +30,9 @@ Rules, in the order they apply:
 4. **Weights.** ``cos_ij`` = the exact dot product of the two float32 unit vectors, rounded
    to float32 (the engine accumulates in float64 and stores float32). The tree's weight
    ``w_ij`` is ``cos_ij``, then, in float32 arithmetic and in this order:
-   with ``time_weight = tw > 0``, ``w = f32(1 - tw) * w + f32(tw) * [gap <= time_window]``,
-   where a node's span is the first and last position (rank in its tenant by
+   with ``time_weight = tw > 0``, ``w = f32(1 - tw) * w + f32(tw) * [gap <= time_window] * g``,
+   ``g`` by ``time_rule``: 1 (flat), ``max(cos, 0)`` (scaled), ``[cos >= f32(time_min_cos)]``
+   (gated), where a node's span is the first and last position (rank in its tenant by
    ``(timestamp, row)``) of its originals and ``gap = max(lo_i, lo_j) - min(hi_i, hi_j)``;
    with ``size_weight = sw > 0``, ``w = w - f32(sw) * f32(est_ij) / f32(scale)``, ``scale``
    = ``TreeConfig.size_unit`` (256 tokens by default, whatever the cap).
@@ -326,7 +327,14 @@ def _edge_weight(tc, cap, nodes: _Nodes):
         w = _f32(nodes.cos(a, b))
         if tw > 0:
             gap = max(nodes.lo[a], nodes.lo[b]) - min(nodes.hi[a], nodes.hi[b])
-            w = _f32(1 - tw) * w + _f32(tw) * _f32(gap <= tc.time_window)
+            near = gap <= tc.time_window
+            if tc.time_rule == "scaled":
+                bonus = _f32(near) * max(w, _f32(0))
+            elif tc.time_rule == "gated":
+                bonus = _f32(near and w >= _f32(tc.time_min_cos))
+            else:  # flat
+                bonus = _f32(near)
+            w = _f32(1 - tw) * w + _f32(tw) * bonus
         if sw > 0:
             w = w - _f32(sw) * _f32(nodes.est(a, b)) / scale
         return w

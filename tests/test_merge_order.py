@@ -129,12 +129,13 @@ def compare(store, cfg, merger_cls):
 
 
 def config(*, ratio, schedule, degree_norm="none", eta=0.99, alpha=0.05, cap=None, time_weight=0.0,
-           size_weight=0.0):
+           size_weight=0.0, time_rule="gated", time_min_cos=0.3):
     # knn >= every tree's size - 1: every pair is a candidate, as in the reference (the
     # flat edge-list path; tests/test_sparse_trees.py holds it against graph="dense" too)
     return CompressConfig(partition=PartitionConfig(alpha=alpha),
                           tree=TreeConfig(eta=eta, degree_norm=degree_norm, time_weight=time_weight,
-                                          size_weight=size_weight, knn=1 << 20),
+                                          time_rule=time_rule, time_min_cos=time_min_cos, size_weight=size_weight,
+                                          knn=1 << 20),
                           # the reference models the "strict" cap policy: a pair over the cap is no edge
                           merge=MergeConfig(ratio=ratio, schedule=schedule, max_node_tokens=cap, cap_policy="strict"))
 
@@ -209,8 +210,10 @@ def test_time_and_size_terms(seed, schedule):
     rng = np.random.default_rng(3000 + seed)
     sizes = rng.integers(10, 61, size=2).tolist()
     store = random_store(seed, sizes, 16, long_share=0.2)
-    ref = compare(store, config(ratio=0.5, schedule=schedule, alpha=0.1, cap=cap, time_weight=tw,
-                                size_weight=sw, degree_norm=("none", "max")[seed % 2]), ExtractiveMerger)
+    for rule in ("gated", "scaled", "flat") if tw > 0 else ("gated",):  # every time rule (engine/time_term.py)
+        ref = compare(store, config(ratio=0.5, schedule=schedule, alpha=0.1, cap=cap, time_weight=tw, time_rule=rule,
+                                    time_min_cos=0.6, size_weight=sw, degree_norm=("none", "max")[seed % 2]),
+                      ExtractiveMerger)
     assert ref.merges
 
 

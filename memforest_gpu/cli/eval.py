@@ -83,6 +83,15 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "the preset's schedule when it runs, else memforest:sequential)")
     p.add_argument("--export", default=None, help="only write the benchmark in the nodes + questions format here")
     p.add_argument("--report-only", action="store_true", help="redo tables and plot from OUT's results")
+    _add_loo_arguments(p)
+    _add_stream_arguments(p)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: the grid's tensor ops are small; 0 = torch's default)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _add_loo_arguments(p: argparse.ArgumentParser) -> None:
+    """``--leave-one-out`` and its ``--loo-*`` flags."""
     g = p.add_argument_group("leave-one-conversation-out tuning (evaluation/loo.py)")
     g.add_argument("--leave-one-out", action="store_true",
                    help="choose a MemForest config per fold on the other conversations, score it on the held-out "
@@ -102,6 +111,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "and redo the selection without running anything")
     g.add_argument("--loo-select", default="B:ansr_content",
                    help="selection metric CUT:METRIC, plain top-k retention (B:ansr_content | B:ansr | k:evr | B:evr)")
+
+
+def _add_stream_arguments(p: argparse.ArgumentParser) -> None:
+    """``--stream`` and the flags of the streaming replay."""
     g = p.add_argument_group("streaming replay (evaluation/stream.py, docs/compaction.md)")
     g.add_argument("--stream", action="store_true",
                    help="replay the benchmark session by session, compacting every tenant to its budget after each "
@@ -113,9 +126,6 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--stream: skip re-running compress on the whole store after every session")
     g.add_argument("--rerun", action="store_true",
                    help="--stream: also compress every memory so far, uncompressed, after every session")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default 1: the grid's tensor ops are small; 0 = torch's default)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -26,7 +26,7 @@ from ..store.memory_store import MemoryStore
 from .apply import apply_round, pair_means
 from .assemble import assemble
 from .constraints import constrain
-from .forest import record_forest
+from .forest import record_forest, with_centres
 from .merge_call import cap_and_counter, count_column, merge_round_capped, with_fallback
 from .node_table import NodeTable
 from .partition import Partition, partition_nodes
@@ -132,15 +132,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         bar.close()
     t = time.perf_counter()
     batch = s.batch = None  # the padded tree tensors (about 2x the embeddings) are not needed any more
-    live = np.ones(len(table), dtype=bool)
-    live[np.concatenate(consumed) if consumed else np.zeros(0, dtype=np.int64)] = False
-    # the merged vectors' blocks are released as they are read; the output's vectors overwrite
-    # the run's own (s.emb) unless they are the caller's store's and `copy`
-    out = assemble(table, live, s.emb, vectors, in_place=not copy or s.emb is not store.embeddings)
-    if partition is None:  # its own full partition: recorded, so that `compact` can place new memories later
-        p = s.part
-        record_forest(out, store, p.tree.cpu().numpy(), p.tree_tenant.cpu().numpy(), p.centre.cpu().numpy(),
-                      np.sort(table.first[live]), s.names, s.cfg.partition)
+    out = _output(s, store, table, consumed, vectors, copy, record=partition is None)
     times["output"] = time.perf_counter() - t
     times["total"] = time.perf_counter() - times.pop("_t0")
     report = run_report(s, store, merger, embedder, out, shortfall, rounds, len(records), fallbacks)
@@ -149,6 +141,24 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
 
 
 # --------------------------------------------------------------------------- helpers
+def _output(s: RunSetup, store: MemoryStore, table: NodeTable, consumed: list[np.ndarray],
+            vectors: list[torch.Tensor], copy: bool, record: bool) -> MemoryStore:
+    """The live rows as the output store. The merged vectors' blocks are released as they are
+    read; the output's vectors overwrite the run's own (``s.emb``) unless they are the caller's
+    store's and ``copy``. ``record``: the run made its own full partition, recorded as the
+    output's forest so that ``compact`` can place new memories into its trees later."""
+    live = np.ones(len(table), dtype=bool)
+    live[np.concatenate(consumed) if consumed else np.zeros(0, dtype=np.int64)] = False
+    if record:  # centres first: the output may overwrite the input's vectors
+        tree = s.part.tree.cpu().numpy()
+        centre = with_centres(store, tree, s.part.centre.cpu().numpy())
+    out = assemble(table, live, s.emb, vectors, in_place=not copy or s.emb is not store.embeddings)
+    if record:
+        record_forest(out, store, tree, s.part.tree_tenant.cpu().numpy(), centre, np.sort(table.first[live]),
+                      s.names, s.cfg.partition)
+    return out
+
+
 def setup_run(store, config, embedder, device, progress, part, q, budget) -> RunSetup:
     """Validate, then partition, quotas and trees (or take the given ones)."""
     t0 = time.perf_counter()

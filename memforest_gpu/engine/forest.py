@@ -15,7 +15,7 @@ from ..config import PartitionConfig
 from ..store.forest import Forest, TenantForest
 from ..store.memory_store import MemoryStore
 
-__all__ = ["record_forest", "rows_of_originals", "first_rows", "partition_key", "first_sources"]
+__all__ = ["record_forest", "with_centres", "rows_of_originals", "first_rows", "partition_key", "first_sources"]
 
 
 def partition_key(cfg: PartitionConfig) -> dict:
@@ -66,10 +66,11 @@ def first_rows(inp: MemoryStore, out: MemoryStore) -> np.ndarray:
     return first
 
 
-def _with_centres(inp: MemoryStore, tree: np.ndarray, centre: np.ndarray) -> np.ndarray:
+def with_centres(inp: MemoryStore, tree: np.ndarray, centre: np.ndarray) -> np.ndarray:
     """``centre`` with every tree that has none (-1: the keep rule or ``merge_within`` split
     it off its k-means tree, engine/constraints.py) given the member nearest its mean, as
-    compaction does for a tree whose centre is gone. Shape: tree (N,), centre (T,) -> (T,)"""
+    compaction does for a tree whose centre is gone. Call it before an output overwrites the
+    input's vectors in place. Shape: tree (N,), centre (T,) -> (T,)"""
     import torch
 
     lost = centre < 0
@@ -102,7 +103,6 @@ def record_forest(out: MemoryStore, inp: MemoryStore, tree: np.ndarray, tree_ten
     from .placement import tree_radius
 
     T = len(tree_tenant)
-    centre = _with_centres(inp, tree, np.asarray(centre, dtype=np.int64))
     start = np.searchsorted(tree_tenant, np.arange(len(names)), side="left")  # first tree of each tenant
     local = np.arange(T, dtype=np.int64) - start[tree_tenant]
     gtree = tree[firsts] if len(firsts) else np.zeros(0, dtype=np.int64)

@@ -1,13 +1,12 @@
 """Outputs of an evaluation: ``results.json``, ``per_question.npz``, ``results.md`` and
 ``retention.png``.
 
-Means are over seeds; the spread (``±``) is the standard deviation over seeds. A
-method's difference from the reference (MemForest) is a cluster bootstrap
-(:func:`cluster_bootstrap`): conversations (tenants) are resampled, then questions inside
-each drawn conversation, and each method's seeds are resampled too, so
-that neither the clustering of questions in a few conversations nor the seed spread is
-ignored (each resample also resamples each method's seeds). In retention points; a difference is *called* (▼ / ▲) only when its 95%
-interval excludes zero. :func:`paired_bootstrap` (questions only) is kept for reference.
+Means are over seeds; the spread (``±``) is the standard deviation over seeds. A method's
+difference from the reference (MemForest) is a cluster bootstrap (:func:`cluster_bootstrap`):
+conversations (tenants) are resampled, then questions inside each drawn conversation, and
+each method's seeds too, so neither the clustering of questions nor the seed spread is
+ignored. In retention points; a difference is *called* (▼ / ▲) only when its 95% interval
+excludes zero. :func:`paired_bootstrap` (questions only) is kept for reference.
 """
 from __future__ import annotations
 
@@ -257,29 +256,33 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
     L.append("")
     L.append(_summary(agg, labels, ratios, calls, "agpr", k, reference, by_tenant))
     if comp:
-        L.append("")
-        how = (f"cluster bootstrap: {_n_clusters(res)} conversations, questions inside them, seeds resampled"
-               if _clusters(res)[1] else "bootstrap over questions (no tenants recorded), seeds resampled")
-        L.append(f"### Differences from {reference} (retention points, 95% interval; {how})")
-        L.append("")
-        L.append(f"| method | ratio | retriever | Δ AnsR@B | call | Δ AnsR-c@B | call | Δ EvR@{k} | call | Δ EvR@B | call |")
-        L.append("|---|---|---|---|---|---|---|---|---|---|---|")
-        by = defaultdict(dict)
-        for r in comp:
-            label = r["method"] if r["schedule"] == "-" else f"{r['method']}:{r['schedule']}"
-            by[label, r["ratio"], r["retriever"]][r["cut"], r["metric"]] = r["value"]
-        for (label, ratio, retriever), d in by.items():
-            cells = []
-            for cut, metric in _BOOT_METRICS:
-                base = f"{metric}{_DIFF}{reference}"
-                d_cut = {m: v for (c, m), v in d.items() if c == cut}
-                if base not in d_cut:
-                    cells += ["–", "–"]
-                    continue
-                cells.append(f"{d_cut[base]:+.1f} [{d_cut[base + '_ci_lo']:+.1f}, {d_cut[base + '_ci_hi']:+.1f}]")
-                cells.append({0: "n.s.", -1: "reference ahead", 1: "reference behind"}[d_cut[base + "_call"]])
-            L.append(f"| {label} | {ratio:g} | {retriever} | " + " | ".join(cells) + " |")
+        L += [""] + _differences(res, comp, reference, k)
     return "\n".join(L) + "\n"
+
+
+def _differences(res: EvalResult, comp: list[dict], reference: str, k: int) -> list[str]:
+    """The bootstrap table: each method's difference from ``reference`` per ratio and retriever."""
+    how = (f"cluster bootstrap: {_n_clusters(res)} conversations, questions inside them, seeds resampled"
+           if _clusters(res)[1] else "bootstrap over questions (no tenants recorded), seeds resampled")
+    L = [f"### Differences from {reference} (retention points, 95% interval; {how})", "",
+         f"| method | ratio | retriever | Δ AnsR@B | call | Δ AnsR-c@B | call | Δ EvR@{k} | call | Δ EvR@B | call |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
+    by = defaultdict(dict)
+    for r in comp:
+        label = r["method"] if r["schedule"] == "-" else f"{r['method']}:{r['schedule']}"
+        by[label, r["ratio"], r["retriever"]][r["cut"], r["metric"]] = r["value"]
+    for (label, ratio, retriever), d in by.items():
+        cells = []
+        for cut, metric in _BOOT_METRICS:
+            base = f"{metric}{_DIFF}{reference}"
+            d_cut = {m: v for (c, m), v in d.items() if c == cut}
+            if base not in d_cut:
+                cells += ["–", "–"]
+                continue
+            cells.append(f"{d_cut[base]:+.1f} [{d_cut[base + '_ci_lo']:+.1f}, {d_cut[base + '_ci_hi']:+.1f}]")
+            cells.append({0: "n.s.", -1: "reference ahead", 1: "reference behind"}[d_cut[base + "_call"]])
+        L.append(f"| {label} | {ratio:g} | {retriever} | " + " | ".join(cells) + " |")
+    return L
 
 
 def _evidence_counts(meta: dict) -> str:
