@@ -78,7 +78,7 @@ def test_exact_mode_equals_the_dense_graph(case):
     sizes, cfg = EXACT_CASES[case]
     store = one_tree_store(sizes, seed=len(case))
     dense = compress(store, with_tree(cfg, graph="dense"), device="cpu")
-    exact = compress(store, with_tree(cfg, graph="knn", knn=EXACT), device="cpu")
+    exact = compress(store, with_tree(cfg, graph="knn", knn=EXACT, knn_above=0), device="cpu")
     assert dense.report.trees == len(sizes) and dense.merges
     assert_same_run(dense, exact)
 
@@ -92,7 +92,7 @@ def test_trees_of_at_most_knn_plus_one_nodes_are_exact(schedule):
     sizes = np.bincount(partition_nodes(
         store.embeddings, store.timestamps, store.tenant_index()[1], store.tenant_names(), cfg.partition).tree)
     assert len(sizes) > 10 and sizes.max() > 17
-    exact = with_tree(cfg, knn=int(sizes.max()) - 1)
+    exact = with_tree(cfg, knn=int(sizes.max()) - 1, knn_above=0)
     assert_same_run(compress(store, with_tree(cfg, graph="dense"), device="cpu"), compress(store, exact, device="cpu"))
 
 
@@ -124,7 +124,8 @@ def check_lists(batch):
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
 def test_lists_stay_consistent_round_after_round(monkeypatch, schedule):
     store = one_tree_store([300, 120], dim=16, seed=5)
-    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn=4, time_weight=0.3, size_weight=0.2),
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0),
+                         tree=TreeConfig(knn_above=0, knn=4, time_weight=0.3, size_weight=0.2),
                          merge=MergeConfig(ratio=0.6 if schedule == "matching" else 0.2, schedule=schedule))
     seen = []
     real = compress_module.apply_round
@@ -145,7 +146,7 @@ def test_lists_stay_consistent_round_after_round(monkeypatch, schedule):
 def test_invariants_with_neighbour_lists(schedule, ratio):
     store = build_store([400, 260, 90, 3, 1], dim=16, seed=7)
     cfg = CompressConfig(partition=PartitionConfig(alpha=0.01),
-                         tree=TreeConfig(knn=3, time_weight=0.5, size_weight=0.2),
+                         tree=TreeConfig(knn_above=0, knn=3, time_weight=0.5, size_weight=0.2),
                          merge=MergeConfig(ratio=ratio, schedule=schedule), storage_dtype="float16")
     a = compress(store, cfg, device="cpu")
     check_invariants(store, a, ratio)
@@ -155,7 +156,7 @@ def test_invariants_with_neighbour_lists(schedule, ratio):
 
 def test_strict_cap_with_neighbour_lists():
     store = build_store([500, 300], dim=16, seed=8)
-    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn=4),
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn_above=0, knn=4),
                          merge=MergeConfig(ratio=0.5, schedule="matching", max_node_tokens=60, cap_policy="strict"))
     res = compress(store, cfg, device="cpu")
     check_invariants(store, res, 0.5, capped=True)
@@ -163,7 +164,7 @@ def test_strict_cap_with_neighbour_lists():
 
 def test_tenant_independence_with_neighbour_lists():
     st = build_store([400, 300, 260, 3], dim=16, seed=2)
-    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn=5, time_weight=0.5),
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn_above=0, knn=5, time_weight=0.5),
                          merge=MergeConfig(ratio=0.5, schedule="matching"))
     full = compress(st, cfg, device="cpu")
     for t in st.tenant_names():
@@ -181,9 +182,23 @@ def test_alpha_zero_is_one_tree_per_tenant():
     with pytest.raises(ValueError, match=r"alpha must be in \[0.0, 1.0\], got -0.1"):
         PartitionConfig(alpha=-0.1)
     for bad, rule in (({"graph": "sparse"}, "graph must be one of"), ({"knn": 0}, "knn must be an integer >= 1"),
-                      ({"knn_cells_above": 1}, "knn_cells_above must be an integer >= 2")):
+                      ({"knn_cells_above": 1}, "knn_cells_above must be an integer >= 2"),
+                      ({"knn_above": -1}, "knn_above must be an integer >= 0")):
         with pytest.raises(ValueError, match=rule):
             TreeConfig(**bad)
+
+
+def test_small_trees_keep_every_pair_and_big_ones_lists():
+    """Under graph "knn" a bucket padded to at most knn_above slots keeps its matrix (cheaper
+    there, and exact); bigger ones keep lists; the paper preset's small trees run as "dense"."""
+    store = build_store([300, 40, 20], dim=16, seed=5)
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn=8, knn_above=64))
+    s = compress_module.setup_run(store, cfg, None, "cpu", False, None, None, 1 << 24)
+    by_size = {int(bk.slot.shape[1]): bk.lists for bk in s.batch.buckets}
+    assert by_size == {300: True, 40: False, 20: False}, by_size
+    paper = preset("paper")
+    assert compress(store, paper, device="cpu").store.ids == compress(
+        store, with_tree(paper, graph="dense"), device="cpu").store.ids
 
 
 @pytest.mark.parametrize("knn", [1, 2, 4])
@@ -195,7 +210,7 @@ def test_strict_cap_forest_has_the_dense_pieces(knn):
     from memforest_gpu.engine.plan import _dense_candidates
 
     store = build_store([400, 150], dim=16, seed=11)
-    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn=knn, size_weight=0.3),
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn_above=0, knn=knn, size_weight=0.3),
                          merge=MergeConfig(ratio=0.5, schedule="matching", max_node_tokens=24, cap_policy="strict"))
     counts = {}
     for graph in ("knn", "dense"):

@@ -23,7 +23,7 @@ FIELDS = {
     "time_min_cos": ("tree", "time_min_cos"), "size_weight": ("tree", "size_weight"),
     "cap_policy": ("merge", "cap_policy"), "keep_pattern": ("merge", "keep_pattern"),
     "merge_within": ("merge", "merge_within"), "graph": ("tree", "graph"), "knn": ("tree", "knn"),
-    "knn_cells_above": ("tree", "knn_cells_above"),
+    "knn_cells_above": ("tree", "knn_cells_above"), "knn_above": ("tree", "knn_above"),
 }
 
 
@@ -92,6 +92,8 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
                           "knn"))
     g.add_argument("--knn-cells-above", type=int, default=None,
                    help=h("trees of more nodes search their neighbours in cells (approximate)", "knn_cells_above"))
+    g.add_argument("--knn-above", type=int, default=None,
+                   help=h("trees padded to at most this many slots keep every pair (cheaper when small)", "knn_above"))
     g.add_argument("--max-node-tokens", type=int, default=None,
                    help="cap on merged node length (default: the embedder's limit)")
     g.add_argument("--storage-dtype", default=None,

@@ -1,6 +1,6 @@
 """Nearest-neighbour candidate graphs for big trees (``TreeConfig.graph = "knn"``).
 
-A tree of more than ``knn + 1`` nodes does not keep its (m, m) cosine matrix: each slot keeps
+A tree of more than ``knn + 1`` nodes (in a bucket padded to more than ``knn_above`` slots) does not keep its (m, m) cosine matrix: each slot keeps
 the ``k = knn`` neighbours with the best edge weights (:func:`~.edges.edge_weight`) and,
 in a last column, its next live slot in time, each with its cosine. The spanning forest is
 built on the union of these lists (an edge listed by either end), and the time column
@@ -32,7 +32,7 @@ __all__ = ["uses_lists", "build_lists", "next_live", "merged_lists", "stale_entr
 
 def uses_lists(tree: TreeConfig | None, m: int) -> bool:
     """Whether a bucket of trees padded to ``m`` slots keeps neighbour lists (else every pair)."""
-    return tree is not None and tree.graph == "knn" and tree.kind == "max" and m - 1 > tree.knn
+    return tree is not None and tree.graph == "knn" and tree.kind == "max" and m - 1 > tree.knn and m > tree.knn_above
 
 
 def _gather_ends(e: Ends, idx: torch.Tensor) -> Ends:
