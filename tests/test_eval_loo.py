@@ -110,6 +110,9 @@ def test_candidate_grid_time_rules_in_names_and_once_without_time():
                                    "matching a=0.001 tw=0.5/gated:0.4 sw=0.2", "matching a=0.001 tw=0.5/flat sw=0.2"]
     assert (c[2].config.tree.time_rule, c[2].config.tree.time_min_cos) == ("gated", 0.4)
     assert c[3].config.tree.time_rule == "flat" and c[1].config.tree.time_rule == "scaled"
+    # time weight 0: the rule does not matter, the base's is kept (so the paper defaults are recognised)
+    base = CompressConfig().tree
+    assert (c[0].config.tree.time_rule, c[0].config.tree.time_min_cos) == (base.time_rule, base.time_min_cos)
 
 
 def _shaped_scores() -> CandidateScores:

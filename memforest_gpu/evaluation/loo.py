@@ -62,11 +62,12 @@ def candidate_grid(schedules=("sequential", "matching"), alphas=(0.05, 0.01, 0.0
     ``"{schedule} a={alpha} tw={time_weight} sw={size_weight}"``. ``time_rules`` (e.g.
     ``("scaled", "flat", "gated:0.3")``: a rule, and for ``gated`` its ``time_min_cos``) adds
     the time rule as a fifth list and to the names (``tw=0.5/scaled``); with time weight 0 the
-    rule does not matter and the candidate appears once. Without it, ``base``'s rule is used."""
+    rule does not matter and the candidate appears once, with ``base``'s rule (so it equals
+    ``base``'s config where the other fields do). Without it, ``base``'s rule is used."""
     base = base or CompressConfig()
     out, seen = [], set()
     for s, a, tw, rule, sw in itertools.product(schedules, alphas, time_weights, time_rules or (None,), size_weights):
-        tree = dataclasses.replace(base.tree, time_weight=tw, size_weight=sw, **rule_fields(rule))
+        tree = dataclasses.replace(base.tree, time_weight=tw, size_weight=sw, **rule_fields(rule if tw > 0 else None))
         cfg = dataclasses.replace(base, partition=dataclasses.replace(base.partition, alpha=a), tree=tree,
                                   merge=dataclasses.replace(base.merge, schedule=s))
         name = f"{s} a={a:g} tw={tw:g}{f'/{rule}' if rule and tw > 0 else ''} sw={sw:g}"
