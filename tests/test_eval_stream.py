@@ -121,4 +121,17 @@ def test_cli_stream_outputs(tmp_path, monkeypatch):
     assert "| texts asked | texts embedded |" in md and "stream-memforest:matching" in md
     assert "offline-memforest:matching" in md and "rerun-memforest:matching | 50%" in md
     data = json.loads((out / "stream.json").read_text())
-    assert {r["method"] for r in data["work"]} >= {"stream-memforest:matching", "stream-tome"}
+    assert {r["method"] for r in data["work"]} >= {"stream-memforest:matching", "stream-tome",
+                                                   "full-memforest:matching"}
+    assert data["meta"]["low_water"] == 0.8
+    # --no-full-reference and --low-water reach the replay
+    out2 = tmp_path / "out2"
+    assert main(["--benchmark", str(bench), "--stream", "--no-full-reference", "--low-water", "0.9", "--budgets", "0.5",
+                 "--seeds", "0", "--methods", "memforest:matching", "--out", str(out2), "--bootstrap", "20", "--quiet",
+                 "--k", "2", "--budget", "40"]) == 0
+    data = json.loads((out2 / "stream.json").read_text())
+    assert {r["method"] for r in data["work"]} == {"stream-memforest:matching", "offline-memforest:matching"}
+    assert data["meta"]["low_water"] == 0.9
+    steps = [r for r in data["work"] if r["step"] >= 0]
+    assert all(n <= 12 for r in steps for n in r["sizes"].values())
+    assert any(10 in r["sizes"].values() for r in steps if r["merges"])  # floor(0.9 x 12); 0.8 would give 9
