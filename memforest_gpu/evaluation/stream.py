@@ -122,20 +122,38 @@ def _ratio_cfg(cfg: CompressConfig, remove: int, n: int) -> CompressConfig:
 
 
 class _Timed:
-    """An embedder that adds up the time spent in ``embed`` (merged text, through the cache)."""
+    """The embedder of one replay: merged texts are embedded by the model itself (past the
+    run's shared embedding cache) through a cache of the replay's own, so a replay is charged
+    for every text it embeds and never gets another replay's (or an earlier run's) vectors
+    for free. A text the replay embedded at an earlier session is reused, as the embedder of
+    a long-lived process would (``SentenceTransformerEmbedder`` keeps such a cache).
 
-    def __init__(self, inner):
-        self.inner, self.seconds = inner, 0.0
+    ``seconds``: time in ``embed``; ``texts``: texts asked for (what an embedder without any
+    cache would embed); ``embedded``: texts the model embedded."""
+
+    def __init__(self, embedder):
+        self.shared = embedder
+        self.model = getattr(embedder, "inner", embedder)  # past a CachedEmbedder
+        self._vec: dict[str, torch.Tensor] = {}
+        self.seconds, self.texts, self.embedded = 0.0, 0, 0
 
     def embed(self, texts):
+        texts = list(texts)
         t0 = time.perf_counter()
         try:
-            return self.inner.embed(texts)
+            todo = list(dict.fromkeys(t for t in texts if t not in self._vec))
+            if todo:
+                out = self.model.embed(todo).detach().to("cpu", torch.float32)
+                self._vec.update(zip(todo, out))
+            self.texts, self.embedded = self.texts + len(texts), self.embedded + len(todo)
+            if not texts:
+                return torch.empty(0, int(self.shared.dim), dtype=torch.float32)
+            return torch.stack([self._vec[t] for t in texts])
         finally:
             self.seconds += time.perf_counter() - t0
 
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+    def __getattr__(self, name):  # name, dim, max_tokens, count_tokens (memoised by the shared cache)
+        return getattr(self.shared, name)
 
 
 def _replay(full: MemoryStore, steps, budget: CompactConfig, kind: str, spec: MethodSpec, cfg, merger, embedder,
@@ -148,7 +166,7 @@ def _replay(full: MemoryStore, steps, budget: CompactConfig, kind: str, spec: Me
         new = full.take(rows)
         store = new if store is None else append(store, new)
         seen = np.sort(np.r_[seen, rows])
-        t0, e0 = time.perf_counter(), emb.seconds
+        t0, e0, x0, m0 = time.perf_counter(), emb.seconds, emb.texts, emb.embedded
         if kind == "stream" and spec.is_memforest:
             res = compact(store, budget, cfg, merger=merger, embedder=emb, device=device)
             store, merges = res.store, res.report.merges
@@ -166,6 +184,7 @@ def _replay(full: MemoryStore, steps, budget: CompactConfig, kind: str, spec: Me
         wall = time.perf_counter() - t0
         work.append({"step": k, "arrived": int(len(rows)), "nodes": len(store), "merges": int(merges),
                      "seconds": wall, "embed_seconds": emb.seconds - e0,
+                     "texts": emb.texts - x0, "embedded": emb.embedded - m0,
                      "sizes": dict(zip(store.tenant_table, np.bincount(store.tenant_codes_np).tolist()))})
     return store, work
 
@@ -220,7 +239,8 @@ def run_stream(bench: Benchmark, methods, scfg: StreamConfig, seeds=(0,), *, emb
                     if progress:
                         progress(f"{lab.label} budget {frac:g} seed {seed}: {len(final)} nodes, "
                                  f"{sum(r['merges'] for r in w)} merges, {sum(r['seconds'] for r in w):.1f}s "
-                                 f"({sum(r['embed_seconds'] for r in w):.1f}s embedding)")
+                                 f"({sum(r['embed_seconds'] for r in w):.1f}s embedding {sum(r['embedded'] for r in w)} "
+                                 f"of {sum(r['texts'] for r in w)} texts)")
                 t0 = time.perf_counter()
                 final = _offline(full, sizes, spec, cfg, merger, embedder, dev)
                 lab = MethodSpec(f"offline-{spec.name}", spec.schedule)

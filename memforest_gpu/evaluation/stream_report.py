@@ -16,8 +16,10 @@ __all__ = ["stream_markdown", "write_stream_outputs", "run_cli", "work_totals"]
 
 
 def work_totals(work: list[dict]) -> dict:
-    """(method, budget) -> sessions, compacting sessions, merges, wall / embedding / engine seconds."""
-    tot = defaultdict(lambda: {"steps": 0, "compactions": 0, "merges": 0, "seconds": 0.0, "embed": 0.0})
+    """(method, budget) -> sessions, compacting sessions, merges, wall / embedding / engine seconds,
+    merged texts asked for and embedded (the replay's own cache)."""
+    tot = defaultdict(lambda: {"steps": 0, "compactions": 0, "merges": 0, "seconds": 0.0, "embed": 0.0, "texts": 0,
+                               "embedded": 0})
     for r in work:
         if r["step"] < 0:
             continue
@@ -27,6 +29,8 @@ def work_totals(work: list[dict]) -> dict:
         t["merges"] += r["merges"]
         t["seconds"] += r["seconds"]
         t["embed"] += r.get("embed_seconds", 0.0)
+        t["texts"] += r.get("texts", 0)
+        t["embedded"] += r.get("embedded", 0)
     for t in tot.values():
         t["engine"] = t["seconds"] - t["embed"]
     return dict(tot)
@@ -34,19 +38,22 @@ def work_totals(work: list[dict]) -> dict:
 
 def _work_table(work: list[dict]) -> list[str]:
     tot = work_totals(work)
-    L = ["| method | budget | sessions | compacting | merges | seconds | of which embedding | engine seconds | "
-         "stream / full | stream / rerun |", "|---|---|---|---|---|---|---|---|---|---|"]
+    L = ["| method | budget | sessions | compacting | merges | texts asked | texts embedded | seconds | "
+         "of which embedding | engine seconds | stream / full | stream / rerun |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def vs(t, kind, m, b):
         ref = tot.get((kind + "-" + m.split("-", 1)[1], b))
         if ref is None or not m.startswith("stream-") or ref["seconds"] <= 0:
             return "–"
         return (f"{t['seconds'] / ref['seconds']:.2f}x time, {t['engine'] / max(ref['engine'], 1e-9):.2f}x engine, "
+                f"{t['embedded'] / max(ref['embedded'], 1):.2f}x texts embedded, "
                 f"{t['merges'] / max(ref['merges'], 1):.2f}x merges")
 
     for (m, b), t in sorted(tot.items(), key=lambda kv: (-kv[0][1], kv[0][0])):
-        L.append(f"| {m} | {100 * b:.0f}% | {t['steps']} | {t['compactions']} | {t['merges']} | {t['seconds']:.1f} | "
-                 f"{t['embed']:.1f} | {t['engine']:.1f} | {vs(t, 'full', m, b)} | {vs(t, 'rerun', m, b)} |")
+        L.append(f"| {m} | {100 * b:.0f}% | {t['steps']} | {t['compactions']} | {t['merges']} | {t['texts']} | "
+                 f"{t['embedded']} | {t['seconds']:.1f} | {t['embed']:.1f} | {t['engine']:.1f} | "
+                 f"{vs(t, 'full', m, b)} | {vs(t, 'rerun', m, b)} |")
     return L
 
 
@@ -85,9 +92,11 @@ def stream_markdown(res, work: list[dict], comp: list[dict], reference: str) -> 
             k = f"{m}_retention_diff_vs_{reference}"
             cells.append(f"{d[k]:+.1f} [{d[k + '_ci_lo']:+.1f}, {d[k + '_ci_hi']:+.1f}]" if k in d else "–")
         L.append(f"| {lab} | {100 * (1 - ratio):.0f}% | " + " | ".join(cells) + " |")
-    L += ["", "Work: wall seconds of all the replay's compactions; embedding = the time in the embedder (merged text, "
-              "through the run's embedding cache, so a text embedded by an earlier replay is free); engine = the "
-              "rest (placement, partition, trees, planning, merging, splicing). full = compress of the whole current "
+    L += ["", "Work: wall seconds of all the replay's compactions; embedding = the time in the embedder (merged texts, "
+              "embedded by the model through a cache of the replay's own: a text the replay embedded at an earlier "
+              "session is reused, nothing comes from another replay or an earlier run); texts asked = merged texts "
+              "the engine asked for (what an embedder without a cache embeds), texts embedded = those the model "
+              "embedded; engine = the rest (placement, partition, trees, planning, merging, splicing). full = compress of the whole current "
               "store after every session; rerun = compress of every memory so far, uncompressed, after every "
               "session.", ""] + _work_table(work)
     return "\n".join(L) + "\n"
@@ -124,7 +133,8 @@ def run_cli(a, config, methods: list[str]) -> int:
     from .benchmark import load_benchmark
 
     bench = load_benchmark(a.benchmark)
-    emb = CachedEmbedder(SentenceTransformerEmbedder(None if a.embedder == "default" else a.embedder, device=a.device),
+    emb = CachedEmbedder(SentenceTransformerEmbedder(None if a.embedder == "default" else a.embedder, device=a.device,
+                                                     cache=False),  # each replay caches its own (stream._Timed)
                          a.cache or os.path.join(a.out, ".cache"))
     if a.threads:
         torch.set_num_threads(a.threads)
