@@ -126,7 +126,8 @@ class TreeConfig:
     knn_cells_above: int = 8192  # trees of more nodes search neighbours in cells (approximate, sub-quadratic)
     # buckets of trees padded to at most this many slots keep every pair even under "knn": a
     # small tree's matrix costs about what its lists do (N * 64 cosines at most) and its rounds
-    # are several times cheaper (the paper preset's ~20-node trees: 4x less tree time at 50,000 nodes)
+    # are several times cheaper (the paper preset's ~20-node trees: 4x less tree time at 50,000 nodes);
+    # 0: lists for every tree of more than knn + 1 nodes, and the edge-list forest for every tree
     knn_above: int = 64
 
     def __post_init__(self):

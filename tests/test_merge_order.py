@@ -135,7 +135,7 @@ def config(*, ratio, schedule, degree_norm="none", eta=0.99, alpha=0.05, cap=Non
     return CompressConfig(partition=PartitionConfig(alpha=alpha),
                           tree=TreeConfig(eta=eta, degree_norm=degree_norm, time_weight=time_weight,
                                           time_rule=time_rule, time_min_cos=time_min_cos, size_weight=size_weight,
-                                          knn=1 << 20),
+                                          knn=1 << 20, knn_above=0),
                           # the reference models the "strict" cap policy: a pair over the cap is no edge
                           merge=MergeConfig(ratio=ratio, schedule=schedule, max_node_tokens=cap, cap_policy="strict"))
 

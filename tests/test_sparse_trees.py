@@ -225,3 +225,16 @@ def test_strict_cap_forest_has_the_dense_pieces(knn):
     live = s.quotas.tree_size
     assert (counts["dense"] < live - 1).all()  # the cap splits both trees
     np.testing.assert_array_equal(counts["knn"], counts["dense"])
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_mixed_buckets_plan_as_the_edge_list_path(schedule):
+    """Small trees take the padded path and big ones the edge-list forest in the same round;
+    the merges are those of the edge-list path everywhere (knn_above 0), merge for merge (the
+    small trees hold at most knn + 1 nodes, so every pair is a candidate either way)."""
+    store = build_store([300, 150, 9, 6, 3], dim=16, seed=8)
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn=8, time_weight=0.3, size_weight=0.2),
+                         merge=MergeConfig(ratio=0.6, schedule=schedule))
+    s = compress_module.setup_run(store, cfg, None, "cpu", False, None, None, 1 << 24)
+    assert {bk.lists for bk in s.batch.buckets} == {True, False}  # both paths in every round
+    assert_same_run(compress(store, with_tree(cfg, knn_above=0), device="cpu"), compress(store, cfg, device="cpu"))

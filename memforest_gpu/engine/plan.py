@@ -117,10 +117,7 @@ def plan_round(batch: TreeBatch, need: np.ndarray, remaining: np.ndarray, cfg: C
     """
     dev = batch.vectors.device
     matching = cfg.merge.schedule == "matching"
-    if cfg.tree.graph == "knn" and cfg.tree.kind == "max":  # one flat edge list, one forest for all buckets
-        cat, off = forest_candidates(batch, need, cfg, cap, matching)
-    else:
-        cat, off = _dense_candidates(batch, need, cfg, cap, rng, matching)
+    cat, off = _candidates(batch, need, cfg, cap, rng, matching)
     if cat is None:
         return _empty_plan(len(batch.buckets), dev)
     take = cat["take"]
@@ -138,6 +135,37 @@ def plan_round(batch: TreeBatch, need: np.ndarray, remaining: np.ndarray, cfg: C
     offsets = np.concatenate([[0], np.cumsum(counts)])
     return Plan(bucket, row, sa, sb, tree_e, score, host[:, 4].copy(), host[:, 1].copy(), host[:, 5].copy(),
                 host[:, 6].copy(), host[:, 7].copy().view(np.float64), offsets)
+
+
+def _candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap: int | None, rng, matching: bool):
+    """The round's candidate pairs of every tree in ``need``: trees of buckets that keep
+    neighbour lists through the edge-list forest (:func:`~.candidates.forest_candidates`),
+    trees of buckets that keep every pair through the padded path (several times cheaper
+    for small trees), or every tree through the edge-list forest when ``knn_above`` is 0.
+    A tree's candidates depend on its own edges only and both paths make the same plans
+    on every pair (tests/test_sparse_trees.py), so the split changes no merge."""
+    t = cfg.tree
+    flat = np.zeros(len(need), dtype=bool)  # (T,) trees whose bucket keeps lists
+    for bk in batch.buckets:
+        flat[bk.trees_np] = bk.lists
+    if t.graph == "knn" and t.kind == "max" and t.knn_above == 0:
+        flat[:] = True
+    parts = []
+    n = 0
+    if (need & flat).any():
+        c, n = forest_candidates(batch, need & flat, cfg, cap, matching)
+        parts += [c] if c is not None else []
+    if (need & ~flat).any():
+        c, n2 = _dense_candidates(batch, need & ~flat, cfg, cap, rng, matching)
+        if c is not None:
+            if matching:  # the padded path's vertex ids after the forest's
+                c = dict(c, ga=c["ga"] + n, gb=c["gb"] + n)
+            parts.append(c)
+            n += n2
+    if not parts:
+        return None, 0
+    keys = [k for k in parts[0] if all(k in c for c in parts)]  # sequential: the padded path has no keys
+    return {k: torch.cat([c[k] for c in parts]) for k in keys}, n
 
 
 def _dense_candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap: int | None, rng,
