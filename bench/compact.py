@@ -132,7 +132,8 @@ def many(a) -> dict:
     m = run_measured([sys.executable, os.path.abspath(__file__), "_compact_file", store_path, a.preset])
     if m["returncode"]:
         raise SystemExit(m["output_tail"])
-    got = json.loads(m["output"].strip().splitlines()[-1])
+    # the child's JSON line (its output also holds /usr/bin/time's report)
+    got = json.loads([ln for ln in m["output"].splitlines() if ln.startswith("{")][-1])
     rec.update({"compact_seconds": m["seconds"], "compact_peak_rss_mb": m["peak_rss_mb"], **got,
                 "tenants_with_new": len(chosen)})
     del budget
