@@ -34,6 +34,9 @@ import threading
 import time
 from contextlib import contextmanager
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import peak_rss_mb as hwm_mb  # noqa: E402  the resident high-water mark (VmHWM)
+
 __all__ = ["StageMemory", "stage_marks", "rss_mb", "hwm_mb", "main"]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -49,20 +52,6 @@ def rss_mb() -> float:
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-def hwm_mb() -> float:
-    """High-water mark of the resident set since the start (MB)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _cuda():

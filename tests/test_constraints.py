@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from engine_helpers import CPU, build_store
+from extras import need
 from memforest_gpu import CompressConfig, MemoryStore, compress
 from memforest_gpu.config import MergeConfig
 from memforest_gpu.engine.constraints import constrain, group_codes, kept_mask
@@ -152,7 +153,7 @@ def test_config_checks_and_flags():
 
 
 def test_distributed_run_keeps_ruled_tenants_whole():
-    pytest.importorskip("torch.distributed")
+    need("torch.distributed")
     from memforest_gpu.distributed import compress_distributed
 
     st = build_store([60, 20, 20], dim=16)
