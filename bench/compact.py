@@ -85,7 +85,8 @@ def tenant(a) -> dict:
         rec["compact_file_seconds"] = time.perf_counter() - t
         rec["compact_file_steps"] = fr.seconds
     print(f"tenant  preset {a.preset:<9} {a.nodes} + {a.new} new: compact {sec:.2f}s in memory "
-          f"({r['trees_replanned']} of {r['trees']} trees re-planned, {r['placed']} placed, {r['new_trees']} new trees, "
+          f"({r['trees_replanned']} of {r['trees']} trees re-planned, {r['placed']} placed, "
+          f"{r['new_trees']} new trees, "
           f"{res.report.merges} merges), {rec['compact_file_seconds']:.2f}s on the Parquet file "
           f"({', '.join(f'{k} {v:.2f}s' for k, v in fr.seconds.items())})"
           + (f"; compress of the tenant {t_base:.1f}s" if t_base else ""),
@@ -138,8 +139,9 @@ def many(a) -> dict:
                 "tenants_with_new": len(chosen)})
     del budget
     ref = rec.get("compress_seconds")
-    print(f"many    preset {a.preset:<9} compact after {a.new} new memories in {len(chosen)} tenants: {m['seconds']:.1f}s "
-          f"wall, {m['peak_rss_mb']:.0f} MB ({got['steps']})" + (f"; {m['seconds'] / ref:.1%} of compress" if ref else ""),
+    print(f"many    preset {a.preset:<9} compact after {a.new} new memories in {len(chosen)} tenants: "
+          f"{m['seconds']:.1f}s wall, {m['peak_rss_mb']:.0f} MB ({got['steps']})"
+          + (f"; {m['seconds'] / ref:.1%} of compress" if ref else ""),
           flush=True)
     return rec
 

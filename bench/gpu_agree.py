@@ -13,8 +13,8 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
 
 from gpu_ctx import HERE, Ctx, fast_store, frac_equal
 

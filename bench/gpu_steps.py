@@ -109,9 +109,9 @@ def step_first_round(ctx: Ctx) -> None:
         r = res.report
         stages = {f"{k}_s": v for k, v in r.seconds.items()}
         ctx.emit(name=f"first_round_{kmeans}", summary=f"{sec:.2f} s for {len(store):,} nodes ({r.trees:,} trees, "
-                 f"{len(res.records):,} pairs planned), {reads.total:,} host reads",
+                 f"{len(res.merges):,} pairs planned), {reads.total:,} host reads",
                  n=len(store), dim=store.dim, tenants=s["first_round_tenants"], kmeans=kmeans, schedule="matching",
-                 seconds=sec, **stages, trees=r.trees, planned_pairs=len(res.records),
+                 seconds=sec, **stages, trees=r.trees, planned_pairs=len(res.merges),
                  kmeans_iterations=r.kmeans_iterations, host_reads=reads.total,
                  host_reads_by_name=dict(reads.by_name.most_common()), peak_gpu_mb=ctx.peak_mb(),
                  store_build_s=build_s, triton_fallbacks=fallback_reasons())
@@ -256,6 +256,7 @@ def _vllm(ctx: Ctx) -> None:
 
     from gpu_llm import QWEN25, chatml_tokenizer
     from gpu_merge import sample_pairs
+
     from memforest_gpu.mergers.prompt import SYSTEM_PROMPT, build_messages
     from memforest_gpu.mergers.vllm_offline import VLLMMerger, free_memory_utilization
 
@@ -286,7 +287,8 @@ def _vllm(ctx: Ctx) -> None:
                      gpu_memory_utilization=util, note="vLLM load_format=dummy: random weights, real throughput")
 
 
-STEP_FUNCS = {"agreement": step_agreement, "compress": step_compress, "first_round": step_first_round, "kmeans": step_kmeans, "merge": step_merge,
+STEP_FUNCS = {"agreement": step_agreement, "compress": step_compress, "first_round": step_first_round,
+              "kmeans": step_kmeans, "merge": step_merge,
               "retrieval": step_retrieval, "optional": step_optional}
 
 

@@ -29,7 +29,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="mem0-dir-"))
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import print_hardware, hardware  # noqa: E402
+from common import hardware, print_hardware  # noqa: E402
 
 TOPICS = [
     ["{u} is allergic to peanuts.", "{u} has a peanut allergy and carries an EpiPen.", "{u} avoids peanut butter."],

@@ -43,8 +43,10 @@ def one(n: int, graph: str, ratio: float, knn: int | None, threads: int) -> dict
     peak = after.ru_maxrss
     return {"nodes": n, "graph": graph, "knn": tree.knn if graph == "knn" else None, "ratio": ratio,
             "trees": res.report.trees, "rounds": res.report.rounds, "merges": res.report.merges,
-            "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "seconds": {k: round(v, 1) for k, v in res.report.seconds.items()},
-            "peak_rss_gb": round(peak / 2 ** 20, 2), "rss_before_gb": round(before.ru_maxrss / 2 ** 20, 2), "threads": threads}
+            "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "seconds": {k: round(v, 1) for k,
+                                                                          v in res.report.seconds.items()},
+            "peak_rss_gb": round(peak / 2 ** 20, 2), "rss_before_gb": round(before.ru_maxrss / 2 ** 20,
+                                                                            2), "threads": threads}
 
 
 def main(argv=None):

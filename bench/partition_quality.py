@@ -56,7 +56,8 @@ def main(argv=None):
                    "seconds": t.seconds, "objective": obj, "clusters": int(part.kmeans_tree.max()) + 1,
                    "trees": int(part.tree_tenant.shape[0]), "peak_mb": peak_rss_mb(),
                    "objective_vs_exact": (obj / exact - 1.0) if exact else None}
-            extra = f"  objective {100 * rec['objective_vs_exact']:+.1f}% vs exact" if exact and method != "exact" else ""
+            vs = rec["objective_vs_exact"]
+            extra = f"  objective {100 * vs:+.1f}% vs exact" if exact and method != "exact" else ""
             print(f"n={n:>8} {method:>9}: {t.seconds:8.2f}s  objective {obj:.1f}  clusters {rec['clusters']}{extra}",
                   flush=True)
             records.append(rec)

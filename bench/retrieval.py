@@ -88,7 +88,8 @@ def many_tenants(a) -> list[dict]:
               f"{short:,} with a reported shortfall ({rep.shortfall:,} nodes), every tenant round(0.5 n) or "
               f"its shortfall: {ok}; stages {secs}", flush=True)
         records.append({"bench": "many-tenants-compress", "n": rep.nodes_in, "tenants": a.many_tenants,
-                        "dim": a.dim, "kmeans": a.kmeans, "two_level_min_nodes": a.two_level_min, "seconds": t.seconds, "stages": rep.seconds,
+                        "dim": a.dim, "kmeans": a.kmeans, "two_level_min_nodes": a.two_level_min, "seconds": t.seconds,
+                        "stages": rep.seconds,
                         "peak_rss_mb": peak_rss_mb(), "nodes_out": rep.nodes_out, "shortfall": rep.shortfall,
                         "exact_or_reported": ok})
         store = res.store

@@ -36,8 +36,7 @@ from common import Timer, peak_rss_mb, print_hardware, reset_peak, run_measured,
 from stage_memory import StageMemory, stage_marks  # noqa: E402
 
 from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig, compress  # noqa: E402
-from memforest_gpu.store.synthetic import (few_tenant_sizes, heavy_tailed_sizes, synthetic_store,  # noqa: E402
-                                     write_synthetic_parquet)
+from memforest_gpu.store.synthetic import few_tenant_sizes, heavy_tailed_sizes, synthetic_store, write_synthetic_parquet  # noqa: E402
 
 STAGES = ("partition", "setup", "trees", "merge", "embed", "output")
 
@@ -149,7 +148,8 @@ def main(argv=None):
     ap.add_argument("--cli", action="store_true",
                     help="run `memforest compress` on a Parquet store as a child process (whole-process peak RSS)")
     ap.add_argument("--memory-budget", default=None, help="--cli: passed to memforest compress")
-    ap.add_argument("--preset", default=None, help="--cli: passed to memforest compress (default: the CLI's, memforest)")
+    ap.add_argument("--preset", default=None,
+                    help="--cli: passed to memforest compress (default: the CLI's, memforest)")
     ap.add_argument("--workdir", default="/tmp/memforest-scaling", help="--cli / many: where stores are written")
     ap.add_argument("--out", default="runs/scaling.json")
     ap.add_argument("--plot", default=None)

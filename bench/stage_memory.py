@@ -137,8 +137,8 @@ class StageMemory:
 MARKS = (
     ("memforest_gpu.api", "load_store_and_embedder", "read", "prepare"),
     ("memforest_gpu.api", "write_store", "write", "exit"),
-    ("memforest_gpu.engine.compress", "partition_nodes", "partition", "setup"),
-    ("memforest_gpu.engine.compress", "build_trees", "trees", "rounds"),
+    ("memforest_gpu.engine.setup", "partition_nodes", "partition", "setup"),
+    ("memforest_gpu.engine.setup", "build_trees", "trees", "rounds"),
     ("memforest_gpu.engine.compress", "assemble", "output", "report"),
 )
 

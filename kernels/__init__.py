@@ -5,17 +5,17 @@ inputs, so the same code runs on CUDA and on CPU. Batched layouts are padded:
 ``(T, n, D)`` points with a ``(T, n)`` validity mask, one row per independent problem
 (a tenant, or a tree), so many small problems run as one tensor op.
 """
-from .padding import pack_segments, unpack_segments, size_buckets
+from .agpr import agpr_rerank, dense_rank, topk_rows, topk_search
 from .assign import best_match
-from .kmeans import kmeans, lloyd_step, cluster_centres
-from .seeding import batched_d2_seeds, kmeans_plus_plus
+from .edge_mst import edge_forest
+from .kmeans import cluster_centres, kmeans, lloyd_step
+from .knn import knn_blockwise, knn_cells, top_by_key
+from .matching import best_edge_per_tree, greedy_matching
+from .mst import spanning_forest, tree_degrees
+from .padding import pack_segments, size_buckets, unpack_segments
 from .rand import counter_uniform
 from .reassign import reassign_to_centres
-from .mst import spanning_forest, tree_degrees
-from .forest import edge_forest
-from .knn import knn_blockwise, knn_cells, top_by_key
-from .matching import greedy_matching, best_edge_per_tree
-from .agpr import agpr_rerank, dense_rank, topk_rows, topk_search
+from .seeding import batched_d2_seeds, kmeans_plus_plus
 
 __all__ = [
     "pack_segments", "unpack_segments", "size_buckets", "best_match", "kmeans", "batched_d2_seeds", "kmeans_plus_plus",

@@ -50,7 +50,7 @@ def topk_rows(S: torch.Tensor, c: int):
     """
     tv, cols = torch.topk(S, c, dim=1)  # (Q, c); which of equal values it returns is unspecified
     thr = tv[:, -1:]  # the c-th largest value
-    amb = (S >= thr).sum(1) > c  # more rows tie at the threshold than fit: pick the lowest indices
+    amb = (thr <= S).sum(1) > c  # more rows tie at the threshold than fit: pick the lowest indices
     if bool(amb.any()):
         Sa = S[amb]
         above, tied = Sa > thr[amb], Sa == thr[amb]
@@ -100,7 +100,8 @@ def agpr_rerank(sims: torch.Tensor, times: torch.Tensor, valid: torch.Tensor, k:
     the candidates; p_j = mean_a exp(-|pos_j - pos_a|); v = gamma*s + (1-gamma)*p.
     Ties: higher s, then lower candidate column (= lower index for equal s).
 
-    Shape: sims, times, valid (Q, C) -> order (Q, k') column indices into C, v (Q, k'), k' = min(k, C)
+    Shape: sims, times, valid (Q, C) -> order (Q, k') column indices into C, v (Q, k'), k' =
+           min(k, C)
     """
     Q, C = sims.shape
     A = min(n_anchors(k, lam), C)

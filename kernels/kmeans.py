@@ -84,7 +84,8 @@ class LocalReduce:
 def lloyd_step(X, valid, centroids, c_valid, *, budget: int = 1 << 24):
     """One assignment: each point to its nearest valid centroid (ties: lowest index).
 
-    Shape: X (T, n, D), centroids (T, K, D), c_valid (T, K) -> labels (T, n) (-1 on padding), score (T, n)
+    Shape: X (T, n, D), centroids (T, K, D), c_valid (T, K) -> labels (T, n) (-1 on padding),
+           score (T, n)
     """
     score, labels = best_match(X, centroids, c_valid, mode="l2", budget=budget)
     labels = labels.masked_fill(~valid, -1)

@@ -47,7 +47,8 @@ def greedy_matching(u: torch.Tensor, v: torch.Tensor, score: torch.Tensor, key: 
     The host reads one flag every ``check_every`` locally-dominant rounds (usually once in
     all: random trees need a handful of rounds).
 
-    Shape: u, v, score, key, ok (B, E) with vertex ids in [0, m); cap (B,) or (G,) -> matched (B, E) bool
+    Shape: u, v, score, key, ok (B, E) with vertex ids in [0, m); cap (B,) or (G,) -> matched
+           (B, E) bool
     """
     B, E = u.shape
     dev = u.device

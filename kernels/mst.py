@@ -37,7 +37,8 @@ def spanning_forest(W: torch.Tensor, active: torch.Tensor, *, maximum: bool = Tr
     E = max(m - 1, 0)
     if B == 0 or m <= 1:
         z = torch.zeros(B, E, dtype=torch.int64, device=dev)
-        return z, z.clone(), torch.zeros(B, E, dtype=W.dtype, device=dev), torch.zeros(B, E, dtype=torch.bool, device=dev)
+        return z, z.clone(), torch.zeros(B, E, dtype=W.dtype, device=dev), torch.zeros(B, E, dtype=torch.bool,
+                                                                                       device=dev)
     Wd = W if maximum else -W
     neg_inf = torch.tensor(float("-inf"), dtype=W.dtype, device=dev)
     pair_ok = active[:, :, None] & active[:, None, :] & ~torch.eye(m, dtype=torch.bool, device=dev)[None]

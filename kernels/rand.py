@@ -28,7 +28,8 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
 
 
 def stream_keys(values: list[int] | torch.Tensor, device=None) -> torch.Tensor:
-    """Stream keys (T,) int64 in [0, 2^31 - 1) from arbitrary non-negative integers (e.g. crc32 of a name)."""
+    """Stream keys (T,) int64 in [0, 2^31 - 1) from arbitrary non-negative integers (e.g. crc32
+    of a name)."""
     t = torch.as_tensor(values, dtype=torch.int64, device=device)
     return _mix(t % _P)
 

@@ -62,11 +62,12 @@ def batched_d2_seeds(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, s
     """D^2 seeding in growing batches, with no device read.
 
     Step s draws b_s new centres per problem (:func:`seeding_steps`: 1, then a quarter of
-    those chosen so far; fewer once a problem has its k), without replacement, with probability proportional to each point's squared distance
-    to its nearest centre so far (Gumbel top-b over ``log d^2``; the first centre is uniform),
-    then updates the distances against the new centres in one tiled search. O(log K) steps
-    and about one Lloyd step of arithmetic in all. Points that coincide with a centre
-    (d^2 = 0) are taken only when nothing else is left, lowest index first.
+    those chosen so far; fewer once a problem has its k), without replacement, with
+    probability proportional to each point's squared distance to its nearest centre so far
+    (Gumbel top-b over ``log d^2``; the first centre is uniform), then updates the distances
+    against the new centres in one tiled search. O(log K) steps and about one Lloyd step of
+    arithmetic in all. Points that coincide with a centre (d^2 = 0) are taken only when
+    nothing else is left, lowest index first.
 
     Random numbers come from :func:`counter_uniform` keyed by ``streams`` (T,) (default: the
     row index), so a problem's seeds depend only on its own points and key, on any device.
@@ -186,8 +187,8 @@ def kmeans_plus_plus_dense(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor
 
     Random numbers come from a CPU generator seeded with ``seed`` so CPU and CUDA draw
     the same numbers; ``uniforms`` (Kmax, T) in [0, 1) overrides them (per-problem streams
-    make a problem's result independent of what else is in the batch). When every remaining point coincides with a centre, the first
-    valid point not yet chosen is taken.
+    make a problem's result independent of what else is in the batch). When every remaining
+    point coincides with a centre, the first valid point not yet chosen is taken.
 
     Shape: X (T, n, D), valid (T, n), k (T,) -> seeds (T, Kmax) int64 point indices (-1 = unused)
     """

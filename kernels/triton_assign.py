@@ -160,7 +160,8 @@ def _record(reason: str) -> None:
 
 
 def fallback_reasons() -> dict[str, int]:
-    """How often ``backend="auto"`` on CUDA ran the PyTorch path instead of the kernel, by reason."""
+    """How often ``backend="auto"`` on CUDA ran the PyTorch path instead of the kernel, by
+    reason."""
     with _lock:
         return dict(_FALLBACKS)
 

@@ -16,7 +16,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "MemoryStore", "read_store", "write_store", "compress", "CompressResult", "CompressReport",
-    "compact", "CompactResult", "CompactConfig", "CompressConfig", "PartitionConfig", "TreeConfig", "MergeConfig", "RetrievalConfig",
+    "compact", "CompactResult", "CompactConfig", "CompressConfig", "PartitionConfig", "TreeConfig", "MergeConfig",
+    "RetrievalConfig",
     "SentenceTransformerEmbedder", "Merger", "MergePair", "MemoryItem", "ExtractiveMerger",
     "Retriever", "SearchResult", "search",
 ]

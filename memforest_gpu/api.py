@@ -1,181 +1,61 @@
-"""The user-facing Python API: load, compress, save, search (the CLI calls only these)."""
+"""The Python API of store files: load, compress, compact, search. The command line calls
+these for its store commands; each is a thin door to the package that does the work.
+
+>>> from memforest_gpu.api import compress_file, search_file
+>>> result = compress_file("memories.parquet", "compressed.parquet",
+...     CompressConfig.preset("memforest"))
+>>> hits = search_file("compressed.parquet", ["where did Alice travel?"], k=5)[0]
+"""
 from __future__ import annotations
 
-import dataclasses
-import logging
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .config import CompressConfig
-from .engine import CompressResult, DryRunResult, compress, dry_run
-from .mergers import get_merger
-from .mergers.embedders import SentenceTransformerEmbedder, get_embedder
-from .runs.journal import JournaledMerger, journal_path, run_fingerprint
-from .runs.outputs import OutputLock, check_not_input, check_output
+from .config import CompressConfig, RetrievalConfig
+from .engine import CompressResult
+from .retrieval.retriever import Retriever
+from .runs.budgeted import compress_file_budgeted
+from .runs.compact import compact_file
+from .runs.loading import RunInterrupted, load_store, load_store_and_embedder, resolve_embedder
+from .runs.single import compress_in_memory, dry_run_file
 from .store.io import detect_format, read_store, write_store
-from .store.memory_store import MemoryStore
 
-__all__ = ["load_store", "load_store_and_embedder", "compress_file", "dry_run_file", "resolve_embedder",
-           "RunInterrupted"]
-
-log = logging.getLogger("memforest_gpu")
+__all__ = ["load_store", "load_store_and_embedder", "resolve_embedder", "read_store", "write_store",
+           "compress_file", "dry_run_file", "compact_file", "search_file", "RunInterrupted"]
 
 
-class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C during :func:`compress_file`; the message says what was journaled and how to
-    resume."""
+def compress_file(src: str | Path, dst: str | Path, config: CompressConfig, *, memory_budget: int | None = None,
+                  echo: Callable[[str], None] | None = None, **options) -> CompressResult:
+    """Read ``src``, compress it, write ``dst`` atomically
+    (:func:`~.runs.single.compress_in_memory`:
+    its ``options``, the journal and ``resume``). With ``memory_budget`` (bytes) the store is
+    compressed one group of whole tenants at a time, to the same output
+    (:func:`~.runs.budgeted.compress_file_budgeted`; ``echo`` receives its progress lines)."""
+    if memory_budget is None:
+        if echo is not None:
+            raise ValueError("echo applies to a run with a memory_budget, got echo without one")
+        return compress_in_memory(src, dst, config, **options)
+    options.pop("journal", None)  # a budgeted run always journals
+    return compress_file_budgeted(src, dst, config, memory_budget=memory_budget, echo=echo, **options)
 
 
-def resolve_embedder(spec: str, store_embedder: str | None, *, device=None):
-    """``auto`` re-embeds with the store's recorded model when it can be loaded locally,
-    else warns and falls back to the normalised mean of the merged vectors."""
-    emb = get_embedder(spec, device=device, store_embedder=store_embedder)
-    if emb is None and spec == "auto":
-        _warn_mean(store_embedder)
-    return emb
-
-
-def _warn_mean(store_embedder: str | None) -> None:
-    log.warning("the model behind this store's vectors is %s; merged nodes get the normalised mean of "
-                "their inputs' vectors (pass --embedder PATH, the model that made them, to re-embed merged "
-                "text instead)", repr(store_embedder) if store_embedder else "not recorded")
-
-
-def load_store_and_embedder(path: str | Path, *, embedder: str = "auto", device=None, format: str | None = None,
-                            tenants=None, warn: bool = True) -> tuple[MemoryStore, object]:
-    """Read a store and resolve the model of its vectors, loading at most one model.
-
-    ``embedder``:
-    - ``auto``: a file without vectors is embedded with all-MiniLM-L6-v2 (the returned
-      embedder); a file whose vectors record a model gets that model when it is the
-      default one or a local directory; a file whose vectors record no model, or one that
-      cannot be loaded, gets ``None`` (merged nodes: the normalised mean) and, with
-      ``warn``, one warning saying how to re-embed. Unrecorded vectors are never assumed
-      to be all-MiniLM-L6-v2.
-    - ``default`` / a model directory: that model embeds a file without vectors and is
-      taken as the model of a file's vectors (recorded in the store when the file has none).
-    - ``none``: no model; the file must hold vectors.
-    """
-    if embedder == "none":
-        try:
-            return read_store(path, format=format, embedder=None, device=device, tenants=tenants), None
-        except ValueError as e:
-            if "no embedder" in str(e):
-                raise ValueError(f"{path}: the store has no embeddings, so --embedder none cannot be used; "
-                                 "pass --embedder auto (all-MiniLM-L6-v2), default or PATH to embed it") from None
-            raise
-    if embedder == "auto":
-        reader = SentenceTransformerEmbedder(device=device)  # loads only if it embeds something
-        store = read_store(path, format=format, embedder=reader, device=device, tenants=tenants)
-        if store.embedder == reader.name:
-            return store, reader  # embedded on load, or the file records the default model: one model
-        emb = get_embedder("auto", device=device, store_embedder=store.embedder)
-        if emb is None and warn:
-            _warn_mean(store.embedder)
-        return store, emb
-    model = get_embedder(embedder, device=device)
-    store = read_store(path, format=format, embedder=model, device=device, tenants=tenants)
-    if store.embedder is None:
-        store = dataclasses.replace(store, embedder=model.name)  # the caller named the vectors' model
-    return store, model
-
-
-def load_store(path: str | Path, *, embedder: str = "auto", device=None, format: str | None = None) -> MemoryStore:
-    """Read a store; a file without embeddings is embedded on load (``auto``: the default
-    model). See :func:`load_store_and_embedder`."""
-    return load_store_and_embedder(path, embedder=embedder, device=device, format=format, warn=False)[0]
-
-
-def compress_file(src: str | Path, dst: str | Path, config: CompressConfig, *, embedder: str = "auto",
-                  merger="extractive", merger_options: dict | None = None, device=None, progress: bool = True,
-                  format: str | None = None, out_format: str | None = None, resume: bool = False,
-                  journal: bool = True) -> CompressResult:
-    """Read ``src``, compress, write ``dst`` atomically.
-
-    ``merger``: a name for :func:`~memforest_gpu.mergers.get_merger` (with
-    ``merger_options``) or a merger object (its ``stats`` then hold the LLM counters and,
-    on a resumed run, ``replayed``: the merges taken from the journal).
-
-    With ``journal`` (default) every finished merge is appended to ``dst + ".journal.jsonl"``;
-    the journal is deleted once ``dst`` is written. After a crash, ``resume=True``
-    continues from it (see :mod:`memforest_gpu.runs.journal`); without ``resume`` an existing
-    journal is an error. ``dst`` itself is only ever written whole, at the end.
-
-    An LLM merger whose every request of a round failed (server down, bad key) stops the run
-    after that round with a ``ValueError``; the merges made so far stay journaled. A journal
-    that cannot be written stops the run with :class:`~memforest_gpu.runs.journal.JournalWriteError`
-    (never a merger fallback).
-
-    Before anything is loaded, ``dst`` is checked (:func:`~memforest_gpu.runs.outputs.check_output`:
-    not ``src`` or a link to it, a known format, not a directory, a writable folder) and its
-    folder created; while the run writes ``dst`` it holds ``dst + ".lock"``
-    (:class:`~memforest_gpu.runs.outputs.OutputLock`: a second run is refused). Ctrl-C raises
-    :class:`RunInterrupted` whose message says how many merges are journaled.
-    """
-    src, dst = os.fspath(src), os.fspath(dst)
-    # everything that can be checked without loading is checked first; nothing is left behind
-    detect_format(src, format)
-    if not os.path.exists(src):
-        raise FileNotFoundError(f"memory store file not found: {src!r}")
-    check_output(dst, format=out_format, inputs=[src], format_flag="out_format")
-    check_not_input(OutputLock(dst).path, [src], what="the lock file")
-    if journal:
-        check_not_input(journal_path(dst), [src], what="the journal")
-    if isinstance(merger, str):
-        merger = get_merger(merger, **(merger_options or {}))
-    elif merger_options:
-        raise ValueError(f"merger_options must be empty when merger is an object, got {sorted(merger_options)}")
-    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)  # the journal lives there from the start
-    with OutputLock(dst):
-        return _compress_locked(src, dst, config, embedder=embedder, merger=merger, device=device,
-                                progress=progress, format=format, out_format=out_format, resume=resume,
-                                journal=journal)
-
-
-def _compress_locked(src, dst, config, *, embedder, merger, device, progress, format, out_format, resume,
-                     journal) -> CompressResult:
-    store, emb = load_store_and_embedder(src, embedder=embedder, device=device, format=format)
-    run_merger = merger
-    if journal:
-        fp = run_fingerprint(src, config, merger, emb.name if emb is not None else "mean-of-inputs")
-        run_merger = JournaledMerger(merger, journal_path(dst), fingerprint=fp, resume=resume)
-    load = getattr(merger, "load", None)
-    if callable(load):
-        load()  # a model that cannot load fails here, not as fallbacks inside the engine
-
-    def stop_if_broken(rnd: int, merges: list) -> None:
-        err = getattr(merger, "fatal", None)
-        if err:
-            where = f"; the {run_merger.stats['journaled']} merges before it are journaled in " \
-                    f"{run_merger.path!r}, rerun with --resume once it is fixed" if journal else ""
-            raise ValueError(f"the {merger.name} merger failed on every request of round {rnd}: {err}; "
-                             f"stopped{where}")
-
-    try:
-        result = compress(store, config, merger=run_merger, embedder=emb, device=device, progress=progress,
-                          on_round=stop_if_broken, copy=False)  # the output's vectors reuse the store's
-        write_store(result.store, dst, format=out_format, time_format=store.time_format)
-    except KeyboardInterrupt:
-        if not journal:
-            raise RunInterrupted("interrupted; nothing was written") from None
-        n = len(run_merger.done)  # the merges the journal holds: resumed with, plus appended since
-        if n:
-            raise RunInterrupted(f"interrupted; {n} merges are journaled in {run_merger.path!r}: rerun the same "
-                                 "command with --resume to continue from them") from None
-        raise RunInterrupted("interrupted before any merge was journaled; nothing was written") from None
-    finally:
-        if journal:
-            run_merger.close()
-    if journal:
-        run_merger.finish()
-        if isinstance(getattr(merger, "stats", None), dict):
-            merger.stats["replayed"] = run_merger.stats["replayed"]
-    return result
-
-
-def dry_run_file(src: str | Path, config: CompressConfig, *, embedder: str = "auto", device=None,
-                 format: str | None = None) -> DryRunResult:
-    """A dry run: the first round's planned merges (``result.records``: tenant, a, b,
-    similarity; ``result.pairs``: their texts). Merges nothing and writes nothing."""
-    store, emb = load_store_and_embedder(src, embedder=embedder, device=device, format=format)
-    return dry_run(store, config, embedder=emb, device=device)
+def search_file(path: str | Path, queries: Sequence[str], *, k: int = 10, agpr: bool = False,
+                tenant: str | None = None, embedder: str = "auto", device=None) -> list[list[dict]]:
+    """The ``k`` best memories of the store file ``path`` for each query (plain top-k, or
+    AGPR), as dicts (id, text, timestamp, tenant, score, sources, ...). The queries are
+    embedded with the model of the store's vectors (``embedder``: ``auto`` takes the one
+    the store records; ``default``: all-MiniLM-L6-v2; or a local model folder). ``tenant``
+    limits the search to one tenant (needed when the store holds several)."""
+    cfg = RetrievalConfig(k=k, agpr=agpr)
+    detect_format(os.fspath(path), None, flag=None)
+    store, emb = load_store_and_embedder(path, embedder=embedder, device=device, tenants=tenant, warn=False)
+    if emb is None:
+        known = f"records {store.embedder!r}, which is not a local model directory" if store.embedder else \
+            "does not record the model of its vectors"
+        raise ValueError(f"the query must be embedded by the model that made the store's vectors, and the store "
+                         f"{known}: pass --embedder PATH (or --embedder default if they are all-MiniLM-L6-v2)")
+    if emb.dim != store.dim:
+        raise ValueError(f"--embedder's dimension must match the store's ({store.dim}), got {emb.dim} "
+                         f"from {emb.name!r}")
+    return Retriever(store).search(emb.embed(list(queries)), tenants=tenant, config=cfg).hits(store)

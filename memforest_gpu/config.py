@@ -4,6 +4,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .kernels.kmeans import SEEDINGS
+
 __all__ = [
     "PartitionConfig",
     "TreeConfig",
@@ -18,6 +23,7 @@ __all__ = [
     "GRAPHS",
     "KMEANS_METHODS",
     "SEEDINGS",
+    "CAP_POLICIES",
     "PRESETS",
     "DEFAULT_PRESET",
     "preset",
@@ -29,7 +35,7 @@ TREE_KINDS = ("max", "min", "random")
 TIME_RULES = ("flat", "scaled", "gated")
 GRAPHS = ("knn", "dense")
 KMEANS_METHODS = ("exact", "two-level")
-SEEDINGS = ("batched", "k-means++")
+CAP_POLICIES = ("condense", "strict")
 
 
 def _check_range(name: str, value: float, lo: float, hi: float, *, lo_open=False, hi_open=False):
@@ -56,8 +62,6 @@ def _check_regex(name: str, value: str):
     """A non-empty regular expression that Arrow's RE2 compiles (the engine matches with it)."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"{name} must be a non-empty regular expression, got {value!r}")
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     try:
         pc.match_substring_regex(pa.array([""]), value)
@@ -106,7 +110,7 @@ class TreeConfig:
     time_window: int = 1  # in positions, as the partition's window
     # g, what a neighbour's bonus needs (engine/time_term.py): "gated" g = [cos >= time_min_cos] (the bonus
     # only for neighbours that are related) | "scaled" g = max(cos, 0) (time multiplies meaning) | "flat" g = 1
-    # (the 0/1 bonus before issue 22: unrelated neighbours merge first)
+    # (a 0/1 bonus whatever the neighbours say)
     time_rule: str = "gated"
     time_min_cos: float = 0.3  # "gated" only: the cosine a neighbour needs for the bonus
     # size on the edges (ToMe's size weighting, for a fixed context budget): each edge loses
@@ -115,19 +119,18 @@ class TreeConfig:
     # and long ones late; 0 = the paper
     size_weight: float = 0.0
     size_unit: int = 256  # tokens; its own field, so the node-token cap never changes the term
-    # the graph each tree's spanning tree is built on: "knn" keeps per node its `knn` best
-    # neighbours by edge weight plus its next node in time (memory and work grow with N; a
-    # tree of at most knn + 1 nodes, or in a bucket of at most knn_above slots, keeps every pair,
-    # exactly as "dense") | "dense" keeps every
-    # pair, a padded (m, m) matrix per tree (the reference). The ablation kinds "min" and
-    # "random" always use every pair.
+    # the graph each tree's spanning tree is built on (engine/graph_choice.py): "knn" keeps per node
+    # its `knn` best neighbours by edge weight plus its next node in time (memory and work grow with
+    # N; trees of at most knn + 1 nodes, or in a bucket of at most knn_above slots, keep the dense
+    # graph) | "dense" keeps every pair, a padded (m, m) matrix per tree (the reference). The
+    # ablation kinds "min" and "random" always keep the dense graph.
     graph: str = "knn"
     knn: int = 16  # neighbours kept per node by the "knn" graph; >= (largest tree - 1) is exact
     knn_cells_above: int = 8192  # trees of more nodes search neighbours in cells (approximate, sub-quadratic)
-    # buckets of trees padded to at most this many slots keep every pair even under "knn": a
-    # small tree's matrix costs about what its lists do (N * 64 cosines at most) and its rounds
-    # are several times cheaper (the paper preset's ~20-node trees: 4x less tree time at 50,000 nodes);
-    # 0: lists for every tree of more than knn + 1 nodes, and the edge-list forest for every tree
+    # buckets of trees padded to at most this many slots keep the dense graph even under "knn": a
+    # small tree's matrix costs about what its knn graph does (N * 64 cosines at most) and its
+    # rounds are several times cheaper (docs/knn-graph.md); 0: the knn graph for every tree of
+    # more than knn + 1 nodes, and the knn planner for every tree
     knn_above: int = 64
 
     def __post_init__(self):
@@ -171,7 +174,7 @@ class MergeConfig:
     def __post_init__(self):
         _check_range("ratio", self.ratio, 0.0, 1.0, lo_open=True, hi_open=True)
         _check_choice("schedule", self.schedule, SCHEDULES)
-        _check_choice("cap_policy", self.cap_policy, ("condense", "strict"))
+        _check_choice("cap_policy", self.cap_policy, CAP_POLICIES)
         if self.max_node_tokens is not None:
             _check_int("max_node_tokens", self.max_node_tokens, 1)
         _check_int("seed", self.seed, 0)
@@ -217,7 +220,7 @@ class CompressConfig:
                 raise ValueError(f"{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
 
     @classmethod
-    def preset(cls, name: str) -> "CompressConfig":
+    def preset(cls, name: str) -> CompressConfig:
         """The named preset (:data:`PRESETS`): ``"memforest"`` (the command line's default) or
         ``"paper"`` (SPEC's values, the same as ``CompressConfig()``)."""
         return preset(name)

@@ -57,16 +57,16 @@ def check_compaction(before: MemoryStore, res, budget: CompactConfig, owner: dic
             o = np.flatnonzero(out.tenant_codes_np == out.tenant_table.index(t))
             assert [before.ids[i] for i in a] == [out.ids[i] for i in o]
             assert torch.equal(before.embeddings[torch.as_tensor(a)], out.embeddings[torch.as_tensor(o)])
-            if before.forest is not None:
-                assert np.array_equal(before.forest.tree[a], out.forest.tree[o])
+            if before.event_trees is not None:
+                assert np.array_equal(before.event_trees.tree[a], out.event_trees.tree[o])
     assert all(m.tenant in rows for m in res.merges)
-    check_forest(out, list(rows))
+    check_event_trees(out, list(rows))
 
 
-def check_forest(store: MemoryStore, tenants) -> None:
+def check_event_trees(store: MemoryStore, tenants) -> None:
     """Every row of ``tenants`` is in a tree of its tenant, and each tree's centre original
     sits in one of that tree's rows."""
-    f = store.forest
+    f = store.event_trees
     assert f is not None
     where = {x: j for j, s in enumerate(store.sources) for x in s}
     for t in tenants:
@@ -83,4 +83,5 @@ def same_store(a: MemoryStore, b: MemoryStore) -> bool:
     return (list(a.ids) == list(b.ids) and list(a.texts) == list(b.texts) and list(a.sources) == list(b.sources)
             and torch.equal(a.embeddings.cpu(), b.embeddings.cpu()) and list(a.tenants) == list(b.tenants)
             and torch.equal(a.timestamps.cpu(), b.timestamps.cpu())
-            and np.array_equal(a.forest.tree, b.forest.tree) and a.forest.tenants == b.forest.tenants)
+            and np.array_equal(a.event_trees.tree,
+                               b.event_trees.tree) and a.event_trees.tenants == b.event_trees.tenants)

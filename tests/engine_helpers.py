@@ -2,7 +2,6 @@
 checks every compression must pass, fixtures and a merger that records its calls."""
 from __future__ import annotations
 
-import hashlib
 import math
 from collections import Counter, defaultdict
 
@@ -10,13 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
-from memforest_gpu.engine import DATE_TAG_TOKENS, CompressResult, compress, merged_id
+from memforest_gpu.config import CompressConfig, MergeConfig
+from memforest_gpu.engine import CompressResult, compress, merged_id
 from memforest_gpu.engine.partition import partition_nodes
 from memforest_gpu.engine.quotas import removal_target
 from memforest_gpu.mergers.base import MergePair
-from memforest_gpu.mergers.embedders import count_words
-from memforest_gpu.mergers.extractive import ExtractiveMerger
 from memforest_gpu.store.memory_store import MemoryStore
 from memforest_gpu.store.synthetic import synthetic_store
 

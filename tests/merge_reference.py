@@ -68,8 +68,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from fractions import Fraction
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 

@@ -8,12 +8,12 @@ import json
 
 import numpy as np
 import pytest
-
 from engine_helpers import check_invariants, run
+
 from memforest_gpu.cli.flags import add_config_arguments, config_from_args
 from memforest_gpu.cli.report import format_report
 from memforest_gpu.config import CompressConfig, MergeConfig, TreeConfig
-from memforest_gpu.engine.merge_call import merge_round, merge_round_capped
+from memforest_gpu.engine.merge_call import merge_texts
 from memforest_gpu.evaluation.locomo import load_locomo
 from memforest_gpu.mergers.base import MemoryItem, MergePair
 from memforest_gpu.mergers.embedders import count_words
@@ -115,20 +115,20 @@ def _pairs(seed=3, n=6):
     return [MergePair(items[2 * k], items[2 * k + 1]) for k in range(n)]
 
 
-def test_merge_round_capped_reports_dropped_tokens():
+def test_merge_texts_reports_dropped_tokens():
     ex = ExtractiveMerger()
     pairs = _pairs()
     full = count_words(ex.merge(pairs))
-    texts, tokens, n_fb, dropped = merge_round_capped(ex, ex, pairs, counter=count_words, cap=CAP,
-                                                      cap_policy="condense")
+    texts, tokens, n_fb, dropped = merge_texts(ex, ex, pairs, counter=count_words, cap=CAP,
+                                               cap_policy="condense")
     assert n_fb == 0 and tokens == count_words(texts) and max(tokens) <= CAP
     assert dropped == [f - t for f, t in zip(full, tokens)] and all(d > 0 for d in dropped)
-    # strict: the full merges, untouched, and merge_round is strict
-    strict = merge_round_capped(ex, ex, pairs, counter=count_words, cap=CAP, cap_policy="strict")
+    # strict (the default): the full merges, untouched
+    strict = merge_texts(ex, ex, pairs, counter=count_words, cap=CAP, cap_policy="strict")
     assert strict.texts == ex.merge(pairs) and strict.dropped == [0] * len(pairs)
-    assert merge_round(ex, ex, pairs, counter=count_words, cap=CAP) == tuple(strict)[:3]
+    assert merge_texts(ex, ex, pairs, counter=count_words, cap=CAP) == strict
     with pytest.raises(ValueError, match="cap_policy must be one of"):
-        merge_round_capped(ex, ex, pairs, counter=count_words, cap=CAP, cap_policy="x")
+        merge_texts(ex, ex, pairs, counter=count_words, cap=CAP, cap_policy="x")
 
 
 def test_condense_with_another_merger():
@@ -153,12 +153,12 @@ def test_condense_with_another_merger():
 
     ex = ExtractiveMerger()
     pairs = _pairs(n=4)
-    texts, tokens, n_fb, dropped = merge_round_capped(Verbose(), ex, pairs, counter=count_words, cap=CAP,
+    texts, tokens, n_fb, dropped = merge_texts(Verbose(), ex, pairs, counter=count_words, cap=CAP,
                                                       cap_policy="condense")
     assert texts[2] == "short." and dropped[2] == 0
     assert n_fb == 3 and max(tokens) <= CAP
     assert [texts[j] for j in (0, 1, 3)] == ex.condense([pairs[j] for j in (0, 1, 3)], CAP, count_words)[0]
-    j = merge_round_capped(Journal(), ex, pairs, counter=count_words, cap=CAP, cap_policy="condense")
+    j = merge_texts(Journal(), ex, pairs, counter=count_words, cap=CAP, cap_policy="condense")
     assert j.fallbacks == 0 and j.texts == ex.condense(pairs, CAP, count_words)[0]
 
 

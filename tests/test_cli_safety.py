@@ -12,16 +12,16 @@ import shutil
 import subprocess
 import sys
 import threading
+from datetime import UTC
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_openai_merger import FakeChatServer, _store  # noqa: E402 (tests/ is on sys.path)
 
 from memforest_gpu.cli.main import main
 from memforest_gpu.store.io import read_store, write_store
-
-from test_openai_merger import FakeChatServer, _store  # noqa: E402 (tests/ is on sys.path)
 
 
 def _jsonl(path, n=24, dim=8, embed=True, tenants=("u1", "u2"), ts=None, seed=0):
@@ -405,7 +405,8 @@ def test_help_has_one_line_and_the_default_for_every_option():
 
 @pytest.mark.parametrize("args, want, not_want", [
     (["OUT.xyz"], "or pass --out-format FORMAT", "format=..."),
-    (["OUT.jsonl", "--format", "csv"], "--format must be one of", "format must be one of ['parquet', 'jsonl'], got 'csv'"),
+    (["OUT.jsonl", "--format", "csv"], "--format must be one of",
+     "format must be one of ['parquet', 'jsonl'], got 'csv'"),
     (["OUT.jsonl", "--embedder", "/no/such/model"], "--embedder must be one of", "allow_download"),
 ])
 def test_errors_name_cli_flags(tmp_path, capsys, args, want, not_want):
@@ -456,12 +457,12 @@ def test_report_says_no_node_cap(tmp_path, capsys):
 
 
 def test_iso_timestamps_round_trip_as_iso(tmp_path, capsys):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from memforest_gpu.store.timeutil import parse_timestamp
 
     def iso(i):
-        return datetime.fromtimestamp(1.7e9 + 3600 * i, tz=timezone.utc).isoformat()
+        return datetime.fromtimestamp(1.7e9 + 3600 * i, tz=UTC).isoformat()
 
     src = _jsonl(tmp_path / "in.jsonl", ts=iso)
     out = tmp_path / "out.jsonl"

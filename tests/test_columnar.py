@@ -194,7 +194,7 @@ def test_build_trees_half_storage_and_chunked_lists():
     lists = build_trees(tree, size, st.embeddings, st.timestamps, st.tenant_codes, None, config=knn)
     tiny = build_trees(tree, size, st.embeddings, st.timestamps, st.tenant_codes, None, config=knn, budget=64)
     for a, b in zip(lists.buckets, tiny.buckets):
-        assert a.lists and a.W is None and a.nbr.shape == (a.slot.shape[0], a.m, 6)
+        assert a.graph == "knn" and a.W is None and a.nbr.shape == (a.slot.shape[0], a.m, 6)
         assert torch.equal(a.nbr, b.nbr) and torch.equal(a.cs, b.cs)
 
 

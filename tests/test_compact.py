@@ -8,8 +8,8 @@ import importlib
 import numpy as np
 import pytest
 import torch
+from compact_helpers import arrivals, check_compaction, check_event_trees, origin_tenants, same_store, store_of
 
-from compact_helpers import arrivals, check_compaction, check_forest, origin_tenants, same_store, store_of
 from memforest_gpu import compress
 from memforest_gpu.config import CompactConfig, CompressConfig, PartitionConfig
 from memforest_gpu.engine.compact import compact
@@ -71,12 +71,13 @@ def test_within_budget_tenants_are_not_read(monkeypatch):
 def test_compress_output_is_compacted_in_its_own_trees():
     store = store_of(arrivals(0, 200, ["a"]))
     res = compress(store, PAPER, device="cpu")
-    f = res.store.forest
+    f = res.store.event_trees
     assert f.tenants["a"].n_trees == int(f.tree.max()) + 1 and f.tenants["a"].partitioned == 200
-    check_forest(res.store, ["a"])
+    check_event_trees(res.store, ["a"])
     # near-copies of 5 members of one tree, later in time: they fit that tree
     rows = np.flatnonzero(f.tree == 0)[:5]
-    e = res.store.embeddings[torch.as_tensor(rows)] + 0.01 * torch.randn(5, res.store.dim, generator=torch.Generator().manual_seed(0))
+    e = res.store.embeddings[torch.as_tensor(rows)] + 0.01 * torch.randn(5, res.store.dim,
+                                                                         generator=torch.Generator().manual_seed(0))
     new = [{"id": f"new-{j}", "text": f"again {res.store.texts[int(r)]}", "timestamp": 2e9 + j, "tenant": "a",
             "embedding": e[j].tolist()} for j, r in enumerate(rows)]
     grown = append(res.store, store_of(new))
@@ -94,7 +95,7 @@ def test_full_repartition_when_warranted(change):
     cfg, budget = PAPER, CompactConfig(max_nodes=50, low_water=0.8)
     n_new = 10
     if change == "no-state":
-        store.forest = None
+        store.event_trees = None
     elif change == "config":
         cfg = dataclasses.replace(PAPER, partition=PartitionConfig(alpha=0.1))
     elif change == "growth":
@@ -104,25 +105,26 @@ def test_full_repartition_when_warranted(change):
     grown = append(store, store_of(arrivals(1, n_new, ["a"])))
     res = compact(grown, budget, cfg, device="cpu")
     assert res.report.tenants[0]["repartitioned"]
-    assert res.store.forest.tenants["a"].partitioned == 50 + n_new and res.store.forest.tenants["a"].arrived == 0
-    assert res.store.forest.tenants["a"].config == dataclasses.asdict(cfg.partition)
+    state = res.store.event_trees.tenants["a"]
+    assert state.partitioned == 50 + n_new and state.arrived == 0
+    assert res.store.event_trees.tenants["a"].config == dataclasses.asdict(cfg.partition)
     small = compact(append(store, store_of(arrivals(1, 10, ["a"]))), CompactConfig(max_nodes=50), PAPER,
                     device="cpu")
     if change in ("growth", "forced"):  # the others change what the state is; here it is intact
         assert not small.report.tenants[0]["repartitioned"]
-        assert small.store.forest.tenants["a"].arrived == 10
+        assert small.store.event_trees.tenants["a"].arrived == 10
 
 
 def test_a_lost_centre_is_replaced():
     base = compress(store_of(arrivals(0, 120, ["a"])), PAPER, device="cpu").store
-    f = base.forest
+    f = base.event_trees
     gone = f.tenants["a"].centres[0]
     keep = [j for j, s in enumerate(base.sources) if gone not in s]  # deleted outside memforest
     store = append(base.take(keep), store_of(arrivals(1, 10, ["a"])))
     owner = {x: "a" for s in store.sources for x in s}
     res = compact(store, CompactConfig(max_nodes=50), PAPER, device="cpu")
     check_compaction(store, res, CompactConfig(max_nodes=50), owner)
-    assert res.store.forest.tenants["a"].centres[0] != gone
+    assert res.store.event_trees.tenants["a"].centres[0] != gone
 
 
 def test_dry_run_plans_without_merging():
@@ -180,12 +182,12 @@ def test_placement_is_spec_rule():
 
 def test_a_tree_left_empty_is_dropped():
     base = compress(store_of(arrivals(0, 120, ["a"])), PAPER, device="cpu").store
-    k = base.forest.tenants["a"].n_trees
-    store = append(base.take(np.flatnonzero(base.forest.tree != 1)), store_of(arrivals(1, 10, ["a"])))
+    k = base.event_trees.tenants["a"].n_trees
+    store = append(base.take(np.flatnonzero(base.event_trees.tree != 1)), store_of(arrivals(1, 10, ["a"])))
     owner = {x: "a" for s in store.sources for x in s}
     res = compact(store, CompactConfig(max_nodes=50), PAPER, device="cpu")
     check_compaction(store, res, CompactConfig(max_nodes=50), owner)
-    assert res.store.forest.tenants["a"].n_trees == k - 1 + res.report.tenants[0]["new_trees"]
+    assert res.store.event_trees.tenants["a"].n_trees == k - 1 + res.report.tenants[0]["new_trees"]
 
 
 def test_recorded_radii_equal_recomputed_ones():
@@ -194,8 +196,8 @@ def test_recorded_radii_equal_recomputed_ones():
     res = _sequence(4)[-1]
     store = append(res.store, store_of(arrivals(9, 12, ["a", "b", "c"])))
     bare = append(res.store, store_of(arrivals(9, 12, ["a", "b", "c"])))
-    bare.forest.tenants = {t: dataclasses.replace(s, radius=None) for t, s in bare.forest.tenants.items()}
-    assert all(s.radius is not None for s in store.forest.tenants.values())
+    bare.event_trees.tenants = {t: dataclasses.replace(s, radius=None) for t, s in bare.event_trees.tenants.items()}
+    assert all(s.radius is not None for s in store.event_trees.tenants.values())
     a, b = compact(store, BUDGET, PAPER, device="cpu"), compact(bare, BUDGET, PAPER, device="cpu")
     assert same_store(a.store, b.store)
 

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from engine_helpers import CPU, build_store
 from extras import need
+
 from memforest_gpu import CompressConfig, MemoryStore, compress
 from memforest_gpu.config import MergeConfig
 from memforest_gpu.engine.constraints import constrain, group_codes, kept_mask
@@ -110,8 +110,8 @@ def test_dry_run_pairs_follow_the_rules():
     res = dry_run(st, _cfg(keep_pattern="(?i)^equivalence", merge_within="timestamp"), device=CPU)
     ts = dict(zip(st.ids, st.timestamps.tolist()))
     text = dict(zip(st.ids, st.texts))
-    assert res.records
-    for r in res.records:
+    assert res.merges
+    for r in res.merges:
         assert ts[r.a] == ts[r.b] and not text[r.a].startswith("Equiv") and not text[r.b].startswith("Equiv")
 
 
@@ -171,12 +171,12 @@ def test_distributed_run_keeps_ruled_tenants_whole():
 
 def test_split_trees_are_recorded_with_a_centre_that_compaction_can_find():
     # the keep rule and the groups split k-means trees; each piece is recorded in the output's
-    # forest with a member as its centre, so a later `compact` can place memories into it
-    from memforest_gpu.engine.forest import rows_of_originals
+    # event trees with a member as its centre, so a later `compact` can place memories into it
+    from memforest_gpu.engine.tree_record import rows_of_originals
 
     st = _store()
     res = compress(st, _cfg(ratio=0.5, keep_pattern="(?i)^equivalence", merge_within="timestamp"), device=CPU)
-    f = res.store.forest
+    f = res.store.event_trees
     assert f is not None and f.tree.shape == (len(res.store),)
     for name, tf in f.tenants.items():
         rows = rows_of_originals(res.store, tf.centres)

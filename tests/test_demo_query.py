@@ -9,15 +9,16 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from extras import need
+
 from memforest_gpu.cli.demo import DEMO_QUERY, demo_config, sample_path
 from memforest_gpu.config import RetrievalConfig
 from memforest_gpu.engine import compress
 from memforest_gpu.retrieval.retriever import Retriever
 from memforest_gpu.store.memory_store import MemoryStore
 
-TRIP = {"alice-0040", "alice-0068", "alice-0069", "alice-0098", "alice-0099", "alice-0100"}  # the autumn trip (Porto), and only it
+TRIP = {"alice-0040", "alice-0068", "alice-0069", "alice-0098", "alice-0099",
+        "alice-0100"}  # the autumn trip (Porto), and only it
 
 
 @pytest.fixture(scope="module")

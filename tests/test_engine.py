@@ -18,15 +18,26 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 import torch
+from engine_helpers import (
+    CPU,
+    DAY,
+    NAMES,
+    SIZES,
+    _round_sizes,
+    build_store,
+    cfg_of,
+    check_invariants,
+    run,
+    same_output,  # noqa: F401
+    tree_of_originals,
+)
+from kernel_helpers import kruskal_ref
 
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig
 from memforest_gpu.engine import DATE_TAG_TOKENS, compress
 from memforest_gpu.engine.quotas import removal_target
 from memforest_gpu.mergers.embedders import count_words
 from memforest_gpu.store.memory_store import MemoryStore
-from kernel_helpers import kruskal_ref
-from engine_helpers import (CPU, DAY, NAMES, SIZES, build_store, cfg_of, run, check_invariants, tree_of_originals,
-                            same_output, big_store, small_store, _round_sizes, _one_thread)  # noqa: F401
 
 
 # --------------------------------------------------------------------------- invariants
@@ -215,7 +226,7 @@ def test_token_cap(schedule):
     # the cap costs removals, and the report says so
     assert res.report.shortfall > 0
     rows = {r["tenant"]: r for r in res.report.tenants}
-    for t, row in rows.items():
+    for row in rows.values():
         assert row["nodes_out"] == row["nodes_in"] - row["requested"] + row["shortfall"]
     # a tenant falls short only when none of its trees has a spanning-tree edge under the cap
     tree = tree_of_originals(st, cfg)

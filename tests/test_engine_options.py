@@ -2,15 +2,23 @@
 config validation and the ablation switches (invariants: tests/test_engine.py)."""
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 import numpy as np
 import pytest
+from engine_helpers import (
+    RecordingMerger,
+    _round_sizes,  # noqa: F401
+    build_store,
+    cfg_of,
+    check_invariants,
+    run,
+    same_output,
+)
 
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
 from memforest_gpu.mergers.extractive import ExtractiveMerger
-from engine_helpers import (build_store, cfg_of, run, check_invariants, same_output, small_store, RecordingMerger,
-                            _round_sizes, _one_thread)  # noqa: F401
 
 
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
@@ -207,7 +215,7 @@ def test_compress_config_checks_types():
 
 def test_configs_are_frozen():
     c = MergeConfig()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         c.ratio = 0.9  # type: ignore[misc]
 
 

@@ -6,12 +6,18 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-
 from eval_fixtures import FACTS, BagOfWordsEmbedder, duplicate_facts_benchmark
+
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
 from memforest_gpu.engine.quotas import removal_target
-from memforest_gpu.evaluation.methods import (ABLATION_METHODS, ABLATIONS, DEFAULT_METHODS, MethodSpec, compress_with,
-                                              parse_method)
+from memforest_gpu.evaluation.methods import (
+    ABLATION_METHODS,
+    ABLATIONS,
+    DEFAULT_METHODS,
+    MethodSpec,
+    compress_with,
+    parse_method,
+)
 from memforest_gpu.store.memory_store import MemoryStore
 from memforest_gpu.store.synthetic import synthetic_store
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 
 import torch
-
 from eval_fixtures import BagOfWordsEmbedder
+
 from memforest_gpu.evaluation import cache as cache_mod
 from memforest_gpu.evaluation.cache import CachedEmbedder
 

@@ -6,8 +6,8 @@ import os
 
 import numpy as np
 import pytest
-
 from eval_fixtures import BagOfWordsEmbedder, duplicate_facts_benchmark, fact_budget
+
 from memforest_gpu.cli.eval import main
 from memforest_gpu.evaluation import CachedEmbedder, EvalConfig, run_grid, write_outputs
 from memforest_gpu.evaluation.benchmark import write_benchmark
@@ -80,7 +80,8 @@ def test_outputs_and_cached_rerun(grid):
     diffs = [r for r in data["records"] if r["metric"] == "ansr_retention_diff_vs_memforest:sequential"]
     assert {(r["method"], r["schedule"]) for r in diffs} >= {("tome", "-"), ("memforest-min-tree", "sequential")}
     assert all(set(r) == FIELDS for r in data["records"])
-    ev_b = [r for r in data["records"] if r["metric"] == "evr_retention_diff_vs_memforest:sequential" and r["cut"] == "B"]
+    ev_b = [r for r in data["records"]
+            if r["metric"] == "evr_retention_diff_vs_memforest:sequential" and r["cut"] == "B"]
     assert {(r["method"], r["schedule"]) for r in ev_b} == {(r["method"], r["schedule"]) for r in diffs}
     assert any(r["metric"] == "dates" and r["cut"] == "B" for r in data["records"])
     md = open(paths["md"]).read()

@@ -7,12 +7,21 @@ import json
 
 import numpy as np
 import pytest
-
 from eval_fixtures import BagOfWordsEmbedder, duplicate_facts_benchmark, fact_budget
+
 from memforest_gpu.config import CompressConfig
 from memforest_gpu.evaluation import EvalConfig
-from memforest_gpu.evaluation.loo import (METRICS, Candidate, CandidateScores, candidate_grid, leave_one_out,
-                                          loo_markdown, preset_choice, retention, score_candidates)
+from memforest_gpu.evaluation.loo import (
+    METRICS,
+    Candidate,
+    CandidateScores,
+    candidate_grid,
+    leave_one_out,
+    loo_markdown,
+    preset_choice,
+    retention,
+    score_candidates,
+)
 
 
 def _scores(per_tenant: dict[str, list[float]], tenants=("a", "b", "c")) -> CandidateScores:

@@ -7,10 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from memforest_gpu.config import RetrievalConfig
 from memforest_gpu.evaluation.harness import EvalConfig, ranked_candidates
-from memforest_gpu.evaluation.metrics import (NodeViews, answer_tokens, render, score_ranked, source_starts,
-                                              tokens)
+from memforest_gpu.evaluation.metrics import NodeViews, answer_tokens, render, score_ranked, source_starts, tokens
 from memforest_gpu.evaluation.report import paired_bootstrap
 from memforest_gpu.mergers.base import MemoryItem, MergePair
 from memforest_gpu.mergers.extractive import ExtractiveMerger

@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 import pytest
-
 from eval_fixtures import DAY0, BagOfWordsEmbedder
+
 from memforest_gpu.config import CompressConfig
 from memforest_gpu.evaluation import CachedEmbedder, EvalConfig
 from memforest_gpu.evaluation.benchmark import write_benchmark

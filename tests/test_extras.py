@@ -1,7 +1,6 @@
 """The extras helper: a missing import skips on a dev machine and fails in CI."""
 import pytest
 from _pytest.outcomes import Failed, Skipped
-
 from extras import extras_required, need, skip_or_fail
 
 

@@ -11,7 +11,6 @@ import sys
 import types
 
 import pytest
-
 from extras import need
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -131,8 +130,8 @@ def test_environment_yml_is_the_gpu_environment():
 
 def test_fast_store_is_a_valid_memory_like_store():
     import torch
-
     from gpu_ctx import fast_store, noisy_queries
+
     from memforest_gpu.store.memory_store import MemoryStore
 
     st = fast_store(5000, 16, tenants=4, big_share=0.5, seed=3)

@@ -8,7 +8,7 @@ import torch
 
 from memforest_gpu import CompressConfig, MergeConfig
 from memforest_gpu.adapters.graph import compress_graph, fold_edges, read_graph, write_graph
-from memforest_gpu.engine.records import MergeRecord
+from memforest_gpu.engine.merge_record import MergeRecord
 
 
 def synthetic_graph_records(seed=0, videos=2, episodic=60, semantic=16, dim=16):
@@ -98,7 +98,7 @@ def test_compress_folds_edges(graph_file):
         assert nb_after == nb_before and after == pytest.approx(before), e["id"]
     # merged nodes record their originals and every clip id inside them
     clip = dict(zip(g.texts.ids, g.texts.timestamps.tolist()))
-    for i, src, meta, ts in zip(out.texts.ids, out.texts.sources, out.texts.metadata, out.texts.timestamps.tolist()):
+    for src, meta, ts in zip(out.texts.sources, out.texts.metadata, out.texts.timestamps.tolist()):
         if len(src) > 1:
             assert sorted(meta["merged_from"]) == sorted(src)
             assert meta["clip_ids"] == sorted({int(clip[s]) for s in src})

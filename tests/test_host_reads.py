@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from engine_helpers import compress_counting_reads
+
 from memforest_gpu.config import CompressConfig, MergeConfig
 from memforest_gpu.engine.host_reads import count_host_reads
 from memforest_gpu.store.memory_store import MemoryStore

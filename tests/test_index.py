@@ -2,13 +2,12 @@
 import numpy as np
 import pytest
 import torch
+from extras import need
+from margins import assert_enough, dot_tolerance, retrieval_margins, sorted_gaps
 
 from memforest_gpu import MemoryStore, RetrievalConfig, Retriever
 from memforest_gpu.retrieval.index import IndexConfig, IndexedRetriever, build_index, default_nlist
 from memforest_gpu.store.synthetic import synthetic_store
-
-from extras import need
-from margins import assert_enough, dot_tolerance, retrieval_margins, sorted_gaps
 
 faiss = need("faiss")
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -126,21 +126,21 @@ def test_parquet_variable_list_embeddings_and_other_types(tmp_path):
         "id": pa.array([1, 2], pa.int64()),
         "text": ["a", "b"],
         "embedding": pa.array([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]], pa.list_(pa.float64())),
-        "timestamp": pa.array([datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)] * 2, pa.timestamp("ms", "UTC")),
+        "timestamp": pa.array([datetime(2023, 5, 8, 13, 56, tzinfo=UTC)] * 2, pa.timestamp("ms", "UTC")),
         "extra": [1, 2],
     })
     t2 = pa.table({
         "id": pa.array([3], pa.int64()),
         "text": ["c"],
         "embedding": pa.array([[0.0, 0.0, 3.0]], pa.list_(pa.float64())),
-        "timestamp": pa.array([datetime(2023, 5, 9, tzinfo=timezone.utc)], pa.timestamp("ms", "UTC")),
+        "timestamp": pa.array([datetime(2023, 5, 9, tzinfo=UTC)], pa.timestamp("ms", "UTC")),
         "extra": [3],
     })
     pq.write_table(pa.concat_tables([t1, t2]), path, row_group_size=2)
     s = read_store(path)
     assert s.ids == ["1", "2", "3"]
     assert torch.allclose(s.embeddings, torch.eye(3))
-    assert s.timestamps[0].item() == datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc).timestamp()
+    assert s.timestamps[0].item() == datetime(2023, 5, 8, 13, 56, tzinfo=UTC).timestamp()
     assert s.tenants == ["default"] * 3 and s.sources == [["1"], ["2"], ["3"]]
     assert s.embedder is None
 
@@ -155,7 +155,7 @@ def test_jsonl_iso_timestamps(tmp_path):
         {"id": "d", "text": "epoch", "timestamp": 1683554160, "embedding": [1, 2]},
     ])
     s = read_store(path)
-    expect = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc).timestamp()
+    expect = datetime(2023, 5, 8, 13, 56, tzinfo=UTC).timestamp()
     assert expect == 1683554160.0
     assert s.timestamps.tolist() == [expect, expect - 7200, expect, expect]
 

@@ -8,11 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
-from memforest_gpu.kernels import (best_match, cluster_centres, kmeans, kmeans_plus_plus, lloyd_step,
-                                   reassign_to_centres)
 from kernel_helpers import SIZES, N, T, _one_cpu_thread  # noqa: F401 (autouse fixture)
 
+from memforest_gpu.kernels import best_match, cluster_centres, kmeans, kmeans_plus_plus, lloyd_step, reassign_to_centres
 
 # ----------------------------------------------------------------------------------------------
 # 3. best_match

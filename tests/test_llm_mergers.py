@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from extras import need
+
 from memforest_gpu.mergers import MERGERS, ExtractiveMerger, get_merger
 from memforest_gpu.mergers.base import MemoryItem, MergePair, Merger
 from memforest_gpu.mergers.llm import LLMMerger, render_chat
@@ -220,7 +220,8 @@ def test_missing_packages_name_the_extra(monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n in ("vllm", "transformers") else real(n, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n in ("vllm", "transformers") else real(n,
+                                                                                                                   *a))
     with pytest.raises(ImportError, match=r"memforest-gpu\[vllm\]"):
         get_merger("vllm", model="m")
     with pytest.raises(ImportError, match=r"memforest-gpu\[transformers\]"):

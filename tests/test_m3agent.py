@@ -11,10 +11,10 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-
 from m3_helpers import m3_agent
+
 from memforest_gpu import CompressConfig, MergeConfig
-from memforest_gpu.adapters.m3agent import (VideoGraph, compress_video_graph, load_video_graph, save_video_graph)
+from memforest_gpu.adapters.m3agent import VideoGraph, compress_video_graph, load_video_graph, save_video_graph
 from memforest_gpu.engine.quotas import removal_target
 
 FIELDS = ("nodes", "edges", "text_nodes", "text_nodes_by_clip", "event_sequence_by_clip", "max_img_embeddings",
@@ -299,6 +299,7 @@ def test_readme_m3_agent_workflow(mmagent, tmp_path, monkeypatch, capsys):
     from pathlib import Path
 
     from extras import skip_or_fail
+
     from memforest_gpu.cli.adapters import main
 
     readme = (Path(__file__).resolve().parents[1] / "docs" / "adapters.md").read_text()

@@ -14,8 +14,8 @@ and translate. Three things must not change for M3-Agent:
 import pickle
 
 import pytest
-
 from m3_helpers import m3_agent, m3_report, run_m3
+
 from memforest_gpu import CompressConfig
 from memforest_gpu.adapters.m3agent import compress_video_graph, load_video_graph, save_video_graph
 from memforest_gpu.config import MergeConfig

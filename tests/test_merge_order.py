@@ -15,13 +15,12 @@ from collections import defaultdict
 import numpy as np
 import pytest
 import torch
+from merge_reference import largest_remainder, reference_compress
 
 from memforest_gpu import compress
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
 from memforest_gpu.mergers.extractive import ExtractiveMerger
 from memforest_gpu.store.memory_store import MemoryStore
-
-from merge_reference import largest_remainder, reference_compress
 
 DAY = 86400.0
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
@@ -131,7 +130,7 @@ def compare(store, cfg, merger_cls):
 def config(*, ratio, schedule, degree_norm="none", eta=0.99, alpha=0.05, cap=None, time_weight=0.0,
            size_weight=0.0, time_rule="gated", time_min_cos=0.3):
     # knn >= every tree's size - 1: every pair is a candidate, as in the reference (the
-    # flat edge-list path; tests/test_sparse_trees.py holds it against graph="dense" too)
+    # flat edge-list path; tests/test_knn_graph.py holds it against graph="dense" too)
     return CompressConfig(partition=PartitionConfig(alpha=alpha),
                           tree=TreeConfig(eta=eta, degree_norm=degree_norm, time_weight=time_weight,
                                           time_rule=time_rule, time_min_cos=time_min_cos, size_weight=size_weight,

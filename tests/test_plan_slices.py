@@ -1,9 +1,9 @@
-"""Scoring a bucket of big trees in slices (engine.plan.EDGE_BUDGET) bounds the temporaries
+"""Scoring a bucket of big trees in slices (engine.plan_dense.EDGE_BUDGET) bounds the temporaries
 without changing a single plan."""
 import pytest
 import torch
 
-import memforest_gpu.engine.plan as plan
+import memforest_gpu.engine.plan_dense as plan_dense
 from memforest_gpu import compress
 from memforest_gpu.config import preset
 from memforest_gpu.store.synthetic import synthetic_store
@@ -14,7 +14,7 @@ def test_sliced_scoring_gives_the_same_merges(monkeypatch, name):
     store = synthetic_store(1500, tenants=4, dim=16, seed=5)
     cfg = preset(name)
     whole = compress(store, cfg)
-    monkeypatch.setattr(plan, "EDGE_BUDGET", 64)  # one tree per slice
+    monkeypatch.setattr(plan_dense, "EDGE_BUDGET", 64)  # one tree per slice
     sliced = compress(store, cfg)
     assert list(sliced.store.ids) == list(whole.store.ids)
     assert torch.equal(sliced.store.embeddings, whole.store.embeddings)

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from test_openai_merger import FakeChatServer, _store  # noqa: E402 (tests/ is on sys.path)
 
 from memforest_gpu.api import compress_file
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig
@@ -18,8 +19,6 @@ from memforest_gpu.mergers import ExtractiveMerger, get_merger
 from memforest_gpu.mergers.base import MemoryItem, MergePair
 from memforest_gpu.runs.journal import JournaledMerger, journal_path, run_fingerprint
 from memforest_gpu.store.io import write_store
-
-from test_openai_merger import FakeChatServer, _store  # noqa: E402 (tests/ is on sys.path)
 
 CFG = CompressConfig(partition=PartitionConfig(alpha=0.1), merge=MergeConfig(ratio=0.5))
 T0 = 1683554160.0
@@ -166,7 +165,8 @@ def _journal_records(path) -> list[dict]:
 
 def _cli(src, dst, url, *extra):
     cmd = [sys.executable, "-m", "memforest_gpu.cli", "compress", src, dst, "--merger", "openai", "--model",
-           "fake-model", "--base-url", url, "--embedder", "none", "--preset", "paper", "--alpha", "0.1", "--quiet", *extra]
+           "fake-model", "--base-url", url, "--embedder", "none", "--preset", "paper", "--alpha", "0.1", "--quiet",
+           *extra]
     return cmd
 
 

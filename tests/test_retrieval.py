@@ -6,12 +6,11 @@ import math
 import numpy as np
 import pytest
 import torch
+from margins import dot_tolerance, retrieval_margins
 
 from memforest_gpu.config import RetrievalConfig
 from memforest_gpu.retrieval.retriever import Retriever, SearchResult, search
 from memforest_gpu.store.memory_store import MemoryStore
-
-from margins import dot_tolerance, retrieval_margins
 
 D = 16
 T0 = 1.6e9
@@ -280,7 +279,7 @@ def test_text_queries_need_an_embedder(store):
 def test_search_with_tensor(store, queries):
     hits = search(store, queries, k=3, tenant="bob")
     assert len(hits) == len(queries) and all(len(h) == 3 for h in hits)
-    for qi, (h, q) in enumerate(zip(hits, queries.numpy())):
+    for h, q in zip(hits, queries.numpy()):
         exp_rows, exp_s = ref_topk(store, q, "bob", 3)
         assert [x["id"] for x in h] == [store.ids[j] for j in exp_rows]
         for x, j, s in zip(h, exp_rows, exp_s):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import numpy as np
 import pytest
@@ -252,7 +252,7 @@ def test_as_embedding_tensor_passthrough():
     (1683554160, T0),
     (np.int64(1683554160), T0),
     (np.float32(16.0), 16.0),
-    (datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc), T0),
+    (datetime(2023, 5, 8, 13, 56, tzinfo=UTC), T0),
     (datetime(2023, 5, 8, 13, 56), T0),  # naive datetime: UTC
     (datetime(2023, 5, 8, 14, 56, tzinfo=timezone(timedelta(hours=1))), T0),
 ])

@@ -12,11 +12,11 @@ import time
 
 import numpy as np
 import pytest
+from llm_helpers import spy_raw_and_judged, trivial_pair
 
 from memforest_gpu.config import CompressConfig, MergeConfig
 from memforest_gpu.engine import compress
 from memforest_gpu.mergers import ExtractiveMerger, get_merger
-from llm_helpers import spy_raw_and_judged, trivial_pair
 from memforest_gpu.mergers.validate import check_merge, clean_output
 from memforest_gpu.store.memory_store import MemoryStore
 

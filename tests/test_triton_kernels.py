@@ -6,7 +6,6 @@ import os
 
 import pytest
 import torch
-
 from extras import need
 from margins import assert_enough, best_match_margins, dot_tolerance
 
@@ -15,9 +14,11 @@ if not torch.cuda.is_available():
 
 triton = need("triton")
 
-from memforest_gpu.kernels import best_match  # noqa: E402
+from memforest_gpu.kernels import (  # noqa: E402 (after the interpreter flag is set)
+    best_match,  # noqa: E402
+    triton_assign,  # noqa: E402
+)
 from memforest_gpu.kernels.assign import TIE_EPS  # noqa: E402
-from memforest_gpu.kernels import triton_assign  # noqa: E402
 from memforest_gpu.kernels.triton_assign import best_match_triton, fallback_reasons, reset_fallbacks  # noqa: E402
 
 DEVICES = ["cuda"] if torch.cuda.is_available() else []
@@ -38,7 +39,8 @@ def _assert_same_choice(i, i_ref, X, C, cv, mode, at_least=0.9):
     tie, so a point is decided when its best beats every other distinct centre by more than
     ``TIE_EPS`` plus the rounding. Near-ties (none in these seeded cases, but possible on
     another BLAS) are left out; at least ``at_least`` of the points must be compared."""
-    scale = 1.0 + float((C.double() ** 2).sum(-1).max()) + float(X.double().norm(dim=-1).max() * C.double().norm(dim=-1).max())
+    scale = 1.0 + float((C.double() ** 2).sum(-1).max()) \
+        + float(X.double().norm(dim=-1).max() * C.double().norm(dim=-1).max())
     tol = dot_tolerance(X.shape[-1]) * scale
     gaps = best_match_margins(X, C, cv, mode, exact_ties=True)  # (T, n)
     ok = torch.from_numpy(gaps > tol + TIE_EPS).to(i.device)

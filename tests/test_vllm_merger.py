@@ -15,13 +15,13 @@ import types
 import numpy as np
 import pytest
 import torch
+from llm_helpers import spy_raw_and_judged, trivial_pair
 
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig
 from memforest_gpu.engine import compress
 from memforest_gpu.mergers import ExtractiveMerger, get_merger
-from memforest_gpu.mergers.base import MemoryItem, MergePair
-from llm_helpers import spy_raw_and_judged, trivial_pair
 from memforest_gpu.mergers import llm as llm_module
+from memforest_gpu.mergers.base import MemoryItem, MergePair
 from memforest_gpu.mergers.validate import check_merge, clean_output
 from memforest_gpu.mergers.vllm_offline import engine_kwargs, free_memory_utilization, torchrun_world
 from memforest_gpu.store.memory_store import MemoryStore

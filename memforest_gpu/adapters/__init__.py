@@ -8,17 +8,10 @@
   own pickled ``VideoGraph``.
 
 The commands ``memforest mem0 compress|restore`` and ``memforest graph compress`` are
-:mod:`memforest_gpu.cli.adapters`.
-Nothing heavy is imported with this package (the CLI stays quick); the names below load on
-first use.
+:mod:`memforest_gpu.cli.adapters`. Mem0 itself (and its vector stores' clients) is imported
+only when a store is opened.
 """
+from .mem0 import Mem0CompressResult, Scope, close_memory, compress_mem0, format_plan, load_memory, restore_mem0
+
 __all__ = ["Scope", "load_memory", "close_memory", "compress_mem0", "restore_mem0", "format_plan",
            "Mem0CompressResult"]
-
-
-def __getattr__(name):
-    if name in __all__:
-        from . import mem0
-
-        return getattr(mem0, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

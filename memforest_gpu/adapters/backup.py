@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..store.atomic import atomic_open
 from .vectors import Point, payload_json
@@ -29,13 +31,11 @@ def write_backup(path: str | os.PathLike, points: list[Point], *, provider: str,
                  scope: dict, entities: list[Point] = (), entity_collection: str | None = None) -> dict:
     """Write ``points`` (and the scope's ``entities``) to ``path`` (Parquet) atomically;
     returns the header written."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     dim = int(points[0].vector.shape[0]) if points else 0
     header = {"version": VERSION, "provider": provider, "collection": collection,
               "entity_collection": entity_collection, "scope": dict(scope),
-              "created": datetime.now(timezone.utc).isoformat(), "count": len(points), "entities": len(entities),
+              "created": datetime.now(UTC).isoformat(), "count": len(points), "entities": len(entities),
               "dim": dim}
     rows = [("memories", p) for p in points] + [("entities", p) for p in entities]
     table = pa.table({
@@ -53,7 +53,6 @@ def write_backup(path: str | os.PathLike, points: list[Point], *, provider: str,
 
 def read_backup(path: str | os.PathLike) -> tuple[dict, list[Point], list[Point]]:
     """(header, memories, entities) of a backup written by :func:`write_backup`."""
-    import pyarrow.parquet as pq
 
     path = os.fspath(path)
     if not os.path.exists(path):

@@ -28,12 +28,13 @@ and Parquet (one row each; ``metadata`` is a JSON string there)::
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..config import CompressConfig
 from ..engine import CompressReport, compress
@@ -251,8 +252,6 @@ def write_graph(graph: MemoryGraph, path: str | os.PathLike, *, format: str | No
             for r in recs:
                 f.write((json.dumps(r, ensure_ascii=False) + "\n").encode("utf-8"))
         return
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     def col(key):
         return [r.get(key) for r in recs]
@@ -278,8 +277,6 @@ def write_graph(graph: MemoryGraph, path: str | os.PathLike, *, format: str | No
 
 
 def _read_parquet(path: str):
-    import pyarrow.parquet as pq
-
     try:
         table = pq.read_table(path)
     except Exception as e:  # noqa: BLE001 - arrow raises many types for a bad file

@@ -294,7 +294,7 @@ def compress_video_graph(graph: VideoGraph, config: CompressConfig | None = None
     owner: dict = {}  # input node id -> output node id (original ids, original types)
     merged: dict = {}
     new_nodes: dict = {}
-    for j, (i, text, meta, ts) in enumerate(zip(out.ids, out.texts, out.metadata, out.timestamps.tolist())):
+    for j, (i, text, meta) in enumerate(zip(out.ids, out.texts, out.metadata)):
         if len(members[i]) == 1:
             continue
         keys = sorted(members[i], key=order.__getitem__)

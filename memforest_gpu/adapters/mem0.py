@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import logging
 import os
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Callable
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -42,6 +41,7 @@ from ..config import CompressConfig
 from ..engine import CompressReport, compress
 from ..store.memory_store import MemoryStore
 from ..store.timeutil import parse_timestamp
+from ..timer import StageTimer
 from .backup import write_backup
 from .mem0_client import Mem0Embedder, close_memory, entity_store, load_config, load_memory
 from .restore import restore_mem0
@@ -49,7 +49,7 @@ from .vectors import Point, provider_of, read_ids, read_points
 
 __all__ = ["Scope", "compress_mem0", "restore_mem0", "format_plan", "MergeGroup", "Mem0CompressResult", "tenant_of",
            "default_backup_path", "load_config", "load_memory", "close_memory", "entity_store", "Mem0Embedder",
-           "split_eligible", "merge_groups", "write_back", "store_of_points", "Clock"]
+           "split_eligible", "merge_groups", "write_back", "store_of_points"]
 
 log = logging.getLogger("memforest_gpu")
 
@@ -123,7 +123,7 @@ class Mem0CompressResult:
 def default_backup_path(scope: Scope) -> str:
     slug = "all" if scope.all_tenants else "-".join(f"{v}" for v in scope.filters.values())
     slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in slug)[:60]
-    return f"mem0-backup-{slug}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.parquet"
+    return f"mem0-backup-{slug}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.parquet"
 
 
 def _eligible(p: Point) -> str | None:
@@ -157,7 +157,7 @@ def store_of_points(points: list[Point], embedder_name: str) -> MemoryStore:
 
 
 def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *, merger=None, backup=None,
-                  dry_run: bool = False, device=None, progress: bool = False, verify_k: int = 20,
+                  dry_run: bool = False, device=None, progress: bool = False,
                   after_write: Callable[[list[MergeGroup]], None] | None = None) -> Mem0CompressResult:
     """Compress the memories of ``scope`` in ``memory`` (see the module docstring).
 
@@ -165,26 +165,27 @@ def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *,
     ``after_write``: called once every merged memory is stored and verified, before any
     original is deleted (a failure there leaves every original in place).
     """
-    clock = Clock()
+    clock = StageTimer()
     points = read_points(memory, scope.filters)
-    clock("read")
+    clock.lap("read")
     todo, result = split_eligible(points, scope, dry_run, clock)
     if not todo:
         return result
     emb = Mem0Embedder(memory, device=device)
     store = store_of_points(todo, emb.name)
     res = compress(store, config, merger=merger, embedder=emb, device=device, progress=progress)
-    clock("compress")
+    clock.lap("compress")
     result.report = res.report
     by_id = {p.id: p for p in todo}
     result.groups, vectors, _ = merge_groups(store, res.store, res.merges, by_id)
     if dry_run or not result.groups:
         return result
-    write_back(memory, result, points, by_id, vectors, backup, after_write, clock, verify_k)
+    write_back(memory, result, points, by_id, vectors, backup, after_write, clock)
     return result
 
 
-def split_eligible(points: list[Point], scope: Scope, dry_run: bool, clock) -> tuple[list[Point], Mem0CompressResult]:
+def split_eligible(points: list[Point], scope: Scope, dry_run: bool,
+                   clock: StageTimer) -> tuple[list[Point], Mem0CompressResult]:
     """The memories that can be compressed, and a result that counts the others by reason."""
     why = {p.id: _eligible(p) for p in points}
     left: dict[str, int] = {}
@@ -217,7 +218,7 @@ def merge_groups(store: MemoryStore, out: MemoryStore, merges, by_id: dict) -> t
 
 
 def write_back(memory, result: Mem0CompressResult, points: list[Point], by_id: dict, vectors: list, backup,
-               after_write, clock, verify_k: int = 20) -> None:
+               after_write, clock: StageTimer) -> None:
     """Backup of the scope, then the merged memories (added, verified, linked to entities),
     then (only then) the deletions."""
     scope = result.scope
@@ -226,35 +227,21 @@ def write_back(memory, result: Mem0CompressResult, points: list[Point], by_id: d
     ents = read_points(memory, scope.filters, store=es) if es is not None else []
     write_backup(result.backup, points, provider=provider_of(memory), collection=memory.vector_store.collection_name,
                  scope=scope.filters, entities=ents, entity_collection=es.collection_name if es is not None else None)
-    clock("backup")
+    clock.lap("backup")
     for g in result.groups:
         g.new_id = _add_merged(memory, g, [by_id[x] for x in g.members])
-    clock("add")
-    _verify(memory, result.groups, vectors, [by_id[g.members[0]].payload for g in result.groups], verify_k,
-            result.backup)
-    clock("verify")
+    clock.lap("add")
+    _verify(memory, result.groups, vectors, [by_id[g.members[0]].payload for g in result.groups], result.backup)
+    clock.lap("verify")
     result.relinked = _relink(es, ents, result.groups)
-    clock("relink")
+    clock.lap("relink")
     if after_write is not None:
         after_write(result.groups)
     for g in result.groups:
         for x in g.members:
             memory.delete(x)
             result.deleted.append(x)
-    clock("delete")
-
-
-class Clock:
-    """``clock(step)`` adds the wall time since the last call to ``seconds[step]``."""
-
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
-        self.t = time.perf_counter()
-
-    def __call__(self, step: str) -> None:
-        now = time.perf_counter()
-        self.seconds[step] = self.seconds.get(step, 0.0) + now - self.t
-        self.t = now
+    clock.lap("delete")
 
 
 def _add_merged(memory, g: MergeGroup, members: list[Point]) -> str:
@@ -295,12 +282,11 @@ def _relink(es, ents: list[Point], groups: list[MergeGroup]) -> int:
     return n
 
 
-def _verify(memory, groups: list[MergeGroup], vectors: list[np.ndarray], payloads: list[dict], k: int,
-            backup: str) -> None:
+def _verify(memory, groups: list[MergeGroup], vectors: list[np.ndarray], payloads: list[dict], backup: str) -> None:
     """Every merged memory is stored as written, read back from the vector store's own records
     by id in batches (:func:`~.vectors.read_ids`; no search and no ``get`` per memory): its
     text, the scope ids and actor of its originals (what a scoped search filters on), and its
-    vector (cosine > 0.99 with the embedding of its text). ``k`` is kept for callers."""
+    vector (cosine > 0.99 with the embedding of its text)."""
     got = read_ids(memory, [g.new_id for g in groups])
     for g, vec, p in zip(groups, vectors, payloads):
         r = got.get(g.new_id)

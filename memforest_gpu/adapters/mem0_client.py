@@ -8,6 +8,7 @@ import os
 import numpy as np
 import torch
 
+from ..mergers.embedders import count_words
 from .vectors import check_provider, provider_of
 
 __all__ = ["load_config", "load_memory", "close_memory", "entity_store", "Mem0Embedder"]
@@ -108,8 +109,6 @@ class Mem0Embedder:
 
     def count_tokens(self, texts):
         if self._tok is None:
-            from ..mergers.embedders import count_words
-
             return count_words(texts)
         enc = self._tok(list(texts), add_special_tokens=False, truncation=False, verbose=False)
         return [len(x) for x in enc["input_ids"]]

@@ -34,9 +34,18 @@ import numpy as np
 from ..config import CompactConfig, CompressConfig
 from ..engine.compact import compact
 from ..store.atomic import atomic_write_text
-from ..store.forest import Forest, forest_from_json, forest_json
-from .mem0 import (Clock, Mem0CompressResult, Mem0Embedder, Scope, merge_groups, split_eligible, store_of_points,
-                   tenant_of, write_back)
+from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_json
+from ..timer import StageTimer
+from .mem0 import (
+    Mem0CompressResult,
+    Mem0Embedder,
+    Scope,
+    merge_groups,
+    split_eligible,
+    store_of_points,
+    tenant_of,
+    write_back,
+)
 from .vectors import read_points
 
 __all__ = ["compact_mem0", "read_state", "write_state", "STATE_VERSION"]
@@ -45,7 +54,7 @@ STATE_VERSION = 1
 
 
 def read_state(path) -> tuple[dict[str, int], dict]:
-    """(memory id -> tree, tenant -> TenantForest) from a state file; empty when there is none."""
+    """(memory id -> tree, tenant -> TenantTrees) from a state file; empty when there is none."""
     if path is None or not os.path.exists(path):
         return {}, {}
     try:
@@ -53,14 +62,14 @@ def read_state(path) -> tuple[dict[str, int], dict]:
             d = json.load(f)
         if d.get("version") != STATE_VERSION:
             return {}, {}
-        return {str(k): int(v) for k, v in d["trees"].items()}, forest_from_json(json.dumps(d["forest"]), path)
+        return {str(k): int(v) for k, v in d["trees"].items()}, event_trees_from_json(json.dumps(d["forest"]), path)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: not a memforest Mem0 compaction state: {e}") from None
 
 
 def write_state(path, trees: dict[str, int], states: dict) -> None:
-    forest = json.loads(forest_json(Forest(np.zeros(0, dtype=np.int64), states), list(states)))
-    atomic_write_text(path, json.dumps({"version": STATE_VERSION, "forest": forest, "trees": trees},
+    trees_json = json.loads(event_trees_json(EventTrees(np.zeros(0, dtype=np.int64), states), list(states)))
+    atomic_write_text(path, json.dumps({"version": STATE_VERSION, "forest": trees_json, "trees": trees},
                                        separators=(",", ":")))
 
 
@@ -71,9 +80,9 @@ def compact_mem0(memory, budget: CompactConfig, config: CompressConfig | None = 
     ``state``: the state file (``None``: none; every compacted tenant is then partitioned in
     full). The result's ``report`` is the :class:`~memforest_gpu.engine.compact.CompactReport`."""
     scope = scope or Scope(all_tenants=True)
-    clock = Clock()
+    clock = StageTimer()
     points = read_points(memory, scope.filters)
-    clock("read")
+    clock.lap("read")
     todo, result = split_eligible(points, scope, dry_run, clock)
     counts: dict[str, int] = {}
     for p in todo:
@@ -86,11 +95,11 @@ def compact_mem0(memory, budget: CompactConfig, config: CompressConfig | None = 
     trees, states = read_state(state)
     emb = Mem0Embedder(memory, device=device)
     store = store_of_points(todo, emb.name)
-    store.forest = Forest(np.array([trees.get(p.id, -1) for p in todo], dtype=np.int64),
+    store.event_trees = EventTrees(np.array([trees.get(p.id, -1) for p in todo], dtype=np.int64),
                           {t: s for t, s in states.items() if t in over})
     res = compact(store, budget, config, merger=merger, embedder=emb, device=device, progress=progress,
                   dry_run=dry_run)
-    clock("compact")
+    clock.lap("compact")
     result.report = res.report
     by_id = {p.id: p for p in todo}
     result.groups, vectors, rows = merge_groups(store, res.store, res.merges, by_id)
@@ -100,7 +109,7 @@ def compact_mem0(memory, budget: CompactConfig, config: CompressConfig | None = 
         write_back(memory, result, points, by_id, vectors, backup, after_write, clock)
     if state is not None:
         _save_state(state, trees, states, res.store, result.groups, rows, over, {p.id for p in points})
-        clock("state")
+        clock.lap("state")
     return result
 
 
@@ -110,8 +119,8 @@ def _save_state(path, trees: dict, states: dict, out, groups, rows: list[int], o
     new_id = dict(zip(rows, (g.new_id for g in groups)))
     mine = set(out.ids)
     keep = {i: t for i, t in trees.items() if i in present and i not in mine}  # tenants not compacted
-    for j, (i, t) in enumerate(zip(out.ids, out.forest.tree.tolist())):
+    for j, (i, t) in enumerate(zip(out.ids, out.event_trees.tree.tolist())):
         keep[new_id.get(j, i)] = int(t)
     states = {t: s for t, s in states.items() if t not in over}
-    states.update(out.forest.tenants)
+    states.update(out.event_trees.tenants)
     write_state(path, keep, states)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -41,7 +41,7 @@ def restore_mem0(memory, backup) -> dict:
         es = memory.entity_store  # the backup has entities: bring the entity store back
     counts = _put_back(memory, saved, scope, None, memory.delete, provider)
     db = getattr(memory, "db", None)
-    now = datetime.now(timezone.utc).isoformat()
+    now = datetime.now(UTC).isoformat()
     for p in counts.pop("missing"):  # Mem0's history: the memory is back (dated now, as Mem0 dates a DELETE)
         if db is not None and hasattr(db, "add_history"):
             db.add_history(p.id, None, p.payload.get("data"), "ADD", created_at=p.payload.get("created_at"),

@@ -12,7 +12,19 @@ import json
 import logging
 import sys
 
+from ..adapters.graph import compress_graph, read_graph, write_graph
+from ..adapters.m3agent import compress_video_graph, is_m3_agent_path, load_video_graph, save_video_graph
+from ..adapters.mem0 import Scope, close_memory, compress_mem0, format_plan, load_memory, restore_mem0
+from ..adapters.mem0_compact import compact_mem0
+from ..api import resolve_embedder
+from ..mergers import get_merger
+from ..mergers.embedders import get_embedder
+from ..runs.outputs import check_output
+from ..store.atomic import atomic_write_text
+from ..store.io import detect_format
+from .compact import add_budget_arguments, budget_from_args
 from .flags import add_config_arguments, check_embedder_flag, config_from_args, parse_options
+from .report import format_report
 
 __all__ = ["add_parser", "run", "main"]
 
@@ -45,7 +57,6 @@ def add_parser(subparsers) -> None:
     _add_compress_options(c)
     k = ms.add_parser("compact", help="keep every user within a budget: merge the memories of users over it")
     k.add_argument("--config", required=True, help="Mem0 config (YAML or JSON), as given to Memory.from_config")
-    from .compact import add_budget_arguments
 
     add_budget_arguments(k, flag="--max-per-user", what="user")
     k.add_argument("--state", default=None,
@@ -80,8 +91,6 @@ def _config(a):
 
 
 def _merger(a):
-    from ..mergers import get_merger
-
     return get_merger(a.merger, **parse_options(a.merger_option))
 
 
@@ -91,15 +100,10 @@ def _progress(a) -> bool:  # bars only on a terminal
 
 def _write_report(a, d: dict) -> None:
     if a.report:
-        from ..store.atomic import atomic_write_text
-
         atomic_write_text(a.report, json.dumps(d, indent=2, default=str))
 
 
 def _mem0_compress(a) -> int:
-    from ..adapters.mem0 import Scope, close_memory, compress_mem0, format_plan, load_memory
-
-    from ..runs.outputs import check_output
 
     scope = Scope(user_id=a.user_id, agent_id=a.agent_id, run_id=a.run_id, all_tenants=a.all_tenants)
     cfg, merger = _config(a), _merger(a)  # bad options fail before Mem0 is opened
@@ -134,11 +138,6 @@ def _mem0_compress(a) -> int:
 
 
 def _mem0_compact(a) -> int:
-    from ..adapters.mem0 import Scope, close_memory, format_plan, load_memory
-    from ..adapters.mem0_compact import compact_mem0
-    from ..runs.outputs import check_output
-    from .compact import budget_from_args
-
     ids = {k: getattr(a, k) for k in ("user_id", "agent_id", "run_id") if getattr(a, k)}
     scope = Scope(**ids) if ids else Scope(all_tenants=True)
     budget, cfg, merger = budget_from_args(a), _config(a), _merger(a)  # bad options fail before Mem0 is opened
@@ -172,8 +171,6 @@ def _mem0_compact(a) -> int:
 
 
 def _mem0_restore(a) -> int:
-    from ..adapters.mem0 import close_memory, load_memory, restore_mem0
-
     memory = load_memory(a.config)
     try:
         r = restore_mem0(memory, a.backup)
@@ -189,14 +186,6 @@ def _mem0_restore(a) -> int:
 
 
 def _graph_compress(a) -> int:
-    from ..adapters.graph import compress_graph, read_graph, write_graph
-    from ..api import resolve_embedder
-    from ..mergers.embedders import get_embedder
-    from .report import format_report
-
-    from ..adapters.m3agent import is_m3_agent_path
-    from ..runs.outputs import check_output
-    from ..store.io import detect_format
 
     if is_m3_agent_path(a.input, a.format):
         check_output(a.output, inputs=[a.input], what="OUTPUT", needs_format=False)
@@ -231,10 +220,6 @@ def _graph_compress(a) -> int:
 
 
 def _m3_compress(a) -> int:
-    from ..adapters.m3agent import compress_video_graph, is_m3_agent_path, load_video_graph, save_video_graph
-    from ..api import resolve_embedder
-    from .report import format_report
-
     if a.out_format is not None and not is_m3_agent_path(a.output, a.out_format):
         raise ValueError(f"an M3-Agent graph is written back as an M3-Agent pickle: --out-format must be m3-agent, "
                          f"got {a.out_format!r}")

@@ -5,6 +5,12 @@ from __future__ import annotations
 import json
 import sys
 
+from ..config import CompactConfig
+from ..mergers import get_merger
+from ..runs.compact import compact_file
+from ..runs.outputs import check_output
+from ..store.atomic import atomic_write_text
+from ..store.io import detect_format
 from .flags import add_config_arguments, as_flag_error, check_embedder_flag, config_from_args, parse_options
 
 __all__ = ["add_parser", "run", "format_compact", "add_budget_arguments", "budget_from_args"]
@@ -27,8 +33,6 @@ def add_budget_arguments(p, *, flag: str = "--max-nodes-per-tenant", what: str =
 
 
 def budget_from_args(a):
-    from ..config import CompactConfig
-
     if getattr(a, "ratio", None) is not None:
         raise ValueError("--ratio does not apply to compact: the budget sets how many memories each tenant loses")
     try:
@@ -63,11 +67,6 @@ def add_parser(subparsers) -> None:
 
 
 def run(a) -> int:
-    from ..mergers import get_merger
-    from ..runs.compact import compact_file
-    from ..runs.outputs import check_output
-    from ..store.io import detect_format
-
     budget = budget_from_args(a)
     cfg = config_from_args(a)
     check_embedder_flag(a.embedder)
@@ -88,8 +87,6 @@ def run(a) -> int:
     else:
         print("every tenant is within budget and the inbox is empty: nothing written")
     if a.report:
-        from ..store.atomic import atomic_write_text
-
         d = res.report.to_dict()
         d.update({"written": res.written, "inbox": res.inbox, "replayed": res.replayed, "seconds": res.seconds})
         atomic_write_text(a.report, json.dumps(d, indent=2, default=str))

@@ -7,11 +7,41 @@ standalone: ``python -m memforest_gpu.cli.eval --benchmark ... --out ...``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
 import sys
 import time
+from dataclasses import replace
+
+import torch
+
+from ..config import DEFAULT_PRESET, PRESETS, preset
+from ..evaluation.benchmark import load_benchmark, write_benchmark
+from ..evaluation.cache import CachedEmbedder
+from ..evaluation.harness import EvalConfig, run_grid
+from ..evaluation.locomo import NODE_SHAPES, load_locomo
+from ..evaluation.loo import (
+    METRICS,
+    Candidate,
+    candidate_grid,
+    leave_one_out,
+    load_scores,
+    loo_markdown,
+    paper_candidate,
+    preset_choice,
+    rule_fields,
+    save_scores,
+    score_candidates,
+)
+from ..evaluation.methods import ABLATION_METHODS, DEFAULT_METHODS, parse_method
+from ..evaluation.report import load_result, write_outputs
+from ..evaluation.stream_report import run_cli
+from ..mergers import get_merger
+from ..mergers.embedders import SentenceTransformerEmbedder
+from ..store.atomic import atomic_write_text
+from .flags import FIELDS, as_flag_error
 
 __all__ = ["add_parser", "run", "main"]
 
@@ -25,15 +55,14 @@ def _ints(s: str) -> list[int]:
 
 
 def _preset_names() -> list[str]:
-    from ..config import PRESETS
-
     return list(PRESETS)
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmark", required=True,
                    help="benchmark folder (nodes.jsonl|parquet + questions.jsonl) or a LoCoMo .json file")
-    p.add_argument("--out", default=None, help="output folder: results.json, per_question.npz, results.md, retention.png")
+    p.add_argument("--out", default=None,
+                   help="output folder: results.json, per_question.npz, results.md, retention.png")
     p.add_argument("--nodes", default="turns",
                    help="LoCoMo .json only: turns (one node per dialogue turn) | facts (one node per fact of "
                         "LoCoMo's observation field, the shape of a Mem0 store); --leave-one-out also takes "
@@ -104,7 +133,7 @@ def _add_loo_arguments(p: argparse.ArgumentParser) -> None:
                         "not matter and the candidate is run once")
     g.add_argument("--loo-compare-rules", default="flat",
                    help="time rules scored on the preset's config (the other flags) for comparison only, never "
-                        "selected (flat: the preset before issue 22); '' for none")
+                        "selected (flat: the 0/1 neighbour bonus); '' for none")
     g.add_argument("--loo-size-weights", default="0,0.2", help="candidate size weights")
     g.add_argument("--loo-from", default=None,
                    help="comma list of loo_scores.npz files of earlier --leave-one-out runs: join their candidates "
@@ -121,7 +150,8 @@ def _add_stream_arguments(p: argparse.ArgumentParser) -> None:
                         "session; compare with one offline compress to the same size (default methods: "
                         "memforest:matching,tome,kmeans_prune)")
     g.add_argument("--budgets", default="0.7,0.5,0.3", help="--stream: budgets, fractions of each tenant's final size")
-    g.add_argument("--low-water", type=float, default=0.8, help="--stream: a tenant over budget keeps LOW_WATER x budget")
+    g.add_argument("--low-water", type=float, default=0.8,
+                   help="--stream: a tenant over budget keeps LOW_WATER x budget")
     g.add_argument("--no-full-reference", action="store_true",
                    help="--stream: skip re-running compress on the whole store after every session")
     g.add_argument("--rerun", action="store_true",
@@ -138,7 +168,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def _methods(spec: str, schedule: str = "sequential") -> list[str]:
     """Method labels of ``--methods``; a MemForest name without ``:SCHEDULE`` takes ``schedule``."""
-    from ..evaluation.methods import ABLATION_METHODS, DEFAULT_METHODS, parse_method
 
     out: list[str] = []
     for part in spec.split(","):
@@ -156,10 +185,6 @@ def _methods(spec: str, schedule: str = "sequential") -> list[str]:
 def _config(a):
     """The MemForest config: ``--preset`` (default: the command line's, as ``memforest compress``)
     with every config flag given replacing its own field."""
-    from dataclasses import replace
-
-    from ..config import DEFAULT_PRESET, preset
-    from .flags import FIELDS, as_flag_error
 
     try:
         c = preset(a.preset or DEFAULT_PRESET)
@@ -174,7 +199,6 @@ def _config(a):
 
 def _shapes(a) -> list[str]:
     """The node shapes of ``--nodes`` (several only with ``--leave-one-out``)."""
-    from ..evaluation.locomo import NODE_SHAPES
 
     shapes = [x.strip() for x in a.nodes.split(",") if x.strip()]
     if not shapes or any(x not in NODE_SHAPES for x in shapes) or len(set(shapes)) != len(shapes):
@@ -188,8 +212,6 @@ def _shapes(a) -> list[str]:
 def _load(a, shape: str | None = None):
     """The benchmark of ``--benchmark``: a folder as it is; a LoCoMo file in the node shape
     ``shape`` (default ``--nodes``), in windows of ``--turns-per-node`` turns when asked."""
-    from ..evaluation.benchmark import load_benchmark
-    from ..evaluation.locomo import load_locomo
 
     shape = shape or _shapes(a)[0]
     n = getattr(a, "turns_per_node", 1)
@@ -201,7 +223,8 @@ def _load(a, shape: str | None = None):
 
 
 def _reference(a, methods: list[str], cfg) -> str | None:
-    """``--reference``, else MemForest with the preset's schedule when it runs (else the report's default)."""
+    """``--reference``, else MemForest with the preset's schedule when it runs (else the
+    report's default)."""
     if a.reference:
         return a.reference
     mine = f"memforest:{cfg.merge.schedule}"
@@ -210,7 +233,6 @@ def _reference(a, methods: list[str], cfg) -> str | None:
 
 def run(a) -> int:
     """Run ``memforest eval`` from parsed arguments; returns the exit status."""
-    from ..evaluation.benchmark import write_benchmark
 
     if a.export:
         bench_dir = a.benchmark if os.path.isdir(a.benchmark) else os.path.dirname(os.path.abspath(a.benchmark))
@@ -223,26 +245,16 @@ def run(a) -> int:
         return 0
     if not a.out:
         raise ValueError("--out is required (unless --export)")
-    from ..evaluation.report import load_result, write_outputs
 
     if a.report_only:
         paths = write_outputs(load_result(a.out), a.out, bootstrap=a.bootstrap, reference=a.reference)
         print("\n".join(f"wrote {p}" for p in paths.values()))
         return 0
-    import torch
-
-    from ..config import DEFAULT_PRESET
-    from ..evaluation.cache import CachedEmbedder
-    from ..evaluation.harness import EvalConfig, run_grid
-    from ..mergers import get_merger
-    from ..mergers.embedders import SentenceTransformerEmbedder
 
     if a.leave_one_out:
         return _run_loo(a)
     cfg = _config(a)
     if a.stream:
-        from ..evaluation.stream_report import run_cli
-
         spec = "memforest:matching,tome,kmeans_prune" if a.methods == "default" else a.methods
         return run_cli(a, cfg, _methods(spec, cfg.merge.schedule))
     methods = _methods(a.methods, cfg.merge.schedule)
@@ -273,19 +285,10 @@ def run(a) -> int:
 def _run_loo(a) -> int:
     """``--leave-one-out``: candidates from the ``--loo-*`` lists on the base config (the other
     MemForest flags), compared per fold with SPEC's defaults and ToMe."""
-    import torch
-
-    from ..evaluation.cache import CachedEmbedder
-    from ..evaluation.harness import EvalConfig
-    from ..evaluation.loo import METRICS, Candidate, candidate_grid, paper_candidate, save_scores, score_candidates
-    from ..mergers import get_merger
-    from ..mergers.embedders import SentenceTransformerEmbedder
 
     if a.loo_select not in METRICS:
         raise ValueError(f"--loo-select must be one of {list(METRICS)}, got {a.loo_select!r}")
     if a.loo_from:
-        from ..evaluation.loo import load_scores
-
         cs = load_scores([x for x in a.loo_from.split(",") if x])
         return _loo_report(a, cs, [c.name for c in cs.candidates
                                    if not c.method and not c.compare_only and c.name != "paper"], 0.0)
@@ -323,9 +326,6 @@ def _run_loo(a) -> int:
 def _compare_rules(a) -> list:
     """``--loo-compare-rules``: the preset's config (with the other flags) under each rule,
     comparison only."""
-    import dataclasses
-
-    from ..evaluation.loo import Candidate, rule_fields
 
     c = _config(a)
     out = []
@@ -339,8 +339,6 @@ def _compare_rules(a) -> list:
 
 def _loo_report(a, cs, names: list[str], t0: float) -> int:
     """Select per fold among ``names``, write loo.md / loo.json, print the preset rule's pick."""
-    from ..evaluation.loo import leave_one_out, loo_markdown, paper_candidate, preset_choice
-    from ..store.atomic import atomic_write_text
 
     paper = paper_candidate()
     ratios, seeds = cs.ratios, cs.seeds
@@ -364,8 +362,6 @@ def _loo_report(a, cs, names: list[str], t0: float) -> int:
 
 
 def dataclasses_dict(c) -> dict:
-    import dataclasses
-
     return {k: dataclasses.asdict(getattr(c, k)) for k in ("partition", "tree", "merge")}
 
 

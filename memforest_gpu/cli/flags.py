@@ -5,9 +5,12 @@ pairs, and the cheap check of an ``--embedder`` value."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
+
+from ..config import DEFAULT_PRESET, PRESETS, preset
 
 __all__ = ["add_config_arguments", "config_from_args", "as_flag_error", "check_embedder_flag", "parse_options",
            "FIELDS"]
@@ -30,7 +33,6 @@ FIELDS = {
 def _presets_help(dest: str) -> str:
     """A field's default for --help: ``"0.5"`` when every preset agrees, else ``"the
     preset's; memforest: 0.001, paper: 0.05"``."""
-    from ..config import PRESETS
 
     stage, name = FIELDS[dest]
     values = {p: getattr(getattr(c, stage), name) for p, c in PRESETS.items()}
@@ -44,7 +46,6 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
     flag per field, each overriding only its own field of the preset (``--help`` shows every
     preset's value). ``two_level=False`` leaves out ``--kmeans`` for commands that only run
     exact k-means."""
-    from ..config import DEFAULT_PRESET, PRESETS
 
     def h(text: str, dest: str) -> str:
         return f"{text} (default: {_presets_help(dest)})".replace("%", "%%")
@@ -101,7 +102,8 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
                         "of the store's; cosines stay float32) (default: float32)")
     g.add_argument("--cap-policy", default=None,
                    help=h("condense (a merge over the cap keeps its most informative sentences, so the ratio is "
-                        "reached) | strict (pairs over the cap are not merged; the ratio may fall short)", "cap_policy"))
+                        "reached) | strict (pairs over the cap are not merged; the ratio may fall short)",
+                        "cap_policy"))
     g = p.add_argument_group("what may merge")
     g.add_argument("--keep-pattern", default=None, metavar="REGEX",
                    help="nodes whose text matches this regular expression (RE2, anywhere in the text; anchor with ^) "
@@ -117,9 +119,6 @@ def config_from_args(a: argparse.Namespace):
     (``memforest`` when the namespace has none), with every flag that was given replacing
     its own field. A bad value raises ``ValueError`` naming the flag (``--degree-norm must
     be ...``); an unknown preset names the valid ones."""
-    import dataclasses
-
-    from ..config import DEFAULT_PRESET, preset
 
     try:
         base = preset(getattr(a, "preset", None) or DEFAULT_PRESET)

@@ -7,7 +7,21 @@ import logging
 import re
 import sys
 
+import torch
+
+from ..api import compress_file, dry_run_file, read_store, search_file
+from ..mergers import get_merger
+from ..runs.budget_groups import parse_size
+from ..runs.outputs import check_output
+from ..store.atomic import atomic_write_text
+from ..store.io import detect_format
+from ..store.timeutil import format_date
+from . import adapters as adapters_cli
+from . import compact as compact_cli
+from . import eval as eval_cli
+from .demo import run_demo
 from .flags import add_config_arguments, as_flag_error, check_embedder_flag, config_from_args
+from .report import format_report
 
 __all__ = ["main", "build_parser"]
 
@@ -83,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("query", help="the query text")
     s.add_argument("-k", type=int, default=10, help="hits to show")
     s.add_argument("--agpr", action="store_true", help="anchor-guided propagation re-ranking")
-    s.add_argument("--tenant", default=None, help="search only this tenant's memories (needed when the store has several tenants)")
+    s.add_argument("--tenant", default=None,
+                   help="search only this tenant's memories (needed when the store has several tenants)")
     s.add_argument("--json", action="store_true", help="print the hits as JSON")
     s.add_argument("--embedder", default="auto",
                    help="auto: the store's recorded model (all-MiniLM-L6-v2 for a store without vectors) | "
@@ -101,15 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default=None, help="also write the sample and its compressed form in this folder")
     d.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
 
-    from .compact import add_parser as add_compact_command
-
-    add_compact_command(sub)  # compact
-    from .adapters import add_parser as add_adapter_commands
-
-    add_adapter_commands(sub)  # mem0 compress|restore, graph compress
-    from .eval import add_parser as add_eval_command
-
-    add_eval_command(sub)  # eval
+    compact_cli.add_parser(sub)  # compact
+    adapters_cli.add_parser(sub)  # mem0 compress|restore, graph compress
+    eval_cli.add_parser(sub)  # eval
     return ap
 
 
@@ -137,18 +146,10 @@ def _merger_options(a) -> dict:
 
 
 def _compress(a) -> int:
-    from ..api import compress_file, dry_run_file
-    from ..mergers import get_merger
-    from ..runs.outputs import check_output
-    from ..store.io import detect_format
-    from .report import format_report
-
     # every cheap check first: nothing is loaded and nothing is written when one fails
     cfg = config_from_args(a)
     budget = None
     if a.memory_budget is not None:
-        from ..runs.budget_groups import parse_size
-
         budget = parse_size(a.memory_budget)
         if a.dry_run:
             raise ValueError("--memory-budget cannot be combined with --dry-run (a dry run plans the first round "
@@ -168,18 +169,11 @@ def _compress(a) -> int:
         print(_format_dry_run(res))
         print("dry run: nothing merged, nothing written")
         return 0
-    if budget is not None:
-        from ..runs.budgeted import compress_file_budgeted
-
-        res = compress_file_budgeted(a.input, a.output, cfg, memory_budget=budget, embedder=a.embedder,
-                                     merger=merger, device=a.device, progress=not a.quiet and sys.stderr.isatty(),
-                                     format=a.format, out_format=a.out_format, resume=a.resume,
-                                     echo=None if a.quiet else (lambda line: print(line, file=sys.stderr,
-                                                                                   flush=True)))
-    else:
-        res = compress_file(a.input, a.output, cfg, embedder=a.embedder, merger=merger, device=a.device,
-                            progress=not a.quiet and sys.stderr.isatty(), format=a.format,
-                            out_format=a.out_format, resume=a.resume)
+    res = compress_file(a.input, a.output, cfg, memory_budget=budget, embedder=a.embedder, merger=merger,
+                        device=a.device, progress=not a.quiet and sys.stderr.isatty(), format=a.format,
+                        out_format=a.out_format, resume=a.resume,
+                        echo=None if a.quiet or budget is None else (
+                            lambda line: print(line, file=sys.stderr, flush=True)))
     print(format_report(res.report))
     stats = merger.summary() if hasattr(merger, "summary") else None
     if stats:
@@ -190,8 +184,6 @@ def _compress(a) -> int:
               f"{res.report.merges / total:.1f} merges/s overall")
     print(f"wrote {a.output}")
     if a.report:
-        from ..store.atomic import atomic_write_text
-
         d = res.report.to_dict()
         if stats:
             d["merger_stats"] = stats
@@ -224,7 +216,7 @@ def _format_merger_stats(name: str, st: dict, report=None) -> str:
 
 
 def _format_dry_run(res, width: int = 48) -> str:
-    merges = res.records
+    merges = res.merges
     if not merges:
         return "first round: no merge planned (nothing to remove at this ratio)"
     sims = sorted(m.similarity for m in merges)
@@ -253,26 +245,9 @@ def printable(text: str) -> str:
 
 
 def _search(a) -> int:
-    from ..api import load_store_and_embedder
-    from ..config import RetrievalConfig
-    from ..retrieval.retriever import Retriever
-    from ..store.io import detect_format
-    from ..store.timeutil import format_date
-
-    cfg = RetrievalConfig(k=a.k, agpr=a.agpr)
     check_embedder_flag(a.embedder, allowed=("auto", "default"))
-    detect_format(a.store, None, flag=None)  # no --format to suggest here
-    store, emb = load_store_and_embedder(a.store, embedder=a.embedder, device=a.device, tenants=a.tenant,
-                                         warn=False)
-    if emb is None:
-        known = f"records {store.embedder!r}, which is not a local model directory" if store.embedder else \
-            "does not record the model of its vectors"
-        raise ValueError(f"the query must be embedded by the model that made the store's vectors, and the store "
-                         f"{known}: pass --embedder PATH (or --embedder default if they are all-MiniLM-L6-v2)")
-    if emb.dim != store.dim:
-        raise ValueError(f"--embedder's dimension must match the store's ({store.dim}), got {emb.dim} "
-                         f"from {emb.name!r}")
-    hits = Retriever(store).search(emb.embed([a.query]), tenants=a.tenant, config=cfg).hits(store)[0]
+    hits = search_file(a.store, [a.query], k=a.k, agpr=a.agpr, tenant=a.tenant, embedder=a.embedder,
+                       device=a.device)[0]
     if a.json:
         print(json.dumps(hits, ensure_ascii=False, indent=2))  # JSON escapes the C0 control characters itself
         return 0
@@ -282,8 +257,6 @@ def _search(a) -> int:
 
 
 def _info(a) -> int:
-    from ..store.io import detect_format, read_store
-
     detect_format(a.store, None, flag=None)  # no --format to suggest here
     probe = _NoVectors()
     info = read_store(a.store, embedder=probe).info()
@@ -317,35 +290,13 @@ class _NoVectors:
         self.used = False
 
     def embed(self, texts):
-        import torch
-
         self.used = True
         return torch.ones(len(texts), 1)
 
 
 def _demo(a) -> int:
-    from .demo import run_demo
-
     run_demo(ratio=a.ratio, out_dir=a.out, device=a.device)
     return 0
-
-
-def _eval(a) -> int:
-    from .eval import run
-
-    return run(a)
-
-
-def _compact_cmd(a) -> int:
-    from .compact import run
-
-    return run(a)
-
-
-def _adapters(a) -> int:
-    from .adapters import run
-
-    return run(a)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -353,8 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
     name = " ".join(x for x in (args.cmd, getattr(args, "sub", None)) if x)
     try:
-        commands = {"compress": _compress, "compact": _compact_cmd, "search": _search, "info": _info, "demo": _demo,
-                    "mem0": _adapters, "graph": _adapters, "eval": _eval}
+        commands = {"compress": _compress, "compact": compact_cli.run, "search": _search, "info": _info,
+                    "demo": _demo, "mem0": adapters_cli.run, "graph": adapters_cli.run, "eval": eval_cli.run}
         return commands[args.cmd](args)
     except BrokenPipeError:  # `memforest ... | head`
         return 0

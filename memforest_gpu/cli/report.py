@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..engine import CompressReport
+from ..engine.setup import STAGES
 
 __all__ = ["format_report"]
 
@@ -31,9 +32,10 @@ def format_report(r: CompressReport, *, max_tenants: int = 20) -> str:
                  + (f"; {r.fallbacks} merger texts replaced by the extractive merger's (over the node cap or "
                     "unusable)" if r.fallbacks else "")
                  + (f"; {r.condensed} merges condensed to the cap ({r.condensed_tokens} tokens dropped, "
-                    f"{r.condensed_tokens / r.condensed:.0f} per condensed merge)" if getattr(r, "condensed", 0) else ""))
+                    f"{r.condensed_tokens / r.condensed:.0f} per condensed merge)" if getattr(r, "condensed",
+                                                                                              0) else ""))
     s = r.seconds
-    stages = ", ".join(f"{k} {s[k]:.2f}s" for k in ("partition", "setup", "trees", "merge", "embed", "output")
+    stages = ", ".join(f"{k} {s[k]:.2f}s" for k in STAGES
                        if k in s)
     lines.append(f"time: {s.get('total', 0):.2f}s ({stages})")
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """Scale-out with torch.distributed: one store compressed by N processes (one per GPU).
 
-    torchrun --nproc-per-node 4 -m memforest_gpu.distributed compress IN.parquet OUT.parquet --ratio 0.5
+    torchrun --nproc-per-node 4 -m memforest_gpu.distributed compress IN.parquet OUT.parquet
+    --ratio 0.5
 
 Every rank reads the input; whole tenants (and, for a tenant too large for one rank, its
 EventTrees) are balanced over ranks by cost; each rank has its own merger (e.g. one vLLM

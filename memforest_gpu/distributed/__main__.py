@@ -10,7 +10,17 @@ import json
 import os
 import sys
 
+import torch
+import torch.distributed as dist
+
+from ..api import load_store_and_embedder
 from ..cli.flags import add_config_arguments, config_from_args, parse_options
+from ..cli.report import format_report
+from ..mergers import get_merger
+from ..runs.outputs import check_output
+from ..store.atomic import atomic_write_text
+from ..store.io import write_store
+from .runner import compress_distributed
 
 __all__ = ["main", "build_parser"]
 
@@ -58,14 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.no_pin_gpu and args.device != "cpu":
         _pin_gpu()
-    import torch
-    import torch.distributed as dist
-
-    from ..cli.report import format_report
-    from ..mergers import get_merger
-    from ..store.atomic import atomic_write_text
-    from ..store.io import write_store
-    from .runner import compress_distributed
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -85,8 +87,6 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config_from_args(args)
         options = parse_options(args.merger_option)
         get_merger(args.merger, **options)  # bad names and options fail here, on every rank, before any work
-        from ..api import load_store_and_embedder
-        from ..runs.outputs import check_output
 
         # the output never overwrites the input, and a bad target fails before any work
         check_output(args.output, format=args.out_format, inputs=[args.input], format_flag="--out-format",

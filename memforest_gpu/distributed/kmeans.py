@@ -120,7 +120,8 @@ def partition_tenant(embeddings: torch.Tensor, timestamps: torch.Tensor, name: s
     rank gets the same answer. Trees are numbered by cluster id (the engine's tree order
     inside a tenant).
 
-    Shape: embeddings (n, D) normalised, timestamps (n,) in store order -> tree (n,) int64, iterations
+    Shape: embeddings (n, D) normalised, timestamps (n,) in store order -> tree (n,) int64,
+           iterations
     """
     n = embeddings.shape[0]
     dev = embeddings.device

@@ -25,8 +25,8 @@ import itertools
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ from ..device import resolve_device
 from ..engine import CompressReport, MergeRecord, compress
 from ..engine.partition import Partition
 from ..engine.quotas import Quotas, allocate, removal_target
+from ..mergers.embedders import MEAN_EMBEDDER
 from ..store.memory_store import MemoryStore
 from .balance import WorkItem, balance, tenants_to_split
 from .kmeans import _world, partition_tenant
@@ -217,7 +218,7 @@ def _assemble(store, cfg, gathered, plan, split, sizes, seconds) -> DistributedR
                         "ratio": (n - per[t]) / n, "shortfall": req - (n - per[t]), "trees": trees[t], "kept": kept})
     merges = [m for g in gathered for m in g["merges"]]  # (rank, MergeRecord)
     name = next((g["merger"] for g in gathered if g["merger"]), "extractive")
-    emb_name = next((g["embedder"] for g in gathered if g["embedder"]), "mean-of-inputs")
+    emb_name = next((g["embedder"] for g in gathered if g["embedder"]), MEAN_EMBEDDER)
     cap = next((g["max_node_tokens"] for g in gathered if g["max_node_tokens"] is not None), None)
     report = CompressReport(
         tenants=tenants, nodes_in=len(store), nodes_out=len(out), trees=sum(trees.values()),

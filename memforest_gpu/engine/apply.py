@@ -1,12 +1,12 @@
 """Write one round's merges into the tree tensors (device only; one host read per round when
-some bucket keeps neighbour lists).
+some bucket keeps the knn graph).
 
 The merged node takes the lower slot of its pair and the other slot empties; its vector is
 appended to the run's :class:`~.vectors.NodeVectors`, and its timestamp (the max), token
 count and span of positions are written. Its row of the candidate graph is recomputed: in a
-bucket of every pair, its row/column of the cosine matrix against its tree; in a bucket of
-neighbour lists, its list from its parents' lists and the entries that pointed at either
-parent (:mod:`.graph`). Every bucket is updated with one scatter per tensor, whatever the
+dense bucket, its row/column of the cosine matrix against its tree; in a knn bucket, its
+list from its parents' lists and the entries that pointed at either parent
+(:mod:`.knn_graph`). Every bucket is updated with one scatter per tensor, whatever the
 number of pairs.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .graph import merged_lists, stale_entries
+from .graph_choice import KNN
+from .knn_graph import merged_lists, stale_entries
 from .plan import Plan
 from .trees import Bucket, TreeBatch, compute_dtype, row_sims
 
@@ -40,7 +41,8 @@ def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor, new_rows: n
     """Update ``batch`` in place with the round's merges.
 
     Shape: vectors (P, D) the merged nodes' vectors, new_rows (P,) host node rows of the
-           merged nodes (the next rows of the run's node table), tokens (P,) their token counts or None
+           merged nodes (the next rows of the run's node table), tokens (P,) their token counts
+           or None
     """
     stored = batch.vectors.append(np.asarray(new_rows), vectors)  # (P, D) in the storage dtype
     stale = []
@@ -63,8 +65,8 @@ def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor, new_rows: n
         bk.hi[r, keep] = last
         if bk.tok is not None and tokens is not None:
             bk.tok[r, keep] = tokens[lo:hi].to(device=dev, dtype=bk.tok.dtype)
-        if bk.lists:
-            stale.append(_lists_round(batch, bk, plan.row_np[lo:hi], r, keep, drop, E))
+        if bk.graph == KNN:
+            stale.append(_knn_round(batch, bk, plan.row_np[lo:hi], r, keep, drop, E))
         else:
             sims = row_sims(batch.vectors, bk.slot, plan.row_np[lo:hi], E)  # (P_b, m), after all writes
             bk.W[r, keep, :] = sims
@@ -73,8 +75,8 @@ def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor, new_rows: n
         _refresh(batch, stale)
 
 
-def _lists_round(batch: TreeBatch, bk: Bucket, row_np: np.ndarray, r, keep, drop, E):
-    """A list bucket's merged lists and its stale entries (for :func:`_refresh`)."""
+def _knn_round(batch: TreeBatch, bk: Bucket, row_np: np.ndarray, r, keep, drop, E):
+    """A knn bucket's merged lists and its stale entries (for :func:`_refresh`)."""
     dev = bk.slot.device
     rows, inv = np.unique(np.asarray(row_np, dtype=np.int64), return_inverse=True)  # touched rows
     rows_t = torch.as_tensor(rows, device=dev)
@@ -93,7 +95,7 @@ def _lists_round(batch: TreeBatch, bk: Bucket, row_np: np.ndarray, r, keep, drop
 
 
 def _refresh(batch: TreeBatch, parts, *, budget: int = 1 << 24) -> None:
-    """New cosines for the stale entries of every list bucket, found with one host read."""
+    """New cosines for the stale entries of every knn bucket, found with one host read."""
     vec = batch.vectors
     mask = torch.cat([p[2].reshape(-1) for p in parts])
     node_a = torch.cat([p[3].reshape(-1) for p in parts])

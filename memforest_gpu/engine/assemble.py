@@ -26,7 +26,8 @@ def assemble(table: NodeTable, live: np.ndarray, embeddings: torch.Tensor,
     ``chunk`` rows at a time in output order never overwrites a row still to be read, and the
     merged vectors are written after every original has moved.
 
-    Shape: live (N + M,) bool host, embeddings (N, D), merged (M, D) or [(P_r, D)] -> store of live.sum() rows
+    Shape: live (N + M,) bool host, embeddings (N, D), merged (M, D) or [(P_r, D)] -> store of
+           live.sum() rows
     """
     N, D = embeddings.shape
     rows = table.output_order(np.flatnonzero(live))

@@ -2,8 +2,10 @@
 trees that received memories or must shrink (docs/compaction.md).
 
     store ─over budget?─▶ the over-budget tenants' rows W
-      ├─ trees    each tenant's forest (:class:`~memforest_gpu.store.forest.Forest`): new rows placed into
-      │           its trees (:mod:`.placement`), or a full partition when it has none, was built with
+      ├─ trees    each tenant's event trees
+      (:class:`~memforest_gpu.store.event_trees.EventTrees`): new rows placed into
+      │           its trees (:mod:`.placement`), or a full partition when it has none, was
+      built with
       │           another config, or has doubled since (``repartition_growth``)
       ├─ quotas   exactly n - floor(low_water * budget) per tenant, over the trees with the most
       │           excess (:mod:`.compact_quotas`)
@@ -16,7 +18,6 @@ exactly one node's ``sources``; the same store, config and merger give the same 
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,18 +25,19 @@ import torch
 
 from ..config import CompactConfig, CompressConfig
 from ..device import resolve_device
-from ..store.forest import Forest, TenantForest
+from ..store.event_trees import EventTrees, TenantTrees
 from ..store.memory_store import MemoryStore
 from ..store.splice import splice
+from ..timer import StageTimer
 from .compact_quotas import compaction_quotas
+from .compact_trees import Trees, event_trees_of
 from .compress import compress
-from .compact_trees import Trees, forest_of
-from .forest import first_rows, first_sources, rows_of_originals
+from .merge_record import MergeRecord
 from .partition import Partition
 from .placement import tree_radius
 from .quotas import Quotas
-from .records import MergeRecord
 from .result import CompressReport
+from .tree_record import first_rows, first_sources, rows_of_originals
 
 __all__ = ["compact", "CompactResult", "CompactReport"]
 
@@ -95,7 +97,7 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
         raise ValueError(f"store must be a MemoryStore, got {type(store).__name__}")
     if not isinstance(budget, CompactConfig):
         raise ValueError(f"budget must be a CompactConfig, got {type(budget).__name__}")
-    t0 = time.perf_counter()
+    timer = StageTimer()
     names = store.tenant_names()
     counts = np.bincount(store.tenant_codes_np, minlength=len(names))
     limit = np.array([budget.budget(t) or 0 for t in names], dtype=np.int64)
@@ -103,27 +105,25 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
     rows = np.flatnonzero(over[store.tenant_codes_np])
     report = CompactReport([], len(store), len(store), len(names), dry_run=dry_run)
     if len(rows) == 0:
-        report.seconds = {"total": time.perf_counter() - t0}
+        report.seconds = timer.finish()
         return CompactResult(store, report, [], np.arange(len(store)))
     dev = resolve_device(device)
     W = store.take(rows).to(dev) if len(rows) < len(store) else store.to(dev)  # the over-budget tenants, in order
-    report.seconds["select"] = time.perf_counter() - t0
-    f = forest_of(W, cfg, budget, elements)
-    report.seconds["place"] = time.perf_counter() - t0 - report.seconds["select"]
+    timer.lap("select")
+    f = event_trees_of(W, cfg, budget, elements)
+    timer.lap("place")
     per_tree, remove, short = compaction_quotas(f.size, f.originals, f.tree_tenant,
                                                 np.array([budget.keep(t) for t in W.tenant_table]), f.touched,
                                                 budget.slack)
     report.tenants = _rows(W, f, per_tree, remove, short, budget)
     if dry_run:
-        report.seconds["total"] = time.perf_counter() - t0
+        report.seconds = timer.finish()
         return CompactResult(store, report, [], np.arange(len(store)))
-    t1 = time.perf_counter()
-    res, S_rows, S = _replan(W, f, per_tree, cfg, merger, embedder, dev, progress, on_round, elements)
-    report.seconds["compress"] = time.perf_counter() - t1
-    t1 = time.perf_counter()
-    out, keys = _splice_back(store, rows, W, f, S_rows, S, res)
-    report.seconds["splice"] = time.perf_counter() - t1
-    report.seconds["total"] = time.perf_counter() - t0
+    with timer.stage("compress"):
+        res, S_rows, S = _replan(W, f, per_tree, cfg, merger, embedder, dev, progress, on_round, elements)
+    with timer.stage("splice"):
+        out, keys = _splice_back(store, rows, W, f, S_rows, S, res)
+    report.seconds = timer.finish()
     report.nodes_out = len(out)
     if res is not None:
         report.engine, report.merges, report.rounds = res.report, res.report.merges, res.report.rounds
@@ -201,13 +201,13 @@ def _splice_back(store, rows, W, f: Trees, S_rows, S, res):
         parts.insert(0, store if store.device == W.device else store.to(W.device))
         sel.insert(0, u_rows)
         keys.insert(0, u_rows)
-        trees.insert(0, store.forest.tree[u_rows] if store.forest is not None else np.full(len(u_rows), -1))
+        trees.insert(0, store.event_trees.tree[u_rows] if store.event_trees is not None else np.full(len(u_rows), -1))
     all_keys = np.concatenate(keys)
     order = np.argsort(all_keys, kind="stable")
-    states = dict(store.forest.tenants) if store.forest is not None else {}
+    states = dict(store.event_trees.tenants) if store.event_trees is not None else {}
     states.update(_states(W, f, ids, rad))
-    out = splice(parts, keys, rows=sel, forest=Forest(np.concatenate(trees).astype(np.int64)[order], {}))
-    out.forest.tenants = {t: states[t] for t in out.tenant_table if t in states}
+    out = splice(parts, keys, rows=sel, event_trees=EventTrees(np.concatenate(trees).astype(np.int64)[order], {}))
+    out.event_trees.tenants = {t: states[t] for t in out.tenant_table if t in states}
     return out, all_keys[order]
 
 
@@ -226,7 +226,7 @@ def _replanned_radius(out: MemoryStore, gtree: np.ndarray, centre_ids: list[str]
     return np.where(busy, fresh, rad)
 
 
-def _states(W: MemoryStore, f: Trees, ids: list[str], rad: np.ndarray) -> dict[str, TenantForest]:
+def _states(W: MemoryStore, f: Trees, ids: list[str], rad: np.ndarray) -> dict[str, TenantTrees]:
     """Each compacted tenant's state: centres by original id, partition size, arrivals, radii."""
     n = np.bincount(W.tenant_codes_np, minlength=len(W.tenant_table))
     r32 = rad.astype(np.float32).tolist()
@@ -236,7 +236,7 @@ def _states(W: MemoryStore, f: Trees, ids: list[str], rad: np.ndarray) -> dict[s
         lo, hi = f.tree_start[j], f.tree_start[j + 1]
         cen, r = ids[lo:hi], r32[lo:hi]
         if f.repartitioned[j]:
-            out[t] = TenantForest(cen, int(n[j]), 0, f.key, r)
+            out[t] = TenantTrees(cen, int(n[j]), 0, f.key, r)
         else:
-            out[t] = TenantForest(cen, s.partitioned, s.arrived + int(f.new[j]), s.config, r)
+            out[t] = TenantTrees(cen, s.partitioned, s.arrived + int(f.new[j]), s.config, r)
     return out

@@ -4,7 +4,7 @@ theirs in a tree, with centres and radii.
 A tenant's recorded trees are read back (centres by original id, a lost centre replaced, a
 tree left empty dropped) and its new rows placed (:mod:`.placement`), or it is partitioned
 again in full when its state is missing, was built with another config, or it has grown
-``repartition_growth`` times since (:func:`forest_of`). Radii come from the state and are
+``repartition_growth`` times since (:func:`event_trees_of`). Radii come from the state and are
 recomputed only for the trees that received rows.
 """
 from __future__ import annotations
@@ -12,21 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow.compute as pc
 import torch
 
 from ..config import CompactConfig, CompressConfig
-from ..store.forest import Forest
+from ..store.event_trees import EventTrees
 from ..store.memory_store import MemoryStore
-from .forest import partition_key, rows_of_originals
 from .partition import partition_nodes
 from .placement import place_new, repair_centres, tree_radius
+from .tree_record import partition_key, rows_of_originals
 
-__all__ = ["Trees", "forest_of"]
+__all__ = ["Trees", "event_trees_of"]
 
 
 @dataclass
 class Trees:
-    """The forest of W while it is compacted. Shape: tree (N_W,) local ids; tree_start
+    """The event trees of W while it is compacted. Shape: tree (N_W,) local ids; tree_start
     (n_ten + 1,); centre (T,) W rows; size, originals, tree_tenant (T,); per tenant (n_ten,):
     new, placed, new_trees, repartitioned."""
 
@@ -40,15 +41,14 @@ class Trees:
     placed: np.ndarray
     new_trees: np.ndarray
     repartitioned: np.ndarray
-    states: dict  # tenant -> its TenantForest before this compaction (or None)
+    states: dict  # tenant -> its TenantTrees before this compaction (or None)
     touched: np.ndarray  # (T,) trees that received new rows (every tree of a tenant partitioned in full)
     key: dict  # the partition config the trees of a new partition are built with
     radius: np.ndarray  # (T,) float32 each tree's radius after placement
 
 
-def forest_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, elements: int) -> Trees:
+def event_trees_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, elements: int) -> Trees:
     """Every row of W in a tree: new rows placed, or the tenant partitioned in full."""
-    import pyarrow.compute as pc
 
     names = W.tenant_table
     n_ten = len(names)
@@ -74,7 +74,7 @@ def forest_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, elemen
     starts = np.r_[0, np.cumsum(k)]
     g = starts[W.tenant_codes_np] + tree_l
     T = int(starts[-1])
-    orig = pc.list_value_length(W._sources).to_numpy(zero_copy_only=False).astype(np.int64)
+    orig = pc.list_value_length(W.sources.arrow).to_numpy(zero_copy_only=False).astype(np.int64)
     touched = np.bincount(g[arrived], minlength=T) > 0
     return Trees(tree_l, starts, centres, np.bincount(g, minlength=T), np.bincount(g, weights=orig, minlength=T)
                   .astype(np.int64), np.repeat(np.arange(n_ten), k), new, p.placed, p.new_trees, full,
@@ -86,7 +86,7 @@ def _known_trees(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, key
     yet: -1), or a new full partition. Returns (tree (N_W,) local ids or -1, tree_start,
     centre rows (T,), full (n_ten,) bool, new rows per tenant, states)."""
     names = W.tenant_table
-    old = W.forest if W.forest is not None else Forest.empty(len(W))
+    old = W.event_trees if W.event_trees is not None else EventTrees.empty(len(W))
     states = {t: old.tenants.get(t) for t in names}
     tree = old.tree.copy()
     n_trees = np.array([s.n_trees if s is not None else 0 for s in states.values()], dtype=np.int64)
@@ -173,7 +173,8 @@ def _partition_tenants(W: MemoryStore, full: np.ndarray, cfg: CompressConfig, el
 
 def _drop_empty(tree: np.ndarray, codes: np.ndarray, n_trees: np.ndarray, centres: np.ndarray, rad: np.ndarray):
     """Trees left without a member (their nodes were deleted outside memforest) are dropped and
-    each tenant's trees numbered again, in order. Returns (tree, trees per tenant, centres, radii)."""
+    each tenant's trees numbered again, in order. Returns (tree, trees per tenant, centres,
+    radii)."""
     starts = np.r_[0, np.cumsum(n_trees)]
     g = starts[codes] + tree
     keep = np.bincount(g, minlength=int(starts[-1])) > 0
@@ -185,7 +186,8 @@ def _drop_empty(tree: np.ndarray, codes: np.ndarray, n_trees: np.ndarray, centre
 
 
 def _merge_centres(centre: np.ndarray, starts: np.ndarray, n_trees: np.ndarray, new_centres: np.ndarray):
-    """Centre rows in the order of the trees after placement: each tenant's own, then its new ones."""
+    """Centre rows in the order of the trees after placement: each tenant's own, then its new
+    ones."""
     old_k = np.diff(starts)
     out = np.empty(int(n_trees.sum()), dtype=np.int64)
     new_starts = np.r_[0, np.cumsum(n_trees)]

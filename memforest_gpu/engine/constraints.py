@@ -15,6 +15,9 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
 import torch
 
 from .partition import Partition
@@ -61,7 +64,6 @@ def kept_mask(texts, pattern: str) -> np.ndarray:
 
     Shape: texts (N,) Arrow strings -> (N,) bool
     """
-    import pyarrow.compute as pc
 
     return pc.match_substring_regex(texts, pattern).to_numpy(zero_copy_only=False).astype(bool)
 
@@ -74,7 +76,6 @@ def group_codes(store, key: str) -> np.ndarray:
     """
     if key == "timestamp":
         return torch.unique(store.timestamps, return_inverse=True)[1].cpu().numpy()
-    import pyarrow.compute as pc
 
     values = _metadata_values(store.columns()["metadata"], key)  # (N,) one Arrow type, nulls where absent
     codes = pc.dictionary_encode(values).indices.fill_null(-1)
@@ -87,9 +88,6 @@ def _metadata_values(meta, key: str):
 
     Shape: meta (N,) Arrow JSON strings -> (N,) Arrow array
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.json as pj
 
     meta = pc.if_else(pc.equal(pc.binary_length(meta), 0), "{}", meta.fill_null("{}")).cast(pa.large_string())
     off = np.frombuffer(meta.buffers()[1], dtype=np.int64)[meta.offset:meta.offset + len(meta) + 1]  # (N + 1,)

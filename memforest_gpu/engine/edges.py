@@ -1,11 +1,12 @@
 """The weight of a tree edge: one elementwise function for every pair the planner scores.
 
 ``w = cos`` (SPEC), or with the optional terms of :class:`~memforest_gpu.config.TreeConfig`:
-``(1 - time_weight) * cos + time_weight * [gap <= time_window] * g(cos)`` (gap: positions between
-the two nodes' spans; ``g`` by ``time_rule``: :func:`~.time_term.time_weighted`), minus ``size_weight * est / size_unit`` (est: the merged node's estimated
-length); a pair whose merge would pass the planner's cap is no edge (-inf). The same function
-scores the padded (B, m, m) matrices of the dense graph and the (E,) edge lists of the
-nearest-neighbour graph, so the two agree bit for bit wherever they score the same pair.
+``(1 - time_weight) * cos + time_weight * [gap <= time_window] * g(cos)`` (gap: positions
+between the two nodes' spans; ``g`` by ``time_rule``: :func:`~.time_term.time_weighted`),
+minus ``size_weight * est / size_unit`` (est: the merged node's estimated length); a pair
+whose merge would pass the planner's cap is no edge (-inf). The same function scores the
+padded (B, m, m) matrices of the dense graph and the (E,) edges of the knn graph, so the two
+agree bit for bit wherever they score the same pair.
 """
 from __future__ import annotations
 
@@ -30,13 +31,30 @@ class Ends(NamedTuple):
     tok: torch.Tensor | None
     day: torch.Tensor | None
 
-    def at(self, index) -> "Ends":
+    def map(self, fn) -> Ends:
+        """``fn`` applied to every attribute that is present."""
+        return Ends(*(None if x is None else fn(x) for x in self))
+
+    def at(self, index) -> Ends:
         """The same attributes indexed by ``index`` (any indexing expression)."""
-        return Ends(*(None if x is None else x[index] for x in self))
+        return self.map(lambda x: x[index])
+
+    def in_rows(self, idx: torch.Tensor) -> Ends:
+        """Attributes of slots ``idx`` of each row. Shape: fields (B, m), idx (B, ...) -> (B,
+        ...)"""
+        B = idx.shape[0]
+        flat = idx.reshape(B, -1).clamp(min=0)
+        return self.map(lambda x: x.gather(1, flat).view(idx.shape))
+
+    @staticmethod
+    def cat(parts: list[Ends]) -> Ends:
+        """The attributes of ``parts`` concatenated along their first dimension."""
+        return Ends(*(None if x[0] is None else torch.cat(x) for x in zip(*parts)))
 
 
 def ends_of(lo: torch.Tensor, hi: torch.Tensor, tok: torch.Tensor | None, ts: torch.Tensor) -> Ends:
-    """:class:`Ends` of slots from their spans, token counts and timestamps (float64 epoch seconds)."""
+    """:class:`Ends` of slots from their spans, token counts and timestamps (float64 epoch
+    seconds)."""
     return Ends(lo, hi, tok, utc_day(ts) if tok is not None else None)
 
 
@@ -47,7 +65,8 @@ def edge_weight(cos: torch.Tensor, a: Ends, b: Ends, tree: TreeConfig, cap: int 
     tree), with +inf for a pair over the cap; ``"random"`` callers pass random weights as
     ``cos`` (no time or size term, the cap still applies).
 
-    Shape: cos (...), a and b broadcastable to it -> weight (...) in cos's dtype, est (...) int64 or None
+    Shape: cos (...), a and b broadcastable to it -> weight (...) in cos's dtype, est (...)
+           int64 or None
     """
     kind = tree.kind
     wt = cos

@@ -1,4 +1,5 @@
-"""Count device→host reads (and host→device copies): the synchronisation budget made checkable on a CPU.
+"""Count device→host reads (and host→device copies): the synchronisation budget made checkable
+on a CPU.
 
 On a GPU every read of a tensor's value by the host (``.item()``, ``.tolist()``, ``.cpu()``,
 ``if t:``, ``int(t)``, ``t.nonzero()``, ...) waits for the device. The engine keeps a budget of

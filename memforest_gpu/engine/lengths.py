@@ -21,7 +21,8 @@ def utc_day(ts: torch.Tensor) -> torch.Tensor:
 
 def merged_length(tok_a: torch.Tensor, tok_b: torch.Tensor, day_a: torch.Tensor, day_b: torch.Tensor) -> torch.Tensor:
     """Estimated tokens of merging a with b: ``tok_a + tok_b``, plus :data:`DATE_TAG_TOKENS` when
-    their days (:func:`utc_day`) differ. Broadcasts, e.g. ``tok[:, :, None]`` with ``tok[:, None, :]``
+    their days (:func:`utc_day`) differ. Broadcasts, e.g. ``tok[:, :, None]`` with ``tok[:,
+    None, :]``
     for every pair of a tree.
 
     Shape: tok_a, day_a and tok_b, day_b broadcastable -> int64 of the broadcast shape

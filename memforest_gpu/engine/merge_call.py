@@ -19,19 +19,17 @@ texts are counted against it).
 from __future__ import annotations
 
 import logging
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
+from ..config import CAP_POLICIES
 from ..mergers.base import MergePair
 from ..mergers.extractive import ExtractiveMerger
 from ..mergers.word_count import count_words, count_words_arrow
 
-__all__ = ["merge_round", "merge_round_capped", "RoundTexts", "CAP_POLICIES", "with_fallback", "cap_and_counter",
-           "count_column"]
-
-CAP_POLICIES = ("condense", "strict")
-
+__all__ = ["merge_texts", "RoundTexts", "with_fallback", "cap_and_counter", "count_column"]
 
 class RoundTexts(NamedTuple):
     texts: list[str]  # one merged text per pair
@@ -76,17 +74,11 @@ def count_column(counter: Callable, texts, *, block: int = 1 << 16) -> np.ndarra
     return out
 
 
-def merge_round(merger, fallback, pairs: Sequence[MergePair], *, counter: Callable | None = None,
-                cap: int | None = None) -> tuple[list[str], list[int] | None, int]:
-    """Merged texts for ``pairs``, their token counts (when ``counter`` is given) and how
-    many came from the fallback merger (the ``"strict"`` cap policy)."""
-    return merge_round_capped(merger, fallback, pairs, counter=counter, cap=cap, cap_policy="strict")[:3]
-
-
-def merge_round_capped(merger, fallback, pairs: Sequence[MergePair], *, counter: Callable | None = None,
-                       cap: int | None = None, cap_policy: str = "strict") -> RoundTexts:
-    """:func:`merge_round` under a cap policy (module docstring), with the tokens each merge
-    lost to condensing."""
+def merge_texts(merger, fallback, pairs: Sequence[MergePair], *, counter: Callable | None = None,
+                cap: int | None = None, cap_policy: str = "strict") -> RoundTexts:
+    """The merged texts of ``pairs`` (one merger call) under a cap policy (module docstring):
+    their token counts (when ``counter`` is given), how many the fallback merger made, and
+    the tokens each merge lost to condensing."""
     if cap_policy not in CAP_POLICIES:
         raise ValueError(f"cap_policy must be one of {list(CAP_POLICIES)}, got {cap_policy!r}")
     pairs = list(pairs)

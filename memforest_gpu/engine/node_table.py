@@ -21,10 +21,11 @@ import hashlib
 from collections.abc import Sequence
 
 import numpy as np
+import pyarrow as pa
 import torch
 
 from ..mergers.base import MemoryItem, MergePair
-from ..store.columns import ArrowView, ColumnView, TenantView, _dumps_meta, _loads_meta, compact_codes
+from ..store.columns import ArrowView, ColumnView, TenantView, compact_codes, dumps_meta, loads_meta
 from ..store.memory_store import MemoryStore
 
 __all__ = ["NodeTable", "merged_id"]
@@ -78,6 +79,9 @@ class NodeTable:
         self.m_sources: list[list[str]] = []
         self.ids = _Rows(store.ids, self.m_ids)
         self.texts = _Rows(store.texts, self.m_texts)
+        # the originals' Arrow columns, read in place
+        self._o_ids, self._o_texts = store.ids.arrow, store.texts.arrow
+        self._o_sources, self._o_meta = store.sources.arrow, store.metadata.arrow
 
     def __len__(self) -> int:
         return self.n + len(self.m_ids)
@@ -103,18 +107,17 @@ class NodeTable:
         return [names[c] for c in self._code[rows].tolist()]
 
     def id_of(self, i: int) -> str:
-        return self.store._ids[i].as_py() if i < self.n else self.m_ids[i - self.n]
+        return self._o_ids[i].as_py() if i < self.n else self.m_ids[i - self.n]
 
     def ids_of(self, rows: np.ndarray) -> list[str]:
-        return self._gather(rows, self.store._ids, self.m_ids)
+        return self._gather(rows, self._o_ids, self.m_ids)
 
     def texts_of(self, rows: np.ndarray) -> list[str]:
-        return self._gather(rows, self.store._texts, self.m_texts)
+        return self._gather(rows, self._o_texts, self.m_texts)
 
     def _gather(self, rows, orig, merged: list) -> list:
-        """Values of ``rows`` (host int array): originals by one Arrow take, merged from the list."""
-        import pyarrow as pa
-
+        """Values of ``rows`` (host int array): originals by one Arrow take, merged from the
+        list."""
         rows = np.asarray(rows, dtype=np.int64)
         o = rows < self.n
         out = np.empty(len(rows), dtype=object)
@@ -125,7 +128,7 @@ class NodeTable:
         return out.tolist()
 
     def _sources(self, i: int) -> list[str]:
-        return self.store._sources[i].as_py() if i < self.n else self.m_sources[i - self.n]
+        return self._o_sources[i].as_py() if i < self.n else self.m_sources[i - self.n]
 
     def _meta(self, i: int) -> dict:
         """Row ``i``'s metadata: an original's from the store; a merged row's is
@@ -136,7 +139,7 @@ class NodeTable:
         while stack:
             r = stack[-1]
             if r < self.n:
-                made[r] = _loads_meta(self.store._meta[r].as_py())
+                made[r] = loads_meta(self._o_meta[r].as_py())
                 stack.pop()
                 continue
             a, b = self._parents[r - self.n].tolist()
@@ -210,8 +213,6 @@ class NodeTable:
         """The store of ``rows`` (already in output order); ``embeddings`` (len(rows), D) match
         them. Originals are taken from the store's Arrow columns, merged rows appended, then
         one take puts every column in output order."""
-        import pyarrow as pa
-
 
         rows = np.asarray(rows, dtype=np.int64)
         is_o = rows < self.n
@@ -227,10 +228,10 @@ class NodeTable:
             return pa.concat_arrays([orig.take(po), pa.array(merged, type=typ)]).take(pp)
 
         ls = pa.large_list(pa.large_string())
-        ids = col(st._ids, m_id, pa.large_string())
-        texts = col(st._texts, [self.m_texts[j] for j in m_rows], pa.large_string())
-        sources = col(st._sources, [self.m_sources[j] for j in m_rows], ls)
-        meta = col(st._meta, [_dumps_meta(self._meta(self.n + j), i) for j, i in zip(m_rows, m_id)],
+        ids = col(st.ids.arrow, m_id, pa.large_string())
+        texts = col(st.texts.arrow, [self.m_texts[j] for j in m_rows], pa.large_string())
+        sources = col(st.sources.arrow, [self.m_sources[j] for j in m_rows], ls)
+        meta = col(st.metadata.arrow, [dumps_meta(self._meta(self.n + j), i) for j, i in zip(m_rows, m_id)],
                    pa.large_string())
         names, codes = compact_codes(st.tenant_table, self._code[rows])
         ts = torch.as_tensor(self._ts[rows], dtype=torch.float64).to(embeddings.device)

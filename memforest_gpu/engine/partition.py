@@ -4,7 +4,6 @@ K = 1 take a closed form, all together; no Python loop per tenant but over the f
 two-level ones)."""
 from __future__ import annotations
 
-import math
 import zlib
 from dataclasses import dataclass, field
 
@@ -25,7 +24,9 @@ __all__ = ["Partition", "partition_nodes", "time_order", "n_clusters", "tenant_u
 class Partition:
     """Result of partitioning. ``tree`` (N,) global tree id per node; ``tree_tenant`` (T,)
     tenant code per tree; ``centre`` (T,) node index of each tree's centre node;
-    ``kmeans_labels`` (N,) cluster before reassignment (same id space as ``tree``)."""
+    ``kmeans_tree`` (N,) each node's k-means cluster before the reassignment (the same id
+    space as ``tree``); ``iterations``: Lloyd steps per tenant group; ``moved``: nodes the
+    reassignment moved."""
 
     tree: torch.Tensor
     tree_tenant: torch.Tensor
@@ -35,9 +36,11 @@ class Partition:
     moved: int
 
 
-def n_clusters(n: int, alpha: float) -> int:
-    """K = max(1, min(n, floor(alpha * n)))"""
-    return max(1, min(n, int(math.floor(alpha * n))))
+def n_clusters(n, alpha: float):
+    """K = max(1, min(n, floor(alpha * n))), for one tenant size (an int) or an array of them.
+    Shape: n () or (T,) -> the same"""
+    k = np.maximum(1, np.minimum(n, np.floor(alpha * np.asarray(n, dtype=np.float64)).astype(np.int64)))
+    return int(k) if np.ndim(k) == 0 else k
 
 
 def time_order(codes: torch.Tensor, timestamps: torch.Tensor) -> torch.Tensor:
@@ -146,7 +149,7 @@ def partition_nodes(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: t
     order = time_order(codes, timestamps)  # (N,) by tenant, then time: each tenant a contiguous run
     sizes_t = torch.bincount(codes, minlength=n_ten)  # (n_ten,)
     sizes = sizes_t.cpu().numpy().astype(np.int64)  # host read: the tenant sizes, once
-    k_all = np.maximum(1, np.minimum(sizes, np.floor(cfg.alpha * sizes.astype(np.float64)).astype(np.int64)))
+    k_all = n_clusters(sizes, cfg.alpha)
     lab = _Labels(torch.zeros(N, dtype=torch.int64, device=dev), torch.zeros(N, dtype=torch.int64, device=dev),
                   np.ones(n_ten, dtype=np.int64), moved=torch.zeros((), dtype=torch.int64, device=dev))
     two_level = np.zeros(n_ten, dtype=bool)
@@ -226,7 +229,8 @@ def _exact_tenants(embeddings, order, sizes_t, sizes, k_all, exact, names, cfg, 
 
 
 def _global_trees(codes: torch.Tensor, lab: _Labels, n_ten: int) -> Partition:
-    """Global tree ids: (tenant, local cluster) -> consecutive ids over clusters that have members."""
+    """Global tree ids: (tenant, local cluster) -> consecutive ids over clusters that have
+    members."""
     stride = int(lab.kmax.max()) if n_ten else 1
     gid = codes * stride + lab.tree_local  # (N,)
     gkm = codes * stride + lab.km_local

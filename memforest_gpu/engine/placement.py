@@ -99,7 +99,8 @@ def repair_centres(emb: torch.Tensor, gtree: torch.Tensor, centre: torch.Tensor)
 
 def _best_trees(X, pos_x, C, pos_c, rad, c_valid, cfg: PartitionConfig, budget: int):
     """Fit and best tree of each new node of a bucket of tenants, tiled over nodes.
-    Shape: X (B, m, D), pos_x (B, m), C (B, K, D), pos_c, rad, c_valid (B, K) -> fit (B, m), j (B, m)"""
+    Shape: X (B, m, D), pos_x (B, m), C (B, K, D), pos_c, rad, c_valid (B, K) -> fit (B, m), j
+           (B, m)"""
     B, m, _ = X.shape
     K = C.shape[1]
     sem_w = cfg.beta if cfg.use_semantic else 0.0

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..mergers.base import MergePair
 from ..store.memory_store import MemoryStore
-from .records import MergeRecord
+from .merge_record import MergeRecord
 
 __all__ = ["CompressReport", "CompressResult", "DryRunResult"]
 
@@ -57,9 +57,9 @@ class CompressResult:
 
 @dataclass
 class DryRunResult:
-    """A dry run: the first round's pairs (``records`` with ``into=None``) and the merger
-    inputs they would make (``pairs``, aligned with ``records``)."""
+    """A dry run: the first round's merges (``into=None``) and the merger inputs they would
+    make (``pairs``, aligned with ``merges``)."""
 
-    records: list[MergeRecord]
+    merges: list[MergeRecord]
     pairs: list[MergePair]
     report: CompressReport

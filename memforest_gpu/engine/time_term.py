@@ -3,10 +3,9 @@
 ``w = (1 - time_weight) * cos + time_weight * [gap <= time_window] * g(cos)``, ``gap`` the
 positions between the two nodes' spans (1 for neighbouring memories), by ``time_rule``:
 
-- ``"flat"``: ``g = 1``, a 0/1 bonus for neighbours whatever they say (the rule before issue 22:
-  with ``time_weight`` 0.5 a neighbour pair of cosine 0 outweighs any other pair of cosine
-  below 1, so on a store whose topics are interleaved in time most merges join unrelated
-  memories);
+- ``"flat"``: ``g = 1``, a 0/1 bonus for neighbours whatever they say (with ``time_weight``
+  0.5 a neighbour pair of cosine 0 outweighs any other pair of cosine below 1, so on a store
+  whose topics are interleaved in time most merges join unrelated memories);
 - ``"scaled"``: ``g = max(cos, 0)``, the bonus scaled by the cosine: a neighbour pair weighs
   ``cos``, any other pair ``(1 - time_weight) * cos``. Time multiplies meaning instead of
   replacing it: an unrelated neighbour (cosine ~0) gets no bonus;
@@ -37,7 +36,8 @@ def time_weighted(cos: torch.Tensor, gap: torch.Tensor, tree: TreeConfig) -> tor
 
     Shape: cos (...) float, gap (...) integer positions, broadcastable -> (...) in cos's dtype
 
-    >>> time_weighted(torch.tensor([0.0, 0.6]), torch.tensor([1, 1]), TreeConfig(time_weight=0.5, time_rule="scaled"))
+    >>> time_weighted(torch.tensor([0.0, 0.6]), torch.tensor([1, 1]),
+    ...     TreeConfig(time_weight=0.5, time_rule="scaled"))
     tensor([0.0000, 0.6000])
     """
     tw = tree.time_weight

@@ -2,10 +2,11 @@
 
 :func:`build_trees` lays out every tree of every tenant once. Trees of similar size share a
 :class:`Bucket` of B trees padded to m slots: node rows, timestamps, token counts, each
-slot's span of positions, and the candidate graph the spanning tree is built on (every
-pair's cosine, or per slot its nearest neighbours, :mod:`.graph`), kept current one
-row per merge. Vectors are read by node row from :class:`~.vectors.NodeVectors`. Slots are in time order inside a tree, so a slot index is a
-stable tie key. :func:`~memforest_gpu.engine.apply.apply_round` updates these tensors in
+slot's span of positions, and the candidate graph the spanning tree is built on (the dense
+or the knn graph, :mod:`.graph_choice`), kept current one row per merge. Vectors are read
+by node row from :class:`~.vectors.NodeVectors`. Slots are in time order inside a tree, so
+a slot index is a stable tie key. :func:`~memforest_gpu.engine.apply.apply_round` updates these
+tensors in
 place after each round; nothing here reads a value back to the host.
 """
 from __future__ import annotations
@@ -19,9 +20,10 @@ import torch
 from ..config import TreeConfig
 from ..kernels import size_buckets
 from .edges import Ends, ends_of
-from .graph import build_lists, uses_lists
-from .vectors import NodeVectors, compute_dtype
+from .graph_choice import DENSE, KNN, bucket_graph
+from .knn_graph import build_knn_graph
 from .partition import time_order
+from .vectors import NodeVectors, compute_dtype
 
 __all__ = ["Bucket", "TreeBatch", "build_trees", "compute_dtype", "row_sims"]
 
@@ -30,10 +32,9 @@ __all__ = ["Bucket", "TreeBatch", "build_trees", "compute_dtype", "row_sims"]
 class Bucket:
     """B trees padded to m slots. Tensors are updated in place by ``apply_round``.
 
-    The candidate graph is either every pair (``W``: the cosine matrix, kept current one
-    row/column per merge) or, for trees of more than ``knn + 1`` nodes under ``graph="knn"``,
-    neighbour lists (``nbr`` / ``cs``: per slot its ``knn`` best neighbours, then its next
-    live slot in time; see :mod:`.graph`).
+    The candidate graph (:mod:`.graph_choice`) is the dense graph (``W``: the cosine matrix,
+    kept current one row/column per merge) or the knn graph (``nbr`` / ``cs``: per slot its
+    ``knn`` best neighbours, then its next live slot in time; see :mod:`.knn_graph`).
 
     Shape: trees (B,), slot (B, m) node row (-1 = empty), ts (B, m) float64, tok (B, m) int64
            or None, lo / hi (B, m) int64 first and last position of each slot's originals,
@@ -56,9 +57,10 @@ class Bucket:
         return int(self.slot.shape[1])
 
     @property
-    def lists(self) -> bool:
-        """Whether the candidate graph is neighbour lists (else every pair, ``W``)."""
-        return self.nbr is not None
+    def graph(self) -> str:
+        """The candidate graph the bucket keeps: ``"knn"`` (``nbr`` / ``cs``) or ``"dense"``
+        (``W``)."""
+        return KNN if self.nbr is not None else DENSE
 
     def ends(self, r: torch.Tensor | slice = slice(None)) -> Ends:
         """The edge-weight attributes of rows ``r``. Shape: -> (B', m) each"""
@@ -70,7 +72,7 @@ class TreeBatch:
     """Every tree of a run with at least two nodes, in buckets by size (largest first).
     ``bucket_of`` / ``row_of`` (T,) locate tree ``t`` (-1 for one-node trees); ``vectors``
     holds every node's vector by node row; ``tree`` and ``cap`` are the settings the
-    neighbour lists are ranked by (kept for their updates)."""
+    knn graph is ranked by (kept for its updates)."""
 
     buckets: tuple[Bucket, ...]
     bucket_of: np.ndarray
@@ -103,7 +105,7 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
     ``dtype``: storage dtype of the vectors (default the embeddings'; float16 / bfloat16
     halve them, similarities are still accumulated in float64). ``config``: the tree stage's
     settings (its ``graph`` / ``knn`` choose each bucket's candidate graph, its edge terms
-    and ``cap`` (the planner's) rank the neighbours; default every pair, as ``"dense"``).
+    and ``cap`` (the planner's) rank the knn graph's neighbours; default the dense graph).
     No padded copy of the vectors is kept: buckets hold node rows (``TreeBatch.vectors``).
 
     Shape: tree (N,), tree_size (T,) host, embeddings (N, D), timestamps (N,), codes (N,),
@@ -136,8 +138,8 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
         lo = pos[s0]
         bk = Bucket(trees, ids, slots, timestamps[s0].to(torch.float64), tokens[s0] if tokens is not None else None,
                     lo, lo.clone())
-        if uses_lists(config, m):
-            nbr, cs = build_lists(bk, vectors, config, cap, budget=budget)
+        if bucket_graph(config, m) == KNN:
+            nbr, cs = build_knn_graph(bk, vectors, config, cap, budget=budget)
             bk = dataclasses.replace(bk, nbr=nbr, cs=cs)
         else:
             bk = dataclasses.replace(bk, W=_cosines(vectors, slots))

@@ -49,7 +49,8 @@ def dot64_many(x: torch.Tensor, Y: torch.Tensor, dtype: torch.dtype) -> torch.Te
 class NodeVectors:
     """Node row -> vector, for the store's rows and the merged nodes appended after them.
 
-    Shape: base (N, D); :meth:`gather` rows (...) -> (..., D) in the storage dtype, zeros at rows < 0
+    Shape: base (N, D); :meth:`gather` rows (...) -> (..., D) in the storage dtype, zeros at
+           rows < 0
     """
 
     def __init__(self, base: torch.Tensor, dtype: torch.dtype | None = None):

@@ -3,7 +3,8 @@
 
 >>> from memforest_gpu.evaluation import load_benchmark, run_grid, CachedEmbedder, write_outputs
 >>> bench = load_benchmark("../shared/data/locomo_dev5.json")
->>> res = run_grid(bench, ["tome", "memforest"], [0.5], [0], embedder=CachedEmbedder(emb, "out/.cache"))
+>>> res = run_grid(bench, ["tome", "memforest"], [0.5], [0], embedder=CachedEmbedder(emb,
+...     "out/.cache"))
 >>> write_outputs(res, "out")
 """
 from .benchmark import load_benchmark, write_benchmark

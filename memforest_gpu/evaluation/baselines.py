@@ -32,10 +32,11 @@ import torch
 from ..config import CompressConfig
 from ..engine import CompressReport, CompressResult
 from ..engine.lengths import DATE_TAG_TOKENS, merged_length, utc_day
-from ..engine.merge_call import cap_and_counter, merge_round, with_fallback
+from ..engine.merge_call import cap_and_counter, merge_texts, with_fallback
 from ..engine.node_table import NodeTable
 from ..engine.quotas import removal_target
 from ..kernels import cluster_centres, kmeans
+from ..mergers.embedders import MEAN_EMBEDDER
 from ..store.memory_store import MemoryStore
 
 __all__ = ["random_prune", "kmeans_prune", "dart", "random_merge", "tome", "BASELINES", "DART_PIVOTS"]
@@ -73,7 +74,7 @@ def _report(store: MemoryStore, out: MemoryStore, name: str, t0: float, *, merge
     return CompressReport(
         tenants=rows, nodes_in=len(store), nodes_out=len(out), trees=0, rounds=rounds, merges=merges, schedule=name,
         merger=getattr(merger, "name", "none") if merger is not None else "none",
-        embedder=(embedder.name if embedder is not None else "mean-of-inputs") if merges else "none",
+        embedder=(embedder.name if embedder is not None else MEAN_EMBEDDER) if merges else "none",
         max_node_tokens=cap, seconds={"total": time.perf_counter() - t0})
 
 
@@ -148,11 +149,11 @@ class _Table(NodeTable):
         self.counter = counter
         self.tok = counter(self.texts) if counter is not None else None
 
-    def merge_round(self, pairs: list[tuple[int, int]], merger, fallback) -> list[int]:
+    def merge_batch(self, pairs: list[tuple[int, int]], merger, fallback) -> list[int]:
         """Merge each pair (one merger call for all); returns the new rows (not embedded yet)."""
         ordered = [self.order(a, b) for a, b in pairs]
         batch = [self.merge_pair(o, n) for o, n in ordered]
-        texts, _, _ = merge_round(merger, fallback, batch)  # the engine's fallback rules: never lose a memory
+        texts = merge_texts(merger, fallback, batch).texts  # the engine's fallback rules: never lose a memory
         new = []
         for (o, n), text in zip(ordered, texts):
             new.append(self.add(o, n, text))
@@ -162,7 +163,8 @@ class _Table(NodeTable):
         return new
 
     def embed(self, rows: list[int], embedder) -> None:
-        """Re-embed merged rows (without an embedder they keep the normalised mean of their inputs)."""
+        """Re-embed merged rows (without an embedder they keep the normalised mean of their
+        inputs)."""
         if not rows or embedder is None:
             return
         E = embedder.embed([self.texts[j] for j in rows]).to(self.store.device, torch.float32)
@@ -191,7 +193,7 @@ def _fold(tab: _Table, groups: dict[int, list[int]], merger, fallback) -> tuple[
     depth = max((len(m) for m in groups.values()), default=0)
     for r in range(depth):
         todo = [(t, groups[t][r]) for t in groups if len(groups[t]) > r]
-        new = tab.merge_round([(cur[t], m) for t, m in todo], merger, fallback)
+        new = tab.merge_batch([(cur[t], m) for t, m in todo], merger, fallback)
         for (t, _), j in zip(todo, new):
             cur[t] = j
         merges += len(todo)

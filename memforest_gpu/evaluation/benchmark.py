@@ -16,6 +16,7 @@ import json
 import os
 
 from ..store.atomic import atomic_open
+from ..store.checks import DEFAULT_TENANT
 from ..store.io import read_store
 from ..store.jsonl import iter_jsonl_objects
 from .dataset import Benchmark, Question
@@ -74,7 +75,7 @@ def load_benchmark(path: str) -> Benchmark:
 
 
 def _check(nodes: list[dict], questions: list[Question], where: str) -> None:
-    tenant_of = {str(n["id"]): str(n.get("tenant", "default")) for n in nodes}
+    tenant_of = {str(n["id"]): str(n.get("tenant", DEFAULT_TENANT)) for n in nodes}
     for q in questions:
         for e in q.evidence:
             if e in tenant_of and tenant_of[e] != q.tenant:

@@ -17,11 +17,12 @@ import os
 import re
 import secrets
 import zipfile
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from ..mergers.embedders import count_words
 from ..store.atomic import atomic_open
 
 __all__ = ["CachedEmbedder"]
@@ -97,7 +98,8 @@ class CachedEmbedder:
             np.savez(f, keys=np.array([k.encode("ascii") for k in keys], dtype="S40"), vecs=vecs)
 
     def flush(self) -> int:
-        """Write vectors computed since the last flush as a new part; returns how many (0 without a folder)."""
+        """Write vectors computed since the last flush as a new part; returns how many (0
+        without a folder)."""
         n = len(self._new) if self.directory is not None else 0
         if n:
             self._write(self._new)
@@ -131,8 +133,6 @@ class CachedEmbedder:
         if todo:
             counter = getattr(self.inner, "count_tokens", None)
             if counter is None:
-                from ..mergers.embedders import count_words
-
                 counter = count_words
             self._tok.update(zip(todo, counter(todo)))
         return [self._tok[t] for t in texts]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..store.checks import DEFAULT_TENANT
 from ..store.memory_store import MemoryStore
 
 __all__ = ["Question", "Benchmark"]
@@ -39,5 +40,5 @@ class Benchmark:
         for q in self.questions:
             cats[q.category] = cats.get(q.category, 0) + 1
         return {"benchmark": self.name, "nodes": len(self.nodes),
-                "tenants": len({n.get("tenant", "default") for n in self.nodes}),
+                "tenants": len({n.get("tenant", DEFAULT_TENANT) for n in self.nodes}),
                 "questions": len(self.questions), "categories": dict(sorted(cats.items())), **self.info}

@@ -1,6 +1,7 @@
 """The evaluation grid: methods x ratios x seeds, each scored with plain top-k and AGPR.
 
-Per cell: compress the uncompressed store, build one :class:`~memforest_gpu.retrieval.retriever.Retriever`
+Per cell: compress the uncompressed store, build one
+:class:`~memforest_gpu.retrieval.retriever.Retriever`
 for the result, rank every question's candidates in one batched search per retriever,
 score them (:mod:`.metrics`), and time the search against the uncompressed store in the
 same loop. Questions are embedded once; merged text goes through the caller's embedder
@@ -17,6 +18,7 @@ that list as its budget needs.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -25,10 +27,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from ..config import CompressConfig, RetrievalConfig
+from ..device import resolve_device
 from ..engine.partition import n_clusters
 from ..kernels.agpr import n_anchors
+from ..mergers.extractive import ExtractiveMerger
 from ..retrieval.retriever import Retriever
 from ..store.memory_store import MemoryStore
 from .dataset import Benchmark
@@ -144,8 +149,6 @@ def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
     :class:`~.cache.CachedEmbedder`; its ``flush`` is called after every cell).
     ``on_cell(label, result)`` is called after each cell (for logs).
     """
-    from ..device import resolve_device
-    from ..mergers.extractive import ExtractiveMerger
 
     dev = resolve_device(device)
     cfg = eval_config or EvalConfig()
@@ -168,8 +171,6 @@ def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
     cells = [(s, r, sd) for r in ratios for s in specs for sd in seeds]
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=len(cells), desc="eval grid", unit="cell")
     timings = []
     done: dict[tuple, tuple] = {}  # seed-free cells: (label, ratio, config) -> (result, seconds)
@@ -247,7 +248,8 @@ class _Records:
                               m / d if d else None)
 
     def uncompressed(self, store: MemoryStore, originals: dict, cfg: EvalConfig) -> Retriever:
-        """Score the uncompressed store (the denominators of every retention); returns its retriever."""
+        """Score the uncompressed store (the denominators of every retention); returns its
+        retriever."""
         base_retr, base_scores = _score_store(store, self.q, cfg, originals)
         self.denom = {(cut, metric, cat): nanmean(base_scores["plain", cut, metric][mask])
                       for cut in CUTS for metric in RETAINED for cat, mask in self.q.cat_mask.items()}
@@ -260,7 +262,8 @@ class _Records:
 
     def cell(self, spec: MethodSpec, ratio, seed, scores, res, t_comp: float, base_retr, retr,
              cfg: EvalConfig) -> None:
-        """One cell: its scores, search times against the uncompressed store's, and the run's figures."""
+        """One cell: its scores, search times against the uncompressed store's, and the run's
+        figures."""
         self.scores(spec, ratio, seed, scores)
         for kind in RETRIEVERS:
             ta, tb = _time_search(base_retr, retr, self.q, cfg.retrieval(kind), cfg.search_repeats)
@@ -284,13 +287,9 @@ def _seed_free(spec: MethodSpec, cfg: CompressConfig, tenant_sizes: list[int]) -
 
 
 def _without_seeds(c: CompressConfig) -> CompressConfig:
-    import dataclasses
-
     return dataclasses.replace(c, partition=dataclasses.replace(c.partition, seed=0),
                                merge=dataclasses.replace(c.merge, seed=0))
 
 
 def _config_dict(c: CompressConfig) -> dict:
-    import dataclasses
-
     return {k: dataclasses.asdict(getattr(c, k)) for k in ("partition", "tree", "merge")}

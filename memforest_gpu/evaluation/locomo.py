@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from .dataset import Benchmark, Question
 
@@ -52,7 +52,7 @@ def parse_locomo_date(s: str) -> float:
         dt = datetime.strptime(" ".join(s.split()), "%I:%M %p on %d %B, %Y")
     except ValueError:
         raise ValueError(f"session date must look like '1:56 pm on 8 May, 2023', got {s!r}") from None
-    return dt.replace(tzinfo=timezone.utc).timestamp()
+    return dt.replace(tzinfo=UTC).timestamp()
 
 
 def clean_evidence(raw) -> list[str]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+from ..store.atomic import atomic_open
 from .harness import EvalConfig, cell_key, run_grid
 
 __all__ = ["Candidate", "candidate_grid", "CandidateScores", "score_candidates", "retention",
@@ -160,7 +162,8 @@ def retention(cs: CandidateScores, name: str, mask: np.ndarray, metric: str = "B
               ratios=None, shape: str | None = None) -> float:
     """Mean over ``ratios`` (default all) and seeds of the retention of ``metric`` on the
     questions in ``mask``; with several node shapes, the mean over shapes of each shape's
-    retention (``shape``: that one only). Shape: mask (Q,) bool -> float (1.0 = as good as uncompressed)"""
+    retention (``shape``: that one only). Shape: mask (Q,) bool -> float (1.0 = as good as
+    uncompressed)"""
     masks = cs.shape_masks() if shape is None else [cs.shapes == shape]
     return float(np.mean([_retention(cs, name, mask & s, metric, ratios) for s in masks]))
 
@@ -284,9 +287,6 @@ def paper_candidate() -> Candidate:
 
 def save_scores(cs: CandidateScores, path: str) -> None:
     """Write ``cs`` to one ``.npz`` (per-question arrays plus the candidates' configs)."""
-    import json
-
-    from ..store.atomic import atomic_open
 
     arrays = {f"s|{n}|{r!r}|{m}": v for n, d in cs.scores.items() for (r, m), v in d.items()}
     arrays.update({f"b|{m}": v for m, v in cs.base.items()})
@@ -304,7 +304,6 @@ def save_scores(cs: CandidateScores, path: str) -> None:
 def load_scores(paths: list[str]) -> CandidateScores:
     """Read and join :func:`save_scores` files of the same benchmark, ratios and seeds (a
     candidate in several files is taken from the first)."""
-    import json
 
     out = None
     for p in paths:

@@ -14,8 +14,9 @@ A method spec is ``NAME[:SCHEDULE]``:
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..config import SCHEDULES, CompressConfig, PartitionConfig, TreeConfig
 from ..engine import CompressResult, compress
@@ -41,7 +42,8 @@ ABLATIONS: dict[str, Callable[[CompressConfig], CompressConfig]] = {
     "no-time-edges": lambda c: _replace(c, "tree", time_weight=0.0),  # cosine-only edges (the paper's tree)
     "no-size-edges": lambda c: _replace(c, "tree", size_weight=0.0),  # no size term on the edges (the paper's)
     "dense-graph": lambda c: _replace(c, "tree", graph="dense"),  # every pair of a tree, not nearest neighbours
-    # not ablations: the dense graph above (the reference of the knn graph), and SPEC's defaults for partition, tree and node cap, whatever the base config says
+    # not ablations: the dense graph above (the reference of the knn graph), and SPEC's defaults for partition, tree and
+    # node cap, whatever the base config says
     "paper": lambda c: dataclasses.replace(c, partition=PartitionConfig(seed=c.partition.seed), tree=TreeConfig(),
                                            merge=dataclasses.replace(c.merge, max_node_tokens=None)),
 }
@@ -79,7 +81,8 @@ class MethodSpec:
 
 
 def parse_method(spec: str) -> MethodSpec:
-    """``"memforest:matching"`` -> MethodSpec("memforest", "matching"); unknown names list the valid ones."""
+    """``"memforest:matching"`` -> MethodSpec("memforest", "matching"); unknown names list the
+    valid ones."""
     name, _, schedule = spec.strip().partition(":")
     if name not in METHOD_NAMES:
         raise ValueError(f"method must be one of {list(METHOD_NAMES)} (memforest variants take ':SCHEDULE'), "
@@ -105,8 +108,6 @@ def compress_with(method: str | MethodSpec, store: MemoryStore, config: Compress
     spec = parse_method(method) if isinstance(method, str) else method
     cfg = config or CompressConfig()
     if spec.name == "none":
-        import time
-
         t0 = time.perf_counter()
         return CompressResult(store, _report(store, store, "none", t0), [])
     if spec.is_memforest:

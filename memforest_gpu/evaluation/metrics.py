@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -114,7 +114,7 @@ class NodeViews:
     date_tok: list[frozenset[str]]
 
     @classmethod
-    def build(cls, store: MemoryStore, original_text: dict[str, str]) -> "NodeViews":
+    def build(cls, store: MemoryStore, original_text: dict[str, str]) -> NodeViews:
         ts = store.timestamps.detach().cpu().tolist()
         rendered, ws_end, tok, starts, dates, content, content_tok, date_tok = [], [], [], [], [], [], [], []
         for text, t, src in zip(store.texts, ts, store.sources):
@@ -134,7 +134,8 @@ class NodeViews:
 
 
 def score_ranked(ranked: np.ndarray, views: NodeViews, answers: Sequence[frozenset[str]],
-                 evidence: Sequence[frozenset[str]], *, k: int = 10, budget: int = 256) -> dict[tuple[str, str], np.ndarray]:
+                 evidence: Sequence[frozenset[str]], *, k: int = 10, budget: int = 256) -> dict[tuple[str, str],
+                                                                                                np.ndarray]:
     """Per-question metrics of ranked lists.
 
     Shape: ranked (Q, C) node index per rank (-1 = none) -> {(cut, metric): (Q,) float64}

@@ -167,10 +167,9 @@ def comparisons(res: EvalResult, *, reference: str = REFERENCE, n: int = 2000) -
                     base = {"benchmark": res.meta.get("benchmark"), "method": method, "schedule": schedule or "-",
                             "ratio": ratio, "seed": "mean", "retriever": retriever, "cut": cut, "category": "all"}
                     metric_name = f"{metric}{_DIFF}{reference}"
-                    out += [{**base, "metric": metric_name, "value": m},
-                            {**base, "metric": metric_name + "_ci_lo", "value": lo},
-                            {**base, "metric": metric_name + "_ci_hi", "value": hi},
-                            {**base, "metric": metric_name + "_call", "value": {"n.s.": 0, "worse": -1, "better": 1}[call]}]
+                    calls = {"n.s.": 0, "worse": -1, "better": 1}
+                    out += [{**base, "metric": metric_name + suffix, "value": v} for suffix, v in
+                            (("", m), ("_ci_lo", lo), ("_ci_hi", hi), ("_call", calls[call]))]
     return out
 
 

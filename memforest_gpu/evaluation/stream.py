@@ -23,6 +23,7 @@ bootstrap are those of :mod:`.harness` / :mod:`.report`; the labels are ``stream
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -30,10 +31,13 @@ import numpy as np
 import torch
 
 from ..config import CompactConfig, CompressConfig
+from ..device import resolve_device
 from ..engine import compress
 from ..engine.compact import compact
 from ..engine.partition import partition_nodes
 from ..engine.quotas import Quotas, allocate_segments
+from ..mergers.extractive import ExtractiveMerger
+from ..store.checks import DEFAULT_TENANT
 from ..store.memory_store import MemoryStore
 from ..store.splice import append, splice
 from .baselines import BASELINES
@@ -59,7 +63,7 @@ def session_steps(bench: Benchmark) -> list[np.ndarray]:
     for i, n in enumerate(bench.nodes):
         meta = n.get("metadata") or {}
         ts = float(n["timestamp"]) if not isinstance(n["timestamp"], str) else i
-        key = (n.get("tenant", "default"), meta.get("session", int(ts // 86400)))
+        key = (n.get("tenant", DEFAULT_TENANT), meta.get("session", int(ts // 86400)))
         by.setdefault(key, []).append(i)
         first[key] = min(first.get(key, ts), ts)
     per: dict[str, list[tuple]] = {}
@@ -116,8 +120,6 @@ def _per_tenant(store: MemoryStore, need: dict[str, int], fn):
 
 
 def _ratio_cfg(cfg: CompressConfig, remove: int, n: int) -> CompressConfig:
-    import dataclasses
-
     return dataclasses.replace(cfg, merge=dataclasses.replace(cfg.merge, ratio=remove / n))
 
 
@@ -196,8 +198,6 @@ def run_stream(bench: Benchmark, methods, scfg: StreamConfig, seeds=(0,), *, emb
     specs (streamed with compact, and with ``full`` compress) and baselines (streamed per
     tenant); ``progress(line)`` is called after each replay. Returns the scores as an
     :class:`EvalResult` (``stream-*``, ``full-*``, ``offline-*`` labels) and the work records."""
-    from ..device import resolve_device
-    from ..mergers.extractive import ExtractiveMerger
 
     dev = resolve_device(device)
     cfg_eval = eval_config or EvalConfig()
@@ -239,7 +239,8 @@ def run_stream(bench: Benchmark, methods, scfg: StreamConfig, seeds=(0,), *, emb
                     if progress:
                         progress(f"{lab.label} budget {frac:g} seed {seed}: {len(final)} nodes, "
                                  f"{sum(r['merges'] for r in w)} merges, {sum(r['seconds'] for r in w):.1f}s "
-                                 f"({sum(r['embed_seconds'] for r in w):.1f}s embedding {sum(r['embedded'] for r in w)} "
+                                 f"({sum(r['embed_seconds'] for r in w):.1f}s embedding "
+                                 f"{sum(r['embedded'] for r in w)} "
                                  f"of {sum(r['texts'] for r in w)} texts)")
                 t0 = time.perf_counter()
                 final = _offline(full, sizes, spec, cfg, merger, embedder, dev)

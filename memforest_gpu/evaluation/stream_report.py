@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections import defaultdict
 
+import torch
+
+from ..mergers import get_merger
+from ..mergers.embedders import SentenceTransformerEmbedder
 from ..store.atomic import atomic_write_text
+from .benchmark import load_benchmark
+from .cache import CachedEmbedder
+from .harness import EvalConfig
 from .report import aggregate, comparisons, write_outputs
+from .stream import StreamConfig, run_stream
 
 __all__ = ["stream_markdown", "write_stream_outputs", "run_cli", "work_totals"]
 
@@ -96,7 +105,8 @@ def stream_markdown(res, work: list[dict], comp: list[dict], reference: str) -> 
               "embedded by the model through a cache of the replay's own: a text the replay embedded at an earlier "
               "session is reused, nothing comes from another replay or an earlier run); texts asked = merged texts "
               "the engine asked for (what an embedder without a cache embeds), texts embedded = those the model "
-              "embedded; engine = the rest (placement, partition, trees, planning, merging, splicing). full = compress of the whole current "
+              "embedded; engine = the rest (placement, partition, trees, planning, merging, splicing). "
+              "full = compress of the whole current "
               "store after every session; rerun = compress of every memory so far, uncompressed, after every "
               "session.", ""] + _work_table(work)
     return "\n".join(L) + "\n"
@@ -114,15 +124,6 @@ def write_stream_outputs(res, work, out_dir: str, *, bootstrap: int, reference: 
 
 def run_cli(a, config, methods: list[str]) -> int:
     """``memforest eval --stream`` from parsed arguments."""
-    import sys
-
-    import torch
-
-    from ..mergers import get_merger
-    from ..mergers.embedders import SentenceTransformerEmbedder
-    from .cache import CachedEmbedder
-    from .harness import EvalConfig
-    from .stream import StreamConfig, run_stream
 
     budgets = tuple(float(x) for x in a.budgets.split(",") if x.strip())
     for b in budgets:
@@ -130,7 +131,6 @@ def run_cli(a, config, methods: list[str]) -> int:
             raise ValueError(f"--budgets must be fractions in (0, 1), got {b!r}")
     scfg = StreamConfig(budgets=budgets, low_water=a.low_water, full_reference=not a.no_full_reference,
                         rerun=a.rerun)
-    from .benchmark import load_benchmark
 
     bench = load_benchmark(a.benchmark)
     emb = CachedEmbedder(SentenceTransformerEmbedder(None if a.embedder == "default" else a.embedder, device=a.device,

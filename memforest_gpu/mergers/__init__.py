@@ -50,7 +50,8 @@ def merger_class(name: str) -> type:
 def get_merger(name: str = "extractive", **options) -> Merger:
     """Build a merger by name; unknown names and unknown options list the valid ones.
 
-    >>> get_merger("openai", model="llama3", base_url="http://127.0.0.1:11434/v1", max_concurrency=4)
+    >>> get_merger("openai", model="llama3", base_url="http://127.0.0.1:11434/v1",
+    ...     max_concurrency=4)
     OpenAIMerger('llama3', url='http://127.0.0.1:11434/v1/chat/completions', max_concurrency=4)
     """
     cls = merger_class(name)

@@ -6,8 +6,11 @@ and never sees embeddings; it only writes text.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
+
+from ..store.checks import DEFAULT_TENANT
 
 __all__ = ["MemoryItem", "MergePair", "Merger"]
 
@@ -28,7 +31,7 @@ class MergePair:
 
     older: MemoryItem
     newer: MemoryItem
-    tenant: str = "default"
+    tenant: str = DEFAULT_TENANT
 
 
 @runtime_checkable

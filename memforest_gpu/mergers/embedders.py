@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 import torch
 
+from ..device import resolve_device
 from .word_count import count_words
 
-__all__ = ["Embedder", "SentenceTransformerEmbedder", "default_model_path", "count_words", "get_embedder",
+__all__ = ["MEAN_EMBEDDER", "Embedder", "SentenceTransformerEmbedder", "default_model_path", "count_words",
+           "get_embedder",
            "EMBEDDERS"]
 
 EMBEDDERS = ("auto", "default", "none", "<model path or name>")
+#: the name a run records for its merged vectors when no model re-embeds them (the normalised mean)
+MEAN_EMBEDDER = "mean-of-inputs"
 
 
 @runtime_checkable
@@ -60,8 +65,6 @@ class SentenceTransformerEmbedder:
 
     def __init__(self, model: str | None = None, *, device: str | torch.device | None = None,
                  batch_size: int = 64, allow_download: bool = False, cache: bool = True):
-        from ..device import resolve_device
-
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         self.model_path = str(model) if model is not None else default_model_path()
@@ -89,7 +92,8 @@ class SentenceTransformerEmbedder:
             try:
                 from sentence_transformers import SentenceTransformer
             except ImportError:
-                raise ImportError("the sentence-transformers embedder needs: pip install 'memforest-gpu[embed]'") from None
+                raise ImportError("the sentence-transformers embedder needs: "
+                                  "pip install 'memforest-gpu[embed]'") from None
             if not sys.stderr.isatty():
                 _quiet_progress_bars()  # no "Loading weights" bars in logs and pipes
             self._model = SentenceTransformer(self.model_path, device=str(self.device))

@@ -42,9 +42,9 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Callable, Sequence
 from datetime import date
 from functools import lru_cache
-from typing import Callable, Sequence
 
 from ..store.timeutil import DATE_TAG, MONTHS, format_date
 from .base import MergePair
@@ -71,7 +71,8 @@ _WORD = re.compile(r"[A-Za-z][\w'-]*")
 
 
 def normalize(sentence: str) -> tuple[str, ...]:
-    """Lowercase alphanumeric token runs: ``"Mr. Smith's 2 dogs!" -> ('mr', 'smith', 's', '2', 'dogs')``."""
+    """Lowercase alphanumeric token runs: ``"Mr. Smith's 2 dogs!" -> ('mr', 'smith', 's', '2',
+    'dogs')``."""
     return tuple(_TOKEN.findall(sentence.lower()))
 
 
@@ -116,7 +117,8 @@ def _numbers(tokens: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _in_order(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
-    """``a`` is a subsequence of ``b`` ("paid 10 on day 3" is not a duplicate of "paid 3 on day 10")."""
+    """``a`` is a subsequence of ``b`` ("paid 10 on day 3" is not a duplicate of "paid 3 on day
+    10")."""
     it = iter(b)
     return all(x in it for x in a)  # `in` consumes the iterator up to the match
 
@@ -197,10 +199,10 @@ class ExtractiveMerger:
     Example::
 
         >>> from memforest_gpu.mergers.base import MemoryItem, MergePair
-        >>> a = MemoryItem("a", "Caroline: I went to the support group.", 1683554160.0)  # 8 May 2023
+        >>> a = MemoryItem("a", "Caroline: I joined a support group.", 1683554160.0)  # 8 May 2023
         >>> b = MemoryItem("b", "Melanie: I painted a lake.", 1683640560.0)  # 9 May 2023
         >>> ExtractiveMerger().merge([MergePair(a, b)])
-        ['[8 May 2023] Caroline: I went to the support group. [9 May 2023] Melanie: I painted a lake.']
+        ['[8 May 2023] Caroline: I joined a support group. [9 May 2023] Melanie: I painted a lake.']
 
     ``near_duplicate`` is the token-set Jaccard at or above which a sentence counts as a
     repeat of a kept one (1.0: only the same token set in another order).

@@ -16,6 +16,9 @@ import importlib.util
 import logging
 import os
 
+import torch
+
+from ..device import resolve_device
 from .llm import LLMMerger, render_chat
 
 __all__ = ["TransformersMerger"]
@@ -67,10 +70,7 @@ class TransformersMerger(LLMMerger):
     def load(self) -> None:
         if self.model_ is not None:
             return
-        import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from ..device import resolve_device
 
         dev = resolve_device(self.device)
         if self.dtype == "auto":
@@ -90,8 +90,6 @@ class TransformersMerger(LLMMerger):
         self.tokenizer_, self.model_, self.device_ = tok, mdl, dev
 
     def _generate(self, conversations: list[list[dict]]) -> list[str | None]:
-        import torch
-
         self.load()
         tok, mdl = self.tokenizer_, self.model_
         prompts = [render_chat(tok, c) for c in conversations]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 from .base import MergePair
 from .extractive import ExtractiveMerger

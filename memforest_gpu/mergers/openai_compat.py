@@ -19,7 +19,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import threading
 import time
 import urllib.error
@@ -117,8 +116,7 @@ class OpenAIMerger(LLMMerger):
                 if not (e.code in _RETRY_CODES or e.code >= 500):
                     break
                 wait = _retry_after(e.headers.get("Retry-After") if e.headers else None)
-            except (urllib.error.URLError, TimeoutError, socket.timeout, ConnectionError,
-                    http.client.HTTPException) as e:
+            except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as e:
                 error = f"{type(e).__name__} from {self.url}: {getattr(e, 'reason', e)}"
             except (ValueError, KeyError, IndexError, TypeError) as e:  # JSON or its shape
                 error = f"malformed reply from {self.url}: {type(e).__name__}: {e}"

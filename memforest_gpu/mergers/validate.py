@@ -19,7 +19,8 @@ Rules, in order:
    say that phrase; not an echo of the prompt's ``<memory_1>`` tags;
 3. at most ``words(older) + words(newer) + slack`` words;
 4. every number of the inputs survives. Dates may be rewritten in another format, so an
-   ISO or slashed date inside an input only needs its year (and ISO its day), and numbers are compared
+   ISO or slashed date inside an input only needs its year (and ISO its day), and numbers are
+   compared
    without leading zeros or thousands separators ("1,200" == "1200"; "08" == "8");
    small number words count ("three" for 3);
 5. when the two inputs are of different days, each input's date (from its timestamp)
@@ -28,7 +29,7 @@ Rules, in order:
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from .base import MergePair
 
@@ -110,7 +111,7 @@ def number_set(text: str) -> set[str]:
 
 
 def _date_kept(ts: float, text: str, nums: set[str]) -> bool:
-    d = datetime.fromtimestamp(float(ts), tz=timezone.utc)
+    d = datetime.fromtimestamp(float(ts), tz=UTC)
     if str(d.year) not in nums or str(d.day) not in nums:
         return False
     name = f"{d:%B}"
@@ -138,10 +139,10 @@ def check_merge(text: str, pair: MergePair, slack: int = 12) -> str | None:
     lost = sorted((required_numbers(a) | required_numbers(b)) - have, key=lambda t: (len(t), t))
     if lost:
         return f"dropped the number{'s' if len(lost) > 1 else ''} {', '.join(lost[:5])}"
-    if datetime.fromtimestamp(pair.older.timestamp, tz=timezone.utc).date() != \
-            datetime.fromtimestamp(pair.newer.timestamp, tz=timezone.utc).date():
+    if datetime.fromtimestamp(pair.older.timestamp, tz=UTC).date() != \
+            datetime.fromtimestamp(pair.newer.timestamp, tz=UTC).date():
         for item in (pair.older, pair.newer):
             if not _date_kept(item.timestamp, text, have):
-                d = datetime.fromtimestamp(float(item.timestamp), tz=timezone.utc)
+                d = datetime.fromtimestamp(float(item.timestamp), tz=UTC)
                 return f"dropped the date {d.day} {d:%B} {d.year}"
     return None

@@ -40,6 +40,8 @@ import importlib.util
 import math
 import os
 
+import torch
+
 from .llm import LLMMerger, render_chat
 
 __all__ = ["VLLMMerger", "free_memory_utilization", "engine_kwargs", "torchrun_world"]
@@ -57,8 +59,6 @@ def free_memory_utilization(device=None, *, reserve_gib: float = 2.0, mem_get_in
     0.7
     """
     if mem_get_info is None:
-        import torch
-
         mem_get_info = torch.cuda.mem_get_info
     free, total = mem_get_info(device)
     util = min(0.95, math.floor((free - reserve_gib * _GIB) / total * 100) / 100)
@@ -69,7 +69,8 @@ def free_memory_utilization(device=None, *, reserve_gib: float = 2.0, mem_get_in
 
 
 def torchrun_world(env=None) -> tuple[int, int] | None:
-    """(world size, local rank) when this process was started by torchrun with more than one rank."""
+    """(world size, local rank) when this process was started by torchrun with more than one
+    rank."""
     env = os.environ if env is None else env
     if "LOCAL_RANK" not in env or "WORLD_SIZE" not in env:
         return None
@@ -95,8 +96,6 @@ def engine_kwargs(*, dtype: str, tensor_parallel_size: int, gpu_memory_utilizati
             raise ValueError(f"tensor_parallel_size must divide the torchrun world size ({world}), "
                              f"got {tensor_parallel_size}")
         if device_count is None:
-            import torch
-
             device_count = torch.cuda.device_count()
         if local >= device_count:
             raise ValueError(f"LOCAL_RANK must name a visible GPU for vLLM's external launcher (cuda:{local}), got "

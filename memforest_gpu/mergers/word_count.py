@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
+import pyarrow as pa
 
 __all__ = ["WORD_PATTERN", "count_words", "count_words_arrow"]
 
@@ -38,7 +39,6 @@ def count_words_arrow(texts, *, block: int = 1 << 16) -> np.ndarray:
     >>> count_words_arrow(pa.array(["Alice's cat, Miso.", "  ", "日本語 テキスト"])).tolist()
     [6, 0, 2]
     """
-    import pyarrow as pa
 
     arr = getattr(texts, "arrow", texts)
     if isinstance(arr, pa.ChunkedArray):

@@ -127,7 +127,8 @@ class TorchIndex:
         self.X = X
 
     def search(self, Qe: torch.Tensor, c: int):
-        """Shape: Qe (Q, D) -> sims (Q, c'), index (Q, c'), c' = min(c, N); -1 / -inf past the end"""
+        """Shape: Qe (Q, D) -> sims (Q, c'), index (Q, c'), c' = min(c, N); -1 / -inf past the
+        end"""
         return topk_search(Qe, self.X, c)
 
 
@@ -141,7 +142,7 @@ class FaissIndex:
         xb = np.ascontiguousarray(X.detach().to("cpu", torch.float32).numpy())
         self.N = N
         self.nlist = 0
-        if config.kind == "faiss-ivf" and N >= config.ivf_min_nodes:
+        if config.kind == "faiss-ivf" and config.ivf_min_nodes <= N:
             nlist = config.nlist if config.nlist is not None else default_nlist(N)
             self.nlist = max(1, min(nlist, N))
             quantizer = faiss.IndexFlatIP(D)
@@ -173,7 +174,8 @@ class FaissIndex:
         self.index = index
 
     def search(self, Qe: torch.Tensor, c: int):
-        """Shape: Qe (Q, D) -> sims (Q, c'), index (Q, c'), c' = min(c, N); -1 / -inf where fewer found
+        """Shape: Qe (Q, D) -> sims (Q, c'), index (Q, c'), c' = min(c, N); -1 / -inf where
+        fewer found
 
         Torch tensors in and out (``faiss.contrib.torch_utils``): on the GPU the index reads
         the queries where they are and writes its results there."""
@@ -181,10 +183,10 @@ class FaissIndex:
         q = Qe.detach().to(self._qdev, torch.float32).contiguous()  # a no-op for a CUDA store's queries
         if self._lock is not None:
             with self._lock:  # one StandardGpuResources, shared: no concurrent queries through it
-                D, I = self.index.search(q, c)  # (Q, c) each, torch, on the index's device
+                D, idx = self.index.search(q, c)  # (Q, c) each, torch, on the index's device
         else:
-            D, I = self.index.search(q, c)
-        return _sort_candidates(D.to(self.device), I.to(self.device, torch.int64))
+            D, idx = self.index.search(q, c)
+        return _sort_candidates(D.to(self.device), idx.to(self.device, torch.int64))
 
 
 def build_index(X: torch.Tensor, config: IndexConfig | str = "torch"):
@@ -198,7 +200,8 @@ def build_index(X: torch.Tensor, config: IndexConfig | str = "torch"):
 
 
 class IndexedRetriever(Retriever):
-    """:class:`~memforest_gpu.retrieval.retriever.Retriever` with a choice of vector index per tenant.
+    """:class:`~memforest_gpu.retrieval.retriever.Retriever` with a choice of vector index per
+    tenant.
     With ``index="torch"`` it is ``Retriever`` (the batched exact search over the
     tenant-grouped rows; ``indexes`` stays empty); a faiss kind builds one index per tenant
     (``indexes``, by name) over a view of its segment, and a search runs one faiss call per

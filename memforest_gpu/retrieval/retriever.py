@@ -2,8 +2,8 @@
 of tenants, never across tenants."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -17,14 +17,16 @@ __all__ = ["Retriever", "SearchResult", "search"]
 
 @dataclass
 class SearchResult:
-    """index (Q, k) store row per hit (-1 = none), score (Q, k) final score, similarity (Q, k) cosine."""
+    """index (Q, k) store row per hit (-1 = none), score (Q, k) final score, similarity (Q, k)
+    cosine."""
 
     index: torch.Tensor
     score: torch.Tensor
     similarity: torch.Tensor
 
     def hits(self, store: MemoryStore) -> list[list[dict]]:
-        """Per query, the hits as dicts (id, text, timestamp, tenant, sources, score, similarity)."""
+        """Per query, the hits as dicts (id, text, timestamp, tenant, sources, score,
+        similarity)."""
         out = []
         idx, sc, sim = self.index.cpu().tolist(), self.score.cpu().tolist(), self.similarity.cpu().tolist()
         ts = store.timestamps.cpu().tolist()
@@ -51,7 +53,8 @@ class Retriever:
     of which there are at most N / ``large``).
 
     >>> r = Retriever(store)
-    >>> res = r.search(query_embeddings, tenants=["alice"] * Q, config=RetrievalConfig(k=10, agpr=True))
+    >>> res = r.search(query_embeddings, tenants=["alice"] * Q, config=RetrievalConfig(k=10,
+    ...     agpr=True))
     """
 
     large = 4096  # tenants with more rows than this are searched one segment (a view) at a time
@@ -105,7 +108,8 @@ class Retriever:
 
     def _candidates(self, codes: np.ndarray, queries: torch.Tensor, c: int):
         """The ``c`` most similar rows of each query's own tenant, best first (exact search,
-        ties to the lower store row; :class:`~memforest_gpu.retrieval.index.IndexedRetriever` swaps in
+        ties to the lower store row; :class:`~memforest_gpu.retrieval.index.IndexedRetriever`
+        swaps in
         faiss indexes here).
 
         Shape: codes (Q,) host, queries (Q, D) -> sims (Q, c), pos (Q, c) grouped position

@@ -12,5 +12,6 @@ from .compact import CompactFileResult, CompactingStore, compact_file
 from .journal import JournaledMerger, JournalWriteError, journal_path, run_fingerprint
 from .outputs import OutputLock, check_not_input, check_output
 
-__all__ = ["compact_file", "CompactingStore", "CompactFileResult", "compress_budgeted", "compress_file_budgeted", "BudgetedResult", "JournaledMerger", "JournalWriteError",
+__all__ = ["compact_file", "CompactingStore", "CompactFileResult", "compress_budgeted", "compress_file_budgeted",
+           "BudgetedResult", "JournaledMerger", "JournalWriteError",
            "journal_path", "run_fingerprint", "OutputLock", "check_output", "check_not_input"]

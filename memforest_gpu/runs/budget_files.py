@@ -8,9 +8,16 @@ import json
 import os
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 
-from ..store.atomic import atomic_write_text
-from ..store.parquet import PARQUET_FOREST_KEY
+from ..store.atomic import atomic_open, atomic_write_text
+from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_json
+from ..store.jsonl import iso_time
+from ..store.layout import HEADER_KEY, OPTIONAL_COLUMNS, REQUIRED_COLUMNS
+from ..store.parquet import PARQUET_EVENT_TREES_KEY, to_arrow_table
 from .budget_groups import KEY, PART_BATCH_ROWS, SPLIT_BATCH_ROWS, _jsonl_items, output_batch_rows
 
 
@@ -50,11 +57,6 @@ class _SplitChecks:
 def _split_parquet(path: str, row_group: np.ndarray, n_groups: int, paths: list[str]) -> np.ndarray:
     """One pass over ``path`` in record batches; row i goes to ``paths[row_group[i]]``.
     Returns the groups whose vectors are all unit length (G,) bool (see :class:`_SplitChecks`)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from ..store.layout import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 
     pf = pq.ParquetFile(path)
     cols = [c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in pf.schema_arrow.names]
@@ -107,7 +109,6 @@ def _split_parquet(path: str, row_group: np.ndarray, n_groups: int, paths: list[
 def _split_jsonl(path: str, header: bytes | None, row_group: np.ndarray, n_groups: int,
                  paths: list[str]) -> np.ndarray:
     """As :func:`_split_parquet` for JSON Lines (records written back as read)."""
-    from ..store.layout import HEADER_KEY
 
     checks = _SplitChecks(n_groups)
     ids, sources = [], []
@@ -144,7 +145,6 @@ def _output_keys(sub, out, rows: np.ndarray) -> np.ndarray:
     """Each output node's key: the input row (of the whole file) of the earliest input
     node it holds. ``rows`` (N_g,): the group's input rows, in file order.
     Shape: -> (N_out,) int64"""
-    import pyarrow.compute as pc
 
     sub_src, out_src = sub.columns()["sources"], out.columns()["sources"]
     # an id's input node: its position among the group's source ids (unique and non-empty: the
@@ -157,10 +157,6 @@ def _output_keys(sub, out, rows: np.ndarray) -> np.ndarray:
 
 
 def _write_part(out, keys: np.ndarray, path: str, report, time_format) -> None:
-    import pyarrow as pa
-    import pyarrow.ipc as ipc
-
-    from ..store.parquet import to_arrow_table
 
     table = to_arrow_table(out).append_column(KEY, pa.array(keys, type=pa.int64()))
     d = report.to_dict()
@@ -178,9 +174,6 @@ class _PartReader:
     (read from the file, not memory-mapped, so that what was read can be freed)."""
 
     def __init__(self, path: str):
-        import pyarrow as pa
-        import pyarrow.ipc as ipc
-
         self.path = path
         self.file = pa.OSFile(path, "rb")
         self.reader = ipc.open_file(self.file)
@@ -191,8 +184,6 @@ class _PartReader:
         return np.load(self.path + ".keys.npy")
 
     def take(self, local: np.ndarray):
-        import pyarrow as pa
-
         lo, hi = int(local.min()) // PART_BATCH_ROWS, int(local.max()) // PART_BATCH_ROWS
         for b in [b for b in self.cache if b < lo]:  # rows are taken in increasing order: drop the past
             del self.cache[b]
@@ -210,9 +201,6 @@ class _PartReader:
 
 def _write_output(out_paths: list[str], dst: str, fmt: str, time_format, budget: int) -> None:
     """Merge the parts into ``dst`` (atomically), in key order, one batch at a time."""
-    import pyarrow as pa
-
-    from ..store.atomic import atomic_open
 
     readers = [_PartReader(p) for p in out_paths]
     try:
@@ -226,19 +214,15 @@ def _write_output(out_paths: list[str], dst: str, fmt: str, time_format, budget:
         rows = output_batch_rows(budget, dim)
         with atomic_open(dst) as f:
             if fmt == "parquet":
-                import pyarrow.parquet as pq
-
                 writer = pq.ParquetWriter(f, schema, compression="zstd")
             else:
                 writer = None
                 emb_name = (schema.metadata or {}).get(b"memforest.embedder")
-                forest = (schema.metadata or {}).get(PARQUET_FOREST_KEY)
+                trees = (schema.metadata or {}).get(PARQUET_EVENT_TREES_KEY)
                 header = {"embedder": emb_name.decode("utf-8")} if emb_name is not None else {}
-                if forest is not None:
-                    header["forest"] = json.loads(forest)
+                if trees is not None:
+                    header["forest"] = json.loads(trees)
                 if header:
-                    from ..store.layout import HEADER_KEY
-
                     f.write(json.dumps({HEADER_KEY: header}, ensure_ascii=False).encode("utf-8") + b"\n")
             for s in range(0, len(order), rows):
                 sel = order[s:s + rows]
@@ -264,23 +248,23 @@ def _write_output(out_paths: list[str], dst: str, fmt: str, time_format, budget:
 
 
 def _joined_metadata(readers) -> dict | None:
-    """The parts' schema metadata, with their forest states (one per group of tenants) joined
+    """The parts' schema metadata, with their event trees (one per group of tenants) joined
     into one, as the in-memory run writes it (tenants sorted)."""
-    from ..store.forest import Forest, forest_from_json, forest_json
 
     meta = dict(readers[0].reader.schema.metadata or {})
-    states = [(r.reader.schema.metadata or {}).get(PARQUET_FOREST_KEY) for r in readers]
+    states = [(r.reader.schema.metadata or {}).get(PARQUET_EVENT_TREES_KEY) for r in readers]
     if any(x is not None for x in states):
         tenants = {}
         for r, x in zip(readers, states):
-            tenants.update(forest_from_json(x, r.path))
-        meta[PARQUET_FOREST_KEY] = forest_json(Forest(np.zeros(0, dtype=np.int64), tenants), list(tenants)).encode()
+            tenants.update(event_trees_from_json(x, r.path))
+        meta[PARQUET_EVENT_TREES_KEY] = event_trees_json(EventTrees(np.zeros(0, dtype=np.int64), tenants),
+                                                         list(tenants)).encode()
     return meta or None
 
 
 def _jsonl_bytes(table, *, iso: bool) -> bytes:
-    """Rows of a part table as the JSONL lines :func:`~memforest_gpu.store.io.write_store` writes."""
-    from ..store.jsonl import _iso
+    """Rows of a part table as the JSONL lines :func:`~memforest_gpu.store.io.write_store`
+    writes."""
 
     ids, texts = table.column("id").to_pylist(), table.column("text").to_pylist()
     ts = table.column("timestamp").to_pylist()
@@ -289,7 +273,7 @@ def _jsonl_bytes(table, *, iso: bool) -> bytes:
     emb = table.column("embedding").combine_chunks().flatten().to_numpy().reshape(len(table), -1)
     lines = []
     for j in range(len(table)):
-        rec = {"id": ids[j], "text": texts[j], "timestamp": _iso(ts[j]) if iso else ts[j], "tenant": tenants[j],
+        rec = {"id": ids[j], "text": texts[j], "timestamp": iso_time(ts[j]) if iso else ts[j], "tenant": tenants[j],
                "sources": list(sources[j]), "metadata": json.loads(meta[j]), "embedding": emb[j].tolist()}
         lines.append(json.dumps(rec, ensure_ascii=False, sort_keys=False))
     if "tree" in table.column_names:  # as write_jsonl writes compact's tree ids

@@ -14,6 +14,13 @@ import numpy as np
 __all__ = ["parse_size", "format_size", "node_bytes", "group_capacity", "output_batch_rows", "scan_tenants",
            "pack_groups", "TenantScan", "parts_dir"]
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..store.jsonl import iter_jsonl_objects, short_repr
+from ..store.layout import HEADER_KEY, REQUIRED_COLUMNS
+from ..store.memory_store import DEFAULT_TENANT
 from ..store.parquet import ROW_GROUP_ROWS as OUTPUT_ROW_GROUP  # the in-memory write_store's row group
 
 log = logging.getLogger("memforest_gpu")
@@ -113,19 +120,12 @@ def scan_tenants(path: str, fmt: str) -> TenantScan:
 
 
 def _tenant_name(t) -> str:
-    from ..store.memory_store import DEFAULT_TENANT
-
     if t is None or (isinstance(t, float) and math.isnan(t)):
         return DEFAULT_TENANT
     return str(t)
 
 
 def _scan_parquet(path: str) -> TenantScan:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from ..store.memory_store import DEFAULT_TENANT
 
     try:
         pf = pq.ParquetFile(path)
@@ -171,8 +171,6 @@ def _jsonl_items(path: str):
     """``(raw line or None, record)`` of a JSONL file (or a JSON array file, whose items have
     no raw line). A record that is not a JSON object, or lacks a required column, raises
     the store reader's ``ValueError`` (naming the line of ``path``)."""
-    from ..store.jsonl import _short, iter_jsonl_objects
-    from ..store.layout import HEADER_KEY, REQUIRED_COLUMNS
 
     with open(path, "rb") as f:
         head = f.read(4096).lstrip(b"\xef\xbb\xbf").lstrip()
@@ -184,7 +182,7 @@ def _jsonl_items(path: str):
     first = True
     for where, raw, rec in items:
         if not isinstance(rec, dict):
-            raise ValueError(f"{path}: {where} must be a JSON object, got {type(rec).__name__}: {_short(rec)}")
+            raise ValueError(f"{path}: {where} must be a JSON object, got {type(rec).__name__}: {short_repr(rec)}")
         if not (first and HEADER_KEY in rec):
             for key in REQUIRED_COLUMNS:
                 if key not in rec:
@@ -194,8 +192,6 @@ def _jsonl_items(path: str):
 
 
 def _scan_jsonl(path: str) -> TenantScan:
-    from ..store.layout import HEADER_KEY
-
     code: dict[str, int] = {}
     rows: list[int] = []
     dim, header, first = 384, None, True

@@ -27,14 +27,21 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
+from ..engine import CompressReport, compress
+from ..mergers import get_merger
+from ..mergers.embedders import MEAN_EMBEDDER
+from ..store.atomic import atomic_write_text
+from ..store.io import detect_format, read_store
 from .budget_files import _output_keys, _split_jsonl, _split_parquet, _write_output, _write_part
-from .budget_groups import (TenantScan, format_size, group_capacity, node_bytes, pack_groups, parts_dir,
-                            scan_tenants)
+from .budget_groups import TenantScan, format_size, group_capacity, node_bytes, pack_groups, parts_dir, scan_tenants
+from .journal import JournaledMerger, journal_path, merger_identity, run_fingerprint
+from .loading import RunInterrupted, load_store_and_embedder
+from .outputs import OutputLock, check_not_input, check_output
 
 __all__ = ["compress_budgeted", "compress_file_budgeted", "BudgetedResult"]
 
@@ -55,7 +62,6 @@ class BudgetedResult:
 def _run_key(src: str, config, merger, embedder_spec: str, groups: list[list[str]]) -> str:
     """What the parts of a run depend on: the input file (size, mtime), config, merger,
     ``--embedder`` and the groups; a resumed run reuses parts only when it matches."""
-    from .journal import merger_identity
 
     st = os.stat(src)
     blob = json.dumps({"input": [os.path.abspath(src), st.st_size, st.st_mtime_ns],
@@ -73,8 +79,6 @@ def _read_state(path: str) -> dict:
 
 
 def _write_json(path: str, obj) -> None:
-    from ..store.atomic import atomic_write_text
-
     atomic_write_text(path, json.dumps(obj, default=str))
 
 
@@ -87,12 +91,10 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
 
     ``memory_budget``: bytes for a group's working set (:func:`node_bytes` per node) plus
     the process baseline. The caller checks ``dst`` and holds its lock
-    (:func:`~memforest_gpu.api.compress_file` does both). ``echo``: one line per group
-    (progress). Ctrl-C raises :class:`~memforest_gpu.api.RunInterrupted` saying what is kept.
+    (:func:`compress_file_budgeted` does both). ``echo``: one line per group
+    (progress). Ctrl-C raises :class:`~memforest_gpu.runs.loading.RunInterrupted` saying what
+    is kept.
     """
-    from ..mergers import get_merger
-    from ..store.io import detect_format
-    from .journal import journal_path
 
     t0 = time.perf_counter()
     say = echo or (lambda s: log.info("%s", s))
@@ -116,8 +118,6 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
     try:
         _run_groups(runner, groups, scan, row_group, run, fmt, say)
     except KeyboardInterrupt:
-        from ..api import RunInterrupted
-
         n = runner.journaled()
         finished = sum(os.path.exists(p + ".json") and os.path.exists(p) for p in run.out_paths)
         raise RunInterrupted(f"interrupted; {finished} of {len(groups)} tenant groups are done in {run.work!r} and "
@@ -235,9 +235,6 @@ class _GroupRunner:
         self.loaded = False
 
     def _load(self, path: str, fmt: str):
-        from ..api import load_store_and_embedder
-        from ..store.io import read_store
-
         if not self.loaded:
             store, self.emb = load_store_and_embedder(path, embedder=self.spec, device=self.device, format=fmt)
             self.label, self.loaded = store.embedder, True
@@ -248,16 +245,13 @@ class _GroupRunner:
         return store
 
     def run(self, path: str, fmt: str, renormalise: bool = False):
-        from ..engine import compress
-        from .journal import JournaledMerger, run_fingerprint
-
         store = self._load(path, fmt)
         if renormalise:  # the whole store's vectors are normalised in memory: the same division here
             e = store.embeddings.double()
             store = dataclasses.replace(store, embeddings=(e / e.norm(dim=1)[:, None]).to(store.embeddings.dtype))
         if self.journal is None:
             fp = run_fingerprint(self.src, self.config, self.merger,
-                                 self.emb.name if self.emb is not None else "mean-of-inputs")
+                                 self.emb.name if self.emb is not None else MEAN_EMBEDDER)
             self.journal = JournaledMerger(self.merger, self.jpath, fingerprint=fp, resume=self.resume)
             load = getattr(self.merger, "load", None)
             if callable(load):
@@ -297,7 +291,6 @@ class _GroupRunner:
 def _merged_report(reports: list[dict], scan: TenantScan, config, total: float, output_s: float):
     """One :class:`~memforest_gpu.engine.CompressReport` from the groups' reports, tenants
     in the in-memory run's order (first appearance in the input)."""
-    from ..engine import CompressReport
 
     rank = {t: j for j, t in enumerate(scan.names)}
     rows = sorted((row for r in reports for row in r["tenants"]), key=lambda row: rank[row["tenant"]])
@@ -325,12 +318,9 @@ def compress_file_budgeted(src, dst, config, *, memory_budget: int, embedder: st
                            merger_options: dict | None = None, device=None, progress: bool = False,
                            format: str | None = None, out_format: str | None = None, resume: bool = False,
                            echo: Callable[[str], None] | None = None) -> BudgetedResult:
-    """:func:`~memforest_gpu.api.compress_file` within ``memory_budget`` bytes: the same
+    """:func:`~memforest_gpu.runs.single.compress_in_memory` within ``memory_budget`` bytes:
+    the same
     checks before any work, the same lock (``OUT.lock``) and journal, the same output."""
-    from ..mergers import get_merger
-    from ..store.io import detect_format
-    from .journal import journal_path
-    from .outputs import OutputLock, check_not_input, check_output
 
     src, dst = os.fspath(src), os.fspath(dst)
     detect_format(src, format)

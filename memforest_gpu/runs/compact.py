@@ -19,19 +19,26 @@ import hashlib
 import json
 import logging
 import os
-import time
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..config import CompactConfig, CompressConfig
 from ..engine.compact import CompactReport, compact
+from ..mergers import get_merger
+from ..mergers.embedders import MEAN_EMBEDDER
 from ..store.atomic import atomic_open, atomic_write_text, fsync_dir
+from ..store.event_trees import EventTrees
 from ..store.io import detect_format, read_store, write_store
 from ..store.memory_store import MemoryStore
+from ..store.parquet import PARQUET_EMBEDDER_KEY
 from ..store.splice import append, splice
+from ..timer import StageTimer
 from .compact_files import PassThrough, drop_known, inbox_path, memforest_layout, read_inbox
 from .journal import JournaledMerger, journal_path, merger_identity
+from .loading import RunInterrupted, load_store_and_embedder, resolve_embedder
 from .outputs import OutputLock
 
 __all__ = ["compact_file", "CompactFileResult", "CompactingStore", "compact_fingerprint"]
@@ -69,7 +76,6 @@ def compact_file(path, budget: CompactConfig, config: CompressConfig | None = No
     ``embedder``: as ``--embedder`` (``auto``, ``default``, ``none``, a model folder), or an
     embedder object. ``merger``: a name (with ``merger_options``) or a merger object.
     """
-    from ..mergers import get_merger
 
     path = os.fspath(path)
     detect_format(path)
@@ -88,46 +94,34 @@ class _Run:
     def __init__(self, path, budget, cfg, embedder, merger, device, progress, dry_run, journal):
         self.path, self.budget, self.cfg, self.spec = path, budget, cfg, embedder
         self.merger, self.device, self.progress, self.dry_run, self.journal = merger, device, progress, dry_run, journal
-        self.t0 = time.perf_counter()
-        self.seconds: dict[str, float] = {}
+        self.timer = StageTimer()
         fmt = detect_format(path)
         self.pt = None
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
-
-            if memforest_layout(pq.read_schema(path)):
-                self.pt = PassThrough(path)
-
-    def _tick(self, step: str) -> None:
-        now = time.perf_counter()
-        self.seconds[step] = now - self.t0 - sum(self.seconds.values())
+        if fmt == "parquet" and memforest_layout(pq.read_schema(path)):
+            self.pt = PassThrough(path)
 
     def run(self) -> CompactFileResult:
         emb, store = self._embedder_and_store()
         inbox, consumed = read_inbox(inbox_path(self.path), emb if emb is not None else _NoModel())
         if inbox is not None:
             inbox = self._new_only(inbox, store)
-        self._tick("read")
+        self.timer.lap("read")
         if self.pt is not None:
             res, written = self._run_pass_through(inbox, emb)
         else:
             res, written = self._run_whole(store, inbox, emb)
         if written:
             self._consume_inbox(consumed)
-        self.seconds["total"] = time.perf_counter() - self.t0
-        res.seconds = self.seconds
+        res.seconds = self.timer.finish()
         res.inbox = len(inbox) if inbox is not None and written else 0
         return res
 
     def _embedder_and_store(self):
-        from ..api import load_store_and_embedder, resolve_embedder
-
         if self.pt is None:
             if not isinstance(self.spec, str):  # a model object
                 return self.spec, read_store(self.path, embedder=self.spec, device=self.device)
             store, emb = load_store_and_embedder(self.path, embedder=self.spec, device=self.device)
             return emb, store
-        from ..store.parquet import PARQUET_EMBEDDER_KEY
 
         name = (self.pt.schema.metadata or {}).get(PARQUET_EMBEDDER_KEY)
         name = name.decode("utf-8") if name else None
@@ -140,19 +134,18 @@ class _Run:
     def _new_only(self, inbox: MemoryStore, store: MemoryStore | None) -> MemoryStore | None:
         """The inbox without the records the store already holds (folded by a run that was
         killed before it could empty the inbox)."""
-        import pyarrow as pa
 
         if self.pt is not None:
-            hit = self.pt.known(inbox._ids)
+            hit = self.pt.known(inbox.ids.arrow)
             keep = np.flatnonzero(~hit)
             return inbox.take(keep) if len(keep) else None
-        known = pa.concat_arrays([store._ids, store._sources.flatten().cast(pa.large_string())])
+        known = pa.concat_arrays([store.ids.arrow, store.sources.arrow.flatten().cast(pa.large_string())])
         return drop_known(inbox, known)
 
     def _merger(self, emb):
         if not self.journal or self.dry_run:
             return self.merger, None
-        fp = compact_fingerprint(self.cfg, self.budget, self.merger, emb.name if emb is not None else "mean-of-inputs")
+        fp = compact_fingerprint(self.cfg, self.budget, self.merger, emb.name if emb is not None else MEAN_EMBEDDER)
         jm = JournaledMerger(self.merger, journal_path(self.path), fingerprint=fp, resume=True)
         return jm, jm
 
@@ -165,8 +158,6 @@ class _Run:
             res = compact(store, self.budget, self.cfg, merger=merger, embedder=emb, device=self.device,
                           progress=self.progress, dry_run=self.dry_run)
         except KeyboardInterrupt:
-            from ..api import RunInterrupted
-
             n = len(jm.done) if jm is not None else 0
             raise RunInterrupted(f"interrupted; the store is unchanged and {n} merges are journaled in "
                                  f"{journal_path(self.path)!r}: rerun the same command to continue from them") from None
@@ -179,11 +170,11 @@ class _Run:
         if inbox is not None:
             store = append(store, inbox)
         res, jm = self._compact(store, emb)
-        self._tick("compact")
+        self.timer.lap("compact")
         written = not self.dry_run and (res.store is not store or inbox is not None)
         if written:
             write_store(res.store, self.path, time_format=store.time_format)
-            self._tick("write")
+            self.timer.lap("write")
         return self._done(res, jm, written), written
 
     def _run_pass_through(self, inbox: MemoryStore | None, emb):
@@ -196,7 +187,7 @@ class _Run:
         if not over and inbox is None:  # nothing to do: only the tenant column was read
             return CompactFileResult(CompactReport([], n, n, len(counts), dry_run=self.dry_run), False), False
         sub, rows = self.pt.load(over)  # every batch as Arrow; only the over-budget tenants' rows as a store
-        self._tick("read")
+        self.timer.lap("read")
         parts, keys = [], []
         if sub is not None:
             parts.append(sub)
@@ -207,14 +198,14 @@ class _Run:
         work = splice(parts, keys) if len(parts) > 1 else parts[0]
         wkeys = np.sort(np.concatenate(keys))
         res, jm = self._compact(work, emb)
-        self._tick("compact")
+        self.timer.lap("compact")
         if self.dry_run:
             return self._done(res, None, False), False
         with atomic_open(self.path) as f:
             states = self.pt.states()
-            states.update(res.store.forest.tenants if res.store.forest is not None else {})
+            states.update(res.store.event_trees.tenants if res.store.event_trees is not None else {})
             self.pt.write(f, res.store, wkeys[res.keys], rows, states)
-        self._tick("write")
+        self.timer.lap("write")
         res.report.nodes_in = n + (len(inbox) if inbox is not None else 0)
         res.report.nodes_out = n - len(rows) + len(res.store)
         res.report.tenants_in = len(counts)
@@ -244,9 +235,8 @@ class _Run:
 
 def _placeless(st: MemoryStore) -> MemoryStore:
     """``st`` with no row in a tree (new memories)."""
-    from ..store.forest import Forest
 
-    st.forest = Forest.empty(len(st))
+    st.event_trees = EventTrees.empty(len(st))
     return st
 
 
@@ -308,8 +298,6 @@ class CompactingStore:
         return {str(json.loads(x)["id"]) for x in data[:data.rfind(b"\n") + 1].split(b"\n") if x.strip()}
 
     def _pass_through(self) -> bool:
-        import pyarrow.parquet as pq
-
         return detect_format(self.path) == "parquet" and memforest_layout(pq.read_schema(self.path))
 
     def add(self, records: list[dict]) -> CompactFileResult | None:
@@ -328,11 +316,10 @@ class CompactingStore:
         for r in recs:
             if str(r["id"]) in waiting:
                 raise ValueError(f"id of a new memory must not be in the inbox already, got {r['id']!r}")
-        with OutputLock(self.path):
-            with open(inbox_path(self.path), "ab") as f:
-                f.write(b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in recs))
-                f.flush()
-                os.fsync(f.fileno())
+        with OutputLock(self.path), open(inbox_path(self.path), "ab") as f:
+            f.write(b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in recs))
+            f.flush()
+            os.fsync(f.fileno())
         if not self.auto:
             return None
         counts = self.counts()

@@ -19,9 +19,14 @@ import json
 import os
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from ..store.forest import Forest, forest_from_json
+from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_json, tree_from_column
 from ..store.memory_store import MemoryStore
+from ..store.memory_store import MemoryStore as _MS
+from ..store.parquet import PARQUET_EMBEDDER_KEY, PARQUET_EVENT_TREES_KEY, ROW_GROUP_ROWS, to_arrow_table
 
 __all__ = ["INBOX_SUFFIX", "inbox_path", "read_inbox", "PassThrough", "memforest_layout", "drop_known"]
 
@@ -44,7 +49,6 @@ def read_inbox(path: str, embedder) -> tuple[MemoryStore | None, int]:
     recs = [json.loads(line) for line in data[:good].split(b"\n") if line.strip()]
     if not recs:
         return None, good
-    from ..store.memory_store import MemoryStore as _MS
 
     try:
         return _MS.from_records(recs, embedder=embedder), good
@@ -55,9 +59,8 @@ def read_inbox(path: str, embedder) -> tuple[MemoryStore | None, int]:
 def drop_known(new: MemoryStore, known_ids) -> MemoryStore | None:
     """``new`` without the rows whose id is in ``known_ids`` (an Arrow array: ids and sources
     already in the store); ``None`` when nothing is left."""
-    import pyarrow.compute as pc
 
-    dup = pc.is_in(new._ids, value_set=known_ids).to_numpy(zero_copy_only=False)
+    dup = pc.is_in(new.ids.arrow, value_set=known_ids).to_numpy(zero_copy_only=False)
     if not dup.any():
         return new
     keep = np.flatnonzero(~dup)
@@ -66,7 +69,6 @@ def drop_known(new: MemoryStore, known_ids) -> MemoryStore | None:
 
 def memforest_layout(schema) -> bool:
     """True when a Parquet schema is the layout memforest writes (the rows can pass through)."""
-    import pyarrow as pa
 
     want = {"id": pa.string(), "text": pa.string(), "timestamp": pa.float64(), "tenant": pa.string(),
             "sources": pa.list_(pa.string()), "metadata": pa.string()}
@@ -84,8 +86,6 @@ class PassThrough:
     """A memforest Parquet store read once as Arrow batches; only chosen tenants are converted."""
 
     def __init__(self, path: str):
-        import pyarrow.parquet as pq
-
         self.path = path
         self.pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 22)
         self.schema = self.pf.schema_arrow
@@ -103,8 +103,6 @@ class PassThrough:
 
     def known(self, ids):
         """Which of ``ids`` (Arrow strings) the store already holds, as ids or sources."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
 
         hit = np.zeros(len(ids), dtype=bool)
         for rb in self.pf.iter_batches(batch_size=_BATCH, columns=["id", "sources"]):
@@ -116,8 +114,6 @@ class PassThrough:
     def load(self, tenants: list[str]) -> tuple[MemoryStore | None, np.ndarray]:
         """Read every batch (kept for :meth:`write`); the rows of ``tenants`` as a store with
         their trees and states, and their file rows."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
 
         want = pa.array(tenants, type=pa.string())
         picked, rows, lo = [], [], 0
@@ -134,10 +130,6 @@ class PassThrough:
         return self._store(t), np.concatenate(rows)
 
     def _store(self, t) -> MemoryStore:
-        import pyarrow as pa
-
-        from ..store.forest import tree_from_column
-        from ..store.parquet import PARQUET_EMBEDDER_KEY, PARQUET_FOREST_KEY
 
         meta = self.schema.metadata or {}
         d = t.schema.field("embedding").type.list_size
@@ -146,34 +138,29 @@ class PassThrough:
         st = MemoryStore.from_columns(
             ids=t.column("id").chunk(0), texts=t.column("text").chunk(0),
             timestamps=t.column("timestamp").chunk(0).to_numpy(zero_copy_only=False), embeddings=emb,
-            tenants=t.column("tenant").chunk(0), sources=t.column("sources").chunk(0).cast(pa.large_list(pa.large_string())),
+            tenants=t.column("tenant").chunk(0),
+            sources=t.column("sources").chunk(0).cast(pa.large_list(pa.large_string())),
             metadata=t.column("metadata").chunk(0), embedder=name.decode("utf-8") if name else None)
         tree = tree_from_column(t.column("tree").chunk(0) if "tree" in t.column_names else None, len(st))
-        states = forest_from_json(meta.get(PARQUET_FOREST_KEY), self.path)
-        st.forest = Forest(tree, {k: v for k, v in states.items() if k in st.tenant_table})
+        states = event_trees_from_json(meta.get(PARQUET_EVENT_TREES_KEY), self.path)
+        st.event_trees = EventTrees(tree, {k: v for k, v in states.items() if k in st.tenant_table})
         return st
 
     def states(self) -> dict:
-        from ..store.parquet import PARQUET_FOREST_KEY
-
-        return forest_from_json((self.schema.metadata or {}).get(PARQUET_FOREST_KEY), self.path)
+        return event_trees_from_json((self.schema.metadata or {}).get(PARQUET_EVENT_TREES_KEY), self.path)
 
     def write(self, f, out, keys: np.ndarray, drop: np.ndarray, states: dict) -> None:
         """Write the store to the open file ``f``: the kept file rows (``drop``: file rows the
         compaction replaced) and the rows of ``out`` at their ``keys`` (file rows; keys past the
         file's rows come after it), with every tenant's state."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        from ..store.forest import forest_json
-        from ..store.parquet import PARQUET_FOREST_KEY, ROW_GROUP_ROWS, to_arrow_table
 
         table = to_arrow_table(out)  # (len(out),) sorted by key
         schema = table.schema
         names = sorted(set(states) | set(out.tenant_table))
         meta = dict(self.schema.metadata or {})
         meta.update(schema.metadata or {})
-        meta[PARQUET_FOREST_KEY] = forest_json(Forest(np.zeros(0, dtype=np.int64), states), names).encode("utf-8")
+        meta[PARQUET_EVENT_TREES_KEY] = event_trees_json(EventTrees(np.zeros(0, dtype=np.int64), states),
+                                                         names).encode("utf-8")
         schema = schema.with_metadata(meta)
         writer = pq.ParquetWriter(f, schema, compression="zstd")
         dropped = np.zeros(self.n, dtype=bool)

@@ -26,7 +26,7 @@ import hashlib
 import json
 import logging
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..mergers.base import MergePair
 from ..store.atomic import fsync_dir
@@ -177,7 +177,8 @@ class JournaledMerger:
         self.stats["journaled"] += len(records)
 
     def merge(self, pairs: Sequence[MergePair]) -> list[str]:
-        """Texts for ``pairs``: journaled ones replayed, the rest merged by ``inner`` and journaled."""
+        """Texts for ``pairs``: journaled ones replayed, the rest merged by ``inner`` and
+        journaled."""
         pairs = list(pairs)
         keys = [pair_key(p) for p in pairs]
         out: list = [self.done.get(k) for k in keys]

@@ -103,7 +103,7 @@ class OutputLock:
         self.grace = grace
         self._held = False
 
-    def acquire(self) -> "OutputLock":
+    def acquire(self) -> OutputLock:
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         for _ in range(3):
             try:
@@ -150,7 +150,7 @@ class OutputLock:
         except FileNotFoundError:
             pass
 
-    def __enter__(self) -> "OutputLock":
+    def __enter__(self) -> OutputLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:

@@ -54,7 +54,8 @@ def _create_temp(directory: str, base: str) -> tuple[str, int]:
 
 
 def fsync_dir(directory: str) -> None:
-    """fsync a folder so a rename inside it survives a crash (a no-op where folders cannot be opened)."""
+    """fsync a folder so a rename inside it survives a crash (a no-op where folders cannot be
+    opened)."""
     try:
         dfd = os.open(directory, os.O_RDONLY)
     except OSError:

@@ -6,10 +6,12 @@ import json
 import math
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
-from .columns import ArrowView, TenantView, _dumps_meta, _encode_tenants, _identity_sources, _large_str
-from .timeutil import parse_timestamp
+from .columns import ArrowView, TenantView, _encode_tenants, _identity_sources, _large_str, dumps_meta
+from .timeutil import EPOCH_MAX, EPOCH_MIN, parse_timestamp
 
 DEFAULT_TENANT = "default"
 
@@ -24,8 +26,6 @@ def _is_iso(s: str) -> bool:
 
 
 def _is_arrow(x) -> bool:
-    import pyarrow as pa
-
     return isinstance(x, (pa.Array, pa.ChunkedArray, ArrowView))
 
 
@@ -35,13 +35,12 @@ def _first(mask) -> int:
 
 def _check_ids(ids):
     """Ids as a large_string array: non-empty strings (ints are turned into strings), unique."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     if _is_arrow(ids) and (arr := _large_str(ids)) is not None:
         bad = pc.or_kleene(arr.is_null(), pc.equal(pc.utf8_length(arr), 0)).fill_null(True)
         if pc.any(bad).as_py():
-            raise ValueError(f"id must be a non-empty string, got {arr[_first(bad.to_numpy(zero_copy_only=False))].as_py()!r}")
+            first_bad = arr[_first(bad.to_numpy(zero_copy_only=False))].as_py()
+            raise ValueError(f"id must be a non-empty string, got {first_bad!r}")
     else:
         out = []
         for i in ids:
@@ -61,9 +60,6 @@ def _check_ids(ids):
 
 
 def _check_texts(texts, ids):
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     if _is_arrow(texts):
         arr = _large_str(texts)
         bad = pc.or_kleene(arr.is_null(), pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(arr)), 0)).fill_null(True)
@@ -79,7 +75,6 @@ def _check_texts(texts, ids):
 
 def _check_timestamps(timestamps, ids) -> tuple[np.ndarray, str | None]:
     """(epoch seconds (N,) float64, time_format). Numeric arrays are checked vectorised."""
-    from .timeutil import EPOCH_MAX, EPOCH_MIN
 
     if isinstance(timestamps, torch.Tensor):
         timestamps = timestamps.detach().cpu().numpy()
@@ -98,9 +93,6 @@ def _check_timestamps(timestamps, ids) -> tuple[np.ndarray, str | None]:
 
 
 def _check_tenants(tenants, ids) -> tuple[list[str], np.ndarray]:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     n = len(ids)
     if tenants is None:
         return [DEFAULT_TENANT], np.zeros(n, dtype=np.int64)
@@ -127,8 +119,6 @@ def _check_tenants(tenants, ids) -> tuple[list[str], np.ndarray]:
 
 def _check_sources(sources, ids):
     """list<large_string> sources: each a non-empty list of ids (null = [id]); no original twice."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     if sources is None:
         return _identity_sources(ids)
@@ -186,8 +176,6 @@ def _check_metadata(metadata, ids) -> ArrowView:
     """Metadata as JSON text of objects. An Arrow string column is JSON text already (null
     and ``""`` mean ``{}``); only its rows other than ``{}`` are parsed (checked to be
     objects) and rewritten in this package's JSON form."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     n = len(ids)
     if metadata is None:
@@ -211,7 +199,7 @@ def _check_metadata(metadata, ids) -> ArrowView:
                 raise ValueError(f"metadata of node {ids[j].as_py()!r} is not valid JSON: {e}") from None
             if not isinstance(m, dict):
                 raise ValueError(f"metadata of node {ids[j].as_py()!r} must be a JSON object, got {m!r}")
-            fixed.append(_dumps_meta(m, ids[j].as_py()))
+            fixed.append(dumps_meta(m, ids[j].as_py()))
         out = np.asarray(arr.to_numpy(zero_copy_only=False), dtype=object)
         out[todo] = fixed
         return ArrowView(pa.array(out, type=pa.large_string()))
@@ -221,5 +209,5 @@ def _check_metadata(metadata, ids) -> ArrowView:
             m = {}
         if not isinstance(m, dict):
             raise ValueError(f"metadata of node {ids[j].as_py()!r} must be a JSON object, got {m!r}")
-        out.append("{}" if not m else _dumps_meta(m, ids[j].as_py()))
+        out.append("{}" if not m else dumps_meta(m, ids[j].as_py()))
     return ArrowView(pa.array(out, type=pa.large_string()))

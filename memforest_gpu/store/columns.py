@@ -8,18 +8,19 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 __all__ = ["ArrowView", "ColumnView", "MetadataView", "TenantView", "compact_codes"]
 
 
-def _dumps_meta(m: Any, node_id: Any) -> str:
+def dumps_meta(m: Any, node_id: Any) -> str:
     try:
         return json.dumps(m, ensure_ascii=False, sort_keys=False)
     except (TypeError, ValueError) as e:
         raise ValueError(f"metadata of node {node_id!r} cannot be written as JSON: {e}") from None
 
 
-def _loads_meta(s: str | None) -> dict:
+def loads_meta(s: str | None) -> dict:
     return {} if s is None or s == "{}" else json.loads(s)
 
 
@@ -89,7 +90,7 @@ class MetadataView(ArrowView):
     """JSON objects kept as JSON text, parsed on access (``{}`` without the parser)."""
 
     def _values(self, lo, hi):
-        return [_loads_meta(s) for s in self.arrow.slice(lo, hi - lo).to_pylist()]
+        return [loads_meta(s) for s in self.arrow.slice(lo, hi - lo).to_pylist()]
 
 
 class TenantView(ColumnView):
@@ -109,7 +110,6 @@ class TenantView(ColumnView):
 
 def _large_str(x) -> Any:
     """An Arrow large_string array of ``x`` (a view's array is reused, not copied)."""
-    import pyarrow as pa
 
     if isinstance(x, ArrowView):
         x = x.arrow
@@ -122,7 +122,6 @@ def _large_str(x) -> Any:
 
 def _identity_sources(ids) -> Any:
     """Each node's sources = [its id], as a list array over the ids (no Python list per node)."""
-    import pyarrow as pa
 
     return pa.LargeListArray.from_arrays(pa.array(np.arange(len(ids) + 1, dtype=np.int64)), ids)
 

@@ -42,7 +42,7 @@ from typing import Any
 
 from . import jsonl, parquet
 from .atomic import atomic_open
-from .forest import Forest, forest_from_json, tree_from_column
+from .event_trees import EventTrees, event_trees_from_json, tree_from_column
 from .memory_store import MemoryStore
 
 __all__ = ["FORMATS", "detect_format", "read_store", "write_store"]
@@ -130,12 +130,12 @@ def read_store(
         )
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from e
-    if cols.get("tree") is not None or cols.get("forest") is not None:
+    if cols.get("tree") is not None or cols.get("event_trees") is not None:
         try:
             tree = tree_from_column(cols["tree"], len(store))
         except (ValueError, TypeError) as e:  # pyarrow's cast errors are ValueErrors (ArrowInvalid)
             raise ValueError(f"{path}: column 'tree' must hold integers (compact's event trees), got: {e}") from None
-        store.forest = Forest(tree, forest_from_json(cols["forest"], path))
+        store.event_trees = EventTrees(tree, event_trees_from_json(cols["event_trees"], path))
     return store
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .forest import forest_json
+from .event_trees import event_trees_json
 from .layout import HEADER_KEY, REQUIRED_COLUMNS, TREE_COLUMN
 from .memory_store import DEFAULT_TENANT, MemoryStore
 
@@ -24,7 +24,7 @@ def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
     if items is None:
         items = _iter_jsonl(path)
 
-    file_embedder = forest = None
+    file_embedder = trees_json = None
     ids, texts, stamps, embs, tenants, sources, metas, trees = [], [], [], [], [], [], [], []
     emb_where: tuple[str, Any] | None = None  # where the first embedding / missing one was
     first_dim: tuple[int, Any] | None = None
@@ -32,17 +32,17 @@ def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
     first = True
     for where, rec in items:
         if not isinstance(rec, dict):
-            raise ValueError(f"{path}: {where} must be a JSON object, got {type(rec).__name__}: {_short(rec)}")
+            raise ValueError(f"{path}: {where} must be a JSON object, got {type(rec).__name__}: {short_repr(rec)}")
         if first and HEADER_KEY in rec:
             first = False
             hdr = rec[HEADER_KEY]
             if not isinstance(hdr, dict):
-                raise ValueError(f"{path}: {where}: header {HEADER_KEY!r} must be a JSON object, got {_short(hdr)}")
+                raise ValueError(f"{path}: {where}: header {HEADER_KEY!r} must be a JSON object, got {short_repr(hdr)}")
             name = hdr.get("embedder")
             if name is not None and not isinstance(name, str):
-                raise ValueError(f"{path}: {where}: header embedder must be a string, got {_short(name)}")
+                raise ValueError(f"{path}: {where}: header embedder must be a string, got {short_repr(name)}")
             file_embedder = name
-            forest = json.dumps(hdr["forest"]) if hdr.get("forest") is not None else None
+            trees_json = json.dumps(hdr["forest"]) if hdr.get("forest") is not None else None
             continue
         first = False
         for key in REQUIRED_COLUMNS:
@@ -63,7 +63,8 @@ def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
             if not isinstance(e, list) or not all(
                 isinstance(x, (int, float)) and not isinstance(x, bool) for x in e
             ):
-                raise ValueError(f"{path}: {where}: embedding of node {node!r} must be a list of numbers, got {_short(e)}")
+                raise ValueError(f"{path}: {where}: embedding of node {node!r} must be a list of numbers, "
+                                 f"got {short_repr(e)}")
             if first_dim is None:
                 first_dim = (len(e), node)
             elif len(e) != first_dim[0]:
@@ -84,7 +85,7 @@ def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
     emb = np.asarray(embs, dtype=np.float32) if n_with else None
     cols = {"id": ids, "text": texts, "timestamp": stamps, "embedding": emb,
             "tenant": tenants, "sources": sources, "metadata": metas,
-            "tree": trees if any(t is not None for t in trees) else None, "forest": forest}
+            "tree": trees if any(t is not None for t in trees) else None, "event_trees": trees_json}
     return cols, file_embedder
 
 
@@ -92,7 +93,7 @@ def _tree(v: Any, node: Any, path: str, where: str) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"{path}: {where}: tree of node {node!r} must be an integer or null, got {_short(v)}")
+        raise ValueError(f"{path}: {where}: tree of node {node!r} must be an integer or null, got {short_repr(v)}")
     return v if v >= 0 else None
 
 
@@ -119,7 +120,7 @@ def iter_jsonl_objects(path: str):
     that is not UTF-8, not JSON or not a JSON object raises ``ValueError`` naming it."""
     for where, rec in _iter_jsonl(path):
         if not isinstance(rec, dict):
-            raise ValueError(f"{path}: {where} must be a JSON object, got {type(rec).__name__}: {_short(rec)}")
+            raise ValueError(f"{path}: {where} must be a JSON object, got {type(rec).__name__}: {short_repr(rec)}")
         yield where, rec
 
 
@@ -136,7 +137,7 @@ def _read_json_array(path: str):
     return ((f"item {j}", rec) for j, rec in enumerate(data))
 
 
-def _short(v: Any, limit: int = 80) -> str:
+def short_repr(v: Any, limit: int = 80) -> str:
     s = repr(v)
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
@@ -152,7 +153,8 @@ def select_tenants(cols: dict, tenants: str | list[str], path: str) -> dict:
         if t not in names:
             raise ValueError(f"{path}: tenant must be one of {names}, got {t!r}")
     keep = [j for j, t in enumerate(have) if t in set(want)]
-    out = {k: (v if k == "forest" or v is None else (v[keep] if isinstance(v, np.ndarray) else [v[j] for j in keep]))
+    out = {k: (v if k == "event_trees" or v is None else (v[keep] if isinstance(v,
+                                                                                np.ndarray) else [v[j] for j in keep]))
            for k, v in cols.items()}
     return out
 
@@ -164,26 +166,27 @@ def _dumps(v: Any, what: str, node_id: str) -> str:
         raise ValueError(f"{what} of node {node_id!r} cannot be written as JSON: {e}") from None
 
 
-def _iso(ts: float) -> str:
+def iso_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat()
 
 
 def write_jsonl(store: MemoryStore, f, *, iso: bool = False, block: int = 1 << 12) -> None:
-    """One JSON object per line, ``block`` rows at a time (never a dict per node for the whole store)."""
+    """One JSON object per line, ``block`` rows at a time (never a dict per node for the whole
+    store)."""
     header = {"embedder": str(store.embedder)} if store.embedder is not None else {}
-    if store.forest is not None:  # compact's state (:mod:`.forest`): the header's "forest", a "tree" per node
-        header["forest"] = json.loads(forest_json(store.forest, store.tenant_table))
+    if store.event_trees is not None:  # compact's state (:mod:`.event_trees`): the header's "forest", a "tree" per node
+        header["forest"] = json.loads(event_trees_json(store.event_trees, store.tenant_table))
     if header:
         f.write(json.dumps({HEADER_KEY: header}, ensure_ascii=False).encode("utf-8"))
         f.write(b"\n")
     ids, texts, tenants, sources, metas = store.ids, store.texts, store.tenants, store.sources, store.metadata
-    trees = store.forest.tree.tolist() if store.forest is not None else None
+    trees = store.event_trees.tree.tolist() if store.event_trees is not None else None
     for lo in range(0, len(store), block):
         hi = min(len(store), lo + block)
         emb = store.embeddings[lo:hi].detach().to("cpu", torch.float32).numpy()
         ts = store.timestamps[lo:hi].detach().to("cpu").tolist()
         if iso:
-            ts = [_iso(t) for t in ts]
+            ts = [iso_time(t) for t in ts]
         buf = [_dumps({"id": i, "text": t, "timestamp": s_, "tenant": ten, "sources": src, "metadata": m,
                        "embedding": e.tolist()}, "record", i)
                for i, t, s_, ten, src, m, e in zip(ids[lo:hi], texts[lo:hi], ts, tenants[lo:hi], sources[lo:hi],

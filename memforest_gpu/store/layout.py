@@ -5,5 +5,5 @@ __all__ = ["REQUIRED_COLUMNS", "OPTIONAL_COLUMNS", "HEADER_KEY", "TREE_COLUMN"]
 
 REQUIRED_COLUMNS = ("id", "text", "timestamp")
 OPTIONAL_COLUMNS = ("embedding", "tenant", "sources", "metadata", "tree")
-TREE_COLUMN = "tree"  # a node's event tree (compact's state, :mod:`.forest`); null = not placed yet
+TREE_COLUMN = "tree"  # a node's event tree (compact's state, :mod:`.event_trees`); null = not placed yet
 HEADER_KEY = "__memforest__"

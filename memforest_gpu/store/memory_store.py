@@ -10,15 +10,36 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
-from .checks import (DEFAULT_TENANT, _check_ids, _check_metadata, _check_sources, _check_tenants,
-                           _check_texts, _check_timestamps)
-from .columns import (ArrowView, ColumnView, MetadataView, TenantView, _dumps_meta, _encode_tenants,
-                      _identity_sources, _large_str, compact_codes)
-from .forest import Forest
+from ..device import resolve_device
+from .checks import (
+    DEFAULT_TENANT,
+    _check_ids,
+    _check_metadata,
+    _check_sources,
+    _check_tenants,
+    _check_texts,
+    _check_timestamps,
+)
+from .columns import (
+    ArrowView,
+    ColumnView,
+    MetadataView,
+    TenantView,
+    _encode_tenants,
+    _identity_sources,
+    _large_str,
+    compact_codes,
+    dumps_meta,
+)
+from .event_trees import EventTrees
+from .timeutil import format_date
 
-__all__ = ["DEFAULT_TENANT", "ArrowView", "ColumnView", "MemoryStore", "MetadataView", "TenantView", "as_embedding_tensor"]
+__all__ = ["DEFAULT_TENANT", "ArrowView", "ColumnView", "MemoryStore", "MetadataView", "TenantView",
+           "as_embedding_tensor"]
 
 
 
@@ -110,7 +131,8 @@ class MemoryStore:
     - embedder: name of the model that produced the embeddings, when known
     - time_format: ``"iso"`` when the timestamps came in as ISO 8601 strings (a JSONL
       file is then written back with ISO strings), else ``None`` (epoch numbers)
-    - forest: the event trees ``compact`` keeps (:class:`~.forest.Forest`: tree per node,
+    - event_trees: the event trees ``compact`` keeps (:class:`~.event_trees.EventTrees`: tree
+    per node,
       centres per tenant), or ``None`` for a store without them
     """
 
@@ -125,13 +147,11 @@ class MemoryStore:
     metadata: ColumnView
     embedder: str | None
     time_format: str | None
-    forest: Forest | None
+    event_trees: EventTrees | None
 
     def __init__(self, ids, texts, embeddings: torch.Tensor, timestamps: torch.Tensor, tenants, sources=None,
                  metadata=None, embedder: str | None = None, time_format: str | None = None,
-                 forest: Forest | None = None):
-        import pyarrow as pa
-
+                 event_trees: EventTrees | None = None):
         self._ids = _large_str(ids)
         self._texts = _large_str(texts)
         self.embeddings = embeddings
@@ -152,13 +172,14 @@ class MemoryStore:
             self._meta = metadata.arrow
         else:
             ids_ = self._ids
-            self._meta = pa.array([_dumps_meta(m, ids_[j].as_py()) for j, m in enumerate(metadata)],
+            self._meta = pa.array([dumps_meta(m, ids_[j].as_py()) for j, m in enumerate(metadata)],
                                   type=pa.large_string())
         self.embedder = embedder
         self.time_format = time_format
-        if forest is not None and len(forest.tree) != len(self._ids):
-            raise ValueError(f"forest.tree must have one tree id per node ({len(self._ids)}), got {len(forest.tree)}")
-        self.forest = forest
+        if event_trees is not None and len(event_trees.tree) != len(self._ids):
+            raise ValueError(f"event_trees.tree must have one tree id per node ({len(self._ids)}), "
+                             f"got {len(event_trees.tree)}")
+        self.event_trees = event_trees
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -185,7 +206,6 @@ class MemoryStore:
         Raises ``ValueError`` naming the first bad value (empty store, duplicate ids,
         non-finite/zero/mixed-dimension embeddings, unreadable timestamps, ...).
         """
-        from ..device import resolve_device
 
         n = len(ids)
         if n == 0:
@@ -293,7 +313,6 @@ class MemoryStore:
 
     def take(self, index: Sequence[int] | torch.Tensor) -> MemoryStore:
         """A new store with the rows ``index`` (in that order). No validation is repeated."""
-        import pyarrow as pa
 
         if isinstance(index, torch.Tensor):
             idx = index.detach().cpu().numpy().astype(np.int64)
@@ -302,10 +321,10 @@ class MemoryStore:
         it = torch.as_tensor(idx, dtype=torch.int64, device=self.device)
         pi = pa.array(idx, type=pa.int64())
         names, codes = compact_codes(self.tenant_table, self.tenant_codes_np[idx])
-        forest = self.forest.take(idx, names) if self.forest is not None else None
+        trees = self.event_trees.take(idx, names) if self.event_trees is not None else None
         return MemoryStore(self._ids.take(pi), self._texts.take(pi), self.embeddings[it], self.timestamps[it],
                            TenantView(names, codes), self._sources.take(pi), ArrowView(self._meta.take(pi)),
-                           self.embedder, self.time_format, forest)
+                           self.embedder, self.time_format, trees)
 
     def select_tenant(self, tenant: str) -> MemoryStore:
         if tenant not in self.tenant_table:
@@ -315,7 +334,7 @@ class MemoryStore:
     def to(self, device: torch.device | str) -> MemoryStore:
         d = torch.device(device)
         return MemoryStore(self._ids, self._texts, self.embeddings.to(d), self.timestamps.to(d), self.tenants,
-                           self._sources, ArrowView(self._meta), self.embedder, self.time_format, self.forest)
+                           self._sources, ArrowView(self._meta), self.embedder, self.time_format, self.event_trees)
 
     def records(self, *, with_embedding: bool = True) -> list[dict]:
         """One dict per node, the layout the file formats use."""
@@ -331,9 +350,6 @@ class MemoryStore:
 
     def info(self) -> dict:
         """Counts, tenants, dimension and time span, as plain JSON-able values."""
-        import pyarrow.compute as pc
-
-        from .timeutil import format_date
 
         ts = self.timestamps
         counts = np.bincount(self.tenant_codes_np, minlength=len(self.tenant_table))

@@ -6,17 +6,21 @@ import json
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import torch
 
-from .forest import forest_json, tree_column
+from .event_trees import event_trees_json, tree_column
 from .layout import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 from .memory_store import DEFAULT_TENANT, MemoryStore
 
 __all__ = ["read_parquet_columns", "to_arrow_table", "write_parquet", "ROW_GROUP_ROWS", "PARQUET_EMBEDDER_KEY",
-           "PARQUET_FOREST_KEY"]
+           "PARQUET_EVENT_TREES_KEY"]
 
 PARQUET_EMBEDDER_KEY = b"memforest.embedder"
-PARQUET_FOREST_KEY = b"memforest.forest"  # compact's per-tenant tree state (:mod:`.forest`)
+# the event trees (:mod:`.event_trees`), under the key stores have always used
+PARQUET_EVENT_TREES_KEY = b"memforest.forest"
 _BATCH_ROWS = 1 << 16  # rows per Parquet record batch read
 _READ_BUFFER = 1 << 22  # bytes of the Parquet reader's stream buffer per column
 ROW_GROUP_ROWS = 1 << 16  # rows per Parquet row group written (a reader can stream the file)
@@ -25,9 +29,6 @@ ROW_GROUP_ROWS = 1 << 16  # rows per Parquet row group written (a reader can str
 def _tenant_mask(pf, want: list[str], path: str):
     """Rows of ``want`` tenants: one pass over the tenant column alone. Returns (count, per-batch
     masks) for the batches :func:`read_parquet_columns` reads, or raises naming the tenants."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
 
     names: dict[str, None] = {}
     masks, count = [], 0
@@ -50,9 +51,6 @@ def _tenant_mask(pf, want: list[str], path: str):
 
 
 def _first_appearance(pf, has: bool) -> list[str]:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
 
     if not has:
         return [DEFAULT_TENANT]
@@ -67,8 +65,6 @@ def read_parquet_columns(path: str, tenants: str | list[str] | None = None) -> t
     Python object per node, no float64 copy). ``tenants``: only those tenants' rows are kept,
     batch by batch (the whole table is never in memory). Returns (columns, the embedder the
     file records or ``None``)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     try:
         # buffered, not pre-buffered: a column chunk is streamed through a small buffer instead of
@@ -97,7 +93,6 @@ def _wanted_columns(schema, path: str) -> list[str]:
 
 def _file_embedder(schema, wanted: list[str], path: str) -> str | None:
     """The embedder the schema metadata records; checks that the vectors are lists."""
-    import pyarrow as pa
 
     meta = schema.metadata or {}
     file_embedder = meta.get(PARQUET_EMBEDDER_KEY)
@@ -133,7 +128,6 @@ def _read_batches(pf, wanted: list[str], masks, n: int, path: str) -> tuple[dict
 def _columns(parts: dict[str, list], emb, schema, path: str) -> dict[str, Any]:
     """The store's columns from the batches' arrays: timestamps as epoch seconds, JSON-text
     sources parsed, metadata checked (JSON text) or taken as Python values (struct / map)."""
-    import pyarrow as pa
 
     def col(c):  # one column's batches, combined and then released (never every column twice)
         if c not in parts:
@@ -153,7 +147,7 @@ def _columns(parts: dict[str, list], emb, schema, path: str) -> dict[str, Any]:
         "sources": None,
         "metadata": None,
         "tree": col("tree"),
-        "forest": (schema.metadata or {}).get(PARQUET_FOREST_KEY),
+        "event_trees": (schema.metadata or {}).get(PARQUET_EVENT_TREES_KEY),
     }
     if "sources" in parts:
         c = col("sources")
@@ -175,8 +169,6 @@ def _columns(parts: dict[str, list], emb, schema, path: str) -> dict[str, Any]:
 
 def _metadata_text(col, ids, path: str):
     """A JSON-text metadata column as Arrow, with invalid JSON reported as the reader does."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     todo = np.flatnonzero(~pc.equal(col.fill_null("{}"), "{}").fill_null(True).to_numpy(zero_copy_only=False))
     for j in todo.tolist():  # only rows other than {} are parsed (once more in the store)
@@ -186,9 +178,8 @@ def _metadata_text(col, ids, path: str):
 
 def _embeddings_batch(arr, ids, path: str, n: int, emb, state: dict):
     """Copy one batch of the embedding column into ``emb`` (allocated here at the first
-    vector: (n, D) float32) at row ``state['pos']``; checks nulls and dimensions, naming the node."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    vector: (n, D) float32) at row ``state['pos']``; checks nulls and dimensions, naming the
+    node."""
     t = arr.type
     m = len(arr)
     nulls = arr.null_count
@@ -249,9 +240,8 @@ def _json_cell(v: Any, what: str, node_id: Any, path: str) -> Any:
 
 
 def _parquet_timestamps(col, path: str):
-    """Timestamp column -> float64 epoch seconds (N,) numpy, or raw values for MemoryStore to parse."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    """Timestamp column -> float64 epoch seconds (N,) numpy, or raw values for MemoryStore to
+    parse."""
 
     t = col.type
     if col.null_count:
@@ -272,7 +262,6 @@ def _parquet_timestamps(col, path: str):
 def to_arrow_table(store: MemoryStore):
     """The store as one Arrow table in the file layout (see the module docstring). The
     store's Arrow columns are reused; the vectors are a zero-copy view of a float32 host copy."""
-    import pyarrow as pa
 
     n, d = len(store), store.dim
     emb = store.embeddings.detach().to("cpu", torch.float32)
@@ -303,10 +292,10 @@ def to_arrow_table(store: MemoryStore):
         cols["sources"].cast(pa.list_(pa.string())),
         cols["metadata"].cast(pa.string()),
     ]
-    if store.forest is not None:  # compact's state: the tree column and the per-tenant JSON
+    if store.event_trees is not None:  # compact's state: the tree column and the per-tenant JSON
         fields.append(("tree", pa.int64()))
-        arrays.append(tree_column(store.forest.tree))
-        schema_meta[PARQUET_FOREST_KEY] = forest_json(store.forest, store.tenant_table).encode("utf-8")
+        arrays.append(tree_column(store.event_trees.tree))
+        schema_meta[PARQUET_EVENT_TREES_KEY] = event_trees_json(store.event_trees, store.tenant_table).encode("utf-8")
     assert len(ts) == n
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=schema_meta or None))
 
@@ -314,6 +303,5 @@ def to_arrow_table(store: MemoryStore):
 def write_parquet(table, f) -> None:
     """Write an Arrow table (:func:`to_arrow_table`) to the open binary file ``f``: zstd, row
     groups of :data:`ROW_GROUP_ROWS` rows."""
-    import pyarrow.parquet as pq
 
     pq.write_table(table, f, compression="zstd", row_group_size=ROW_GROUP_ROWS)

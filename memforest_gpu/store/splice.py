@@ -4,26 +4,27 @@ memories to a store."""
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from .columns import ArrowView, TenantView, compact_codes
-from .forest import Forest
+from .event_trees import EventTrees
 from .memory_store import MemoryStore
 
 __all__ = ["splice", "append"]
 
 
 def splice(parts: list[MemoryStore], keys: list[np.ndarray], *, rows: list | None = None,
-           forest: Forest | None = None) -> MemoryStore:
+           event_trees: EventTrees | None = None) -> MemoryStore:
     """The rows of ``parts`` as one store, ordered by ``keys`` (stable; ties keep the parts'
     order). ``rows[j]``: only these rows of ``parts[j]`` (``None``: all), taken without
-    copying the part first. ``forest``: the result's tree state (its ``tree`` in the
+    copying the part first. ``event_trees``: the result's tree state (its ``tree`` in the
     *output* order), else each part's trees (-1 for a part without) with every part's
     tenant states.
 
     Shape: keys[j] (len(rows[j]),) -> store of sum(len) rows
     """
-    import pyarrow as pa
 
     sel = [np.arange(len(p)) if r is None else np.asarray(r, dtype=np.int64)
            for p, r in zip(parts, rows or [None] * len(parts))]
@@ -52,21 +53,20 @@ def splice(parts: list[MemoryStore], keys: list[np.ndarray], *, rows: list | Non
         codes[pos[lo:lo + len(r)]] = remap[p.tenant_codes_np[r]] if len(r) else remap[:0]
         lo += len(r)
     names, codes = compact_codes(list(code_of), codes)
-    if forest is None and any(p.forest is not None for p in parts):
-        tree = np.concatenate([p.forest.tree[r] if p.forest is not None else np.full(len(r), -1, dtype=np.int64)
+    if event_trees is None and any(p.event_trees is not None for p in parts):
+        tree = np.concatenate([p.event_trees.tree[r] if p.event_trees is not None else np.full(len(r), -1,
+                                                                                               dtype=np.int64)
                                for p, r in zip(parts, sel)])[order]
-        states = {t: s for p in parts if p.forest is not None for t, s in p.forest.tenants.items()}
-        forest = Forest(tree, {t: states[t] for t in names if t in states})
+        states = {t: s for p in parts if p.event_trees is not None for t, s in p.event_trees.tenants.items()}
+        event_trees = EventTrees(tree, {t: states[t] for t in names if t in states})
     return MemoryStore(col("_ids"), col("_texts"), emb, ts, TenantView(names, codes), col("_sources"),
-                       ArrowView(col("_meta")), first.embedder, first.time_format, forest)
+                       ArrowView(col("_meta")), first.embedder, first.time_format, event_trees)
 
 
 def append(store: MemoryStore, new: MemoryStore) -> MemoryStore:
     """``store`` followed by the rows of ``new`` (not placed in any tree yet). Refuses an id of
     ``new`` that ``store`` already holds as a node or inside a merged node's sources (every
     original stays in exactly one node), and vectors of another dimension or model."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     if new.dim != store.dim:
         raise ValueError(f"new memories' embeddings must have the store's dimension ({store.dim}), got {new.dim}")
@@ -83,9 +83,9 @@ def append(store: MemoryStore, new: MemoryStore) -> MemoryStore:
                          f"{new._sources.flatten()[int(np.argmax(dup_src))]}")
     new = MemoryStore(new._ids, new._texts, new.embeddings.to(store.device), new.timestamps.to(store.device),
                       new.tenants, new._sources, ArrowView(new._meta), store.embedder, store.time_format,
-                      Forest.empty(len(new)))
-    base = store if store.forest is not None else MemoryStore(
+                      EventTrees.empty(len(new)))
+    base = store if store.event_trees is not None else MemoryStore(
         store._ids, store._texts, store.embeddings, store.timestamps, store.tenants, store._sources,
-        ArrowView(store._meta), store.embedder, store.time_format, Forest.empty(len(store)))
+        ArrowView(store._meta), store.embedder, store.time_format, EventTrees.empty(len(store)))
     n = len(store)
     return splice([base, new], [np.arange(n), n + np.arange(len(new))])

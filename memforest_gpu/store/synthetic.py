@@ -7,8 +7,11 @@ Texts are short distinct sentences, so the extractive merger has real work to do
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 
+from .atomic import atomic_open
 from .memory_store import MemoryStore
 
 __all__ = ["synthetic_store", "heavy_tailed_sizes", "few_tenant_sizes", "write_synthetic_parquet"]
@@ -111,10 +114,6 @@ def write_synthetic_parquet(path: str, sizes, *, dim: int = 384, seed: int = 0, 
     walked over time, unit vectors, distinct short texts), not the same values. Returns
     the number of rows written.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from .atomic import atomic_open
 
     sizes = np.asarray(sizes, dtype=np.int64)
     if batch_rows < 1:

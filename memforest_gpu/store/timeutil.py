@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 __all__ = ["parse_timestamp", "format_date", "MONTHS", "DATE_TAG", "EPOCH_MIN", "EPOCH_MAX"]
@@ -50,7 +50,7 @@ def _parse(value: Any, where: str) -> float:
     if isinstance(value, (int, float)):
         out = float(value)
     elif isinstance(value, datetime):
-        dt = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        dt = value if value.tzinfo else value.replace(tzinfo=UTC)
         out = _epoch(dt, value, where)
     elif isinstance(value, str):
         s = value.strip()
@@ -64,7 +64,7 @@ def _parse(value: Any, where: str) -> float:
                     f"{where} must be ISO 8601 or epoch seconds, got {value!r}"
                 ) from None
             if dt.tzinfo is None:
-                dt = dt.replace(tzinfo=timezone.utc)
+                dt = dt.replace(tzinfo=UTC)
             out = _epoch(dt, value, where)
     else:
         try:  # numpy scalars and the like
@@ -91,5 +91,5 @@ def _epoch(dt: datetime, value: Any, where: str) -> float:
 
 def format_date(ts: float) -> str:
     """Format epoch seconds as a day, e.g. ``1683554160.0 -> '8 May 2023'`` (UTC)."""
-    dt = datetime.fromtimestamp(float(ts), tz=timezone.utc)
+    dt = datetime.fromtimestamp(float(ts), tz=UTC)
     return f"{dt.day} {dt:%B} {dt.year}"

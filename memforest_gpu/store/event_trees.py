@@ -1,7 +1,7 @@
 """A store's event trees, kept with it so that ``compact`` can place new memories into them.
 
 Per node, ``tree``: its tree, a tenant-local id (``-1``: not placed yet, i.e. new since the
-tenant's last compaction, or never partitioned). Per tenant, a :class:`TenantForest`: the
+tenant's last compaction, or never partitioned). Per tenant, a :class:`TenantTrees`: the
 centre of each tree as one *original* id inside the centre node (sources never split, so
 the live node holding that id is the centre however often it was merged), the tenant's
 node count at its last full partition, the nodes placed into its trees since then, and
@@ -9,15 +9,16 @@ which partition config built them.
 
 In files (:mod:`.parquet`, :mod:`.jsonl`): a nullable integer column / key ``tree`` and one
 JSON object (Parquet schema metadata ``memforest.forest``; the JSON Lines header's
-``"forest"``)::
+``"forest"``, the keys stores have always used)::
 
     {"version": 1, "configs": [{...PartitionConfig fields...}, ...],
      "tenants": {"alice": {"c": ["a-17", "a-3"], "p": 812, "a": 40, "k": 0}, ...}}
 
 ``c``: centre ids by tree id; ``p``: nodes at the last full partition; ``a``: nodes placed
 since; ``k``: index into ``configs``; ``r`` (optional): each tree's radius, the least cosine
-of a member to its centre (kept so that placing a few memories does not read every member). Tenants are written in sorted order, so a state
-split over files (``--memory-budget`` parts) joins back to the same text.
+of a member to its centre (kept so that placing a few memories does not read every member).
+Tenants are written in sorted order, so a state split over files (``--memory-budget``
+parts) joins back to the same text.
 """
 from __future__ import annotations
 
@@ -25,15 +26,18 @@ import json
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-__all__ = ["Forest", "TenantForest", "FOREST_VERSION", "forest_json", "forest_from_json", "tree_column",
+__all__ = ["EventTrees", "TenantTrees", "EVENT_TREES_VERSION", "event_trees_json", "event_trees_from_json",
+           "tree_column",
            "tree_from_column"]
 
-FOREST_VERSION = 1
+EVENT_TREES_VERSION = 1
 
 
 @dataclass
-class TenantForest:
+class TenantTrees:
     """One tenant's trees: ``centres[t]`` an original id inside tree t's centre node."""
 
     centres: list[str]
@@ -48,28 +52,28 @@ class TenantForest:
 
 
 @dataclass
-class Forest:
+class EventTrees:
     """Tree per node and trees per tenant. Shape: tree (N,) int64, -1 = not placed."""
 
     tree: np.ndarray
-    tenants: dict[str, TenantForest] = field(default_factory=dict)
+    tenants: dict[str, TenantTrees] = field(default_factory=dict)
 
-    def take(self, idx: np.ndarray, names: list[str]) -> "Forest":
+    def take(self, idx: np.ndarray, names: list[str]) -> EventTrees:
         """The rows ``idx``, with the state of the tenants ``names`` (those present)."""
-        return Forest(self.tree[idx], {t: self.tenants[t] for t in names if t in self.tenants})
+        return EventTrees(self.tree[idx], {t: self.tenants[t] for t in names if t in self.tenants})
 
     @classmethod
-    def empty(cls, n: int) -> "Forest":
+    def empty(cls, n: int) -> EventTrees:
         return cls(np.full(n, -1, dtype=np.int64), {})
 
 
-def forest_json(forest: Forest, names: list[str]) -> str:
+def event_trees_json(trees: EventTrees, names: list[str]) -> str:
     """The state of the tenants ``names`` (those that have one) as the files' JSON text."""
     configs: list[dict] = []
     keys: dict[str, int] = {}
     tenants = {}
-    for t in sorted(n for n in names if n in forest.tenants):
-        s = forest.tenants[t]
+    for t in sorted(n for n in names if n in trees.tenants):
+        s = trees.tenants[t]
         key = json.dumps(s.config, sort_keys=True)
         if key not in keys:
             keys[key] = len(configs)
@@ -77,38 +81,35 @@ def forest_json(forest: Forest, names: list[str]) -> str:
         tenants[t] = {"c": list(s.centres), "p": int(s.partitioned), "a": int(s.arrived), "k": keys[key]}
         if s.radius is not None:
             tenants[t]["r"] = [float(x) for x in s.radius]
-    return json.dumps({"version": FOREST_VERSION, "configs": configs, "tenants": tenants}, ensure_ascii=False,
+    return json.dumps({"version": EVENT_TREES_VERSION, "configs": configs, "tenants": tenants}, ensure_ascii=False,
                       separators=(",", ":"))
 
 
-def forest_from_json(text: str | bytes | None, where: str) -> dict[str, TenantForest]:
+def event_trees_from_json(text: str | bytes | None, where: str) -> dict[str, TenantTrees]:
     """Per-tenant states from the files' JSON text (``None``: none). A state of another
     version is ignored (its tenants are partitioned again at their next compaction)."""
     if text is None:
         return {}
     try:
         d = json.loads(text)
-        if d.get("version") != FOREST_VERSION:
+        if d.get("version") != EVENT_TREES_VERSION:
             return {}
         configs = d["configs"]
-        return {str(t): TenantForest([str(c) for c in s["c"]], int(s["p"]), int(s["a"]), dict(configs[int(s["k"])]),
+        return {str(t): TenantTrees([str(c) for c in s["c"]], int(s["p"]), int(s["a"]), dict(configs[int(s["k"])]),
                                      [float(x) for x in s["r"]] if s.get("r") is not None else None)
                 for t, s in d["tenants"].items()}
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
-        raise ValueError(f"{where}: the forest state is not valid: {e}") from None
+        raise ValueError(f"{where}: the event trees recorded in the store are not valid: {e}") from None
 
 
 def tree_column(tree: np.ndarray):
     """The ``tree`` column: an Arrow int64 array, null where not placed."""
-    import pyarrow as pa
 
     return pa.array(tree, type=pa.int64(), mask=tree < 0)
 
 
 def tree_from_column(col, n: int) -> np.ndarray:
     """(n,) int64 tree ids from an Arrow / list column (null or negative: -1), or all -1."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     if col is None:
         return np.full(n, -1, dtype=np.int64)

@@ -1,11 +1,11 @@
-"""Trees without a dense matrix (``TreeConfig.graph = "knn"``).
+"""The knn graph (``TreeConfig.graph = "knn"``): trees without a dense matrix.
 
 - Exact mode: with ``knn`` at least the largest tree's size - 1 every tree keeps every pair
-  and its cosines come from the dense path's own functions, so the run equals the dense
+  and its cosines come from the dense graph's own functions, so the run equals the dense
   graph's merge for merge (records in order, similarities, output), on trees of 1,000 to
   4,000 nodes, both schedules, with and without the edge terms, degree normalisation and a
   strict node cap.
-- Neighbour lists (small ``knn``): every compression invariant holds; after every round
+- A small ``knn``: every compression invariant holds; after every round
   each list points at live slots only, its last column is the next live slot, and every
   stored cosine is the float64-accumulated dot product of the current vectors.
 - ``alpha = 0``: one tree per tenant.
@@ -18,17 +18,20 @@ import importlib
 import numpy as np
 import pytest
 import torch
+from engine_helpers import _one_thread, build_store, check_invariants  # noqa: F401
 
 from memforest_gpu import compress
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig, preset
-from memforest_gpu.engine.graph import next_live
+from memforest_gpu.engine.knn_graph import next_live
 from memforest_gpu.engine.partition import partition_nodes
+from memforest_gpu.engine.plan_dense import dense_candidates
+from memforest_gpu.engine.plan_knn import knn_candidates
+from memforest_gpu.engine.setup import setup_run
 from memforest_gpu.engine.vectors import dot64
 from memforest_gpu.store import MemoryStore
 from memforest_gpu.store.synthetic import synthetic_store
-from engine_helpers import build_store, check_invariants, _one_thread  # noqa: F401
 
-compress_module = importlib.import_module("memforest_gpu.engine.compress")  # the module, not the function
+round_module = importlib.import_module("memforest_gpu.engine.round")
 EXACT = 1 << 20  # knn at least every tree's size: every pair kept
 
 
@@ -96,12 +99,12 @@ def test_trees_of_at_most_knn_plus_one_nodes_are_exact(schedule):
     assert_same_run(compress(store, with_tree(cfg, graph="dense"), device="cpu"), compress(store, exact, device="cpu"))
 
 
-# --------------------------------------------------------------------------- neighbour lists
-def check_lists(batch):
-    """Every list bucket: entries of live slots point at other live slots, the last column
+# --------------------------------------------------------------------------- the knn graph
+def check_knn_graph(batch):
+    """Every knn bucket: entries of live slots point at other live slots, the last column
     is the next live slot, dead slots list nothing, cosines are the current vectors' ones."""
     for bk in batch.buckets:
-        if not bk.lists:
+        if bk.graph != "knn":
             continue
         live = bk.slot >= 0
         nbr = bk.nbr
@@ -122,20 +125,20 @@ def check_lists(batch):
 
 
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
-def test_lists_stay_consistent_round_after_round(monkeypatch, schedule):
+def test_the_knn_graph_stays_consistent_round_after_round(monkeypatch, schedule):
     store = one_tree_store([300, 120], dim=16, seed=5)
     cfg = CompressConfig(partition=PartitionConfig(alpha=0.0),
                          tree=TreeConfig(knn_above=0, knn=4, time_weight=0.3, size_weight=0.2),
                          merge=MergeConfig(ratio=0.6 if schedule == "matching" else 0.2, schedule=schedule))
     seen = []
-    real = compress_module.apply_round
+    real = round_module.apply_round
 
     def checked(batch, *a, **kw):
         real(batch, *a, **kw)
-        check_lists(batch)
+        check_knn_graph(batch)
         seen.append(1)
 
-    monkeypatch.setattr(compress_module, "apply_round", checked)
+    monkeypatch.setattr(round_module, "apply_round", checked)
     res = compress(store, cfg, device="cpu")
     check_invariants(store, res, cfg.merge.ratio)
     assert len(seen) == res.report.rounds > 1
@@ -143,7 +146,7 @@ def test_lists_stay_consistent_round_after_round(monkeypatch, schedule):
 
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
 @pytest.mark.parametrize("ratio", [0.3, 0.7])
-def test_invariants_with_neighbour_lists(schedule, ratio):
+def test_invariants_with_the_knn_graph(schedule, ratio):
     store = build_store([400, 260, 90, 3, 1], dim=16, seed=7)
     cfg = CompressConfig(partition=PartitionConfig(alpha=0.01),
                          tree=TreeConfig(knn_above=0, knn=3, time_weight=0.5, size_weight=0.2),
@@ -154,7 +157,7 @@ def test_invariants_with_neighbour_lists(schedule, ratio):
     assert records(compress(store, cfg, device="cpu")) == records(a)  # deterministic
 
 
-def test_strict_cap_with_neighbour_lists():
+def test_strict_cap_with_the_knn_graph():
     store = build_store([500, 300], dim=16, seed=8)
     cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn_above=0, knn=4),
                          merge=MergeConfig(ratio=0.5, schedule="matching", max_node_tokens=60, cap_policy="strict"))
@@ -162,7 +165,7 @@ def test_strict_cap_with_neighbour_lists():
     check_invariants(store, res, 0.5, capped=True)
 
 
-def test_tenant_independence_with_neighbour_lists():
+def test_tenant_independence_with_the_knn_graph():
     st = build_store([400, 300, 260, 3], dim=16, seed=2)
     cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn_above=0, knn=5, time_weight=0.5),
                          merge=MergeConfig(ratio=0.5, schedule="matching"))
@@ -188,14 +191,14 @@ def test_alpha_zero_is_one_tree_per_tenant():
             TreeConfig(**bad)
 
 
-def test_small_trees_keep_every_pair_and_big_ones_lists():
+def test_small_trees_keep_the_dense_graph_and_big_ones_the_knn_graph():
     """Under graph "knn" a bucket padded to at most knn_above slots keeps its matrix (cheaper
-    there, and exact); bigger ones keep lists; the paper preset's small trees run as "dense"."""
+    there, and exact); bigger ones keep the knn graph; the paper preset's small trees run as "dense"."""
     store = build_store([300, 40, 20], dim=16, seed=5)
     cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn=8, knn_above=64))
-    s = compress_module.setup_run(store, cfg, None, "cpu", False, None, None, 1 << 24)
-    by_size = {int(bk.slot.shape[1]): bk.lists for bk in s.batch.buckets}
-    assert by_size == {300: True, 40: False, 20: False}, by_size
+    s = setup_run(store, cfg, device="cpu")
+    by_size = {int(bk.slot.shape[1]): bk.graph for bk in s.batch.buckets}
+    assert by_size == {300: "knn", 40: "dense", 20: "dense"}, by_size
     paper = preset("paper")
     assert compress(store, paper, device="cpu").store.ids == compress(
         store, with_tree(paper, graph="dense"), device="cpu").store.ids
@@ -206,8 +209,6 @@ def test_strict_cap_forest_has_the_dense_pieces(knn):
     """Under a strict cap a pair over it is no edge, so short lists can leave a tree in more
     pieces than the pairs that fit do; the completion joins them: every tree's forest has as
     many edges as the dense graph's (live nodes - pieces of the pairs that fit)."""
-    from memforest_gpu.engine.candidates import forest_candidates
-    from memforest_gpu.engine.plan import _dense_candidates
 
     store = build_store([400, 150], dim=16, seed=11)
     cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn_above=0, knn=knn, size_weight=0.3),
@@ -215,26 +216,27 @@ def test_strict_cap_forest_has_the_dense_pieces(knn):
     counts = {}
     for graph in ("knn", "dense"):
         c = with_tree(cfg, graph=graph)
-        s = compress_module.setup_run(store, c, None, "cpu", False, None, None, 1 << 24)
+        s = setup_run(store, c, device="cpu")
         need = np.ones(len(s.quotas.per_tree), dtype=bool)
-        find = forest_candidates if graph == "knn" else (lambda *a: _dense_candidates(*a[:4], None, a[4]))
-        cat, _ = find(s.batch, need, c, s.plan_cap, True)
-        counts[graph] = np.bincount(cat["tree"][cat["take"]].numpy(), minlength=len(need))
         if graph == "knn":
-            assert all(bk.lists for bk in s.batch.buckets)
+            cand, _ = knn_candidates(s.batch, need, c, s.plan_cap, True)
+            assert all(bk.graph == "knn" for bk in s.batch.buckets)
+        else:
+            cand, _ = dense_candidates(s.batch, need, c, s.plan_cap, None, True)
+        counts[graph] = np.bincount(cand.tree[cand.eligible].numpy(), minlength=len(need))
     live = s.quotas.tree_size
     assert (counts["dense"] < live - 1).all()  # the cap splits both trees
     np.testing.assert_array_equal(counts["knn"], counts["dense"])
 
 
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
-def test_mixed_buckets_plan_as_the_edge_list_path(schedule):
-    """Small trees take the padded path and big ones the edge-list forest in the same round;
-    the merges are those of the edge-list path everywhere (knn_above 0), merge for merge (the
+def test_mixed_buckets_plan_as_the_knn_planner(schedule):
+    """Small trees take the dense planner and big ones the knn planner in the same round;
+    the merges are those of the knn planner everywhere (knn_above 0), merge for merge (the
     small trees hold at most knn + 1 nodes, so every pair is a candidate either way)."""
     store = build_store([300, 150, 9, 6, 3], dim=16, seed=8)
     cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn=8, time_weight=0.3, size_weight=0.2),
                          merge=MergeConfig(ratio=0.6, schedule=schedule))
-    s = compress_module.setup_run(store, cfg, None, "cpu", False, None, None, 1 << 24)
-    assert {bk.lists for bk in s.batch.buckets} == {True, False}  # both paths in every round
+    s = setup_run(store, cfg, device="cpu")
+    assert {bk.graph for bk in s.batch.buckets} == {"knn", "dense"}  # both planners in every round
     assert_same_run(compress(store, with_tree(cfg, knn_above=0), device="cpu"), compress(store, cfg, device="cpu"))

@@ -1,17 +1,18 @@
-"""Nearest-neighbour candidate graphs for big trees (``TreeConfig.graph = "knn"``).
+"""The knn candidate graph of big trees (:mod:`.graph_choice`: which buckets keep it).
 
-A tree of more than ``knn + 1`` nodes (in a bucket padded to more than ``knn_above`` slots) does not keep its (m, m) cosine matrix: each slot keeps
-the ``k = knn`` neighbours with the best edge weights (:func:`~.edges.edge_weight`) and,
-in a last column, its next live slot in time, each with its cosine. The spanning forest is
-built on the union of these lists (an edge listed by either end), and the time column
-chains every live slot of a tree, so the forest always spans the tree (under a strict node
-cap a pair over it is no edge; :mod:`.candidates` then joins the pieces the cap leaves).
+Each slot keeps the ``k = knn`` neighbours with the best edge weights
+(:func:`~.edges.edge_weight`) and, in a last column, its next live slot in time, each with
+its cosine. The spanning forest is built on the union of these lists (an edge listed by
+either end), and the time column chains every live slot of a tree, so the forest always
+spans the tree (under a strict node cap a pair over it is no edge; :mod:`.plan_knn` then
+joins the pieces the cap leaves).
 
-Building (:func:`build_lists`), per chunk of trees: the kernels of :mod:`~memforest_gpu.kernels.knn`
-find ``k + k//2`` candidates per slot by ``(1 - time_weight) * cos - size_weight * tok_j / size_unit``
-(the part of the weight that a matrix multiply can carry; exact blockwise, or in cells
-for trees of more than ``knn_cells_above`` nodes), then the candidates' cosines are
-recomputed in float64 and the ``k`` best by exact weight kept (ties: lower slot).
+Building (:func:`build_knn_graph`), per chunk of trees: the kernels of
+:mod:`~memforest_gpu.kernels.knn` find ``k + k//2`` candidates per slot by
+``(1 - time_weight) * cos - size_weight * tok_j / size_unit`` (the part of the weight that a
+matrix multiply can carry; exact blockwise, or in cells for trees of more than
+``knn_cells_above`` nodes), then the candidates' cosines are recomputed in float64 and the
+``k`` best by exact weight kept (ties: lower slot).
 
 After a round (:func:`merged_lists`, :func:`stale_entries`): a merged node's list is re-ranked
 from the union of its two parents' lists; an entry of another slot that pointed at either
@@ -20,6 +21,7 @@ live slots, and the dropped slot's list is cleared. Nothing here reads the devic
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..config import TreeConfig
@@ -27,19 +29,7 @@ from ..kernels.knn import knn_blockwise, knn_cells, top_by_key
 from .edges import Ends, edge_weight, ends_of
 from .vectors import NodeVectors, compute_dtype, dot64, dot64_many
 
-__all__ = ["uses_lists", "build_lists", "next_live", "merged_lists", "stale_entries"]
-
-
-def uses_lists(tree: TreeConfig | None, m: int) -> bool:
-    """Whether a bucket of trees padded to ``m`` slots keeps neighbour lists (else every pair)."""
-    return tree is not None and tree.graph == "knn" and tree.kind == "max" and m - 1 > tree.knn and m > tree.knn_above
-
-
-def _gather_ends(e: Ends, idx: torch.Tensor) -> Ends:
-    """Attributes of slots ``idx`` of each row. Shape: e fields (B, m), idx (B, ...) -> (B, ...)"""
-    B = idx.shape[0]
-    flat = idx.reshape(B, -1).clamp(min=0)
-    return Ends(*(None if x is None else x.gather(1, flat).view(idx.shape) for x in e))
+__all__ = ["build_knn_graph", "next_live", "merged_lists", "stale_entries"]
 
 
 def _ends_at(bk, rows: torch.Tensor, slots: torch.Tensor) -> Ends:
@@ -59,8 +49,8 @@ def next_live(slot: torch.Tensor) -> torch.Tensor:
     return torch.where(nxt < m, nxt, torch.full_like(nxt, -1))
 
 
-def build_lists(bk, vectors: NodeVectors, tree: TreeConfig, cap: int | None, *, budget: int = 1 << 24):
-    """Neighbour lists of a bucket's trees (module docstring).
+def build_knn_graph(bk, vectors: NodeVectors, tree: TreeConfig, cap: int | None, *, budget: int = 1 << 24):
+    """The knn graph of a bucket's trees (module docstring).
 
     Shape: bk.slot (B, m) -> nbr (B, m, k+1) int64 slot (-1 = none), cs (B, m, k+1) cosines
     """
@@ -101,8 +91,8 @@ def _rank(X: torch.Tensor, e: Ends, cand: torch.Tensor, k: int, tree: TreeConfig
     for r0 in range(0, m, rows):
         cd = cand[:, r0:r0 + rows]  # (B, r, c)
         cos = dot64_many(Xd[:, r0:r0 + rows], Xd[bi, cd.clamp(min=0)], dtype)  # (B, r, c)
-        me = Ends(*(None if x is None else x[:, r0:r0 + rows, None] for x in e))  # (B, r, 1)
-        w, _ = edge_weight(cos, me, _gather_ends(e, cd), tree, cap)
+        me = e.at(np.s_[:, r0:r0 + rows, None])  # (B, r, 1)
+        w, _ = edge_weight(cos, me, e.in_rows(cd), tree, cap)
         w = w.masked_fill(cd < 0, float("-inf"))
         top, _, j = top_by_key(w, cd, k)
         nbr[:, r0:r0 + rows] = top

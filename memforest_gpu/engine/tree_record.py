@@ -1,7 +1,8 @@
-"""Recording a store's event trees (:class:`~memforest_gpu.store.forest.Forest`) and finding
+"""Recording a store's event trees (:class:`~memforest_gpu.store.event_trees.EventTrees`) and
+finding
 them again: which row holds an original id, and which input row each output row starts at.
 
-:func:`record_forest` is what :func:`~memforest_gpu.engine.compress` writes into its output
+:func:`record_event_trees` is what :func:`~memforest_gpu.engine.compress` writes into its output
 so that ``compact`` can place new memories into the same trees later; :mod:`.compact` uses
 the two lookups to follow trees and centres through merges.
 """
@@ -10,40 +11,40 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
 
 from ..config import PartitionConfig
-from ..store.forest import Forest, TenantForest
+from ..store.event_trees import EventTrees, TenantTrees
 from ..store.memory_store import MemoryStore
+from .placement import tree_radius
 
-__all__ = ["record_forest", "with_centres", "rows_of_originals", "first_rows", "partition_key", "first_sources"]
+__all__ = ["record_event_trees", "with_centres", "rows_of_originals", "first_rows", "partition_key", "first_sources"]
 
 
 def partition_key(cfg: PartitionConfig) -> dict:
-    """The partition config fields a forest records (a tenant whose trees were built with
+    """The partition config fields the event trees record (a tenant whose trees were built with
     other values is partitioned again at its next compaction)."""
     return dataclasses.asdict(cfg)
 
 
 def first_sources(store: MemoryStore, rows: np.ndarray) -> list[str]:
-    """The first original id of each of ``rows``: the key a forest names a centre node by."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    """The first original id of each of ``rows``: the key the event trees name a centre node by."""
 
     if len(rows) == 0:
         return []
-    return pc.list_element(store._sources.take(pa.array(np.asarray(rows, dtype=np.int64))), 0).to_pylist()
+    return pc.list_element(store.sources.arrow.take(pa.array(np.asarray(rows, dtype=np.int64))), 0).to_pylist()
 
 
 def rows_of_originals(store: MemoryStore, ids) -> np.ndarray:
     """The row whose ``sources`` hold each id (-1: none); ``ids`` a list or Arrow array of
     strings. Shape: ids (M,) -> (M,) int64"""
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     if len(ids) == 0:
         return np.zeros(0, dtype=np.int64)
     ids = ids.cast(pa.large_string()) if isinstance(ids, pa.Array) else pa.array(list(ids), type=pa.large_string())
-    src = store._sources
+    src = store.sources.arrow
     flat = src.flatten()
     parent = pc.list_parent_indices(src).to_numpy(zero_copy_only=False).astype(np.int64)
     at = pc.index_in(ids, value_set=flat.cast(pa.large_string()))
@@ -54,9 +55,8 @@ def rows_of_originals(store: MemoryStore, ids) -> np.ndarray:
 def first_rows(inp: MemoryStore, out: MemoryStore) -> np.ndarray:
     """For each row of ``out`` (a compression of ``inp``), the smallest ``inp`` row it holds.
     Shape: -> (len(out),) int64"""
-    import pyarrow.compute as pc
 
-    src = out._sources
+    src = out.sources.arrow
     if len(out) == 0:
         return np.zeros(0, dtype=np.int64)
     rows = rows_of_originals(inp, src.flatten())
@@ -71,7 +71,6 @@ def with_centres(inp: MemoryStore, tree: np.ndarray, centre: np.ndarray) -> np.n
     it off its k-means tree, engine/constraints.py) given the member nearest its mean, as
     compaction does for a tree whose centre is gone. Call it before an output overwrites the
     input's vectors in place. Shape: tree (N,), centre (T,) -> (T,)"""
-    import torch
 
     lost = centre < 0
     if not lost.any():
@@ -89,18 +88,15 @@ def with_centres(inp: MemoryStore, tree: np.ndarray, centre: np.ndarray) -> np.n
     return out
 
 
-def record_forest(out: MemoryStore, inp: MemoryStore, tree: np.ndarray, tree_tenant: np.ndarray,
+def record_event_trees(out: MemoryStore, inp: MemoryStore, tree: np.ndarray, tree_tenant: np.ndarray,
                   centre: np.ndarray, firsts: np.ndarray, names: list[str], cfg: PartitionConfig) -> MemoryStore:
-    """``out`` with the forest of a full partition of ``inp``: each output row in the tree of
+    """``out`` with the event trees of a full partition of ``inp``: each output row in the tree of
     its first input row, tenant-local ids (trees are tenant-major), each tree's centre by the
     first original id of its centre node, and each tree's radius.
 
     Shape: tree (N_in,) global tree ids, tree_tenant (T,) sorted codes into ``names``,
     centre (T,) input rows, firsts (N_out,) input rows
     """
-    import torch
-
-    from .placement import tree_radius
 
     T = len(tree_tenant)
     start = np.searchsorted(tree_tenant, np.arange(len(names)), side="left")  # first tree of each tenant
@@ -117,7 +113,7 @@ def record_forest(out: MemoryStore, inp: MemoryStore, tree: np.ndarray, tree_ten
     for c in np.unique(tree_tenant).tolist():
         lo = int(start[c])
         hi = int(np.searchsorted(tree_tenant, c, side="right"))
-        tenants[names[c]] = TenantForest(ids[lo:hi], int(sizes[c]), 0, key, rad[lo:hi])
+        tenants[names[c]] = TenantTrees(ids[lo:hi], int(sizes[c]), 0, key, rad[lo:hi])
     row_tree = local[gtree]
-    out.forest = Forest(row_tree.astype(np.int64), tenants)
+    out.event_trees = EventTrees(row_tree.astype(np.int64), tenants)
     return out

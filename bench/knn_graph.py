@@ -5,7 +5,7 @@ make, the fraction of first-round merges they share, and the time of the tree st
 the extractive merger and re-embedded merged text (all-MiniLM-L6-v2, cached), as the
 evaluation harness runs them.
 
-    python bench/sparse_trees.py --benchmark ../shared/data/locomo_dev5.json --cache /tmp/evalcache \\
+    python bench/knn_graph.py --benchmark ../shared/data/locomo_dev5.json --cache /tmp/evalcache \\
         --ratios 0.3,0.5,0.7 --knn 8,16,32 [--one-tenant] [--time-weight 0 --size-weight 0]
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ def main(argv=None):
     ap.add_argument("--time-weight", type=float, default=None, help="override the preset's (0: SPEC's cosine edges)")
     ap.add_argument("--size-weight", type=float, default=None, help="override the preset's")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default="runs/sparse_trees.json")
+    ap.add_argument("--out", default="runs/knn_graph.json")
     a = ap.parse_args(argv)
     import torch
 

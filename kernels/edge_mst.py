@@ -20,7 +20,8 @@ __all__ = ["edge_forest", "sort_edges"]
 
 
 def sort_edges(u: torch.Tensor, v: torch.Tensor, w: torch.Tensor, n: int, *, maximum: bool = True):
-    """Edges in SPEC's order, no-edges (-inf weight, or +inf for ``maximum=False``, NaN, loops) last.
+    """Edges in SPEC's order, no-edges (-inf weight, or +inf for ``maximum=False``, NaN, loops)
+    last.
 
     Shape: u, v (E,) int64 in [0, n), w (E,) -> order (E,) int64, valid (E,) bool in that order
     """

@@ -1,0 +1,104 @@
+"""One merge round of every tree of every tenant: plan, merger texts, vectors, apply.
+
+:func:`merge_round` reads like the card of one round: :func:`~.plan.plan_round` chooses the
+pairs, ONE merger call writes their texts (:func:`~.merge_call.merge_texts`), the embedder
+(or the pair means) gives their vectors, :func:`~.apply.apply_round` writes them into the
+trees and :class:`~.node_table.NodeTable` records who merged into whom. :class:`Owed` is
+what the trees still have to lose, updated in place.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .apply import apply_round, pair_means
+from .merge_call import merge_texts
+from .merge_record import MergeRecord
+from .node_table import NodeTable
+from .plan import Plan, plan_round
+from .quotas import Quotas, redistribute
+from .setup import RunSetup
+
+__all__ = ["Owed", "Round", "merge_round", "older_first", "round_merges"]
+
+
+@dataclass
+class Owed:
+    """What the trees still have to lose. Shape: remaining, size, stuck (T,); shortfall
+    (n_tenants,)."""
+
+    remaining: np.ndarray  # merges each tree still owes
+    size: np.ndarray  # its live nodes
+    stuck: np.ndarray  # bool: no eligible pair left (node cap); its rest went to its tenant's other trees
+    shortfall: np.ndarray  # per tenant: removals no tree could take
+
+    @staticmethod
+    def start(q: Quotas) -> Owed:
+        return Owed(q.per_tree.copy(), q.tree_size.copy(), np.zeros(len(q.tree_size), dtype=bool), q.shortfall.copy())
+
+    def need(self) -> np.ndarray:
+        """(T,) bool: the trees that still merge."""
+        return (self.remaining > 0) & ~self.stuck & (self.size >= 2)
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round's outcome. Shape: vectors (P, D) the merged nodes' vectors; consumed (2P,)
+    the node rows merged away."""
+
+    merges: list[MergeRecord]
+    vectors: torch.Tensor
+    consumed: np.ndarray
+    fallbacks: int  # texts the fallback merger made
+    condensed: int  # merges cut to the node cap
+    condensed_tokens: int  # tokens those cuts dropped
+
+
+def merge_round(s: RunSetup, owed: Owed, number: int, merger, fallback, embedder, rng) -> Round | None:
+    """Round ``number`` (1-based) of the run ``s``: ``None`` when no tree had a pair to merge
+    (``owed`` is still updated: trees left without an eligible pair hand their rest over)."""
+    need = owed.need()
+    with s.timer.stage("plan"):
+        p = plan_round(s.batch, need, owed.remaining, s.cfg, s.plan_cap, rng)
+        got = np.bincount(p.tree_np, minlength=len(owed.size))  # (T,) pairs each tree merges
+        owed.stuck |= need & (got == 0)
+        redistribute(owed.stuck, owed.remaining, owed.size, s.quotas.tree_tenant, owed.shortfall)
+    if not len(p):
+        return None
+    with s.timer.stage("merge"):
+        older, newer = older_first(s.table, p)
+        texts = merge_texts(merger, fallback, s.table.merge_pairs(older, newer), counter=s.counter, cap=s.cap,
+                            cap_policy=s.cfg.merge.cap_policy)
+    with s.timer.stage("embed"):
+        if embedder is not None:
+            vectors = embedder.embed(texts.texts).to(s.emb.device, torch.float32)
+        else:
+            vectors = pair_means(s.batch, p)
+    with s.timer.stage("apply"):
+        new = np.array([s.table.add(a, b, text) for a, b, text in zip(older, newer, texts.texts)], dtype=np.int64)
+        tokens = None if texts.tokens is None else torch.tensor(texts.tokens, dtype=torch.int64)
+        apply_round(s.batch, p, vectors, new, tokens)
+        owed.remaining -= got
+        owed.size -= got
+        merges = round_merges(s.table, number, older, newer, p.similarity, new)
+    return Round(merges, vectors, np.concatenate([older, newer]), texts.fallbacks,
+                 sum(d > 0 for d in texts.dropped), sum(texts.dropped))
+
+
+def older_first(table: NodeTable, p: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """Each planned pair as (older, newer) rows: the merger's order."""
+    return table.order_many(p.node_a, p.node_b)
+
+
+def round_merges(table: NodeTable, number: int, older: np.ndarray, newer: np.ndarray, sims,
+                 new: np.ndarray | None = None) -> list[MergeRecord]:
+    """One :class:`MergeRecord` per pair (a dry run's have no ``into`` / ``text``); the merged
+    text is the table's own string, not a copy."""
+    ten, ia, ib = table.tenant_of(older), table.ids_of(older), table.ids_of(newer)
+    w = np.asarray(sims, dtype=np.float64).tolist()
+    if new is None:
+        return [MergeRecord(number, ten[k], ia[k], ib[k], w[k]) for k in range(len(ia))]
+    into, text = table.ids_of(new), table.texts_of(new)
+    return [MergeRecord(number, ten[k], ia[k], ib[k], w[k], into[k], text[k]) for k in range(len(ia))]
