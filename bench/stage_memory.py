@@ -2,7 +2,7 @@
 
     python bench/stage_memory.py --out stages.json -- compress IN OUT --preset paper --embedder none
 
-runs ``memforest_gpu.cli.main(argv)`` in this process with a background sampler of the
+runs ``memforest_gpu.cli.commands(argv)`` in this process with a background sampler of the
 resident set (``/proc/self/statm`` every ``--interval`` seconds) and marks at the stage
 boundaries of a compression:
 
@@ -181,7 +181,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     args = a.cli[1:] if a.cli[:1] == ["--"] else a.cli
     sm = StageMemory(a.interval, echo=not a.quiet_marks)
-    from memforest_gpu.cli.main import main as cli_main
+    from memforest_gpu.cli.commands import main as cli_main
 
     with sm, stage_marks(sm):
         rc = cli_main(args)

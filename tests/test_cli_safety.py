@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 from test_openai_merger import FakeChatServer, _store  # noqa: E402 (tests/ is on sys.path)
 
-from memforest_gpu.cli.main import main
+import memforest_gpu.cli.commands as cli_main
+from memforest_gpu.cli.commands import main
 from memforest_gpu.store.io import read_store, write_store
 
 
@@ -113,7 +114,6 @@ def test_llm_merges_kept_when_the_output_folder_does_not_exist(tmp_path, capsys,
 def test_a_journal_write_error_stops_the_run(tmp_path, capsys, monkeypatch):
     """The output's folder disappears mid-run: the journal cannot be written. That must stop
     the run (no fallback merges, no output), not count as a merger failure."""
-    import memforest_gpu.mergers as mergers
     from memforest_gpu.mergers import ExtractiveMerger
 
     src = _jsonl(tmp_path / "in.jsonl", n=40)
@@ -127,7 +127,7 @@ def test_a_journal_write_error_stops_the_run(tmp_path, capsys, monkeypatch):
             shutil.rmtree(out.parent, ignore_errors=True)
             return super().merge(pairs)
 
-    monkeypatch.setattr(mergers, "get_merger", lambda name, **kw: Vanishing())
+    monkeypatch.setattr(cli_main, "get_merger", lambda name, **kw: Vanishing())
     rc = main(["compress", src, str(out), "--embedder", "none", "--quiet"])
     cap = capsys.readouterr()
     assert rc == 2
@@ -291,7 +291,6 @@ def test_parse_timestamp_checks_one_range_for_every_form():
 
 # ------------------------------------------------------------- 6. Ctrl-C and concurrent runs
 def test_ctrl_c_prints_one_line_and_exits_130_then_resumes(tmp_path, capsys, monkeypatch):
-    import memforest_gpu.mergers as mergers
     from memforest_gpu.mergers import ExtractiveMerger
 
     src = _jsonl(tmp_path / "in.jsonl", n=40)
@@ -306,7 +305,7 @@ def test_ctrl_c_prints_one_line_and_exits_130_then_resumes(tmp_path, capsys, mon
                 raise KeyboardInterrupt
             return super().merge(pairs)
 
-    monkeypatch.setattr(mergers, "get_merger", lambda name, **kw: CtrlC())
+    monkeypatch.setattr(cli_main, "get_merger", lambda name, **kw: CtrlC())
     try:
         # the paper preset: sequential rounds, so the third merger call comes before the end
         rc = main(["compress", src, str(out), "--embedder", "none", "--quiet", "--preset", "paper"])
@@ -377,7 +376,7 @@ def test_a_stale_lock_is_taken_over(tmp_path, capsys):
 
 # ------------------------------------------------------------- 7. the smaller items
 def _all_parsers():
-    from memforest_gpu.cli.main import build_parser
+    from memforest_gpu.cli.commands import build_parser
 
     def walk(p, name):
         yield name, p
@@ -444,7 +443,7 @@ def test_search_output_has_no_raw_control_characters(tmp_path, capsys):
     lines = out.strip().splitlines()
     assert len(lines) == 2 and "\\x1b[2J\\x07 bell\\nnext line" in out
     assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", out)
-    from memforest_gpu.cli.main import printable
+    from memforest_gpu.cli.commands import printable
 
     assert printable("a\u202eb\x9bc") == "a\\u202eb\\x9bc"  # bidi override, C1 control
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from compact_helpers import arrivals, check_compaction, origin_tenants, same_store, store_of
 
-from memforest_gpu.cli.main import main as cli
+from memforest_gpu.cli.commands import main as cli
 from memforest_gpu.config import CompactConfig, CompressConfig
 from memforest_gpu.engine.compact import compact
 from memforest_gpu.runs.compact import CompactingStore, compact_file

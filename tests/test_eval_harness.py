@@ -125,7 +125,7 @@ def test_cli_maps_config_flags():
 
     from memforest_gpu.cli.eval import _add_arguments, _config, _methods
     from memforest_gpu.cli.flags import config_from_args
-    from memforest_gpu.cli.main import build_parser
+    from memforest_gpu.cli.commands import build_parser
     from memforest_gpu.config import CompressConfig, preset
 
     p = argparse.ArgumentParser()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from eval_fixtures import BagOfWordsEmbedder, duplicate_facts_benchmark, fact_budget
 
+import memforest_gpu.cli.eval as cli_eval
 from memforest_gpu.config import CompressConfig
 from memforest_gpu.evaluation import EvalConfig
 from memforest_gpu.evaluation.loo import (
@@ -80,11 +81,10 @@ def test_end_to_end_picks_the_tree_that_keeps_every_answer():
 
 
 def test_cli_leave_one_out_writes_its_report(tmp_path, monkeypatch, capsys):
-    import memforest_gpu.mergers.embedders as embedders
     from memforest_gpu.cli.eval import main
     from memforest_gpu.evaluation.benchmark import write_benchmark
 
-    monkeypatch.setattr(embedders, "SentenceTransformerEmbedder", lambda *a, **k: BagOfWordsEmbedder())
+    monkeypatch.setattr(cli_eval, "SentenceTransformerEmbedder", lambda *a, **k: BagOfWordsEmbedder())
     write_benchmark(duplicate_facts_benchmark(("t0", "t1", "t2")), str(tmp_path / "bench"))
     out = tmp_path / "loo"
     argv = ["--benchmark", str(tmp_path / "bench"), "--out", str(out), "--leave-one-out", "--ratios", "0.5",
@@ -177,10 +177,9 @@ def _tiny_locomo(path, tenants=("c0", "c1", "c2")):
 
 
 def test_cli_leave_one_out_on_turns_and_facts(tmp_path, monkeypatch):
-    import memforest_gpu.mergers.embedders as embedders
     from memforest_gpu.cli.eval import main
 
-    monkeypatch.setattr(embedders, "SentenceTransformerEmbedder", lambda *a, **k: BagOfWordsEmbedder())
+    monkeypatch.setattr(cli_eval, "SentenceTransformerEmbedder", lambda *a, **k: BagOfWordsEmbedder())
     _tiny_locomo(tmp_path / "tiny.json")
     out = tmp_path / "loo"
     argv = ["--benchmark", str(tmp_path / "tiny.json"), "--nodes", "turns,facts", "--out", str(out),

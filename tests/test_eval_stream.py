@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from eval_fixtures import DAY0, BagOfWordsEmbedder
 
+import memforest_gpu.evaluation.stream_report as stream_report
 from memforest_gpu.config import CompressConfig
 from memforest_gpu.evaluation import CachedEmbedder, EvalConfig
 from memforest_gpu.evaluation.benchmark import write_benchmark
@@ -107,10 +108,9 @@ def test_work_records_count_each_replays_texts(replay):
 
 
 def test_cli_stream_outputs(tmp_path, monkeypatch):
-    import memforest_gpu.mergers.embedders as embedders
     from memforest_gpu.cli.eval import main
 
-    monkeypatch.setattr(embedders, "SentenceTransformerEmbedder", lambda *a, **k: BagOfWordsEmbedder())
+    monkeypatch.setattr(stream_report, "SentenceTransformerEmbedder", lambda *a, **k: BagOfWordsEmbedder())
     bench = tmp_path / "bench"
     write_benchmark(_bench(), str(bench))
     out = tmp_path / "out"

@@ -238,7 +238,7 @@ def test_a_merger_without_identity_gets_a_stable_fingerprint(store_file):
 
 # --------------------------------------------------------------------------- CLI
 def test_cli_dry_run_prints_the_first_round_and_writes_nothing(store_file, tmp_path, capsys):
-    from memforest_gpu.cli.main import main
+    from memforest_gpu.cli.commands import main
 
     out = tmp_path / "out.jsonl"
     assert main(["compress", store_file, str(out), "--embedder", "none", "--preset", "paper", "--alpha", "0.1",
@@ -252,7 +252,7 @@ def test_cli_dry_run_prints_the_first_round_and_writes_nothing(store_file, tmp_p
 
 
 def test_cli_merger_flags_are_checked(store_file, tmp_path, capsys):
-    from memforest_gpu.cli.main import main
+    from memforest_gpu.cli.commands import main
 
     out = str(tmp_path / "out.jsonl")
     assert main(["compress", store_file, out, "--base-url", "http://127.0.0.1:1/v1"]) == 2
@@ -263,7 +263,7 @@ def test_cli_merger_flags_are_checked(store_file, tmp_path, capsys):
 
 
 def test_cli_openai_run_prints_merger_stats(store_file, tmp_path, capsys):
-    from memforest_gpu.cli.main import main
+    from memforest_gpu.cli.commands import main
 
     out, report = tmp_path / "out.jsonl", tmp_path / "run.json"
     with FakeChatServer({"item 105": ["nodate", "nodate"]}) as srv:

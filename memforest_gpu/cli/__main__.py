@@ -1,6 +1,6 @@
 """``python -m memforest_gpu.cli ...``: the ``memforest`` command."""
 import sys
 
-from .main import main
+from .commands import main
 
 sys.exit(main())
