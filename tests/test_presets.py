@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from memforest_gpu.cli.flags import config_from_args
 from memforest_gpu.cli.commands import build_parser
+from memforest_gpu.cli.flags import config_from_args
 from memforest_gpu.config import DEFAULT_PRESET, PRESETS, CompressConfig, preset
 
 
