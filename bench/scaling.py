@@ -26,19 +26,31 @@ One JSON record per run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import time
 
+import torch
+
 sys.path.insert(0, os.path.dirname(__file__))
 from common import Timer, peak_rss_mb, print_hardware, reset_peak, run_measured, write_records  # noqa: E402
 from stage_memory import StageMemory, stage_marks  # noqa: E402
 
-from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig, compress  # noqa: E402
+from memforest_gpu import CompressConfig, compress  # noqa: E402
 from memforest_gpu.store.synthetic import few_tenant_sizes, heavy_tailed_sizes, synthetic_store, write_synthetic_parquet  # noqa: E402
 
-STAGES = ("partition", "setup", "trees", "merge", "embed", "output")
+STAGES = ("partition", "setup", "plan", "merge", "embed", "apply", "output")
+OUTSIDE_ROUNDS = ("partition", "setup", "output", "total")
+
+
+def stage_seconds(seconds: dict) -> dict:
+    """``{stage}_s`` for every stage the report has (older versions book plan and apply as
+    ``trees``), and ``rounds_s``: every stage of the merge rounds together."""
+    out = {f"{k}_s": v for k, v in seconds.items() if k != "total"}
+    out["rounds_s"] = sum(v for k, v in seconds.items() if k not in OUTSIDE_ROUNDS)
+    return out
 
 
 def tenant_sizes(n: int, a):
@@ -91,7 +103,7 @@ def run_cli(n: int, a) -> dict:
         with open(report) as f:
             r = json.load(f)
         rec.update(nodes_out=r["nodes_out"], shortfall=r["shortfall"], rounds=r["rounds"], trees=r["trees"],
-                   **{f"{s}_s": r["seconds"].get(s, 0.0) for s in STAGES})
+                   **stage_seconds(r["seconds"]))
         groups = [ln for ln in m["output"].splitlines() if ln.startswith("memory budget")]
         if groups:
             rec["budget_groups"] = groups[-1]
@@ -118,17 +130,22 @@ def run_in_process(n: int, a, cfg, embedder) -> dict:
     store_mb = peak_rss_mb()
     reset_peak()  # peak of the compression itself, not of building the synthetic store
     sm = StageMemory(echo=False)
+    cpu0 = time.process_time()
     with Timer() as t, sm, stage_marks(sm):
         res = compress(store, cfg, embedder=embedder, device=a.device)
+    cpu = time.process_time() - cpu0
     sec = res.report.seconds
     rec = {"bench": "scaling", "n": n, "dim": store.dim, "tenants_shape": a.tenants_shape,
            "tenants": len(store.tenant_names()), "kmeans": a.kmeans, "schedule": a.schedule, "ratio": a.ratio,
-           "reembed": a.reembed, "seconds": t.seconds, "peak_mb": peak_rss_mb(), "store_build_peak_mb": store_mb,
-           "rounds": res.report.rounds, "trees": res.report.trees, "nodes_out": res.report.nodes_out,
-           "shortfall": res.report.shortfall, **{f"{s}_s": sec.get(s, 0.0) for s in STAGES},
+           "preset": a.preset or "paper", "threads": torch.get_num_threads(),
+           "reembed": a.reembed, "seconds": t.seconds, "cpu_s": cpu, "peak_mb": peak_rss_mb(),
+           "store_build_peak_mb": store_mb, "rounds": res.report.rounds, "trees": res.report.trees,
+           "nodes_out": res.report.nodes_out, "shortfall": res.report.shortfall, **stage_seconds(sec),
            "stages": {k: v for k, v in sm.summary()["stages"].items() if k not in ("startup", "exit")}}
-    print(f"n={n:>8} total {t.seconds:8.2f}s  " + "  ".join(f"{s} {sec.get(s, 0):.2f}" for s in STAGES)
+    print(f"n={n:>8} total {t.seconds:8.2f}s  " + "  ".join(f"{k} {v:.2f}" for k, v in sec.items() if k != "total")
           + f"  rounds {res.report.rounds}  peak {rec['peak_mb']:.0f} MB", flush=True)
+    if a.json_lines:
+        print(json.dumps(rec), flush=True)
     return rec
 
 
@@ -149,7 +166,11 @@ def main(argv=None):
                     help="run `memforest compress` on a Parquet store as a child process (whole-process peak RSS)")
     ap.add_argument("--memory-budget", default=None, help="--cli: passed to memforest compress")
     ap.add_argument("--preset", default=None,
-                    help="--cli: passed to memforest compress (default: the CLI's, memforest)")
+                    help="the preset the run starts from; --kmeans and --schedule still apply (default: paper "
+                         "in process, the CLI's, memforest, with --cli)")
+    ap.add_argument("--threads", type=int, default=0, help="in process: torch CPU threads (default 0: torch's)")
+    ap.add_argument("--json-lines", action="store_true",
+                    help="in process: print each record as one JSON line (what bench/compare.py reads)")
     ap.add_argument("--workdir", default="/tmp/memforest-scaling", help="--cli / many: where stores are written")
     ap.add_argument("--out", default="runs/scaling.json")
     ap.add_argument("--plot", default=None)
@@ -169,8 +190,12 @@ def main(argv=None):
         from memforest_gpu import SentenceTransformerEmbedder
 
         embedder = SentenceTransformerEmbedder(device=a.device)
-    cfg = CompressConfig(partition=PartitionConfig(kmeans=a.kmeans, two_level_min_nodes=20000),
-                         merge=MergeConfig(ratio=a.ratio, schedule=a.schedule))
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    base = CompressConfig.preset(a.preset) if a.preset else CompressConfig()
+    cfg = dataclasses.replace(
+        base, partition=dataclasses.replace(base.partition, kmeans=a.kmeans, two_level_min_nodes=20000),
+        merge=dataclasses.replace(base.merge, ratio=a.ratio, schedule=a.schedule))
     compress(synthetic_store(500, tenants=2, dim=a.dim if not a.reembed else 384), cfg, device=a.device)  # warm-up
     for n in sizes:
         records.append(run_in_process(n, a, cfg, embedder))
@@ -183,7 +208,7 @@ def main(argv=None):
 
         fig, ax = plt.subplots(figsize=(6, 4))
         ns = [r["n"] for r in records]
-        for s in ("partition", "trees", "merge", "embed"):
+        for s in ("partition", "rounds"):
             ax.plot(ns, [max(r[f"{s}_s"], 1e-3) for r in records], marker="o", label=s)
         ax.plot(ns, [r["seconds"] for r in records], marker="s", color="black", label="total")
         ax.set_xscale("log"), ax.set_yscale("log"), ax.set_xlabel("nodes"), ax.set_ylabel("seconds")

@@ -133,27 +133,41 @@ class StageMemory:
         return best
 
 
-# (module, function, stage started on entry, stage started on exit)
+# (modules where the caller looks the function up, newest first; function; stage started on
+# entry; stage started on exit). The first module that has the function is patched, so the
+# marks also work on older revisions (bench/compare.py runs this script against them).
 MARKS = (
-    ("memforest_gpu.api", "load_store_and_embedder", "read", "prepare"),
-    ("memforest_gpu.api", "write_store", "write", "exit"),
-    ("memforest_gpu.engine.setup", "partition_nodes", "partition", "setup"),
-    ("memforest_gpu.engine.setup", "build_trees", "trees", "rounds"),
-    ("memforest_gpu.engine.compress", "assemble", "output", "report"),
+    (("memforest_gpu.runs.single", "memforest_gpu.api"), "load_store_and_embedder", "read", "prepare"),
+    (("memforest_gpu.runs.single", "memforest_gpu.api"), "write_store", "write", "exit"),
+    (("memforest_gpu.engine.setup", "memforest_gpu.engine.compress"), "partition_nodes", "partition", "setup"),
+    (("memforest_gpu.engine.setup", "memforest_gpu.engine.compress"), "build_trees", "trees", "rounds"),
+    (("memforest_gpu.engine.compress",), "assemble", "output", "report"),
 )
+
+
+def _lookup(modules: tuple[str, ...], fn: str):
+    """The first of ``modules`` that exists and has ``fn``; a rename everywhere fails loudly."""
+    import importlib
+
+    for name in modules:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(mod, fn):
+            return mod
+    raise AttributeError(f"none of {list(modules)} has {fn!r}: update bench/stage_memory.MARKS")
 
 
 @contextmanager
 def stage_marks(sm: StageMemory):
     """Within the block, the functions of :data:`MARKS` mark ``sm`` where their callers look
     them up; they are restored afterwards."""
-    import importlib
-
     saved = []
     try:
-        for mod_name, fn, enter, leave in MARKS:
-            mod = importlib.import_module(mod_name)
-            f = getattr(mod, fn)  # a rename fails here, loudly
+        for modules, fn, enter, leave in MARKS:
+            mod = _lookup(modules, fn)
+            f = getattr(mod, fn)
 
             def wrapped(*a, _f=f, _enter=enter, _leave=leave, **k):
                 if _enter:
@@ -181,7 +195,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     args = a.cli[1:] if a.cli[:1] == ["--"] else a.cli
     sm = StageMemory(a.interval, echo=not a.quiet_marks)
-    from memforest_gpu.cli.commands import main as cli_main
+    try:
+        from memforest_gpu.cli.commands import main as cli_main
+    except ImportError:  # an older revision (bench/compare.py)
+        from memforest_gpu.cli.main import main as cli_main
 
     with sm, stage_marks(sm):
         rc = cli_main(args)
