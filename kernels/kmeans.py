@@ -9,7 +9,8 @@ batches, O(log K) steps with no device read) or ``"k-means++"`` (one centre per 
 to SPEC's wording).
 
 A Lloyd step reads the device O(1) times (has any label changed; any empty cluster).
-Cluster sums are accumulated in float64 (``index_add_``): on CUDA its atomic additions
+Cluster sums are accumulated in float64 (``index_add_``, a cache-sized tile of points at a
+time on the CPU, where it then costs about one read of the points): on CUDA its atomic additions
 make the sums' last bits depend on scheduling, ~1e-16 relative, so two runs can differ
 only where a point's two best centres score within 1e-12 of the tie tolerance ``TIE_EPS``
 (never seen in practice; on the CPU the order is fixed).
@@ -23,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from .assign import best_match
-from .blocks import row_blocks
+from .blocks import row_blocks, stream_rows
 from .seeding import batched_d2_seeds, kmeans_plus_plus
 
 __all__ = ["kmeans", "lloyd_step", "initial_centroids", "cluster_means", "cluster_centres", "LocalReduce", "SEEDINGS"]
@@ -32,24 +33,26 @@ SEEDINGS = ("batched", "k-means++")
 
 
 def cluster_means(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, K: int, *, reduce=None,
-                  tile: int = 1 << 16):
-    """Per-cluster means and counts; sums accumulated in float64, ``tile`` points at a time
-    (no float64 copy of the whole X). ``reduce`` (see :class:`LocalReduce`) combines the
-    sums of several shards before dividing.
+                  tile: int | None = None):
+    """Per-cluster means and counts; sums accumulated in float64 a tile of points at a time
+    (``tile``: default a cache-sized block on the CPU, :func:`~.blocks.stream_rows`), with no
+    float64 copy of the whole X. Padding and unlabelled points go to a spare row that is
+    dropped. ``reduce`` (see :class:`LocalReduce`) combines the sums of several shards before
+    dividing.
 
     Shape: X (T, n, D), labels (T, n) -> means (T, K, D) float32, counts (T, K) float64
     """
     T, n, D = X.shape
-    lab = labels.clamp(min=0)
     w = valid & (labels >= 0)
-    flat = (torch.arange(T, device=X.device)[:, None] * K + lab).reshape(-1)  # (T*n,) row of sums
-    Xf, wf = X.reshape(T * n, D), w.reshape(-1)
-    sums = torch.zeros(T * K, D, dtype=torch.float64, device=X.device)
+    spare = T * K  # the row that padding and unlabelled points add into
+    flat = torch.where(w, torch.arange(T, device=X.device)[:, None] * K + labels.clamp(min=0), spare).reshape(-1)
+    Xf = X.reshape(T * n, D)
+    tile = tile or stream_rows(X.device, D * 12)  # a float32 row read, a float64 row written
+    sums = torch.zeros(T * K + 1, D, dtype=torch.float64, device=X.device)
     for r0 in range(0, T * n, tile):
-        sl = slice(r0, r0 + tile)
-        sums.index_add_(0, flat[sl], Xf[sl].double() * wf[sl, None])
-    counts = torch.zeros(T * K, dtype=torch.float64, device=X.device).index_add_(0, flat, wf.double())
-    sums, counts = sums.view(T, K, D), counts.view(T, K)
+        sums.index_add_(0, flat[r0:r0 + tile], Xf[r0:r0 + tile].double())
+    counts = torch.bincount(flat, minlength=T * K + 1)[:spare].to(torch.float64)
+    sums, counts = sums[:spare].view(T, K, D), counts.view(T, K)
     if reduce is not None:
         sums, counts = reduce.sum(sums), reduce.sum(counts)
     return (sums / counts.clamp(min=1)[:, :, None]).float(), counts

@@ -12,7 +12,7 @@ import torch
 
 from ..config import PartitionConfig
 from ..kernels import cluster_centres, kmeans, reassign_to_centres, size_buckets
-from ..kernels.blocks import row_blocks
+from ..kernels.blocks import row_blocks, stream_rows
 from ..kernels.rand import stream_keys
 from .two_level import two_level_clusters
 
@@ -100,7 +100,7 @@ def closed_form_centres(embeddings: torch.Tensor, order: torch.Tensor, codes: to
     sel = order[one[codes[order]]]  # (N1,) the K = 1 tenants' nodes, by tenant then time
     c = codes[sel]
     sums = torch.zeros(n_ten, D, dtype=torch.float64, device=dev)
-    tile = 1 << 16
+    tile = stream_rows(dev, D * 12, at_least=2)  # a float32 row read, a float64 row written
     for r0 in range(0, sel.shape[0], tile):
         sums.index_add_(0, c[r0:r0 + tile], embeddings[sel[r0:r0 + tile]].double())
     counts = torch.bincount(c, minlength=n_ten).to(torch.float64)
