@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from ..config import TreeConfig
-from ..kernels.knn import knn_blockwise, knn_cells, top_by_key
+from ..kernels.blocks import stream_rows
+from ..kernels.knn import knn_cells, top_by_key
 from .edges import Ends, edge_weight, ends_of
 from .vectors import NodeVectors, compute_dtype, dot64, dot64_many
 
@@ -60,22 +61,71 @@ def build_knn_graph(bk, vectors: NodeVectors, tree: TreeConfig, cap: int | None,
     nbr = torch.full((B, m, k + 1), -1, dtype=torch.int64, device=dev)
     cs = torch.zeros(B, m, k + 1, dtype=compute_dtype(vectors.dtype), device=dev)
     c = min(m - 1, k + k // 2)  # candidates re-ranked by exact weight
-    search = knn_cells if m > tree.knn_cells_above else knn_blockwise
-    step = max(1, budget // max(1, m * (D + 1)))  # trees whose vectors are gathered at once
+    cells = m > tree.knn_cells_above
+    # trees whose vectors are gathered at once: a cache-sized float64 copy where the exact
+    # products are taken in blocks, a bounded one for the cells' search
+    step = max(1, budget // max(1, m * (D + 1))) if cells else max(1, stream_rows(dev, m * D * 8) // 4)
     for b0 in range(0, B, step):
         rows = slice(b0, b0 + step)
         slots = bk.slot[rows]
         X = vectors.gather(slots)  # (Bc, m, D)
         e = bk.ends(rows)
-        bias = None
-        if tree.size_weight > 0 and e.tok is not None:
-            bias = -tree.size_weight * e.tok.float() / float(tree.size_unit)
-        cand = search(X, slots >= 0, c, scale=1.0 - tree.time_weight, bias=bias, budget=budget)  # (Bc, m, c)
-        nbr[rows, :, :k], cs[rows, :, :k] = _rank(X, e, cand, k, tree, cap, vectors.dtype, budget)
         nxt = next_live(slots)  # (Bc, m)
         nbr[rows, :, k] = nxt
+        if not cells:
+            nbr[rows, :, :k], cs[rows, :, :k], cs[rows, :, k] = _exact_lists(X, slots >= 0, e, nxt, c, k, tree, cap,
+                                                                             vectors.dtype)
+            continue
+        cand = knn_cells(X, slots >= 0, c, scale=1.0 - tree.time_weight, bias=_bias(e, tree), budget=budget)
+        nbr[rows, :, :k], cs[rows, :, :k] = _rank(X, e, cand, k, tree, cap, vectors.dtype, budget)
         cs[rows, :, k] = dot64(X, X.gather(1, nxt.clamp(min=0)[..., None].expand_as(X)), vectors.dtype)
     return nbr, cs
+
+
+def _bias(e: Ends, tree: TreeConfig) -> torch.Tensor | None:
+    """The size term's part of a pair's weight that depends on the neighbour only:
+    ``-size_weight * tok_j / size_unit`` (None without the size term). Shape: -> (B, m) float32"""
+    if tree.size_weight > 0 and e.tok is not None:
+        return -tree.size_weight * e.tok.float() / float(tree.size_unit)
+    return None
+
+
+def _exact_lists(X: torch.Tensor, valid: torch.Tensor, e: Ends, nxt: torch.Tensor, c: int, k: int, tree: TreeConfig,
+                 cap, dtype):
+    """Every slot's ``k`` best neighbours by exact edge weight, from one float64 product of
+    each row block against its whole tree: the ``c`` best by the part of the weight the
+    product carries (``(1 - time_weight) * cos + bias_j``) are re-ranked by the exact weight
+    (ties: the lower slot), and every cosine (the neighbours', the next slot's) is
+    read from the same product, rounded to the similarities' dtype as :func:`dot64` does.
+
+    Shape: X (B, m, D), valid, nxt (B, m) -> nbr (B, m, k), cs (B, m, k), next cosine (B, m)
+    """
+    B, m, _ = X.shape
+    dev = X.device
+    nbr = torch.full((B, m, k), -1, dtype=torch.int64, device=dev)
+    cs = torch.zeros(B, m, k, dtype=compute_dtype(dtype), device=dev)
+    cs_next = torch.zeros(B, m, dtype=cs.dtype, device=dev)
+    Xd = X.double()  # (B, m, D)
+    Xt = Xd.transpose(1, 2)
+    bias = _bias(e, tree)
+    scale = 1.0 - tree.time_weight
+    col = torch.arange(m, device=dev)
+    rows = max(2, stream_rows(dev, B * m * 8 * 3) if dev.type != "cuda" else stream_rows(dev, B * m * 8))
+    for r0 in range(0, m, rows):
+        r1 = min(m, r0 + rows)
+        cos = torch.bmm(Xd[:, r0:r1], Xt).to(cs.dtype)  # (B, r, m): float64 products, rounded once
+        proxy = cos * scale if bias is None else cos * scale + bias[:, None, :]
+        bad = ~valid[:, None, :] | (col[None, None, :] == col[r0:r1, None])  # (B, r, m) no pair
+        pv, cand = torch.topk(proxy.masked_fill(bad, float("-inf")), c, dim=-1)  # (B, r, c) a superset
+        cand = torch.where(torch.isneginf(pv), torch.full_like(cand, -1), cand)
+        cc = cos.gather(-1, cand.clamp(min=0))
+        w, _ = edge_weight(cc, e.at(np.s_[:, r0:r1, None]), e.in_rows(cand), tree, cap)
+        top, _, j = top_by_key(w.masked_fill(cand < 0, float("-inf")), cand, k)
+        live = valid[:, r0:r1, None]
+        nbr[:, r0:r1] = torch.where(live, top, torch.full_like(top, -1))
+        cs[:, r0:r1] = cc.gather(-1, j)
+        cs_next[:, r0:r1] = cos.gather(-1, nxt[:, r0:r1, None].clamp(min=0))[..., 0]
+    return nbr, cs, cs_next
 
 
 def _rank(X: torch.Tensor, e: Ends, cand: torch.Tensor, k: int, tree: TreeConfig, cap, dtype, budget: int):
