@@ -99,7 +99,7 @@ def one_thread():
 @pytest.fixture(scope="module")
 def mem(tmp_path_factory, one_thread):
     root = str(tmp_path_factory.mktemp("mem0"))
-    m = load_memory(_config(root))
+    m = load_memory(_config(root), create=True)
     ids = {"alice": _fill(m, "alice"), "bob": _fill(m, "bob"), "carol": _fill(m, "carol", 12),
            "dave": _fill(m, "dave", 8, agent="helper")}
     m.add("Alice's passport expires soon.", user_id="alice", infer=False, expiration_date="2099-01-01",
@@ -253,7 +253,7 @@ def test_scopes_never_mix(mem):
 
 def test_faiss_store(tmp_path):
     need("faiss")
-    m = load_memory(_config(str(tmp_path), "faiss"))
+    m = load_memory(_config(str(tmp_path), "faiss"), create=True)
     ids = _fill(m, "erin", 12)
     before = _snapshot(m, {"user_id": "erin"})
     res = compress_mem0(m, Scope(user_id="erin"), CompressConfig(merge=MergeConfig(ratio=0.5)),
@@ -268,7 +268,7 @@ def test_faiss_store(tmp_path):
 def test_chroma_store(tmp_path):
     """Embedded persistent Chroma: the same protocol, entities included, and a restore."""
     need("chromadb")
-    m = load_memory(_config(str(tmp_path), "chroma"))
+    m = load_memory(_config(str(tmp_path), "chroma"), create=True)
     ids = _fill(m, "hana", 12)
     others = _fill(m, "ivan", 6)
     es = m.entity_store
@@ -310,9 +310,9 @@ def test_chroma_store(tmp_path):
 
 def test_unsupported_vector_store_names_the_supported_ones(tmp_path):
     cfg = _config(str(tmp_path))
-    cfg["vector_store"] = {"provider": "pgvector", "config": {"collection_name": "memories"}}
-    with pytest.raises(ValueError, match=r"vector_store.provider must be one of \['qdrant', 'chroma', 'faiss'\] "
-                                         r"for memforest's Mem0 adapter, got 'pgvector'"):
+    cfg["vector_store"] = {"provider": "milvus", "config": {"collection_name": "memories"}}
+    with pytest.raises(ValueError, match=r"vector_store.provider must be one of \['qdrant', 'chroma', 'pgvector', "
+                                         r"'faiss'\] for memforest's Mem0 adapter, got 'milvus'"):
         load_memory(cfg)
 
 
@@ -326,7 +326,7 @@ def test_cli(tmp_path, capsys, provider):
     cfg = _config(str(tmp_path), provider)
     path = tmp_path / "mem0.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    m = load_memory(cfg)
+    m = load_memory(cfg, create=True)
     _fill(m, "fred", 8)
     close_memory(m)  # the CLI opens the store itself
     assert main(["mem0", "compress", "--config", str(path), "--user-id", "fred", "--ratio", "0.5", "--dry-run"]) == 0
@@ -370,7 +370,7 @@ def test_readme_mem0_workflow(tmp_path, monkeypatch, capsys, provider):
         assert n == 1 and "provider: chroma" in yaml_text
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mem0.yaml").write_text(re.sub(r"model: [^,}\n]+", f"model: {gt.get_model_path()}", yaml_text))
-    mem = load_memory(str(tmp_path / "mem0.yaml"))
+    mem = load_memory(str(tmp_path / "mem0.yaml"), create=True)
     _fill(mem, "alice", 8)
     before = _snapshot(mem, {"user_id": "alice"})
     close_memory(mem)

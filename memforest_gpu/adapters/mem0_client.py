@@ -8,9 +8,11 @@ import os
 import numpy as np
 import torch
 
+from .mem0_check import check_dimension, one_line, preflight, store_dim
 from .vectors import check_provider, provider_of
+from .vectors_pg import pg_table_dim
 
-__all__ = ["load_config", "load_memory", "close_memory", "entity_store", "Mem0Embedder"]
+__all__ = ["load_config", "load_memory", "close_memory", "entity_store", "Mem0Embedder", "check_dimension"]
 
 
 def load_config(path: str | os.PathLike) -> dict:
@@ -36,14 +38,20 @@ def load_config(path: str | os.PathLike) -> dict:
     return cfg
 
 
-def load_memory(config: dict | str | os.PathLike):
-    """A Mem0 ``Memory`` from a config dict or file. Telemetry is off unless
-    ``MEM0_TELEMETRY`` says otherwise. memforest never calls Mem0's LLM (adds use
-    ``infer=False``); a config without an ``llm`` section gets a placeholder so that Mem0
-    starts without an API key."""
+def load_memory(config: dict | str | os.PathLike, *, create: bool = False):
+    """A Mem0 ``Memory`` from a config dict or file, for a store that exists: before Mem0
+    opens anything, the server must answer and accept the login and the collection (table)
+    must exist; once open, the store's vector dimension must be the config's and the
+    embedder's (:mod:`.mem0_check`; each failure is one ``ValueError`` line and nothing is
+    written). ``create``: the collection may be missing (Mem0 creates it), e.g. to build a
+    store or to restore into an emptied one. Telemetry is off unless ``MEM0_TELEMETRY``
+    says otherwise. memforest never calls Mem0's LLM (adds use ``infer=False``); a config
+    without an ``llm`` section gets a placeholder so that Mem0 starts without an API key."""
     cfg = dict(load_config(config) if not isinstance(config, dict) else config)
     vs = cfg.get("vector_store") or {}
     check_provider(vs.get("provider", "qdrant") if isinstance(vs, dict) else vs)  # before Mem0 connects anywhere
+    if isinstance(vs, dict):
+        preflight(cfg, create=create)
     os.environ.setdefault("MEM0_TELEMETRY", "False")
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")  # Chroma's own telemetry
     try:
@@ -51,22 +59,47 @@ def load_memory(config: dict | str | os.PathLike):
     except ImportError:
         raise ImportError("the Mem0 adapter needs mem0ai: pip install 'memforest-gpu[mem0]'") from None
     cfg.setdefault("llm", {"provider": "openai", "config": {"api_key": "unused-by-memforest", "model": "unused"}})
+    given = _given_dims(cfg)
     try:
-        return Memory.from_config(cfg)
+        memory = Memory.from_config(cfg)
     except RuntimeError as e:
         if "already accessed" in str(e):
             raise ValueError(f"the Qdrant folder is open in another process ({e}); stop the application that "
                              "uses it, or point Mem0 at a Qdrant server") from None
         raise
+    except ValueError as e:  # pydantic's ValidationError: Mem0 refuses the config
+        raise ValueError(f"Mem0 must accept the config, got: {one_line(e)}") from None
+    try:
+        given["the embedder's vectors"] = Mem0Embedder(memory).dim
+        check_dimension(memory, store_dim(memory), given)
+    except BaseException:
+        close_memory(memory)
+        raise
+    return memory
+
+
+def _given_dims(cfg: dict) -> dict:
+    """The vector dimensions a config states itself (Mem0's defaults are not checked)."""
+    out = {}
+    for section, key in (("vector_store", "embedding_model_dims"), ("embedder", "embedding_dims")):
+        c = (cfg.get(section) or {}).get("config") or {}
+        if isinstance(c, dict) and c.get(key) is not None:
+            out[f"{section}.config.{key}"] = c[key]
+    return out
 
 
 def close_memory(memory) -> None:
     """Release a ``Memory``: its history database and its vector store client (an embedded
-    Qdrant folder stays locked until then)."""
+    Qdrant folder stays locked until then; pgvector's connection pools are closed)."""
     memory.close()
     close = getattr(getattr(memory.vector_store, "client", None), "close", None)
     if callable(close):
         close()
+    for vs in (memory.vector_store, getattr(memory, "_entity_store", None)):
+        pool = getattr(vs, "connection_pool", None)
+        closeall = getattr(pool, "closeall", None) or getattr(pool, "close", None)
+        if callable(closeall) and not getattr(pool, "closed", False):
+            closeall()
 
 
 def entity_store(memory):
@@ -81,6 +114,9 @@ def entity_store(memory):
         exists = vs.client.collection_exists(name)
     elif provider == "chroma":
         exists = name in {getattr(c, "name", c) for c in vs.client.list_collections()}
+    elif provider == "pgvector":
+        with vs._get_cursor() as cur:
+            exists = pg_table_dim(cur, name)[0]
     else:
         exists = bool(vs.path) and os.path.exists(os.path.join(vs.path, f"{name}.faiss"))
     return memory.entity_store if exists else None
@@ -94,7 +130,7 @@ class Mem0Embedder:
         self.model = memory.embedding_model
         ec = memory.config.embedder
         self.name = f"mem0:{ec.provider}:{getattr(self.model.config, 'model', None)}"
-        self._dim = getattr(memory.config.vector_store.config, "embedding_model_dims", None)
+        self._dim = None  # the dimension of the embedder's own vectors, probed once
         st = getattr(self.model, "model", None)  # the sentence-transformers model of the huggingface provider
         self._tok = getattr(st, "tokenizer", None)
         self.max_tokens = int(st.max_seq_length) if getattr(st, "max_seq_length", None) else None

@@ -8,7 +8,8 @@ import numpy as np
 
 from .backup import read_backup
 from .mem0_client import entity_store
-from .vectors import Point, payloads_equal, provider_of, read_points, write_points
+from .mem0_write import delete_memories
+from .vectors import Point, delete_points, payloads_equal, provider_of, read_points, write_points
 
 __all__ = ["restore_mem0", "VECTOR_ATOL"]
 
@@ -20,7 +21,8 @@ VECTOR_ATOL = 1e-6
 
 def restore_mem0(memory, backup) -> dict:
     """Put the backed-up scope back exactly: memories of the scope that are not in the
-    backup are deleted (through Mem0, so its history records it), backed-up memories that
+    backup are deleted as Mem0's ``delete`` does (its history records it; in batches,
+    :func:`~.mem0_write.delete_memories`), backed-up memories that
     are missing or changed are written back with their ids, vectors and payloads (a
     restored memory also gets an ADD in Mem0's history); the scope's entities in Mem0's
     entity store likewise. Payloads come back byte for byte (Chroma, which keeps no key
@@ -39,15 +41,16 @@ def restore_mem0(memory, backup) -> dict:
     es = entity_store(memory)
     if es is None and saved_ents:
         es = memory.entity_store  # the backup has entities: bring the entity store back
-    counts = _put_back(memory, saved, scope, None, memory.delete, provider)
+    counts = _put_back(memory, saved, scope, None, lambda ids: delete_memories(memory, ids), provider)
     db = getattr(memory, "db", None)
     now = datetime.now(timezone.utc).isoformat()
-    for p in counts.pop("missing"):  # Mem0's history: the memory is back (dated now, as Mem0 dates a DELETE)
-        if db is not None and hasattr(db, "add_history"):
-            db.add_history(p.id, None, p.payload.get("data"), "ADD", created_at=p.payload.get("created_at"),
-                           updated_at=now, actor_id=p.payload.get("actor_id"), role=p.payload.get("role"))
+    back = counts.pop("missing")  # Mem0's history: the memory is back (dated now, as Mem0 dates a DELETE)
+    if back and db is not None and hasattr(db, "batch_add_history"):
+        db.batch_add_history([{"memory_id": p.id, "old_memory": None, "new_memory": p.payload.get("data"),
+                               "event": "ADD", "created_at": p.payload.get("created_at"), "updated_at": now,
+                               "actor_id": p.payload.get("actor_id"), "role": p.payload.get("role")} for p in back])
     if es is not None:
-        ent = _put_back(memory, saved_ents, scope, es, lambda i: es.delete(vector_id=i), provider)
+        ent = _put_back(memory, saved_ents, scope, es, lambda ids: delete_points(memory, ids, store=es), provider)
         ent.pop("missing")
         counts["entities"] = ent
     return {**counts, "scope": scope, "count": len(saved), "seconds": time.perf_counter() - t0}
@@ -59,8 +62,8 @@ def _put_back(memory, saved: list[Point], scope: dict, store, delete, provider: 
     cur = {p.id: p for p in read_points(memory, scope, store=store)}
     keep = {p.id for p in saved}
     removed = [i for i in cur if i not in keep]
-    for i in removed:
-        delete(i)
+    if removed:
+        delete(removed)
     missing, changed, same = [], [], 0
     for p in saved:
         c = cur.get(p.id)
