@@ -228,11 +228,11 @@ def _faiss_delete(vs, ids: set[str]) -> None:
     keep = [pos for pos in sorted(vs.index_to_id) if vs.index_to_id[pos] not in ids]
     if len(keep) == len(vs.index_to_id):
         return
-    vectors = [vs.index.reconstruct(int(pos)) for pos in keep]
+    vectors = np.stack([vs.index.reconstruct(int(pos)) for pos in keep]) if keep else None
     names = [vs.index_to_id[pos] for pos in keep]
     vs.index.reset()
-    if vectors:
-        vs.index.add(np.array(vectors, dtype=np.float32))
+    if vectors is not None:
+        vs.index.add(vectors.astype(np.float32))
     for i in ids:
         vs.docstore.pop(i, None)
     vs.index_to_id = dict(enumerate(names))
@@ -240,6 +240,11 @@ def _faiss_delete(vs, ids: set[str]) -> None:
 
 
 def _faiss_write(vs, points: list[Point], replace: set[str]) -> None:
+    """Mem0's FAISS insert without its re-normalisation: the vectors go in exactly as given."""
     _faiss_delete(vs, {p.id for p in points if p.id in replace})
-    vs.insert([p.vector.astype(np.float32).tolist() for p in points], [dict(p.payload) for p in points],
-              [p.id for p in points])
+    start = len(vs.index_to_id)
+    vs.index.add(np.stack([p.vector for p in points]).astype(np.float32))
+    for j, p in enumerate(points):
+        vs.docstore[p.id] = dict(p.payload)
+        vs.index_to_id[start + j] = p.id
+    vs._save()

