@@ -10,6 +10,7 @@ back byte for byte (ids, payloads, vectors, entities), and a failure between add
 memories and deleting the originals leaving every original in place."""
 import json
 import os
+import re
 import tempfile
 
 os.environ.setdefault("MEM0_TELEMETRY", "False")  # before mem0 is imported anywhere
@@ -158,3 +159,46 @@ def test_failure_between_add_and_delete_keeps_every_original(store, tmp_path):
     assert merged and all(json.loads(now[i][0])["merged_by"] == "memforest" for i in merged)
     assert restore_mem0(m, tmp_path / "dee.parquet")["removed"] == len(merged)
     assert same(snapshot(m, {"user_id": "dee"}), before, provider)
+
+
+@pytest.mark.parametrize("backend", ["chroma-http", "pgvector", "pgvector-fields"])
+def test_cli_on_servers(tmp_path, capsys, mem0_servers, backend):
+    """``memforest mem0 compress|compact|restore`` and ``--dry-run`` against the servers: Chroma
+    by host and port, PostgreSQL by connection string and by host/port/user/password/dbname."""
+    import yaml
+
+    from memforest_gpu.cli.adapters import main
+
+    cfg = backend_config(backend, str(tmp_path), mem0_servers)
+    path = tmp_path / "mem0.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    m = open_store(cfg, create=True)
+    _fill(m, "fred", 8)
+    _fill(m, "gil", 4)
+    before = snapshot(m, {})
+    provider = provider_of(m)
+    close_memory(m)
+    args = ["mem0", "compress", "--config", str(path), "--user-id", "fred", "--ratio", "0.5"]
+    assert main(args + ["--dry-run"]) == 0
+    assert "dry run: nothing written" in capsys.readouterr().out
+    m = open_store(cfg)
+    assert same(snapshot(m, {}), before, provider)
+    close_memory(m)
+    assert main(args + ["--backup", str(tmp_path / "fred.parquet"), "--write-path", "mem0"]) == 0
+    added, deleted = map(int, re.search(r"added (\d+) merged memories, deleted (\d+)", capsys.readouterr().out).groups())
+    assert deleted - added == 4  # 8 -> 4 memories
+    assert main(["mem0", "restore", str(tmp_path / "fred.parquet"), "--config", str(path)]) == 0
+    assert f"8 memories; {deleted} put back, 0 rewritten, {8 - deleted} unchanged, {added} removed" in \
+        capsys.readouterr().out
+    compact = ["mem0", "compact", "--config", str(path), "--max-per-user", "4", "--low-water", "1.0",
+               "--backup", str(tmp_path / "all.parquet"), "--state", str(tmp_path / "state.json")]
+    assert main(compact) == 0
+    assert "user_id=fred 8 -> 4" in capsys.readouterr().out
+    m = open_store(cfg)
+    assert {u: len(m.get_all(filters={"user_id": u}, top_k=100)["results"]) for u in ("fred", "gil")} == \
+        {"fred": 4, "gil": 4}
+    close_memory(m)
+    assert main(["mem0", "restore", str(tmp_path / "all.parquet"), "--config", str(path)]) == 0
+    m = open_store(cfg)
+    assert same(snapshot(m, {}), before, provider)
+    close_memory(m)

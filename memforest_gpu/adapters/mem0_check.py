@@ -1,11 +1,11 @@
 """Checks on a Mem0 store before memforest changes it, each failing with one clear line.
 
 :func:`preflight` runs on Mem0's config before Mem0 opens anything (Mem0 creates a missing
-collection or table as it opens it, so a wrong name would otherwise give an empty store):
-the server answers and accepts the login (pgvector, Chroma over HTTP, a Qdrant server), and
-the collection or table exists (not when ``create``). :func:`check_dimension` compares the
-store's vector dimension with the config's and with the embedder's vectors, once Mem0 is open
-(opening an existing store writes nothing).
+collection or table, and its history database, as it opens them): the server answers and
+accepts the login (pgvector, Chroma over HTTP, a Qdrant server), the collection or table
+exists (not when ``create``), and the vector dimension the config states is the store's.
+Once Mem0 is open, :func:`check_dims` compares the store's dimension with the vectors of
+Mem0's embedder (opening an existing store writes nothing to it).
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from urllib.parse import urlsplit
 from .vectors import check_provider, provider_of
 from .vectors_pg import pg_table_dim
 
-__all__ = ["preflight", "check_dimension", "store_dim", "one_line"]
+__all__ = ["preflight", "collections", "check_dims", "given_dims", "store_dim", "one_line", "chroma_client",
+           "pg_dsn"]
 
 TIMEOUT_S = 5
 
@@ -27,20 +28,63 @@ def one_line(e) -> str:
     return " ".join(str(e).split())
 
 
-def preflight(cfg: dict, *, create: bool = False) -> None:
-    """Raise ``ValueError`` (one line) when the store of Mem0 config ``cfg`` cannot be reached,
-    refuses the login, or (unless ``create``) lacks the collection."""
+def collections(cfg: dict, *, create: bool = False) -> tuple | None:
+    """(collection named by Mem0 config ``cfg``, where the store is, the collections there,
+    the dimension of that collection's vectors or None); None where that is not checked (a
+    client object given, Chroma Cloud, or ``create`` for a store on disk). Raises
+    ``ValueError`` (one line) when the server cannot be reached or refuses the login."""
     vs = cfg.get("vector_store") or {}
     provider = check_provider(vs.get("provider", "qdrant"))
     c = dict(vs.get("config") or {})
     coll = c.get("collection_name") or "mem0"  # Mem0's default for every store
     found = {"qdrant": _qdrant, "chroma": _chroma, "pgvector": _pgvector, "faiss": _faiss}[provider](c, coll, create)
-    if found is None or create:
+    return None if found is None else (coll, *found)
+
+
+def preflight(cfg: dict, *, create: bool = False) -> None:
+    """Raise ``ValueError`` (one line) when the store of Mem0 config ``cfg`` cannot be reached,
+    refuses the login, (unless ``create``) lacks the collection, or holds vectors of another
+    dimension than the config states."""
+    found = collections(cfg, create=create)
+    if found is None:
         return
-    where, names = found
+    coll, where, names, dim = found
     if coll not in names:
+        if create:
+            return
         raise ValueError(f"vector_store.config.collection_name must name an existing collection of {where}, got "
                          f"{coll!r} (there: {', '.join(sorted(names)) or 'none'})")
+    check_dims(cfg["vector_store"].get("provider", "qdrant"), coll, dim, given_dims(cfg))
+
+
+def given_dims(cfg: dict) -> dict:
+    """The vector dimensions a Mem0 config states itself (Mem0's defaults are not checked)."""
+    out = {}
+    for section, key in (("vector_store", "embedding_model_dims"), ("embedder", "embedding_dims")):
+        c = (cfg.get(section) or {}).get("config") or {}
+        if isinstance(c, dict) and c.get(key) is not None:
+            out[f"{section}.config.{key}"] = c[key]
+    return out
+
+
+def check_dims(provider: str, collection: str, stored: int | None, given: dict) -> None:
+    """``given``: what -> dimension (config fields, the embedder's vectors); each must equal
+    ``stored``, the dimension of the vectors in the store (None: unknown, not checked)."""
+    if stored is None:
+        return
+    for what, d in given.items():
+        if d is not None and int(d) != int(stored):
+            raise ValueError(f"{what} must be {stored} (the dimension of the vectors in {provider} collection "
+                             f"{collection!r}), got {d!r}")
+
+
+def _size(vectors) -> int | None:
+    """Qdrant's vectors config (one unnamed vector, or named ones) -> the dense dimension."""
+    if isinstance(vectors, dict) and "size" not in vectors:
+        vectors = vectors.get("", next(iter(vectors.values()), None))
+    if vectors is None:
+        return None
+    return int(vectors["size"] if isinstance(vectors, dict) else vectors.size)
 
 
 def _qdrant(c: dict, coll: str, create: bool):
@@ -53,14 +97,15 @@ def _qdrant(c: dict, coll: str, create: bool):
         if c.get("host") and c.get("port"):
             params.update(host=c["host"], port=c["port"])
         where = f"the Qdrant server at {c.get('url') or str(c['host']) + ':' + str(c['port'])}"
-        client = QdrantClient(**params, timeout=TIMEOUT_S)
+        client = QdrantClient(**params, timeout=TIMEOUT_S, check_compatibility=False)
         try:
             names = [x.name for x in client.get_collections().collections]
+            dim = _size(client.get_collection(coll).config.params.vectors) if coll in names else None
         except Exception as e:  # noqa: BLE001 - httpx / grpc raise many types
             raise ValueError(f"cannot reach {where}: {one_line(e)}") from None
         finally:
             client.close()
-        return where, names
+        return where, names, dim
     path = c.get("path") or "/tmp/qdrant"  # Mem0's default
     meta = os.path.join(path, "meta.json")
     if create:
@@ -68,7 +113,8 @@ def _qdrant(c: dict, coll: str, create: bool):
     if not os.path.exists(meta):
         raise ValueError(f"vector_store.config.path must be an embedded Qdrant folder (with meta.json), got {path!r}")
     with open(meta, encoding="utf-8") as f:
-        return f"the embedded Qdrant folder {path}", list(json.load(f).get("collections", {}))
+        colls = json.load(f).get("collections", {})
+    return f"the embedded Qdrant folder {path}", list(colls), _size(colls[coll]["vectors"]) if coll in colls else None
 
 
 def chroma_client(c: dict):
@@ -106,9 +152,13 @@ def _chroma(c: dict, coll: str, create: bool):
         if not os.path.exists(os.path.join(path, "chroma.sqlite3")):
             raise ValueError(f"vector_store.config.path must be a Chroma folder (with chroma.sqlite3), got {path!r}")
         where = f"the Chroma folder {path}"
-    if create:
-        return None
-    return where, [getattr(x, "name", x) for x in chroma_client(c).list_collections()]
+    client = chroma_client(c)
+    names = [getattr(x, "name", x) for x in client.list_collections()]
+    dim = None
+    if coll in names:
+        r = client.get_collection(coll).get(limit=1, include=["embeddings"])
+        dim = len(r["embeddings"][0]) if r["ids"] else None
+    return where, names, dim
 
 
 def pg_dsn(c: dict) -> str:
@@ -163,10 +213,10 @@ def _pgvector(c: dict, coll: str, create: bool):
         raise ValueError(f"cannot connect to {where} (vector_store.config): {one_line(e)}") from None
     try:
         with conn.cursor() as cur:
-            _, _, names = pg_table_dim(cur, coll)
+            _, dim, names = pg_table_dim(cur, coll)
     finally:
         conn.close()
-    return where, names
+    return where, names, dim
 
 
 def _faiss(c: dict, coll: str, create: bool):
@@ -176,17 +226,20 @@ def _faiss(c: dict, coll: str, create: bool):
     if not os.path.isdir(path):
         raise ValueError(f"vector_store.config.path must be the folder of a FAISS store, got {path!r}")
     names = [f[:-len(".faiss")] for f in os.listdir(path) if f.endswith(".faiss")]
-    return f"the FAISS folder {path}", names
+    dim = None
+    if coll in names:
+        import faiss
+
+        dim = int(faiss.read_index(os.path.join(path, f"{coll}.faiss")).d)
+    return f"the FAISS folder {path}", names, dim
 
 
 def store_dim(memory) -> int | None:
-    """The dimension of the vectors the store holds (None: an empty Chroma collection)."""
+    """The dimension of the vectors an open store holds (None: an empty Chroma collection)."""
     vs = memory.vector_store
     provider = provider_of(memory)
     if provider == "qdrant":
-        v = vs.client.get_collection(vs.collection_name).config.params.vectors
-        v = v.get("", next(iter(v.values()), None)) if isinstance(v, dict) else v
-        return int(v.size) if v is not None else None
+        return _size(vs.client.get_collection(vs.collection_name).config.params.vectors)
     if provider == "chroma":
         r = vs.collection.get(limit=1, include=["embeddings"])
         return len(r["embeddings"][0]) if r["ids"] else None
@@ -194,15 +247,3 @@ def store_dim(memory) -> int | None:
         with vs._get_cursor() as cur:
             return pg_table_dim(cur, vs.collection_name)[1]
     return int(vs.index.d) if vs.index is not None else None
-
-
-def check_dimension(memory, stored: int | None, given: dict) -> None:
-    """``given``: what -> dimension (config fields, the embedder's vectors); each must equal
-    ``stored``, the dimension of the store's vectors."""
-    if stored is None:
-        return
-    vs = memory.vector_store
-    where = f"{provider_of(memory)} collection {vs.collection_name!r}"
-    for what, d in given.items():
-        if d is not None and int(d) != int(stored):
-            raise ValueError(f"{what} must be {stored} (the dimension of the vectors in {where}), got {d!r}")

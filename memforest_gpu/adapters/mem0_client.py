@@ -2,13 +2,14 @@
 its embedding model as a memforest embedder."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
 import numpy as np
 import torch
 
-from .mem0_check import check_dimension, one_line, preflight, store_dim
+from .mem0_check import check_dims, given_dims, one_line, preflight, store_dim
 from .vectors import check_provider, provider_of
 from .vectors_pg import pg_table_dim
 
@@ -38,15 +39,18 @@ def load_config(path: str | os.PathLike) -> dict:
     return cfg
 
 
-def load_memory(config: dict | str | os.PathLike, *, create: bool = False):
-    """A Mem0 ``Memory`` from a config dict or file, for a store that exists: before Mem0
-    opens anything, the server must answer and accept the login and the collection (table)
-    must exist; once open, the store's vector dimension must be the config's and the
-    embedder's (:mod:`.mem0_check`; each failure is one ``ValueError`` line and nothing is
-    written). ``create``: the collection may be missing (Mem0 creates it), e.g. to build a
-    store or to restore into an emptied one. Telemetry is off unless ``MEM0_TELEMETRY``
-    says otherwise. memforest never calls Mem0's LLM (adds use ``infer=False``); a config
-    without an ``llm`` section gets a placeholder so that Mem0 starts without an API key."""
+def load_memory(config: dict | str | os.PathLike, *, create: bool = False, quiet: bool = False):
+    """A Mem0 ``Memory`` from a config dict or file, for a store that exists. Before Mem0
+    opens anything (:func:`~.mem0_check.preflight`): the server must answer and accept the
+    login, the collection (table) must exist and hold vectors of the dimension the config
+    states; once open, of the dimension of the embedder's vectors. Each failure is one
+    ``ValueError`` line, and nothing is written to the store (Mem0 creates its history
+    database as it opens, when there is none). ``create``: the collection may be missing
+    (Mem0 creates it), to build a store or to restore into an emptied one. ``quiet``: no
+    progress bar while Mem0 loads its embedding model. Telemetry is off unless
+    ``MEM0_TELEMETRY`` says otherwise. memforest never calls Mem0's LLM (adds use
+    ``infer=False``); a config without an ``llm`` section gets a placeholder so that Mem0
+    starts without an API key."""
     cfg = dict(load_config(config) if not isinstance(config, dict) else config)
     vs = cfg.get("vector_store") or {}
     check_provider(vs.get("provider", "qdrant") if isinstance(vs, dict) else vs)  # before Mem0 connects anywhere
@@ -59,9 +63,10 @@ def load_memory(config: dict | str | os.PathLike, *, create: bool = False):
     except ImportError:
         raise ImportError("the Mem0 adapter needs mem0ai: pip install 'memforest-gpu[mem0]'") from None
     cfg.setdefault("llm", {"provider": "openai", "config": {"api_key": "unused-by-memforest", "model": "unused"}})
-    given = _given_dims(cfg)
+    given = given_dims(cfg)
     try:
-        memory = Memory.from_config(cfg)
+        with _no_progress_bars(quiet):
+            memory = Memory.from_config(cfg)
     except RuntimeError as e:
         if "already accessed" in str(e):
             raise ValueError(f"the Qdrant folder is open in another process ({e}); stop the application that "
@@ -78,14 +83,29 @@ def load_memory(config: dict | str | os.PathLike, *, create: bool = False):
     return memory
 
 
-def _given_dims(cfg: dict) -> dict:
-    """The vector dimensions a config states itself (Mem0's defaults are not checked)."""
-    out = {}
-    for section, key in (("vector_store", "embedding_model_dims"), ("embedder", "embedding_dims")):
-        c = (cfg.get(section) or {}).get("config") or {}
-        if isinstance(c, dict) and c.get(key) is not None:
-            out[f"{section}.config.{key}"] = c[key]
-    return out
+@contextlib.contextmanager
+def _no_progress_bars(quiet: bool):
+    """transformers' progress bars off in the block when ``quiet`` (then as they were)."""
+    hf = None
+    if quiet:
+        try:
+            from transformers.utils import logging as hf
+        except ImportError:
+            hf = None
+    was = hf.is_progress_bar_enabled() if hf is not None else None
+    if hf is not None:
+        hf.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf.enable_progress_bar()
+
+
+def check_dimension(memory, stored: int | None, given: dict) -> None:
+    """Each dimension in ``given`` (what -> dimension) must be ``stored``, the dimension of the
+    vectors in ``memory``'s store (one ``ValueError`` line otherwise)."""
+    check_dims(provider_of(memory), memory.vector_store.collection_name, stored, given)
 
 
 def close_memory(memory) -> None:

@@ -6,17 +6,34 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from .backup import read_backup
-from .mem0_client import entity_store
+from .backup import read_backup, read_backup_header
+from .mem0_client import entity_store, load_config, load_memory
 from .mem0_write import delete_memories
 from .vectors import Point, delete_points, payloads_equal, provider_of, read_points, write_points
 
-__all__ = ["restore_mem0", "VECTOR_ATOL"]
+__all__ = ["restore_mem0", "open_for_restore", "VECTOR_ATOL"]
 
 # Qdrant's local mode renormalises every stored cosine vector in place on each search
 # (qdrant_client/local/distances.py), so stored vectors drift by an ulp or so: a vector
 # this close to the backed-up one is the same vector.
 VECTOR_ATOL = 1e-6
+
+
+def _same_store(header: dict, provider: str, collection: str) -> None:
+    if header["provider"] != provider or header["collection"] != collection:
+        raise ValueError(f"backup is of {header['provider']} collection {header['collection']!r}, the config "
+                         f"opens {provider} collection {collection!r}: they must be the same")
+
+
+def open_for_restore(config, backup, *, quiet: bool = False):
+    """The Mem0 ``Memory`` a backup goes back into: the config must name the backup's store
+    and collection (checked before Mem0 opens anything); a collection that is gone is created."""
+    cfg = dict(load_config(config) if not isinstance(config, dict) else config)
+    vs = cfg.get("vector_store") or {}
+    c = (vs.get("config") or {}) if isinstance(vs, dict) else {}
+    _same_store(read_backup_header(backup), vs.get("provider", "qdrant") if isinstance(vs, dict) else vs,
+                c.get("collection_name") or "mem0")
+    return load_memory(cfg, create=True, quiet=quiet)
 
 
 def restore_mem0(memory, backup) -> dict:
@@ -34,9 +51,7 @@ def restore_mem0(memory, backup) -> dict:
     header, saved, saved_ents = read_backup(backup)
     provider = provider_of(memory)
     coll = memory.vector_store.collection_name
-    if header["provider"] != provider or header["collection"] != coll:
-        raise ValueError(f"backup is of {header['provider']} collection {header['collection']!r}, the config "
-                         f"opens {provider} collection {coll!r}: they must be the same")
+    _same_store(header, provider, coll)
     scope = header["scope"]
     es = entity_store(memory)
     if es is None and saved_ents:
