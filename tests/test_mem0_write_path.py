@@ -163,3 +163,25 @@ def test_batched_delete_cleans_entities_as_mem0_delete(request, tmp_path, backen
     left = {i: json.loads(p) for i, p in out["batch"][0].items()}
     assert sorted(left) == sorted(list(ents)[1:4])  # the two left without links are gone
     assert left["20000000-0000-4000-8000-000000000001"]["linked_memory_ids"] == [mids[2]]
+
+
+def test_embedded_qdrant_batches_skip_the_disk_wait_and_sync_at_the_end(tmp_path):
+    """Within a batch the collection's SQLite commits do not wait for the disk; afterwards its
+    setting is back and what was written is on disk (a new process reads it)."""
+    from memforest_gpu.adapters.mem0_write import add_payload, add_memories, qdrant_local_batch
+
+    cfg = backend_config("qdrant", str(tmp_path))
+    m = open_store(cfg, create=True)
+    conn = m.vector_store.client._client.collections["memories"].storage.storage
+    was = conn.execute("PRAGMA synchronous").fetchone()[0]
+    with qdrant_local_batch(m.vector_store):
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 0
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == was
+    texts = [f.format(u="Ivy") for f in FACTS[:3]]
+    ids = add_memories(m, m.embedding_model.embed_batch(texts, "add"),
+                       [add_payload(t, {}, {"user_id": "ivy"}, "user") for t in texts])
+    close_memory(m)
+    m = open_store(cfg)
+    assert sorted(p.id for p in read_points(m, {"user_id": "ivy"})) == sorted(ids)
+    assert [h["event"] for h in m.history(ids[0])] == ["ADD"]
+    close_memory(m)

@@ -48,6 +48,7 @@ from ..store.memory_store import MemoryStore
 from ..store.timeutil import parse_timestamp
 from .backup import write_backup
 from .mem0_client import Mem0Embedder, check_dimension, close_memory, entity_store, load_config, load_memory
+from .mem0_plan import format_plan
 from .mem0_write import add_memories, add_payload, delete_memories
 from .restore import restore_mem0
 from .vectors import Point, provider_of, read_ids, read_points
@@ -364,28 +365,3 @@ def _verify(memory, groups: list[MergeGroup], vectors: list[np.ndarray], payload
         if why:
             raise RuntimeError(f"merged memory {g.new_id} {why}; no original was deleted (restore with: "
                                f"memforest mem0 restore {backup})")
-
-
-# --------------------------------------------------------------------------- plan text
-def format_plan(res: Mem0CompressResult, *, width: int = 72, max_groups: int | None = 50) -> str:
-    """Which memories merge, with previews: one block per merged memory."""
-    def short(t):
-        t = " ".join(str(t).split())
-        return t if len(t) <= width else t[: width - 3] + "..."
-
-    n_merged_away = sum(len(g.members) for g in res.groups)
-    lines = [f"scope {res.scope.describe()}: {res.n_in} memories; {n_merged_away} merge into {len(res.groups)} "
-             f"-> {res.n_in - n_merged_away + len(res.groups)} memories"]
-    for why, n in sorted(res.left_alone.items()):
-        lines.append(f"  left alone: {n} ({why})")
-    shown = res.groups if max_groups is None else res.groups[:max_groups]
-    for g in shown:
-        lines.append(f"[{g.tenant}] {len(g.members)} memories -> 1"
-                     + (f" (new id {g.new_id})" if g.new_id else ""))
-        for m in g.members:
-            created, text = res.previews.get(m, (None, ""))
-            lines.append(f"    - {m}  {str(created or '')[:10]}  {short(text)}")
-        lines.append(f"    = {short(g.text)}")
-    if len(shown) < len(res.groups):
-        lines.append(f"... and {len(res.groups) - len(shown)} more merged memories")
-    return "\n".join(lines)
