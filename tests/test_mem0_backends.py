@@ -88,6 +88,7 @@ def test_compress_and_restore(store, tmp_path):
     links = _link_entities(m, "ann", ann)
     es = m.entity_store
     before, other = snapshot(m, {"user_id": "ann"}), snapshot(m, {"user_id": "bob"})
+    assert sorted(p.id for p in read_points(m, {"user_id": "ann"}, page=5)) == sorted(before) == sorted(ann)  # paged
     ents_before = snapshot(m, {"user_id": "ann"}, store=es)
     res = compress_mem0(m, Scope(user_id="ann"), HALF, backup=tmp_path / "ann.parquet")
     # counts exactly as asked, through Mem0's own get_all
