@@ -8,7 +8,7 @@ import numpy as np
 
 from .backup import read_backup, read_backup_header
 from .mem0_client import entity_store, load_config, load_memory
-from .mem0_write import delete_memories
+from .mem0_write import delete_memories, qdrant_local_batch
 from .vectors import Point, delete_points, payloads_equal, provider_of, read_points, write_points
 
 __all__ = ["restore_mem0", "open_for_restore", "VECTOR_ATOL"]
@@ -89,7 +89,8 @@ def _put_back(memory, saved: list[Point], scope: dict, store, delete, provider: 
             changed.append(p)
         else:
             same += 1
-    write_points(memory, missing + changed, replace={p.id for p in changed}, store=store)
+    with qdrant_local_batch(store if store is not None else memory.vector_store):
+        write_points(memory, missing + changed, replace={p.id for p in changed}, store=store)
     after = {p.id: p for p in read_points(memory, scope, store=store)}
     bad = [p.id for p in saved if p.id not in after or not payloads_equal(after[p.id].payload, p.payload, provider)]
     if bad or len(after) != len(saved):
