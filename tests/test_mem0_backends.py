@@ -186,7 +186,8 @@ def test_cli_on_servers(tmp_path, capsys, mem0_servers, backend):
     assert same(snapshot(m, {}), before, provider)
     close_memory(m)
     assert main(args + ["--backup", str(tmp_path / "fred.parquet"), "--write-path", "mem0"]) == 0
-    added, deleted = map(int, re.search(r"added (\d+) merged memories, deleted (\d+)", capsys.readouterr().out).groups())
+    found = re.search(r"added (\d+) merged memories, deleted (\d+)", capsys.readouterr().out)
+    added, deleted = map(int, found.groups())
     assert deleted - added == 4  # 8 -> 4 memories
     assert main(["mem0", "restore", str(tmp_path / "fred.parquet"), "--config", str(path)]) == 0
     assert f"8 memories; {deleted} put back, 0 rewritten, {8 - deleted} unchanged, {added} removed" in \

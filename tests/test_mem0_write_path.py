@@ -34,7 +34,8 @@ from test_mem0_adapter import FACTS, _fill  # noqa: E402
 from memforest_gpu import CompressConfig, MergeConfig  # noqa: E402
 from memforest_gpu.adapters.mem0 import Scope, close_memory, compress_mem0, restore_mem0  # noqa: E402
 from memforest_gpu.adapters.mem0_write import delete_memories  # noqa: E402
-from memforest_gpu.adapters.vectors import Point, payload_json, provider_of, read_ids, read_points, write_points  # noqa: E402
+from memforest_gpu.adapters.vectors import (Point, payload_json, provider_of, read_ids, read_points,  # noqa: E402
+                                            write_points)
 
 HALF = CompressConfig(merge=MergeConfig(ratio=0.5))
 COLS = "memory_id, old_memory, new_memory, event, created_at, updated_at, is_deleted, actor_id, role"

@@ -166,7 +166,8 @@ def pg_dsn(c: dict) -> str:
     if c.get("connection_string"):
         dsn = c["connection_string"]
     else:
-        dsn = f"postgresql://{c.get('user')}:{c.get('password')}@{c.get('host')}:{c.get('port')}/{c.get('dbname', 'postgres')}"
+        dsn = (f"postgresql://{c.get('user')}:{c.get('password')}@{c.get('host')}:{c.get('port')}/"
+               f"{c.get('dbname', 'postgres')}")
     if c.get("sslmode"):
         from mem0.vector_stores.pgvector import _with_sslmode
 
@@ -200,7 +201,8 @@ def _pg_connect(dsn: str):
 def _pgvector(c: dict, coll: str, create: bool):
     if c.get("connection_pool") is not None:
         return None
-    if not c.get("connection_string") and not ((c.get("user") or c.get("password")) and (c.get("host") or c.get("port"))):
+    login, server = c.get("user") or c.get("password"), c.get("host") or c.get("port")
+    if not c.get("connection_string") and not (login and server):
         raise ValueError("vector_store.config must give a connection_string, or host/port and user/password (Mem0's "
                          f"pgvector config), got {sorted(k for k in c if k != 'password')}")
     dsn = pg_dsn(c)

@@ -91,7 +91,8 @@ def read_ids(memory, ids: list[str], *, page: int = 256, store=None) -> dict[str
         else:
             r = vs.collection.get(ids=chunk, include=["embeddings", "metadatas"])
             for j, i in enumerate(r["ids"]):
-                out[str(i)] = Point(str(i), np.asarray(r["embeddings"][j], dtype=np.float32), dict(r["metadatas"][j] or {}))
+                out[str(i)] = Point(str(i), np.asarray(r["embeddings"][j], dtype=np.float32),
+                                    dict(r["metadatas"][j] or {}))
     return out
 
 
