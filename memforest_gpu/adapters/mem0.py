@@ -7,22 +7,26 @@
 What :func:`compress_mem0` does, in order:
 
 1. reads every memory of the scope with its vector from the vector store itself
-   (:mod:`.vectors`: Qdrant scroll, Chroma paged get, FAISS reconstruct);
+   (:mod:`.vectors`: Qdrant scroll, Chroma paged get, a pgvector server-side cursor, FAISS
+   reconstruct);
 2. compresses them with MemForest. Tenants are Mem0 scopes: memories with different
    ``user_id`` / ``agent_id`` / ``run_id`` (or ``actor_id``) never merge. Merged text is
    embedded with Mem0's own embedder. Memories with an ``expiration_date`` and procedural
    memories are left as they are;
 3. (dry run: stops here and returns the plan)
 4. writes a backup of the whole scope (Parquet: ids, vectors, payloads; :mod:`.backup`);
-5. adds every merged memory through Mem0's API (``add(..., infer=False)``, so Mem0's
-   history table records it) with ``metadata.merged_from`` = the original ids, the newest
-   original's ``created_at``, the scope ids, the shared ``actor_id``/``role`` and the other
-   metadata of its originals (newer wins);
+5. adds every merged memory as Mem0's ``add(..., infer=False)`` does (payload, vector, an
+   ADD row in Mem0's history), in batches through Mem0's own vector store and history
+   objects (:mod:`.mem0_write`; ``write_path="mem0"``: through ``Memory.add`` itself, one
+   at a time), with ``metadata.merged_from`` = the original ids, the newest original's
+   ``created_at``, the scope ids, the shared ``actor_id``/``role`` and the other metadata of
+   its originals (newer wins);
 6. checks that every merged memory is stored as written, reading the added points back
    from the vector store by id in batches (text, scope ids, vector), and links it to every
    entity of Mem0's entity store that one of its originals links to;
-7. only then deletes the memories they replace, through Mem0's API (history: DELETE; Mem0
-   unlinks them from their entities, which keep the merged memory).
+7. only then deletes the memories they replace as Mem0's ``delete`` does, in batches
+   (``write_path="mem0"``: ``Memory.delete`` one at a time): history DELETE rows, and they
+   are unlinked from their entities, which keep the merged memory.
 
 A failure before step 7 leaves every original in place (plus, possibly, some merged
 memories); :func:`restore_mem0` then removes those and the store is as before.
@@ -43,13 +47,15 @@ from ..store.memory_store import MemoryStore
 from ..store.timeutil import parse_timestamp
 from ..timer import StageTimer
 from .backup import write_backup
-from .mem0_client import Mem0Embedder, close_memory, entity_store, load_config, load_memory
+from .mem0_client import Mem0Embedder, check_dimension, close_memory, entity_store, load_config, load_memory
+from .mem0_plan import format_plan
+from .mem0_write import add_memories, add_payload, delete_memories
 from .restore import restore_mem0
 from .vectors import Point, provider_of, read_ids, read_points
 
 __all__ = ["Scope", "compress_mem0", "restore_mem0", "format_plan", "MergeGroup", "Mem0CompressResult", "tenant_of",
            "default_backup_path", "load_config", "load_memory", "close_memory", "entity_store", "Mem0Embedder",
-           "split_eligible", "merge_groups", "write_back", "store_of_points"]
+           "split_eligible", "merge_groups", "write_back", "store_of_points", "WRITE_PATHS", "check_write_path"]
 
 log = logging.getLogger("memforest_gpu")
 
@@ -57,6 +63,15 @@ SCOPE_KEYS = ("user_id", "agent_id", "run_id")
 # payload keys Mem0 manages itself; the rest is the caller's metadata and is carried over
 _RESERVED = {"data", "hash", "created_at", "updated_at", "text_lemmatized", *SCOPE_KEYS, "actor_id", "role",
              "merged_from", "merged_by", "expiration_date", "memory_type"}
+# how merged memories are added and originals deleted: Mem0's writes in batches, or Mem0's
+# own add(infer=False) / delete one memory at a time (the reference)
+WRITE_PATHS = ("batch", "mem0")
+
+
+def check_write_path(write_path: str) -> str:
+    if write_path not in WRITE_PATHS:
+        raise ValueError(f"write_path must be one of {list(WRITE_PATHS)}, got {write_path!r}")
+    return write_path
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,13 +173,17 @@ def store_of_points(points: list[Point], embedder_name: str) -> MemoryStore:
 
 def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *, merger=None, backup=None,
                   dry_run: bool = False, device=None, progress: bool = False,
-                  after_write: Callable[[list[MergeGroup]], None] | None = None) -> Mem0CompressResult:
+                  after_write: Callable[[list[MergeGroup]], None] | None = None,
+                  write_path: str = "batch") -> Mem0CompressResult:
     """Compress the memories of ``scope`` in ``memory`` (see the module docstring).
 
     ``backup``: where the scope's backup goes (default :func:`default_backup_path`).
     ``after_write``: called once every merged memory is stored and verified, before any
     original is deleted (a failure there leaves every original in place).
+    ``write_path``: ``"batch"`` (Mem0's writes in batches) or ``"mem0"`` (``Memory.add`` /
+    ``Memory.delete`` one memory at a time); both write the same rows.
     """
+    check_write_path(write_path)
     clock = StageTimer()
     points = read_points(memory, scope.filters)
     clock.lap("read")
@@ -172,6 +191,7 @@ def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *,
     if not todo:
         return result
     emb = Mem0Embedder(memory, device=device)
+    check_dimension(memory, todo[0].vector.shape[0], {"the embedder's vectors": emb.dim})
     store = store_of_points(todo, emb.name)
     res = compress(store, config, merger=merger, embedder=emb, device=device, progress=progress)
     clock.lap("compress")
@@ -180,7 +200,7 @@ def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *,
     result.groups, vectors, _ = merge_groups(store, res.store, res.merges, by_id)
     if dry_run or not result.groups:
         return result
-    write_back(memory, result, points, by_id, vectors, backup, after_write, clock)
+    write_back(memory, result, points, by_id, vectors, backup, after_write, clock, write_path)
     return result
 
 
@@ -218,9 +238,9 @@ def merge_groups(store: MemoryStore, out: MemoryStore, merges, by_id: dict) -> t
 
 
 def write_back(memory, result: Mem0CompressResult, points: list[Point], by_id: dict, vectors: list, backup,
-               after_write, clock: StageTimer) -> None:
+               after_write, clock: StageTimer, write_path: str = "batch") -> None:
     """Backup of the scope, then the merged memories (added, verified, linked to entities),
-    then (only then) the deletions."""
+    then (only then) the deletions; ``write_path`` as in :func:`compress_mem0`."""
     scope = result.scope
     result.backup = os.fspath(backup) if backup is not None else default_backup_path(scope)
     es = entity_store(memory)
@@ -228,8 +248,11 @@ def write_back(memory, result: Mem0CompressResult, points: list[Point], by_id: d
     write_backup(result.backup, points, provider=provider_of(memory), collection=memory.vector_store.collection_name,
                  scope=scope.filters, entities=ents, entity_collection=es.collection_name if es is not None else None)
     clock.lap("backup")
-    for g in result.groups:
-        g.new_id = _add_merged(memory, g, [by_id[x] for x in g.members])
+    if write_path == "mem0":
+        for g in result.groups:
+            g.new_id = _add_merged(memory, g, [by_id[x] for x in g.members])
+    else:
+        _add_merged_batch(memory, result.groups, by_id, vectors)
     clock.lap("add")
     _verify(memory, result.groups, vectors, [by_id[g.members[0]].payload for g in result.groups], result.backup)
     clock.lap("verify")
@@ -237,14 +260,20 @@ def write_back(memory, result: Mem0CompressResult, points: list[Point], by_id: d
     clock.lap("relink")
     if after_write is not None:
         after_write(result.groups)
-    for g in result.groups:
-        for x in g.members:
-            memory.delete(x)
-            result.deleted.append(x)
+    if write_path == "mem0":
+        for g in result.groups:
+            for x in g.members:
+                memory.delete(x)
+                result.deleted.append(x)
+    else:
+        gone = [x for g in result.groups for x in g.members]
+        delete_memories(memory, gone)
+        result.deleted.extend(gone)
     clock.lap("delete")
 
 
-def _add_merged(memory, g: MergeGroup, members: list[Point]) -> str:
+def _merged_message(g: MergeGroup, members: list[Point]) -> tuple[dict, dict, dict]:
+    """(message, scope ids, metadata) that Mem0's ``add`` is given for a merged memory."""
     first = members[0].payload
     newest = members[-1].payload  # members are in time order
     meta: dict = {}
@@ -258,13 +287,32 @@ def _add_merged(memory, g: MergeGroup, members: list[Point]) -> str:
     msg = {"role": roles.pop() if len(roles) == 1 and None not in roles else "user", "content": g.text}
     if first.get("actor_id"):
         msg["name"] = first["actor_id"]  # same for all: actor_id is part of the tenant
-    ids = {k: first[k] for k in SCOPE_KEYS if first.get(k)}
+    return msg, {k: first[k] for k in SCOPE_KEYS if first.get(k)}, meta
+
+
+def _add_merged(memory, g: MergeGroup, members: list[Point]) -> str:
+    """The reference: one merged memory through ``Memory.add(..., infer=False)``."""
+    msg, ids, meta = _merged_message(g, members)
     out = memory.add([msg], **ids, metadata=meta, infer=False)
     rows = out.get("results", []) if isinstance(out, dict) else out
     if len(rows) != 1 or not rows[0].get("id"):
         raise RuntimeError(f"Mem0 add must return one new memory for a merged text, got {out!r}; no original "
                            "was deleted")
     return str(rows[0]["id"])
+
+
+def _add_merged_batch(memory, groups: list[MergeGroup], by_id: dict, vectors: list) -> None:
+    """Every merged memory as ``Memory.add(..., infer=False)`` writes it, in batches."""
+    now = datetime.now(UTC).isoformat()
+    payloads = []
+    for g in groups:
+        msg, ids, meta = _merged_message(g, [by_id[x] for x in g.members])
+        if msg["role"] == "system":  # Mem0's add skips system messages
+            raise RuntimeError(f"Mem0 add must return one new memory for a merged text, got none for role 'system' "
+                               f"({g.members[:3]}); no original was deleted")
+        payloads.append(add_payload(msg["content"], meta, ids, msg["role"], msg.get("name"), now=now))
+    for g, i in zip(groups, add_memories(memory, vectors, payloads)):
+        g.new_id = i
 
 
 def _relink(es, ents: list[Point], groups: list[MergeGroup]) -> int:
@@ -302,28 +350,3 @@ def _verify(memory, groups: list[MergeGroup], vectors: list[np.ndarray], payload
         if why:
             raise RuntimeError(f"merged memory {g.new_id} {why}; no original was deleted (restore with: "
                                f"memforest mem0 restore {backup})")
-
-
-# --------------------------------------------------------------------------- plan text
-def format_plan(res: Mem0CompressResult, *, width: int = 72, max_groups: int | None = 50) -> str:
-    """Which memories merge, with previews: one block per merged memory."""
-    def short(t):
-        t = " ".join(str(t).split())
-        return t if len(t) <= width else t[: width - 3] + "..."
-
-    n_merged_away = sum(len(g.members) for g in res.groups)
-    lines = [f"scope {res.scope.describe()}: {res.n_in} memories; {n_merged_away} merge into {len(res.groups)} "
-             f"-> {res.n_in - n_merged_away + len(res.groups)} memories"]
-    for why, n in sorted(res.left_alone.items()):
-        lines.append(f"  left alone: {n} ({why})")
-    shown = res.groups if max_groups is None else res.groups[:max_groups]
-    for g in shown:
-        lines.append(f"[{g.tenant}] {len(g.members)} memories -> 1"
-                     + (f" (new id {g.new_id})" if g.new_id else ""))
-        for m in g.members:
-            created, text = res.previews.get(m, (None, ""))
-            lines.append(f"    - {m}  {str(created or '')[:10]}  {short(text)}")
-        lines.append(f"    = {short(g.text)}")
-    if len(shown) < len(res.groups):
-        lines.append(f"... and {len(res.groups) - len(shown)} more merged memories")
-    return "\n".join(lines)

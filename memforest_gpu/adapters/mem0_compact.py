@@ -40,6 +40,8 @@ from .mem0 import (
     Mem0CompressResult,
     Mem0Embedder,
     Scope,
+    check_dimension,
+    check_write_path,
     merge_groups,
     split_eligible,
     store_of_points,
@@ -75,10 +77,12 @@ def write_state(path, trees: dict[str, int], states: dict) -> None:
 
 def compact_mem0(memory, budget: CompactConfig, config: CompressConfig | None = None, *, scope: Scope | None = None,
                  state=None, merger=None, backup=None, dry_run: bool = False, device=None, progress: bool = False,
-                 after_write=None) -> Mem0CompressResult:
+                 after_write=None, write_path: str = "batch") -> Mem0CompressResult:
     """Compact every tenant of ``scope`` over its budget (see the module docstring).
     ``state``: the state file (``None``: none; every compacted tenant is then partitioned in
-    full). The result's ``report`` is the :class:`~memforest_gpu.engine.compact.CompactReport`."""
+    full). ``write_path`` as in :func:`~.mem0.compress_mem0`. The result's ``report`` is the
+    :class:`~memforest_gpu.engine.compact.CompactReport`."""
+    check_write_path(write_path)
     scope = scope or Scope(all_tenants=True)
     clock = StageTimer()
     points = read_points(memory, scope.filters)
@@ -94,6 +98,7 @@ def compact_mem0(memory, budget: CompactConfig, config: CompressConfig | None = 
         return result
     trees, states = read_state(state)
     emb = Mem0Embedder(memory, device=device)
+    check_dimension(memory, todo[0].vector.shape[0], {"the embedder's vectors": emb.dim})
     store = store_of_points(todo, emb.name)
     store.event_trees = EventTrees(np.array([trees.get(p.id, -1) for p in todo], dtype=np.int64),
                           {t: s for t, s in states.items() if t in over})
@@ -106,7 +111,7 @@ def compact_mem0(memory, budget: CompactConfig, config: CompressConfig | None = 
     if dry_run:
         return result
     if result.groups:
-        write_back(memory, result, points, by_id, vectors, backup, after_write, clock)
+        write_back(memory, result, points, by_id, vectors, backup, after_write, clock, write_path=write_path)
     if state is not None:
         _save_state(state, trees, states, res.store, result.groups, rows, over, {p.id for p in points})
         clock.lap("state")

@@ -6,11 +6,12 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from .backup import read_backup
-from .mem0_client import entity_store
-from .vectors import Point, payloads_equal, provider_of, read_points, write_points
+from .backup import read_backup, read_backup_header
+from .mem0_client import entity_store, load_config, load_memory
+from .mem0_write import delete_memories, qdrant_local_batch
+from .vectors import Point, delete_points, payloads_equal, provider_of, read_points, write_points
 
-__all__ = ["restore_mem0", "VECTOR_ATOL"]
+__all__ = ["restore_mem0", "open_for_restore", "VECTOR_ATOL"]
 
 # Qdrant's local mode renormalises every stored cosine vector in place on each search
 # (qdrant_client/local/distances.py), so stored vectors drift by an ulp or so: a vector
@@ -18,9 +19,27 @@ __all__ = ["restore_mem0", "VECTOR_ATOL"]
 VECTOR_ATOL = 1e-6
 
 
+def _same_store(header: dict, provider: str, collection: str) -> None:
+    if header["provider"] != provider or header["collection"] != collection:
+        raise ValueError(f"backup is of {header['provider']} collection {header['collection']!r}, the config "
+                         f"opens {provider} collection {collection!r}: they must be the same")
+
+
+def open_for_restore(config, backup, *, quiet: bool = False):
+    """The Mem0 ``Memory`` a backup goes back into: the config must name the backup's store
+    and collection (checked before Mem0 opens anything); a collection that is gone is created."""
+    cfg = dict(load_config(config) if not isinstance(config, dict) else config)
+    vs = cfg.get("vector_store") or {}
+    c = (vs.get("config") or {}) if isinstance(vs, dict) else {}
+    _same_store(read_backup_header(backup), vs.get("provider", "qdrant") if isinstance(vs, dict) else vs,
+                c.get("collection_name") or "mem0")
+    return load_memory(cfg, create=True, quiet=quiet)
+
+
 def restore_mem0(memory, backup) -> dict:
     """Put the backed-up scope back exactly: memories of the scope that are not in the
-    backup are deleted (through Mem0, so its history records it), backed-up memories that
+    backup are deleted as Mem0's ``delete`` does (its history records it; in batches,
+    :func:`~.mem0_write.delete_memories`), backed-up memories that
     are missing or changed are written back with their ids, vectors and payloads (a
     restored memory also gets an ADD in Mem0's history); the scope's entities in Mem0's
     entity store likewise. Payloads come back byte for byte (Chroma, which keeps no key
@@ -32,22 +51,21 @@ def restore_mem0(memory, backup) -> dict:
     header, saved, saved_ents = read_backup(backup)
     provider = provider_of(memory)
     coll = memory.vector_store.collection_name
-    if header["provider"] != provider or header["collection"] != coll:
-        raise ValueError(f"backup is of {header['provider']} collection {header['collection']!r}, the config "
-                         f"opens {provider} collection {coll!r}: they must be the same")
+    _same_store(header, provider, coll)
     scope = header["scope"]
     es = entity_store(memory)
     if es is None and saved_ents:
         es = memory.entity_store  # the backup has entities: bring the entity store back
-    counts = _put_back(memory, saved, scope, None, memory.delete, provider)
+    counts = _put_back(memory, saved, scope, None, lambda ids: delete_memories(memory, ids), provider)
     db = getattr(memory, "db", None)
     now = datetime.now(UTC).isoformat()
-    for p in counts.pop("missing"):  # Mem0's history: the memory is back (dated now, as Mem0 dates a DELETE)
-        if db is not None and hasattr(db, "add_history"):
-            db.add_history(p.id, None, p.payload.get("data"), "ADD", created_at=p.payload.get("created_at"),
-                           updated_at=now, actor_id=p.payload.get("actor_id"), role=p.payload.get("role"))
+    back = counts.pop("missing")  # Mem0's history: the memory is back (dated now, as Mem0 dates a DELETE)
+    if back and db is not None and hasattr(db, "batch_add_history"):
+        db.batch_add_history([{"memory_id": p.id, "old_memory": None, "new_memory": p.payload.get("data"),
+                               "event": "ADD", "created_at": p.payload.get("created_at"), "updated_at": now,
+                               "actor_id": p.payload.get("actor_id"), "role": p.payload.get("role")} for p in back])
     if es is not None:
-        ent = _put_back(memory, saved_ents, scope, es, lambda i: es.delete(vector_id=i), provider)
+        ent = _put_back(memory, saved_ents, scope, es, lambda ids: delete_points(memory, ids, store=es), provider)
         ent.pop("missing")
         counts["entities"] = ent
     return {**counts, "scope": scope, "count": len(saved), "seconds": time.perf_counter() - t0}
@@ -59,8 +77,8 @@ def _put_back(memory, saved: list[Point], scope: dict, store, delete, provider: 
     cur = {p.id: p for p in read_points(memory, scope, store=store)}
     keep = {p.id for p in saved}
     removed = [i for i in cur if i not in keep]
-    for i in removed:
-        delete(i)
+    if removed:
+        delete(removed)
     missing, changed, same = [], [], 0
     for p in saved:
         c = cur.get(p.id)
@@ -71,7 +89,8 @@ def _put_back(memory, saved: list[Point], scope: dict, store, delete, provider: 
             changed.append(p)
         else:
             same += 1
-    write_points(memory, missing + changed, replace={p.id for p in changed}, store=store)
+    with qdrant_local_batch(store if store is not None else memory.vector_store):
+        write_points(memory, missing + changed, replace={p.id for p in changed}, store=store)
     after = {p.id: p for p in read_points(memory, scope, store=store)}
     bad = [p.id for p in saved if p.id not in after or not payloads_equal(after[p.id].payload, p.payload, provider)]
     if bad or len(after) != len(saved):

@@ -1,39 +1,29 @@
 """Native access to the vector store behind a Mem0 ``Memory``: read every point of a scope
-with its vector, write points back exactly (id, vector, payload). Mem0's own ``get_all``
-returns no vectors and pages badly, so reads go to the store itself.
+with its vector, write points back exactly (id, vector, payload), delete points in batches.
+Mem0's own ``get_all`` returns no vectors and pages badly, so reads go to the store itself.
 
 Supported: Qdrant (embedded ``path=`` or a server; ``scroll(with_vectors=True)`` paged),
-Chroma (embedded persistent ``path=`` or a server; ``collection.get(include=embeddings)``
-paged by ``limit``/``offset``) and FAISS (Mem0's docstore + ``reconstruct``). Writes that
-Mem0's API can do (add, delete) go through Mem0, so its history table records them; only
-restore writes here.
+Chroma (embedded persistent ``path=`` or a server, ``host``/``port``; ``collection.get(include=
+embeddings)`` paged by ``limit``/``offset``), pgvector (PostgreSQL; a server-side cursor,
+:mod:`.vectors_pg`) and FAISS (Mem0's docstore + ``reconstruct``). The Mem0 bookkeeping
+around writes (history, entities) is :mod:`.mem0_write`'s.
 
 Chroma keeps no key order in a payload (each read may list the keys differently) and
 merges metadata on upsert, so a Chroma payload is compared by content
-(:func:`payloads_equal`) and a changed point is deleted and added again.
+(:func:`payloads_equal`) and a changed point is deleted and added again. pgvector's JSONB
+stores keys in its own canonical order, the same on every read.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-
 import numpy as np
 
-__all__ = ["Point", "STORES", "read_points", "read_ids", "write_points", "provider_of", "check_provider",
-           "payloads_equal", "payload_json"]
+from .points import Point, payload_json
+from .vectors_pg import pg_delete, pg_read, pg_read_ids, pg_write
 
-STORES = ("qdrant", "chroma", "faiss")
+__all__ = ["Point", "STORES", "read_points", "read_ids", "write_points", "delete_points", "provider_of",
+           "check_provider", "payloads_equal", "payload_json"]
 
-
-@dataclass
-class Point:
-    """One stored memory: ``vector`` (D,) float32, ``payload`` as stored, ``sparse``: extra
-    named sparse vectors (Qdrant's ``bm25``) as ``{name: {"indices": [...], "values": [...]}}``."""
-
-    id: str
-    vector: np.ndarray
-    payload: dict
-    sparse: dict | None = None
+STORES = ("qdrant", "chroma", "pgvector", "faiss")
 
 
 def check_provider(p) -> str:
@@ -45,11 +35,6 @@ def check_provider(p) -> str:
 
 def provider_of(memory) -> str:
     return check_provider(memory.config.vector_store.provider)
-
-
-def payload_json(payload: dict, *, sort_keys: bool = False) -> str:
-    """The canonical text of a payload: JSON, key order kept (or sorted), non-ASCII kept."""
-    return json.dumps(payload, ensure_ascii=False, allow_nan=False, sort_keys=sort_keys)
 
 
 def payloads_equal(a: dict, b: dict, provider: str) -> bool:
@@ -67,21 +52,24 @@ def _matches(payload: dict, filters: dict) -> bool:
 def read_points(memory, filters: dict, *, store=None, page: int = 512) -> list[Point]:
     """Every point whose payload has all ``filters`` (key == value), with its vector; ``{}``:
     the whole collection. ``store``: another Mem0 vector store of the same provider (the
-    entity store); default the memories. Order: Qdrant's id order / FAISS insertion order."""
+    entity store); default the memories. Order: Qdrant's and pgvector's id order / FAISS
+    insertion order."""
     vs = store if store is not None else memory.vector_store
     provider = provider_of(memory)
     if provider == "qdrant":
         return _qdrant_read(vs, filters, page)
     if provider == "chroma":
         return _chroma_read(vs, filters, page)
+    if provider == "pgvector":
+        return pg_read(vs, filters, page)
     return _faiss_read(vs, filters)
 
 
-def read_ids(memory, ids: list[str], *, page: int = 256) -> dict[str, Point]:
+def read_ids(memory, ids: list[str], *, page: int = 256, store=None) -> dict[str, Point]:
     """The stored points of ``ids`` with their vectors, read back by id in batches of ``page``
-    (Qdrant ``retrieve``, Chroma ``get(ids=...)``, FAISS docstore + ``reconstruct``); an id the
-    store does not hold is absent from the result."""
-    vs = memory.vector_store
+    (Qdrant ``retrieve``, Chroma ``get(ids=...)``, pgvector ``id = ANY(...)``, FAISS docstore
+    + ``reconstruct``); an id the store does not hold is absent from the result."""
+    vs = store if store is not None else memory.vector_store
     provider = provider_of(memory)
     out: dict[str, Point] = {}
     if provider == "faiss":
@@ -91,6 +79,8 @@ def read_ids(memory, ids: list[str], *, page: int = 256) -> dict[str, Point]:
             if pos is not None and payload is not None:
                 out[str(i)] = Point(str(i), np.asarray(vs.index.reconstruct(int(pos)), dtype=np.float32), dict(payload))
         return out
+    if provider == "pgvector":
+        return pg_read_ids(vs, list(ids), page)
     for lo in range(0, len(ids), page):
         chunk = list(ids[lo:lo + page])
         if provider == "qdrant":
@@ -117,8 +107,33 @@ def write_points(memory, points: list[Point], *, replace: set[str] = frozenset()
         _qdrant_write(vs, points)
     elif provider == "chroma":
         _chroma_write(vs, points, replace)
+    elif provider == "pgvector":
+        pg_write(vs, points)
     else:
         _faiss_write(vs, points, replace)
+
+
+def delete_points(memory, ids: list[str], *, store=None, batch: int = 1024) -> None:
+    """Delete the points of ``ids`` from the vector store, ``batch`` per request (FAISS: one
+    rebuild of the index for all of them, as Mem0's own delete rebuilds it for one)."""
+    ids = [str(i) for i in ids]
+    if not ids:
+        return
+    vs = store if store is not None else memory.vector_store
+    provider = provider_of(memory)
+    if provider == "faiss":
+        _faiss_delete(vs, set(ids))
+    elif provider == "pgvector":
+        pg_delete(vs, ids, batch)
+    else:
+        for lo in range(0, len(ids), batch):
+            chunk = ids[lo:lo + batch]
+            if provider == "qdrant":
+                from qdrant_client import models
+
+                vs.client.delete(collection_name=vs.collection_name, points_selector=models.PointIdsList(points=chunk))
+            else:
+                vs.collection.delete(ids=chunk)
 
 
 # --------------------------------------------------------------------------- qdrant
@@ -209,9 +224,28 @@ def _faiss_read(vs, filters: dict) -> list[Point]:
     return out
 
 
+def _faiss_delete(vs, ids: set[str]) -> None:
+    """Mem0's FAISS delete (rebuild the index from the vectors kept, renumber, save) for a set."""
+    keep = [pos for pos in sorted(vs.index_to_id) if vs.index_to_id[pos] not in ids]
+    if len(keep) == len(vs.index_to_id):
+        return
+    vectors = np.stack([vs.index.reconstruct(int(pos)) for pos in keep]) if keep else None
+    names = [vs.index_to_id[pos] for pos in keep]
+    vs.index.reset()
+    if vectors is not None:
+        vs.index.add(vectors.astype(np.float32))
+    for i in ids:
+        vs.docstore.pop(i, None)
+    vs.index_to_id = dict(enumerate(names))
+    vs._save()
+
+
 def _faiss_write(vs, points: list[Point], replace: set[str]) -> None:
-    for p in points:
-        if p.id in replace:
-            vs.delete(p.id)
-    vs.insert([p.vector.astype(np.float32).tolist() for p in points], [dict(p.payload) for p in points],
-              [p.id for p in points])
+    """Mem0's FAISS insert without its re-normalisation: the vectors go in exactly as given."""
+    _faiss_delete(vs, {p.id for p in points if p.id in replace})
+    start = len(vs.index_to_id)
+    vs.index.add(np.stack([p.vector for p in points]).astype(np.float32))
+    for j, p in enumerate(points):
+        vs.docstore[p.id] = dict(p.payload)
+        vs.index_to_id[start + j] = p.id
+    vs._save()

@@ -16,6 +16,7 @@ from ..adapters.graph import compress_graph, read_graph, write_graph
 from ..adapters.m3agent import compress_video_graph, is_m3_agent_path, load_video_graph, save_video_graph
 from ..adapters.mem0 import Scope, close_memory, compress_mem0, format_plan, load_memory, restore_mem0
 from ..adapters.mem0_compact import compact_mem0
+from ..adapters.restore import open_for_restore
 from ..api import resolve_embedder
 from ..mergers import get_merger
 from ..mergers.embedders import get_embedder
@@ -39,6 +40,12 @@ def _add_compress_options(p) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def _add_write_path(p) -> None:
+    p.add_argument("--write-path", choices=["batch", "mem0"], default="batch",
+                   help="batch: Mem0's writes (payloads, history, entity links) in batches through its own storage "
+                        "objects (default); mem0: Memory.add / Memory.delete one memory at a time (the reference)")
+
+
 def add_parser(subparsers) -> None:
     """Add the ``mem0`` and ``graph`` commands to a ``memforest`` subparsers object."""
     m = subparsers.add_parser("mem0", help="compress a Mem0 store in place, or restore it from a backup")
@@ -54,6 +61,7 @@ def add_parser(subparsers) -> None:
                         "previews; write and delete nothing")
     c.add_argument("--backup", default=None, help="backup file (default mem0-backup-<scope>-<time>.parquet)")
     c.add_argument("--show", type=int, default=50, help="merged memories shown in the plan (default 50)")
+    _add_write_path(c)
     _add_compress_options(c)
     k = ms.add_parser("compact", help="keep every user within a budget: merge the memories of users over it")
     k.add_argument("--config", required=True, help="Mem0 config (YAML or JSON), as given to Memory.from_config")
@@ -67,6 +75,7 @@ def add_parser(subparsers) -> None:
     k.add_argument("--dry-run", action="store_true", help="print which memories would merge; change nothing")
     k.add_argument("--backup", default=None, help="backup file (default mem0-backup-<scope>-<time>.parquet)")
     k.add_argument("--show", type=int, default=50, help="merged memories shown in the plan (default 50)")
+    _add_write_path(k)
     _add_compress_options(k)
     r = ms.add_parser("restore", help="put a scope back exactly as in a backup")
     r.add_argument("backup", help="the backup file written by mem0 compress")
@@ -111,10 +120,10 @@ def _mem0_compress(a) -> int:
         check_output(a.backup, inputs=[a.config], what="--backup", needs_format=False)
     if a.report:
         check_output(a.report, inputs=[a.config, a.backup], what="--report", needs_format=False)
-    memory = load_memory(a.config)
+    memory = load_memory(a.config, quiet=not _progress(a))
     try:
         res = compress_mem0(memory, scope, cfg, merger=merger, backup=a.backup, dry_run=a.dry_run,
-                            device=a.device, progress=_progress(a))
+                            device=a.device, progress=_progress(a), write_path=a.write_path)
     finally:
         close_memory(memory)
     print(format_plan(res, max_groups=a.show))
@@ -145,10 +154,10 @@ def _mem0_compact(a) -> int:
     for path, what in ((a.backup, "--backup"), (a.report, "--report"), (state, "--state")):
         if path:
             check_output(path, inputs=[a.config], what=what, needs_format=False)
-    memory = load_memory(a.config)
+    memory = load_memory(a.config, quiet=not _progress(a))
     try:
-        res = compact_mem0(memory, budget, cfg, scope=scope, state=state, merger=merger,
-                           backup=a.backup, dry_run=a.dry_run, device=a.device, progress=_progress(a))
+        res = compact_mem0(memory, budget, cfg, scope=scope, state=state, merger=merger, backup=a.backup,
+                           dry_run=a.dry_run, device=a.device, progress=_progress(a), write_path=a.write_path)
     finally:
         close_memory(memory)
     rep = res.report
@@ -171,7 +180,7 @@ def _mem0_compact(a) -> int:
 
 
 def _mem0_restore(a) -> int:
-    memory = load_memory(a.config)
+    memory = open_for_restore(a.config, a.backup, quiet=True)
     try:
         r = restore_mem0(memory, a.backup)
     finally:
