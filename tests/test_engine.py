@@ -18,17 +18,20 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 import torch
-from engine_helpers import (
+from engine_helpers import (  # noqa: F401 (pytest fixtures: used by name)
     CPU,
     DAY,
     NAMES,
     SIZES,
+    _one_thread,
     _round_sizes,
+    big_store,
     build_store,
     cfg_of,
     check_invariants,
     run,
     same_output,  # noqa: F401
+    small_store,
     tree_of_originals,
 )
 from kernel_helpers import kruskal_ref

@@ -7,14 +7,16 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from engine_helpers import (
+from engine_helpers import (  # noqa: F401 (pytest fixtures: used by name)
     RecordingMerger,
+    _one_thread,
     _round_sizes,  # noqa: F401
     build_store,
     cfg_of,
     check_invariants,
     run,
     same_output,
+    small_store,
 )
 
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
