@@ -11,13 +11,16 @@ number of pairs.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 
 from .graph_choice import KNN
 from .knn_graph import merged_lists, stale_entries
 from .plan import Plan
-from .trees import Bucket, TreeBatch, compute_dtype, row_sims
+from .trees import Bucket, TreeBatch
+from .vectors import compute_dtype, row_sims
 
 __all__ = ["apply_round", "pair_means"]
 
@@ -89,22 +92,61 @@ def _knn_round(batch: TreeBatch, bk: Bucket, row_np: np.ndarray, r, keep, drop, 
     merged[inv_t, drop] = True
     kept = torch.zeros_like(merged)
     kept[inv_t, keep] = True
-    merged_lists(bk, batch.vectors, r, keep, drop, E, rd, inv_t, batch.tree, batch.cap)
+    sims = merged_lists(bk, batch.vectors, r, np.asarray(row_np), keep, drop, E, rd, inv_t, batch.tree, batch.cap)
     stale, node_a, node_b = stale_entries(bk, rows_t, rd, merged, kept)
-    return bk, rows_t, stale, node_a, node_b
+    where_p = None
+    if sims is not None:
+        where_p = torch.full((R, m), -1, dtype=torch.int64, device=dev)  # (R, m) slot -> its merged node's row of sims
+        where_p[inv_t, keep] = torch.arange(r.shape[0], device=dev)
+    return _KnnRound(bk, rows_t, stale, node_a, node_b, sims, where_p)
 
 
-def _refresh(batch: TreeBatch, parts, *, budget: int = 1 << 24) -> None:
-    """New cosines for the stale entries of every knn bucket, found with one host read."""
+class _KnnRound(NamedTuple):
+    """What :func:`_refresh` needs of one knn bucket's round. Shape: stale, node_a, node_b
+    (R, m, k+1) for the touched rows ``rows``; sims (P, m): each merged node's cosines with
+    its tree (or None), where_p (R, m): the row of sims of the merged node in each slot (-1)."""
+
+    bk: Bucket
+    rows: torch.Tensor
+    stale: torch.Tensor
+    node_a: torch.Tensor
+    node_b: torch.Tensor
+    sims: torch.Tensor | None
+    where_p: torch.Tensor | None
+
+
+def _refresh(batch: TreeBatch, parts: list[_KnnRound]) -> None:
+    """New cosines for the stale entries of every knn bucket, found with two host reads: an
+    entry between a merged node and another slot of its tree reads its cosine from the
+    merged node's products with its tree where the round computed them (``sims``), the
+    others are computed from their vectors."""
     vec = batch.vectors
-    mask = torch.cat([p[2].reshape(-1) for p in parts])
-    node_a = torch.cat([p[3].reshape(-1) for p in parts])
-    node_b = torch.cat([p[4].reshape(-1) for p in parts])
-    buf = torch.cat([p[0].cs[p[1]].reshape(-1) for p in parts])
+    dev = vec.device
+    base, at, tables = 0, [], []
+    for p in parts:
+        R, m, c = p.stale.shape
+        if p.sims is None:
+            at.append(torch.full((R * m * c,), -1, dtype=torch.int64, device=dev))
+            continue
+        new = p.bk.nbr[p.rows]  # (R, m, k+1) targets after the round
+        i = torch.arange(m, device=dev).expand(R, m)
+        pa = p.where_p.gather(1, new.clamp(min=0).view(R, -1)).view(R, m, c)  # the target is a merged node
+        pb = p.where_p[..., None].expand(R, m, c)  # the slot itself is one
+        pos = torch.where(pa >= 0, pa * m + i[..., None], torch.where(pb >= 0, pb * m + new, -1))
+        at.append(torch.where((new >= 0) & (pos >= 0), base + pos, -1).reshape(-1))
+        tables.append(p.sims.reshape(-1))
+        base += p.sims.numel()
+    mask = torch.cat([p.stale.reshape(-1) for p in parts])
+    buf = torch.cat([p.bk.cs[p.rows].reshape(-1) for p in parts])
     idx = torch.nonzero(mask).flatten()  # host read: how many entries changed
-    buf[idx] = vec.dot_rows(node_a[idx], node_b[idx], budget=budget)
+    pos = torch.cat(at)[idx]
+    known = torch.cat(tables) if tables else buf.new_zeros(1)
+    buf[idx] = known[pos.clamp(min=0)]
+    left = idx[torch.nonzero(pos < 0).flatten()]  # host read: how many no product covers
+    buf[left] = vec.dot_rows(torch.cat([p.node_a.reshape(-1) for p in parts])[left],
+                             torch.cat([p.node_b.reshape(-1) for p in parts])[left])
     off = 0
-    for bk, rows_t, stale, _, _ in parts:
-        n = stale.numel()
-        bk.cs[rows_t] = buf[off:off + n].view(stale.shape)
+    for p in parts:
+        n = p.stale.numel()
+        p.bk.cs[p.rows] = buf[off:off + n].view(p.stale.shape)
         off += n

@@ -28,9 +28,9 @@ from ..config import TreeConfig
 from ..kernels.blocks import stream_rows
 from ..kernels.knn import knn_cells, top_by_key
 from .edges import Ends, edge_weight, ends_of
-from .vectors import NodeVectors, compute_dtype, dot64, dot64_many
+from .vectors import NodeVectors, compute_dtype, dot64, dot64_many, row_sims
 
-__all__ = ["build_knn_graph", "next_live", "merged_lists", "stale_entries"]
+__all__ = ["build_knn_graph", "next_live", "merged_lists", "stale_entries", "tree_products_pay"]
 
 
 def _ends_at(bk, rows: torch.Tensor, slots: torch.Tensor) -> Ends:
@@ -150,15 +150,22 @@ def _rank(X: torch.Tensor, e: Ends, cand: torch.Tensor, k: int, tree: TreeConfig
     return nbr, cs
 
 
-def merged_lists(bk, vectors: NodeVectors, r: torch.Tensor, keep: torch.Tensor, drop: torch.Tensor,
-                 E: torch.Tensor, rd: torch.Tensor, inv: torch.Tensor, tree: TreeConfig, cap: int | None, *,
-                 budget: int = 1 << 24) -> None:
+def merged_lists(bk, vectors: NodeVectors, r: torch.Tensor, r_np: np.ndarray, keep: torch.Tensor,
+                 drop: torch.Tensor, E: torch.Tensor, rd: torch.Tensor, inv: torch.Tensor, tree: TreeConfig,
+                 cap: int | None) -> torch.Tensor | None:
     """Re-rank each merged slot's list from its two parents' lists; clear the dropped slot's.
     Call after the round's slot, span, time and token writes and after ``vectors.append``.
 
-    Shape: r, keep, drop, inv (P,) (inv: each pair's row of ``rd``), E (P, D) the merged
-           vectors in the storage dtype, rd (R, m): each touched row's slot -> its slot after
-           the round (a dropped slot -> the slot it merged into)
+    The candidates' cosines come from one of two computations of the same float64 products,
+    chosen by the round's shape (host-known, so the choice reads nothing from the device):
+    where a tree merges many pairs in the round (:func:`tree_products_pay`), each merged
+    node against every slot of its tree (:func:`~.vectors.row_sims`: one gather of the tree
+    per round), returned so that the stale entries pointing at a merged node read their
+    cosines from it; else each merged node against its candidates only (None is returned).
+
+    Shape: r, r_np (host), keep, drop, inv (P,) (inv: each pair's row of ``rd``), E (P, D) the
+           merged vectors in the storage dtype, rd (R, m): each touched row's slot -> its slot
+           after the round (a dropped slot -> the slot it merged into) -> (P, m) cosines or None
     """
     k = tree.knn
     P = r.shape[0]
@@ -169,17 +176,33 @@ def merged_lists(bk, vectors: NodeVectors, r: torch.Tensor, keep: torch.Tensor, 
     dup = torch.cat([torch.zeros_like(cand[:, :1], dtype=torch.bool), cand[:, 1:] == cand[:, :-1]], 1)
     cand = torch.where(dup, torch.full_like(cand, -1), cand)  # each neighbour once
     me = _ends_at(bk, r[:, None], keep[:, None])  # (P, 1)
-    step = max(1, budget // max(1, cand.shape[1] * vectors.dim))
-    for p0 in range(0, P, step):
-        sl = slice(p0, p0 + step)
-        cd = cand[sl]
-        Y = vectors.gather(torch.where(cd >= 0, bk.slot[r[sl, None], cd.clamp(min=0)], -1))  # (Pc, c, D)
-        cos = dot64_many(E[sl], Y, vectors.dtype)  # (Pc, c)
-        w, _ = edge_weight(cos, me.at(sl), _ends_at(bk, r[sl, None], cd.clamp(min=0)), tree, cap)
-        top, _, j = top_by_key(w.masked_fill(cd < 0, float("-inf")), cd, k)
-        bk.nbr[r[sl], keep[sl], :k] = top
-        bk.cs[r[sl], keep[sl], :k] = cos.gather(1, j)
+    sims = None
+    if tree_products_pay(r_np, bk.m, cand.shape[1]):
+        sims = row_sims(vectors, bk.slot, r_np, E)  # (P, m)
+        cos = sims.gather(1, cand.clamp(min=0))
+    else:
+        cos = torch.zeros(cand.shape, dtype=bk.cs.dtype, device=cand.device)  # (P, c)
+        step = stream_rows(r.device, cand.shape[1] * vectors.dim * 12)  # pairs whose vectors fit in the cache
+        for p0 in range(0, P, step):
+            sl = slice(p0, p0 + step)
+            cd = cand[sl]
+            Y = vectors.gather(torch.where(cd >= 0, bk.slot[r[sl, None], cd.clamp(min=0)], -1))  # (Pc, c, D)
+            cos[sl] = dot64_many(E[sl], Y, vectors.dtype)  # (Pc, c)
+    w, _ = edge_weight(cos, me, _ends_at(bk, r[:, None], cand.clamp(min=0)), tree, cap)
+    top, _, j = top_by_key(w.masked_fill(cand < 0, float("-inf")), cand, k)
+    bk.nbr[r, keep, :k] = top
+    bk.cs[r, keep, :k] = cos.gather(1, j)
     bk.nbr[r, drop] = -1
+    return sims
+
+
+def tree_products_pay(r_np: np.ndarray, m: int, c: int) -> bool:
+    """Whether a round's merged nodes are cheaper to score against their whole trees (one
+    gather of m vectors per touched tree) than against their ``c`` candidates each (c
+    gathered vectors per pair): when the pairs per touched tree outnumber ``m / c``. The
+    ``matching`` schedule's rounds do, most ``sequential`` ones (a pair per tree) do not."""
+    trees = len(np.unique(r_np))
+    return len(r_np) * c > trees * m
 
 
 def stale_entries(bk, rows: torch.Tensor, rd: torch.Tensor, merged: torch.Tensor, kept: torch.Tensor):

@@ -25,7 +25,7 @@ from .knn_graph import build_knn_graph
 from .partition import time_order
 from .vectors import NodeVectors, compute_dtype
 
-__all__ = ["Bucket", "TreeBatch", "build_trees", "compute_dtype", "row_sims"]
+__all__ = ["Bucket", "TreeBatch", "build_trees"]
 
 
 @dataclass(frozen=True)
@@ -147,41 +147,3 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
         bucket_of[ids] = b
         row_of[ids] = np.arange(len(ids))
     return TreeBatch(tuple(buckets), bucket_of, row_of, vectors, config, cap)
-
-
-def row_sims(vectors: NodeVectors, slot: torch.Tensor, r: np.ndarray, E: torch.Tensor, *,
-             budget: int = 1 << 25) -> torch.Tensor:
-    """Similarity of each new vector to every slot of its tree, accumulated in float64.
-
-    Pairs of one tree share one gather of that tree (the matching schedule puts up to m/2
-    pairs in a tree, so gathering per pair would cost O(m^2 D) memory per tree); trees are
-    processed in chunks of at most ``budget`` float64 elements. ``r`` is a host array (the
-    plan's host copy), so the grouping costs no device read.
-
-    Shape: slot (B, m) node rows, r (P,) host row of each pair, E (P, D) -> (P, m) in the
-           vectors' dtype (float32 for half precision)
-    """
-    P, D = E.shape
-    m = slot.shape[1]
-    dev = slot.device
-    rows, inv = np.unique(np.asarray(r, dtype=np.int64), return_inverse=True)  # (R,), (P,)
-    R = len(rows)
-    counts = np.bincount(inv, minlength=R)
-    order = np.argsort(inv, kind="stable")
-    col = np.empty(P, dtype=np.int64)
-    col[order] = np.arange(P) - (np.cumsum(counts) - counts)[inv[order]]
-    pmax = int(counts.max()) if P else 0
-    inv_t = torch.as_tensor(inv, dtype=torch.int64, device=dev)
-    col_t = torch.as_tensor(col, dtype=torch.int64, device=dev)
-    rows_t = torch.as_tensor(rows, dtype=torch.int64, device=dev)
-    Ep = torch.zeros(R, pmax, D, dtype=torch.float64, device=dev)
-    Ep[inv_t, col_t] = E.double()  # (R, pmax, D): each tree's new vectors
-    out = torch.empty(P, m, dtype=compute_dtype(vectors.dtype), device=dev)
-    step = max(1, budget // max(1, m * (D + pmax)))
-    for c0 in range(0, R, step):
-        X = vectors.gather(slot[rows_t[c0:c0 + step]]).double()  # (Rc, m, D), zeros in empty slots
-        S = torch.bmm(X, Ep[c0:c0 + step].transpose(1, 2))  # (Rc, m, pmax)
-        sel = np.flatnonzero((inv >= c0) & (inv < c0 + step))
-        st = torch.as_tensor(sel, dtype=torch.int64, device=dev)
-        out[st] = S[inv_t[st] - c0, :, col_t[st]].to(out.dtype)
-    return out

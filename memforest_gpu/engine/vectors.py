@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["NodeVectors", "compute_dtype", "dot64", "dot64_many"]
+from ..kernels.blocks import stream_rows
+
+__all__ = ["NodeVectors", "compute_dtype", "dot64", "dot64_many", "row_sims"]
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -87,11 +89,12 @@ class NodeVectors:
         self._n_extra += P
         return v
 
-    def dot_rows(self, a: torch.Tensor, b: torch.Tensor, *, budget: int = 1 << 24) -> torch.Tensor:
-        """:func:`dot64` of the vectors of node rows ``a`` and ``b``, a bounded number at a time.
+    def dot_rows(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """:func:`dot64` of the vectors of node rows ``a`` and ``b``, a cache-sized block of
+        pairs at a time (:func:`~memforest_gpu.kernels.blocks.stream_rows`).
         Shape: a, b (P,) -> (P,)"""
         out = torch.empty(a.shape[0], dtype=compute_dtype(self.dtype), device=a.device)
-        step = max(1, budget // max(1, self.dim))
+        step = stream_rows(a.device, self.dim * 32)  # two rows gathered, converted, multiplied
         for i in range(0, a.shape[0], step):
             out[i:i + step] = dot64(self.gather(a[i:i + step]), self.gather(b[i:i + step]), self.dtype)
         return out
@@ -103,3 +106,43 @@ class NodeVectors:
         out = self.base.index_select(0, flat.clamp(min=0, max=max(self.n_base - 1, 0)))
         ext = self._extra.index_select(0, torch.where(flat >= self.n_base, flat - self.n_base + 1, 0))  # 0: zeros
         return torch.where(stored[:, None], out, ext).view(*rows.shape, self.dim)
+
+
+def row_sims(vectors: NodeVectors, slot: torch.Tensor, r: np.ndarray, E: torch.Tensor) -> torch.Tensor:
+    """Similarity of each new vector to every slot of its tree, accumulated in float64.
+
+    Pairs of one tree share one gather of that tree (the matching schedule puts up to m/2
+    pairs in a tree, so gathering per pair would cost O(m^2 D) memory per tree); trees are
+    processed a few at a time (:func:`~memforest_gpu.kernels.blocks.stream_rows`: a
+    cache-sized block on the CPU). ``r`` is a host array (the plan's host copy), so the
+    grouping costs no device read.
+
+    Shape: slot (B, m) node rows, r (P,) host row of each pair, E (P, D) -> (P, m) in the
+           vectors' dtype (float32 for half precision)
+    """
+    P, D = E.shape
+    m = slot.shape[1]
+    dev = slot.device
+    rows, inv = np.unique(np.asarray(r, dtype=np.int64), return_inverse=True)  # (R,), (P,)
+    inv = inv.reshape(-1)
+    R = len(rows)
+    counts = np.bincount(inv, minlength=R)
+    order = np.argsort(inv, kind="stable")  # pairs grouped by tree
+    start = np.cumsum(counts) - counts  # (R,) each tree's first pair in ``order``
+    col = np.empty(P, dtype=np.int64)
+    col[order] = np.arange(P) - start[inv[order]]
+    pmax = int(counts.max()) if P else 0
+    out = torch.empty(P, m, dtype=compute_dtype(vectors.dtype), device=dev)
+    step = max(1, stream_rows(dev, (m + pmax) * D * 8 + m * pmax * 8))  # trees at a time
+    for c0 in range(0, R, step):
+        c1 = min(R, c0 + step)
+        sel = order[start[c0]:start[c1 - 1] + counts[c1 - 1]]  # (Pc,) the chunk's pairs, by tree
+        st = torch.as_tensor(sel, dtype=torch.int64, device=dev)
+        ci = torch.as_tensor(inv[sel] - c0, dtype=torch.int64, device=dev)
+        cc = torch.as_tensor(col[sel], dtype=torch.int64, device=dev)
+        Ep = torch.zeros(c1 - c0, pmax, D, dtype=torch.float64, device=dev)
+        Ep[ci, cc] = E[st].double()  # (Rc, pmax, D): each tree's new vectors
+        X = vectors.gather(slot[torch.as_tensor(rows[c0:c1], dtype=torch.int64, device=dev)]).double()  # (Rc, m, D)
+        S = torch.bmm(X, Ep.transpose(1, 2))  # (Rc, m, pmax)
+        out[st] = S[ci, :, cc].to(out.dtype)
+    return out
