@@ -5,7 +5,8 @@
   (:mod:`.restore`); :mod:`.mem0_client` opens Mem0, :mod:`.vectors` reads and writes
   its vector store natively.
 - :mod:`.graph`: graph memories in our JSONL / Parquet format; :mod:`.m3agent`: M3-Agent's
-  own pickled ``VideoGraph``.
+  own pickled ``VideoGraph``; :mod:`.streammeco` (and :mod:`.m3_streammeco` for M3-Agent's
+  graphs): the StreamMeCo pruning baseline.
 
 The commands ``memforest mem0 compress|restore`` and ``memforest graph compress`` are
 :mod:`memforest_gpu.cli.adapters`.

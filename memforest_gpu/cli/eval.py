@@ -233,6 +233,7 @@ def run(a) -> int:
     from ..config import DEFAULT_PRESET
     from ..evaluation.cache import CachedEmbedder
     from ..evaluation.harness import EvalConfig, run_grid
+    from ..evaluation.methods import GRAPH_BASELINES
     from ..mergers import get_merger
     from ..mergers.embedders import SentenceTransformerEmbedder
 
@@ -253,6 +254,7 @@ def run(a) -> int:
         if not 0 < r < 1:
             raise ValueError(f"ratio must be in (0, 1), got {r!r}")
     bench = _load(a)
+    methods += [m for m in GRAPH_BASELINES if a.methods == "default" and bench.has_entity_links()]
     qa = qa_from_args(a)
     inner = SentenceTransformerEmbedder(None if a.embedder == "default" else a.embedder, device=a.device)
     emb = CachedEmbedder(inner, a.cache or os.path.join(a.out, ".cache"))
