@@ -16,7 +16,7 @@ from memforest_gpu.evaluation.qa import QAConfig, QAProtocol
 from memforest_gpu.evaluation.qa_prompts import (ANSWER_VERSION, JUDGE_VERSION, answer_messages, choice_messages,
                                                   judge_messages)
 from memforest_gpu.evaluation.qa_score import bleu1, is_refusal, parse_choice, parse_verdict, token_f1
-from published_fixtures import longmemeval_items, write_longmemeval
+from published_fixtures import write_longmemeval
 from qa_server import FakeQAServer
 
 T0 = 1683554160.0  # 8 May 2023
@@ -187,5 +187,7 @@ def test_flag_errors(tmp_path, capsys):
     assert "options of merger 'openai' must be among" in capsys.readouterr().err
     assert main(base + ["--answer-model", "transformers:/nowhere/model.gguf", "--base-url", "http://x:1/v1"]) == 2
     assert "base_url is for OpenAI-compatible servers" in capsys.readouterr().err
+    assert main(base + ["--answer-model", "m", "--stream"]) == 2
+    assert "--stream runs without them" in capsys.readouterr().err
     with pytest.raises(ValueError, match="answer_max_tokens must be an integer >= 1, got 0"):
         QAConfig(answer_model="m", answer_max_tokens=0)

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from .eval_protocol import add_protocol_arguments, qa_from_args, subset_from_args
+from .eval_protocol import add_protocol_arguments, check_protocol_flags, qa_from_args, subset_from_args
 
 __all__ = ["add_parser", "run", "main"]
 
@@ -237,6 +237,7 @@ def run(a) -> int:
     from ..mergers import get_merger
     from ..mergers.embedders import SentenceTransformerEmbedder
 
+    check_protocol_flags(a)
     if a.leave_one_out:
         return _run_loo(a)
     cfg = _config(a)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-__all__ = ["add_protocol_arguments", "qa_from_args", "subset_from_args"]
+__all__ = ["add_protocol_arguments", "qa_from_args", "subset_from_args", "check_protocol_flags"]
 
 
 def add_protocol_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,6 +33,16 @@ def add_protocol_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--llm-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a back-end option, as the mergers take it: max_concurrency=32 (server), batch_size=8, "
                         "device=cpu (transformers), tensor_parallel_size=2 (vllm) ...")
+
+
+def check_protocol_flags(a) -> None:
+    """The LLM protocol runs on the grid only: refuse its flags with --leave-one-out or --stream
+    rather than ignore them."""
+    mode = "--leave-one-out" if getattr(a, "leave_one_out", False) else "--stream" if getattr(a, "stream", False) \
+        else None
+    if mode and (getattr(a, "answer_model", None) or getattr(a, "judge_model", None)):
+        raise ValueError(f"--answer-model and --judge-model score the grid; {mode} runs without them, got "
+                         f"--answer-model {a.answer_model!r}")
 
 
 def qa_from_args(a):
