@@ -191,3 +191,38 @@ def test_flag_errors(tmp_path, capsys):
     assert "--stream runs without them" in capsys.readouterr().err
     with pytest.raises(ValueError, match="answer_max_tokens must be an integer >= 1, got 0"):
         QAConfig(answer_model="m", answer_max_tokens=0)
+
+
+def test_vllm_answerer_and_judge_share_one_engine(monkeypatch):
+    """``vllm:PATH`` for both: one engine (the mergers' vLLM back end, here against a stand-in
+    vllm module), the judge with its own token limit in its sampling parameters."""
+    import sys
+
+    from test_vllm_merger import _fake_vllm
+
+    engines = []
+
+    def reply(prompt):  # answers "Miso" to everything; grades it against the gold answer in the prompt
+        if "You grade" in prompt:
+            return "CORRECT" if "Gold answer: Miso" in prompt else "WRONG"
+        return "Miso"
+
+    mod, log = _fake_vllm(reply)
+    real_llm = mod.LLM
+
+    class CountingLLM(real_llm):
+        def __init__(self, model, **kw):
+            engines.append(model)
+            super().__init__(model, **kw)
+
+    mod.LLM = CountingLLM
+    monkeypatch.setitem(sys.modules, "vllm", mod)
+    cfg = QAConfig(answer_model="vllm:/models/m", judge_model="vllm:/models/m", answer_max_tokens=48,
+                   judge_max_tokens=6, options={"gpu_memory_utilization": 0.5})
+    qa = QAProtocol(cfg)
+    out = qa.score(_questions()[:2], [CONTEXT] * 2)
+    assert engines == ["/models/m"]  # one engine for both roles
+    assert qa.judge.backend.llm_ is qa.answerer.backend.llm_
+    assert qa.answerer.backend.sampling_["max_tokens"] == 48 and qa.judge.backend.sampling_["max_tokens"] == 6
+    assert list(out["j"]) == [1.0, 0.0] and list(out["f1"]) == [1.0, 0.0]  # right for the cat, not the bicycle
+    assert len(log["generate"]) == 2  # one generate for the answers, one for the verdicts

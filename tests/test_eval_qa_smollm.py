@@ -5,8 +5,9 @@ are poor; this checks the plumbing with a real model: chat template, batched gen
 judge sharing the answerer's weights, every question either scored or counted as failed, and
 a re-run answered from the cache.
 
-Slow: loading the model takes about 20 s on a CPU, generating 10-20 s more (one torch thread:
-on two busy cores, two threads made every small matrix product ~15x slower)."""
+Slow: 35-70 s on the 2-core development machine (loading the model about 20 s, the rest
+generation, slower when the machine is busy); one torch thread, because on two busy cores two
+threads made every small matrix product of this model ~15x slower."""
 from __future__ import annotations
 
 import importlib.util
