@@ -6,7 +6,8 @@
   :mod:`.vectors` (and :mod:`.vectors_pg`) reads and writes its vector store natively,
   :mod:`.mem0_write` writes what Mem0's add and delete write, in batches.
 - :mod:`.graph`: graph memories in our JSONL / Parquet format; :mod:`.m3agent`: M3-Agent's
-  own pickled ``VideoGraph``.
+  own pickled ``VideoGraph``; :mod:`.streammeco` (and :mod:`.m3_streammeco` for M3-Agent's
+  graphs): the StreamMeCo pruning baseline.
 
 The commands ``memforest mem0 compress|restore`` and ``memforest graph compress`` are
 :mod:`memforest_gpu.cli.adapters`. Mem0 itself (and its vector stores' clients) is imported

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,13 +39,19 @@ import pyarrow.parquet as pq
 
 from ..config import CompressConfig
 from ..engine import CompressReport, compress
+from ..engine.constraints import group_codes, kept_mask
 from ..store.atomic import atomic_open
 from ..store.io import detect_format
 from ..store.jsonl import iter_jsonl_objects
 from ..store.memory_store import MemoryStore
+from .streammeco import prune_report, streammeco_keep
 
 __all__ = ["MemoryGraph", "GraphCompressResult", "read_graph", "write_graph", "compress_graph", "graph_config",
-           "fold_edges", "GRAPH_KEEP_PATTERN"]
+           "fold_edges", "GRAPH_KEEP_PATTERN", "GRAPH_METHODS"]
+
+#: ``compress_graph(method=...)``: MemForest (merging), or the StreamMeCo baseline (pruning,
+#: :mod:`.streammeco`)
+GRAPH_METHODS = ("memforest", "streammeco")
 
 #: The graph default for ``MergeConfig.keep_pattern``: M3-Agent's identity lines
 #: ("Equivalence: <face_0>, <voice_1>."), which M3-Agent finds by
@@ -125,12 +132,17 @@ def graph_config(config: CompressConfig | None) -> CompressConfig:
 
 
 def compress_graph(graph: MemoryGraph, config: CompressConfig | None = None, *, merger=None, embedder=None,
-                   device=None, progress: bool = False) -> GraphCompressResult:
+                   device=None, progress: bool = False, method: str = "memforest") -> GraphCompressResult:
     """Compress the text nodes of ``graph`` with MemForest (per tenant and node type) and
     fold the edges through the merge log. Entity nodes are unchanged. Text nodes that match
-    the keep rule (:func:`graph_config`) are never merged."""
+    the keep rule (:func:`graph_config`) are never merged. ``method="streammeco"``: prune them
+    with the StreamMeCo baseline instead (:func:`_streammeco`)."""
     if graph.texts is None:
         raise ValueError("graph must have at least one text node to compress, got 0")
+    if method not in GRAPH_METHODS:
+        raise ValueError(f"method must be one of {list(GRAPH_METHODS)}, got {method!r}")
+    if method == "streammeco":
+        return _streammeco(graph, graph_config(config))
     st = graph.texts
     keyed = MemoryStore(st.ids, st.texts, st.embeddings, st.timestamps,
                         [f"{t}{_SEP}{ty}" for t, ty in zip(st.tenants, graph.types)],
@@ -161,6 +173,47 @@ def compress_graph(graph: MemoryGraph, config: CompressConfig | None = None, *, 
     g = MemoryGraph(texts, types, [dict(e) for e in graph.entities], s, t, w)
     return GraphCompressResult(g, res.report, res.merges, internal,
                                {"edges_in": len(graph.source), "edges_out": len(s), "internal_edges": internal})
+
+
+def _streammeco(graph: MemoryGraph, cfg: CompressConfig) -> GraphCompressResult:
+    """StreamMeCo on the text nodes (scopes: tenant and node type; entity links: the edges
+    between a text node and an entity node, weights summed); edges of removed nodes dropped."""
+
+    st = graph.texts
+    row = {i: j for j, i in enumerate(st.ids)}
+    ents = {e["id"] for e in graph.entities}
+    weight = np.zeros(len(st), dtype=np.float64)
+    linked = np.zeros(len(st), dtype=bool)
+    for s, t, w in zip(graph.source, graph.target, graph.weight.tolist()):
+        for a, b in ((s, t), (t, s)):
+            if a in row and b in ents:
+                weight[row[a]] += w
+                linked[row[a]] = True
+    scope = np.unique([f"{t}{_SEP}{ty}" for t, ty in zip(st.tenants, graph.types)], return_inverse=True)[1]
+    keyed = MemoryStore(st.ids, st.texts, st.embeddings, st.timestamps, list(map(str, scope)), st.sources,
+                        st.metadata, st.embedder)
+    protected = kept_mask(st.columns()["texts"], cfg.merge.keep_pattern) if cfg.merge.keep_pattern \
+        else np.zeros(len(st), dtype=bool)
+    group = group_codes(st, cfg.merge.merge_within) if cfg.merge.merge_within else None
+    t0 = time.perf_counter()
+    keep, short = streammeco_keep(st.embeddings, scope, weight, linked, group, protected, ratio=cfg.merge.ratio,
+                                  seed=cfg.merge.seed, max_iter=cfg.partition.max_iter,
+                                  unit=np.unique(st.tenants, return_inverse=True)[1])
+    rows = np.flatnonzero(keep).tolist()
+    texts = st.take(rows)
+    gone = set(st.ids) - set(texts.ids)
+    report = prune_report(keyed, keyed.take(rows), "streammeco", t0, protected,
+                          {str(s): v for s, v in short.items() if v})
+    names = {str(c): f"{t}/{ty}" for c, t, ty in zip(scope.tolist(), st.tenants, graph.types)}
+    for r in report.tenants:  # "video-1/episodic" in reports
+        r["tenant"] = names[r["tenant"]]
+    edges = [(s, t, w) for s, t, w in zip(graph.source, graph.target, graph.weight.tolist())
+             if s not in gone and t not in gone]
+    g = MemoryGraph(texts, [graph.types[j] for j in rows], [dict(e) for e in graph.entities],
+                    [e[0] for e in edges], [e[1] for e in edges], np.array([e[2] for e in edges], dtype=np.float64))
+    return GraphCompressResult(g, report, [], 0, {"edges_in": len(graph.source), "edges_out": len(edges),
+                                                  "internal_edges": 0, "edges_dropped": len(graph.source) - len(edges),
+                                                  "removed": len(gone)})
 
 
 def _number(x: float):

@@ -13,7 +13,8 @@ import logging
 import sys
 
 from ..adapters.graph import compress_graph, read_graph, write_graph
-from ..adapters.m3agent import compress_video_graph, is_m3_agent_path, load_video_graph, save_video_graph
+from ..adapters.m3_streammeco import compress_video
+from ..adapters.m3agent import is_m3_agent_path, load_video_graph, save_video_graph
 from ..adapters.mem0 import Scope, close_memory, compress_mem0, format_plan, load_memory, restore_mem0
 from ..adapters.mem0_compact import compact_mem0
 from ..adapters.restore import open_for_restore
@@ -92,6 +93,9 @@ def add_parser(subparsers) -> None:
                          "suffix, .pkl / .pickle = m3-agent)")
     gc.add_argument("--out-format", default=None,
                     help="output format (default: from the suffix; an M3-Agent graph is written back as one)")
+    gc.add_argument("--method", default="memforest", choices=["memforest", "streammeco"],
+                    help="memforest (merge text nodes, default) | streammeco (the StreamMeCo baseline: prune text "
+                         "nodes, docs/evaluation.md)")
     _add_compress_options(gc)
 
 
@@ -217,11 +221,14 @@ def _graph_compress(a) -> int:
         emb = load_emb  # one model per run
     else:
         emb = resolve_embedder(a.embedder, g.texts.embedder, device=a.device)
-    res = compress_graph(g, cfg, merger=merger, embedder=emb, device=a.device, progress=_progress(a))
+    res = compress_graph(g, cfg, merger=merger, embedder=emb, device=a.device, progress=_progress(a),
+                         method=a.method)
     write_graph(res.graph, a.output, format=a.out_format)
     print(format_report(res.report))
-    print(f"edges {res.info['edges_in']} -> {res.info['edges_out']} ({res.internal_edges} between merged nodes "
-          f"dropped, the rest folded into the merged nodes with weights summed); entities unchanged: "
+    how = (f"{res.info['edges_dropped']} of removed nodes dropped" if a.method == "streammeco" else
+           f"{res.internal_edges} between merged nodes dropped, the rest folded into the merged nodes with weights "
+           "summed")
+    print(f"edges {res.info['edges_in']} -> {res.info['edges_out']} ({how}); entities unchanged: "
           f"{len(res.graph.entities)}")
     print(f"wrote {a.output}")
     _write_report(a, {**res.report.to_dict(), **res.info})
@@ -235,13 +242,16 @@ def _m3_compress(a) -> int:
     cfg, merger = _config(a), _merger(a)
     g = load_video_graph(a.input)
     emb = resolve_embedder(a.embedder, None, device=a.device)  # auto: the mean of the merged vectors
-    res = compress_video_graph(g, cfg, merger=merger, embedder=emb, device=a.device, progress=_progress(a))
+    res = compress_video(g, cfg, method=a.method, merger=merger, embedder=emb, device=a.device,
+                         progress=_progress(a))
     save_video_graph(res.graph, a.output)
     i = res.info
     print(format_report(res.report))
-    print(f"M3-Agent graph: text nodes {i['text_in']} -> {i['text_out']} ({i['merged_nodes']} merged nodes), "
-          f"edges {i['edges_in']} -> {i['edges_out']} ({i['internal_edges']} between merged nodes dropped, the rest "
-          f"moved to the merged nodes with weights summed); face and voice nodes unchanged")
+    how = (f"{i['removed']} removed by StreamMeCo), edges {i['edges_in']} -> {i['edges_out']} (those of removed "
+           "nodes dropped" if a.method == "streammeco" else
+           f"{i['merged_nodes']} merged nodes), edges {i['edges_in']} -> {i['edges_out']} ({i['internal_edges']} "
+           "between merged nodes dropped, the rest moved to the merged nodes with weights summed")
+    print(f"M3-Agent graph: text nodes {i['text_in']} -> {i['text_out']} ({how}); face and voice nodes unchanged")
     print(f"wrote {a.output}")
     _write_report(a, {**res.report.to_dict(), **i})
     return 0

@@ -18,10 +18,9 @@ from dataclasses import replace
 import torch
 
 from ..config import DEFAULT_PRESET, PRESETS, preset
-from ..evaluation.benchmark import load_benchmark, write_benchmark
+from ..evaluation.benchmark import NODE_SHAPES, load_benchmark, write_benchmark
 from ..evaluation.cache import CachedEmbedder
 from ..evaluation.harness import EvalConfig, run_grid
-from ..evaluation.locomo import NODE_SHAPES, load_locomo
 from ..evaluation.loo import (
     METRICS,
     Candidate,
@@ -35,12 +34,13 @@ from ..evaluation.loo import (
     save_scores,
     score_candidates,
 )
-from ..evaluation.methods import ABLATION_METHODS, DEFAULT_METHODS, parse_method
+from ..evaluation.methods import ABLATION_METHODS, DEFAULT_METHODS, GRAPH_BASELINES, parse_method
 from ..evaluation.report import load_result, write_outputs
 from ..evaluation.stream_report import run_cli
 from ..mergers import get_merger
 from ..mergers.embedders import SentenceTransformerEmbedder
 from ..store.atomic import atomic_write_text
+from .eval_protocol import add_protocol_arguments, check_protocol_flags, qa_from_args, subset_from_args
 from .flags import FIELDS, as_flag_error
 
 __all__ = ["add_parser", "run", "main"]
@@ -60,13 +60,14 @@ def _preset_names() -> list[str]:
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmark", required=True,
-                   help="benchmark folder (nodes.jsonl|parquet + questions.jsonl) or a LoCoMo .json file")
+                   help="benchmark folder (nodes.jsonl|parquet + questions.jsonl), a LoCoMo or LongMemEval .json "
+                        "file or a PersonaMem questions .csv, read as published")
     p.add_argument("--out", default=None,
                    help="output folder: results.json, per_question.npz, results.md, retention.png")
     p.add_argument("--nodes", default="turns",
-                   help="LoCoMo .json only: turns (one node per dialogue turn) | facts (one node per fact of "
-                        "LoCoMo's observation field, the shape of a Mem0 store); --leave-one-out also takes "
-                        "turns,facts (both shapes, selected on their mean)")
+                   help="turns (one node per dialogue turn or message) | facts (LoCoMo: one node per fact of its "
+                        "observation field, the shape of a Mem0 store) | sessions (LongMemEval: one node per "
+                        "session); --leave-one-out also takes turns,facts (both shapes, selected on their mean)")
     p.add_argument("--turns-per-node", type=int, default=1,
                    help="LoCoMo .json only, turns only: consecutive turns per node (4: the long-memory variant)")
     p.add_argument("--methods", default="default",
@@ -112,6 +113,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "the preset's schedule when it runs, else memforest:sequential)")
     p.add_argument("--export", default=None, help="only write the benchmark in the nodes + questions format here")
     p.add_argument("--report-only", action="store_true", help="redo tables and plot from OUT's results")
+    add_protocol_arguments(p)
     _add_loo_arguments(p)
     _add_stream_arguments(p)
     p.add_argument("--threads", type=int, default=1,
@@ -210,16 +212,12 @@ def _shapes(a) -> list[str]:
 
 
 def _load(a, shape: str | None = None):
-    """The benchmark of ``--benchmark``: a folder as it is; a LoCoMo file in the node shape
-    ``shape`` (default ``--nodes``), in windows of ``--turns-per-node`` turns when asked."""
+    """The benchmark of ``--benchmark`` (a folder as it is; a published file in the node shape
+    ``shape``, default ``--nodes``), restricted to ``--tenants`` and ``--max-questions``."""
 
-    shape = shape or _shapes(a)[0]
-    n = getattr(a, "turns_per_node", 1)
-    if os.path.isfile(a.benchmark) and a.benchmark.endswith(".json"):
-        return load_locomo(a.benchmark, turns_per_node=n, nodes=shape)
-    if n != 1 or shape != "turns":
-        raise ValueError(f"--turns-per-node and --nodes need a LoCoMo .json file, got {a.benchmark!r}")
-    return load_benchmark(a.benchmark)
+    bench = load_benchmark(a.benchmark, nodes=shape or _shapes(a)[0], turns_per_node=getattr(a, "turns_per_node", 1),
+                           contexts=getattr(a, "contexts", None))
+    return subset_from_args(bench, a)
 
 
 def _reference(a, methods: list[str], cfg) -> str | None:
@@ -251,6 +249,8 @@ def run(a) -> int:
         print("\n".join(f"wrote {p}" for p in paths.values()))
         return 0
 
+
+    check_protocol_flags(a)
     if a.leave_one_out:
         return _run_loo(a)
     cfg = _config(a)
@@ -266,13 +266,15 @@ def run(a) -> int:
         if not 0 < r < 1:
             raise ValueError(f"ratio must be in (0, 1), got {r!r}")
     bench = _load(a)
+    methods += [m for m in GRAPH_BASELINES if a.methods == "default" and bench.has_entity_links()]
+    qa = qa_from_args(a)
     inner = SentenceTransformerEmbedder(None if a.embedder == "default" else a.embedder, device=a.device)
     emb = CachedEmbedder(inner, a.cache or os.path.join(a.out, ".cache"))
     if a.threads:
         torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
     res = run_grid(bench, methods, ratios, seeds, embedder=emb, merger=get_merger(a.merger), base_config=cfg,
-                   eval_config=ecfg, device=a.device, progress=not a.quiet and sys.stderr.isatty())
+                   eval_config=ecfg, device=a.device, progress=not a.quiet and sys.stderr.isatty(), qa=qa)
     emb.flush()
     res.meta["preset"] = a.preset or DEFAULT_PRESET
     paths = write_outputs(res, a.out, bootstrap=a.bootstrap, reference=_reference(a, methods, cfg))

@@ -38,12 +38,12 @@ from ..retrieval.retriever import Retriever
 from ..store.memory_store import MemoryStore
 from .dataset import Benchmark
 from .methods import MethodSpec, compress_with, parse_method
-from .metrics import CUTS, NodeViews, answer_tokens, nanmean, score_ranked
+from .metrics import CUTS, NodeViews, answer_tokens, nanmean, option_tokens, score_ranked
 
 __all__ = ["EvalConfig", "EvalResult", "run_grid", "RETRIEVERS", "ranked_candidates"]
 
 RETRIEVERS = ("plain", "agpr")
-RETAINED = ("ansr", "ansr_content", "evr")  # metrics that get a retention record
+RETAINED = ("ansr", "ansr_content", "evr", "j", "f1", "bleu1")  # metrics that get a retention record
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,19 +100,23 @@ def ranked_candidates(retriever: Retriever, queries: torch.Tensor, tenants: list
 
 
 class _Questions:
-    """Questions, tokenised once."""
+    """Questions, tokenised once. "all" leaves out abstention questions (reported apart in their
+    own categories); a multiple-choice question's answer tokens are its option's distinctive
+    ones."""
 
     def __init__(self, bench: Benchmark, embedder, device):
         qs = bench.questions
+        self.questions = list(qs)
         self.ids = [q.id for q in qs]
         self.tenants = [q.tenant for q in qs]
         self.categories = [q.category for q in qs]
-        self.answers = [answer_tokens(q.answer) for q in qs]
+        self.answers = [option_tokens(q.answer, q.options) if q.options else answer_tokens(q.answer) for q in qs]
         self.evidence = [frozenset(q.evidence) for q in qs]
         self.emb = embedder.embed([q.question for q in qs]).to(device, torch.float32)  # (Q, D)
         self.cats = sorted(set(self.categories), key=lambda c: (len(c), c))
         self.cat_mask = {c: np.array([x == c for x in self.categories]) for c in self.cats}
-        self.cat_mask["all"] = np.ones(len(qs), dtype=bool)
+        self.apart = sorted({q.category for q in qs if q.abstention})
+        self.cat_mask["all"] = np.array([not q.abstention for q in qs], dtype=bool)
 
 
 def _time_search(a: Retriever, b: Retriever, q: _Questions, rcfg: RetrievalConfig, repeats: int):
@@ -128,26 +132,37 @@ def _time_search(a: Retriever, b: Retriever, q: _Questions, rcfg: RetrievalConfi
     return statistics.median(ta), statistics.median(tb)
 
 
-def _score_store(store: MemoryStore, q: _Questions, cfg: EvalConfig, originals: dict[str, str]):
+def _score_store(store: MemoryStore, q: _Questions, cfg: EvalConfig, originals: dict[str, str], qa=None):
+    """Every metric of one store, per retriever; with ``qa`` (a :class:`~.qa.QAProtocol`) also the
+    LLM protocol's, on the top-k of each retriever (both retrievers' questions in one batch)."""
     retr = Retriever(store)
     views = NodeViews.build(store, originals)
     out = {}
+    contexts = []
     for kind in RETRIEVERS:
         ranked = ranked_candidates(retr, q.emb, q.tenants, cfg, kind)
         for (cut, metric), v in score_ranked(ranked, views, q.answers, q.evidence, k=cfg.k,
                                              budget=cfg.budget).items():
             out[kind, cut, metric] = v
+        contexts += [[views.rendered[j] for j in row[:cfg.k] if j >= 0] for row in ranked.tolist()]
+    if qa is not None:
+        Q = len(q.ids)
+        for metric, v in qa.score(q.questions * len(RETRIEVERS), contexts).items():
+            for r, kind in enumerate(RETRIEVERS):
+                out[kind, "k", metric] = v[r * Q:(r + 1) * Q]
     return retr, out
 
 
 def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
              base_config: CompressConfig | None = None, eval_config: EvalConfig | None = None, device=None,
-             progress: bool = False, on_cell=None) -> EvalResult:
+             progress: bool = False, on_cell=None, qa=None) -> EvalResult:
     """Score every (method, ratio, seed) cell of the grid plus the uncompressed store.
 
     ``embedder`` embeds the originals, the questions and merged text (wrap it in a
     :class:`~.cache.CachedEmbedder`; its ``flush`` is called after every cell).
-    ``on_cell(label, result)`` is called after each cell (for logs).
+    ``on_cell(label, result)`` is called after each cell (for logs). ``qa``: a
+    :class:`~.qa.QAProtocol` to also score the LLM protocol (answers from each cell's top-k,
+    judged; metrics :data:`~.qa.QA_METRICS` at cut ``k``).
     """
 
     dev = resolve_device(device)
@@ -166,7 +181,7 @@ def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
     t_embed = time.perf_counter() - t0
     originals = dict(zip(store.ids, store.texts))
     out = _Records(bench.name, q)
-    base_retr = out.uncompressed(store, originals, cfg)
+    base_retr = out.uncompressed(store, originals, cfg, qa)
 
     cells = [(s, r, sd) for r in ratios for s in specs for sd in seeds]
     bar = None
@@ -189,7 +204,7 @@ def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
             t_comp = time.perf_counter() - t0
             flush()
             t1 = time.perf_counter()
-            retr, scores = _score_store(res.store, q, cfg, originals)
+            retr, scores = _score_store(res.store, q, cfg, originals, qa)
             if key is not None:
                 done[key] = (res, t_comp, retr, scores)
         out.cell(spec, ratio, seed, scores, res, t_comp, base_retr, retr, cfg)
@@ -207,14 +222,20 @@ def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
         "merger_kind": "non-LLM" if getattr(merger, "name", "") == "extractive" else "configured",
         "embedder": getattr(embedder, "name", type(embedder).__name__),
         "methods": [s.label for s in specs], "ratios": list(ratios), "seeds": list(seeds),
-        "eval": {"k": cfg.k, "budget": cfg.budget, "L": cfg.L, "lam": cfg.lam, "gamma": cfg.gamma},
-        "config": _config_dict(base),
-        "device": str(dev),
+        **_run_facts(cfg, base, dev, q, qa, embedder),
         "seconds": {"embed_originals_and_questions": t_embed, "total": time.perf_counter() - t_start},
         "cells": timings,
-        "cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},
     }
     return EvalResult(out.records, out.per_q, q.ids, q.categories, meta, list(q.tenants))
+
+
+def _run_facts(cfg: EvalConfig, base: CompressConfig, dev, q: _Questions, qa, embedder) -> dict:
+    """The run's settings for ``meta``: cuts, configs, device, question kinds, the LLM protocol."""
+    return {"eval": {"k": cfg.k, "budget": cfg.budget, "L": cfg.L, "lam": cfg.lam, "gamma": cfg.gamma},
+            "config": _config_dict(base), "device": str(dev),
+            "cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},
+            "categories_apart": q.apart, "multiple_choice": sum(bool(x.options) for x in q.questions),
+            **({"qa": qa.summary()} if qa is not None else {})}
 
 
 class _Records:
@@ -247,12 +268,13 @@ class _Records:
                     self.emit(spec.name, spec.schedule, ratio, seed, kind, cut, f"{metric}_retention", cat,
                               m / d if d else None)
 
-    def uncompressed(self, store: MemoryStore, originals: dict, cfg: EvalConfig) -> Retriever:
+    def uncompressed(self, store: MemoryStore, originals: dict, cfg: EvalConfig, qa=None) -> Retriever:
         """Score the uncompressed store (the denominators of every retention); returns its
         retriever."""
-        base_retr, base_scores = _score_store(store, self.q, cfg, originals)
+        base_retr, base_scores = _score_store(store, self.q, cfg, originals, qa)
         self.denom = {(cut, metric, cat): nanmean(base_scores["plain", cut, metric][mask])
-                      for cut in CUTS for metric in RETAINED for cat, mask in self.q.cat_mask.items()}
+                      for cut in CUTS for metric in RETAINED for cat, mask in self.q.cat_mask.items()
+                      if ("plain", cut, metric) in base_scores}
         self.scores(MethodSpec("none"), 0.0, 0, base_scores)
         for kind in RETRIEVERS:
             ta, _ = _time_search(base_retr, base_retr, self.q, cfg.retrieval(kind), cfg.search_repeats)

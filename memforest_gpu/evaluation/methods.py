@@ -3,7 +3,8 @@
 A method spec is ``NAME[:SCHEDULE]``:
 
 - ``none`` (the uncompressed store), ``random_prune``, ``kmeans_prune``, ``dart``,
-  ``random_merge``, ``tome``;
+  ``random_merge``, ``tome``; ``streammeco`` (pruning by entity links, for benchmarks whose
+  nodes name their entities, ``metadata["entities"]``: :mod:`memforest_gpu.adapters.streammeco`);
 - ``memforest`` and its ablations ``memforest-<ablation>`` (:data:`ABLATIONS`), each with
   an optional schedule: ``memforest:matching``, ``memforest-min-tree:sequential``;
   ``memforest-paper`` runs SPEC's partition, tree and node-cap defaults whatever the base config.
@@ -18,13 +19,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..adapters.streammeco import streammeco
 from ..config import SCHEDULES, CompressConfig, PartitionConfig, TreeConfig
 from ..engine import CompressResult, compress
 from ..store.memory_store import MemoryStore
 from .baselines import BASELINES, _report
 
 __all__ = ["MethodSpec", "parse_method", "compress_with", "ABLATIONS", "DEFAULT_METHODS", "ABLATION_METHODS",
-           "METHOD_NAMES"]
+           "METHOD_NAMES", "GRAPH_BASELINES"]
 
 
 def _replace(cfg: CompressConfig, stage: str, **kw) -> CompressConfig:
@@ -47,10 +49,11 @@ ABLATIONS: dict[str, Callable[[CompressConfig], CompressConfig]] = {
     "paper": lambda c: dataclasses.replace(c, partition=PartitionConfig(seed=c.partition.seed), tree=TreeConfig(),
                                            merge=dataclasses.replace(c.merge, max_node_tokens=None)),
 }
-METHOD_NAMES = ("none", *BASELINES, "memforest", *(f"memforest-{a}" for a in ABLATIONS))
+METHOD_NAMES = ("none", *BASELINES, "streammeco", "memforest", *(f"memforest-{a}" for a in ABLATIONS))
 DEFAULT_METHODS = ("random_prune", "kmeans_prune", "dart", "random_merge", "tome", "memforest:sequential",
                    "memforest:matching")
 ABLATION_METHODS = tuple(f"memforest-{a}" for a in ABLATIONS if a not in ("paper", "dense-graph"))
+GRAPH_BASELINES = ("streammeco",)  # added to the default methods where a benchmark has entity links
 
 
 @dataclass(frozen=True)
@@ -112,4 +115,6 @@ def compress_with(method: str | MethodSpec, store: MemoryStore, config: Compress
         return CompressResult(store, _report(store, store, "none", t0), [])
     if spec.is_memforest:
         return compress(store, cfg, merger=merger, embedder=embedder, device=device, progress=progress)
+    if spec.name == "streammeco":
+        return streammeco(store, cfg)
     return BASELINES[spec.name](store, cfg, merger=merger, embedder=embedder)

@@ -45,8 +45,8 @@ from ..mergers.extractive import split_sentences
 from ..store.memory_store import MemoryStore
 from ..store.timeutil import DATE_TAG, format_date
 
-__all__ = ["STOP_WORDS", "tokens", "answer_tokens", "render", "source_starts", "NodeViews", "score_ranked",
-           "METRICS", "CUTS"]
+__all__ = ["STOP_WORDS", "tokens", "answer_tokens", "option_tokens", "render", "source_starts", "NodeViews",
+           "score_ranked", "METRICS", "CUTS"]
 
 STOP_WORDS = frozenset(
     "a an the and or but of to in on at for with by from as is are was were be been being it its "
@@ -68,6 +68,18 @@ def answer_tokens(answer: str) -> frozenset[str]:
     toks = tokens(str(answer))
     kept = frozenset(t for t in toks if t not in STOP_WORDS)
     return kept or frozenset(toks)
+
+
+def option_tokens(answer: str, options) -> frozenset[str]:
+    """A multiple-choice answer's distinctive tokens: the correct option's tokens (as
+    :func:`answer_tokens`) that no other option has; all of them when none is distinctive.
+    AnsR on these asks whether the context holds what tells the right option from the others."""
+    own = answer_tokens(answer)
+    others: set[str] = set()
+    for o in options:
+        if o != answer:
+            others |= set(tokens(str(o)))
+    return frozenset(own - others) or own
 
 
 def render(text: str, timestamp: float) -> str:

@@ -11,20 +11,22 @@ excludes zero. :func:`paired_bootstrap` (questions only) is kept for reference.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections import defaultdict
 
 import numpy as np
 
 from ..store.atomic import atomic_open, atomic_write_text
+from .bootstrap import cluster_bootstrap, cluster_weights, paired_bootstrap
 from .harness import EvalResult, cell_key
+from .qa_report import cat_label, qa_section
 
 __all__ = ["aggregate", "paired_bootstrap", "cluster_bootstrap", "comparisons", "markdown", "plot",
            "write_outputs", "load_result", "REFERENCE"]
 
 REFERENCE = "memforest:sequential"
 _BOOT_METRICS = (("B", "ansr"), ("B", "ansr_content"), ("k", "evr"), ("B", "evr"))
+QA_BOOT_METRICS = (("k", "j"), ("k", "f1"))  # the LLM protocol's, when the run has them
 _DIFF = "_retention_diff_vs_"
 
 
@@ -46,79 +48,19 @@ def aggregate(records: list[dict]) -> dict[tuple, tuple[float, float, int]]:
     return out
 
 
-def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, n: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """Mean of ``a - b`` over items where both are defined, and its 95% percentile
-    bootstrap interval. Shape: a, b (Q,) -> (mean, lo, hi)"""
-    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
-    d = d[~np.isnan(d)]
-    if len(d) == 0:
-        return math.nan, math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(d), size=(n, len(d)))
-    means = d[idx].mean(1)
-    return float(d.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
-
-
-def _cluster_weights(clusters: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """How often each question is drawn in each of ``n`` two-stage resamples: clusters with
-    replacement, then, inside each drawn cluster, its questions with replacement.
-    Shape: clusters (Q,) int codes -> (n, Q) float64 counts"""
-    Q = len(clusters)
-    members = [np.flatnonzero(clusters == c) for c in np.unique(clusters)]
-    C = len(members)
-    W = np.zeros((n, Q), dtype=np.float64)
-    picks = rng.integers(0, C, size=(n, C))  # (n, C) clusters drawn per resample
-    for r in range(n):
-        for c in picks[r]:
-            m = members[c]
-            W[r] += np.bincount(m[rng.integers(0, len(m), size=len(m))], minlength=Q)
-    return W
-
-
-def cluster_bootstrap(a: np.ndarray, b: np.ndarray, clusters, *, n: int = 2000, seed: int = 0,
-                      weights: np.ndarray | None = None) -> tuple[float, float, float]:
-    """Mean of ``a - b`` (seeds averaged) over the questions where both are defined, and its
-    95% percentile interval from a two-stage cluster bootstrap with seed variation: each
-    resample draws clusters (conversations) with replacement, questions inside each drawn
-    cluster with replacement, and, for each method, as many seeds (rows) as it has, with
-    replacement, whose mean it takes (so the seed spread of the seed-averaged score counts).
-
-    Shape: a (S_a, Q), b (S_b, Q) per-seed scores (a (Q,) is one seed), clusters (Q,) ->
-    (mean, lo, hi). ``weights``: precomputed :func:`_cluster_weights` (n, Q) to share
-    between comparisons (then ``n`` is its row count).
-    """
-    a = np.atleast_2d(np.asarray(a, np.float64))
-    b = np.atleast_2d(np.asarray(b, np.float64))
-    if a.shape[1] != b.shape[1] or len(clusters) != a.shape[1]:
-        raise ValueError(f"a, b and clusters must have one value per question, got shapes {a.shape}, {b.shape} "
-                         f"and {np.shape(clusters)}")
-    valid = ~(np.isnan(a).any(0) | np.isnan(b).any(0))  # (Q,)
-    if not valid.any():
-        return math.nan, math.nan, math.nan
-    point = float((a[:, valid].mean(0) - b[:, valid].mean(0)).mean())
-    rng = np.random.default_rng(seed)
-    if weights is None:
-        _, codes = np.unique(np.asarray(clusters), return_inverse=True)
-        weights = _cluster_weights(codes, n, rng)
-    n = weights.shape[0]
-    v = valid.astype(np.float64)
-    cnt = weights @ v  # (n,)
-    rows = np.arange(n)[:, None]
-    sums_a = weights @ np.where(valid, a, 0.0).T  # (n, S_a)
-    sums_b = weights @ np.where(valid, b, 0.0).T  # (n, S_b)
-    sa = sums_a[rows, rng.integers(0, a.shape[0], (n, a.shape[0]))].mean(1)  # seeds resampled too: (n,)
-    sb = sums_b[rows, rng.integers(0, b.shape[0], (n, b.shape[0]))].mean(1)
-    ok = cnt > 0
-    stats = (sa[ok] - sb[ok]) / cnt[ok]
-    return point, float(np.quantile(stats, 0.025)), float(np.quantile(stats, 0.975))
-
-
 def _seed_rows(res: EvalResult, label: str, ratio: float, retriever: str, cut: str, metric: str):
-    """(S, Q) per-seed scores of a cell, or None."""
+    """(S, Q) per-seed scores of a cell, or None; questions of the categories reported apart
+    (abstention) are NaN, so no comparison counts them."""
     seeds = res.meta.get("seeds", [0])
     rows = [res.per_question[k] for sd in seeds
             if (k := cell_key(label, ratio, sd, retriever, cut, metric)) in res.per_question]
-    return np.stack(rows).astype(np.float64) if rows else None
+    if not rows:
+        return None
+    out = np.stack(rows).astype(np.float64)
+    apart = res.meta.get("categories_apart") or []
+    if apart:
+        out[:, np.isin(np.asarray(res.categories), apart)] = np.nan
+    return out
 
 
 def _clusters(res: EvalResult) -> tuple[np.ndarray, bool]:
@@ -136,8 +78,9 @@ def _n_clusters(res: EvalResult) -> int:
 
 def comparisons(res: EvalResult, *, reference: str = REFERENCE, n: int = 2000) -> list[dict]:
     """Every method's difference from ``reference`` at each ratio and retriever, in
-    retention points (x100), for AnsR@B, AnsR-content@B, EvR@k and EvR@B, with a cluster
-    bootstrap interval (:func:`cluster_bootstrap`, tenants as clusters). Flat records."""
+    retention points (x100), for AnsR@B, AnsR-content@B, EvR@k and EvR@B (and the LLM
+    protocol's J@k and F1@k when the run has them), with a cluster bootstrap interval
+    (:func:`cluster_bootstrap`, tenants as clusters). Flat records."""
     denom = {}
     for r in res.records:
         if r["method"] == "none" and r["retriever"] == "plain" and r["category"] == "all":
@@ -146,11 +89,11 @@ def comparisons(res: EvalResult, *, reference: str = REFERENCE, n: int = 2000) -
     if reference not in labels:
         return []
     codes, _ = _clusters(res)
-    weights = _cluster_weights(codes, n, np.random.default_rng(0))  # common to every comparison
+    weights = cluster_weights(codes, n, np.random.default_rng(0))  # common to every comparison
     out = []
     for ratio in res.meta.get("ratios", []):
         for retriever in ("plain", "agpr"):
-            for cut, metric in _BOOT_METRICS:
+            for cut, metric in _BOOT_METRICS + QA_BOOT_METRICS:
                 ref = _seed_rows(res, reference, ratio, retriever, cut, metric)
                 d = denom.get((cut, metric))
                 if ref is None or not d:
@@ -202,7 +145,8 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
     retention summary, AGPR, the bootstrap calls and the search speedups."""
     agg = aggregate(res.records)
     meta = res.meta
-    cats = [c for c in sorted({c for c in res.categories}, key=lambda c: (len(c), c))]
+    apart = res.meta.get("categories_apart") or []  # abstention: last, never in "all"
+    cats = sorted(set(res.categories), key=lambda c: (c in apart, len(c), c))
     labels = meta.get("methods", [])
     ratios = meta.get("ratios", [])
     ev = meta.get("eval", {})
@@ -219,10 +163,14 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
              f"Values are x100, mean ± std over seeds; % = retention against the uncompressed store "
              f"with plain top-k. AnsR-c (AnsR-content) credits answer tokens only from node text and from "
              f"the dates of nodes that hold the question's evidence, not from unrelated nodes' date headers."
-             + _evidence_counts(meta))
+             + _evidence_counts(meta)
+             + (f" Categories {', '.join(meta['categories_apart'])} (abstention questions) are reported apart: "
+                f"not in 'all'." if meta.get("categories_apart") else "")
+             + (f" {meta['multiple_choice']} multiple-choice questions: AnsR counts the correct option's distinctive "
+                f"tokens (those no other option has)." if meta.get("multiple_choice") else ""))
     L.append("")
-    head = ["Method"] + [f"AnsR@B c{c}" for c in cats] + ["AnsR@B all", "%", "AnsR-c@B all", "%", f"EvR@{k}", "%",
-                                                           "EvR@B", "%", f"Ctx@{k}", "Dates@B", "speedup"]
+    head = (["Method"] + [f"AnsR@B {cat_label(c)}" for c in cats]
+            + ["AnsR@B all", "%", "AnsR-c@B all", "%", f"EvR@{k}", "%", "EvR@B", "%", f"Ctx@{k}", "Dates@B", "speedup"])
     L.append("| " + " | ".join(head) + " |")
     L.append("|" + "---|" * len(head))
 
@@ -256,6 +204,7 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
     L.append(_summary(agg, labels, ratios, calls, "agpr", k, reference, by_tenant))
     if comp:
         L += [""] + _differences(res, comp, reference, k)
+    L += qa_section(meta, agg, comp, cats, reference)
     return "\n".join(L) + "\n"
 
 
