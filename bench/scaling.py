@@ -35,6 +35,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+from accounting import account, count_stages, format_accounting, text_stages  # noqa: E402
 from common import Timer, peak_rss_mb, print_hardware, reset_peak, run_measured, write_records  # noqa: E402
 from stage_memory import StageMemory, stage_marks  # noqa: E402
 
@@ -144,6 +145,13 @@ def run_in_process(n: int, a, cfg, embedder) -> dict:
            "stages": {k: v for k, v in sm.summary()["stages"].items() if k not in ("startup", "exit")}}
     print(f"n={n:>8} total {t.seconds:8.2f}s  " + "  ".join(f"{k} {v:.2f}" for k, v in sec.items() if k != "total")
           + f"  rounds {res.report.rounds}  peak {rec['peak_mb']:.0f} MB", flush=True)
+    if a.accounting:
+        rec["accounting"] = account(count_stages(lambda: compress(store, cfg, embedder=embedder, device=a.device)),
+                                    sec, store.device)
+        rec["text_stages"] = text_stages(sec, res.merges, res.store.texts)
+        print(format_accounting(rec["accounting"]), flush=True)
+        print("# text stages: " + json.dumps({k: {kk: round(vv, 2) for kk, vv in v.items() if vv is not None}
+                                               for k, v in rec["text_stages"].items()}), flush=True)
     if a.json_lines:
         print(json.dumps(rec), flush=True)
     return rec
@@ -169,6 +177,9 @@ def main(argv=None):
                     help="the preset the run starts from; --kmeans and --schedule still apply (default: paper "
                          "in process, the CLI's, memforest, with --cli)")
     ap.add_argument("--threads", type=int, default=0, help="in process: torch CPU threads (default 0: torch's)")
+    ap.add_argument("--accounting", action="store_true",
+                    help="in process: run once more counting every stage's FLOPs and bytes, and print them against "
+                         "torch.mm and a copy on this machine (bench/accounting.py)")
     ap.add_argument("--json-lines", action="store_true",
                     help="in process: print each record as one JSON line (what bench/compare.py reads)")
     ap.add_argument("--workdir", default="/tmp/memforest-scaling", help="--cli / many: where stores are written")
