@@ -307,3 +307,15 @@ def test_has_info():
     assert has_info("Caroline: we went to Paris.")
     assert has_info("it was on a Tuesday") and has_info("we paid 30 euros") and has_info("back in may")
     assert not has_info("Caroline: that sounds lovely!") and not has_info("I think so.")
+
+
+def test_merging_in_worker_processes_gives_the_same_texts():
+    """A batch cut into parts merged by worker processes gives the texts of one process."""
+    pairs = [MergePair(MemoryItem(f"a{i}", f"Alice paid {i} dollars. She was happy.", 1683554160.0 + i),
+                       MemoryItem(f"b{i}", f"[9 May 2023] Alice paid {i} dollars. Bob came at {i % 7}.", 1683640560.0))
+             for i in range(301)]
+    alone = ExtractiveMerger(processes=0).merge(pairs)
+    spread = ExtractiveMerger(processes=2, parallel_above=10).merge(pairs)
+    assert spread == alone and len(alone) == 301
+    with pytest.raises(ValueError, match="processes must be an integer >= 0 or None, got -1"):
+        ExtractiveMerger(processes=-1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 __all__ = ["parse_timestamp", "format_date", "MONTHS", "DATE_TAG", "EPOCH_MIN", "EPOCH_MAX"]
@@ -91,5 +92,19 @@ def _epoch(dt: datetime, value: Any, where: str) -> float:
 
 def format_date(ts: float) -> str:
     """Format epoch seconds as a day, e.g. ``1683554160.0 -> '8 May 2023'`` (UTC)."""
-    dt = datetime.fromtimestamp(float(ts), tz=UTC)
+    ts = float(ts)
+    day = ts // 86400.0  # a UTC day is 86,400 POSIX seconds
+    if math.isfinite(day) and ts - day * 86400.0 < 86399.999:  # clear of the microsecond rounding at midnight
+        try:
+            return _day_label(int(day))
+        except (OverflowError, ValueError, OSError):
+            pass  # out of datetime's range: the plain path below raises as it always did
+    dt = datetime.fromtimestamp(ts, tz=UTC)
+    return f"{dt.day} {dt:%B} {dt.year}"
+
+
+@lru_cache(maxsize=1 << 14)
+def _day_label(day: int) -> str:
+    """The label of UTC day ``day`` (days since the epoch)."""
+    dt = datetime.fromtimestamp(day * 86400.0, tz=UTC)
     return f"{dt.day} {dt:%B} {dt.year}"
