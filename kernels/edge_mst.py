@@ -29,8 +29,8 @@ def sort_edges(u: torch.Tensor, v: torch.Tensor, w: torch.Tensor, n: int, *, max
     bad = float("-inf") if maximum else float("inf")
     ok = (w != bad) & ~torch.isnan(w) & (lo != hi)
     order = torch.argsort(lo * n + hi, stable=True)
-    order = order[torch.argsort(w[order], descending=maximum, stable=True)]
-    order = order[torch.argsort(~ok[order], stable=True)]  # no-edges last, the rest keeps its order
+    wk = torch.where(ok, w, torch.full_like(w, bad))[order]  # no-edges sort last, among themselves by pair
+    order = order[torch.argsort(wk, descending=maximum, stable=True)]
     return order, ok[order]
 
 
