@@ -134,6 +134,13 @@ def test_a_file_that_is_not_json_names_the_file_and_the_place(tmp_path, capsys):
     assert f"{path} must be LoCoMo JSON, got bad JSON at line 2 column 19" in err, err
 
 
+def test_nesting_too_deep_is_one_line(tmp_path, capsys):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000)
+    assert main(["eval", "--benchmark", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert f"{path} must be LoCoMo JSON, got nesting too deep to read" in capsys.readouterr().err
+
+
 def test_the_good_file_passes_the_check_in_every_shape(tmp_path):
     from memforest_gpu.evaluation.locomo import load_locomo
 
@@ -151,6 +158,7 @@ def test_the_good_file_passes_the_check_in_every_shape(tmp_path):
     (["--ratios", "0.5,x"], "--ratios must be a comma list of numbers, got '0.5,x'"),
     (["--stream", "--nodes", "facts"], "--nodes does not apply to --stream"),
     (["--stream", "--ratios", "0.5"], "--ratios does not apply to --stream"),
+    (["--methods", "tome", "--reference", "tomee"], "--reference must be one of the methods run (tome), got 'tomee'"),
 ])
 def test_eval_flags_that_would_be_ignored_or_are_not_numbers_are_refused(tmp_path, capsys, args, message):
     path = tmp_path / "good.json"

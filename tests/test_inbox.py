@@ -92,6 +92,18 @@ def test_a_bad_line_refuses_the_run_naming_file_line_and_reason(store, capsys, t
     assert _files(store) == before  # nothing folded in, nothing compacted, the inbox as it was
 
 
+def test_hostile_inboxes_are_one_line(store, capsys):
+    os.mkdir(store + ".inbox.jsonl")
+    assert _compact(store) == 2
+    assert "must be a file of JSON lines, got a folder" in capsys.readouterr().err
+    os.rmdir(store + ".inbox.jsonl")
+    box = _inbox(store, "[" * 100_000 + "\n")
+    before = _files(store)
+    assert _compact(store) == 2
+    assert f"{box}, line 1: a record must be a flat JSON object, got nesting too deep" in capsys.readouterr().err
+    assert _files(store) == before
+
+
 def test_records_the_store_holds_are_counted_and_not_folded_again(store, capsys):
     held = read_store(store).records(with_embedding=True)[3]
     _inbox(store, _line(held) + _line(_rec(0)))
@@ -128,8 +140,9 @@ def test_a_known_id_with_other_text_is_refused_unless_replace_changed(store, cap
     assert sorted(x for r in after.values() for x in r["sources"]) == sorted(after)  # every original once
 
 
-def test_replacing_a_tree_centre_partitions_its_tenant_again(tmp_path, capsys):
-    path = str(tmp_path / "c.parquet")
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_replacing_a_tree_centre_partitions_its_tenant_again(tmp_path, capsys, fmt):
+    path = str(tmp_path / f"c.{fmt}")
     write_store(store_of(arrivals(0, 30, ["a", "b"])), path)
     assert _compact(path, budget="20") == 0  # records the trees and their centres
     capsys.readouterr()

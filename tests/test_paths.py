@@ -178,3 +178,39 @@ def test_the_rule_itself(tmp_path):
         check_paths(reads("INPUT", a), output_files("OUTPUT", tmp_path / "hard.jsonl"))
     two_readers = reads("INPUT", a) + reads("--config", a)  # reading one file twice is fine
     check_paths(two_readers)
+
+
+@pytest.mark.parametrize("side", [".inbox.jsonl", ".journal.jsonl", ".lock"])
+def test_a_store_file_linked_to_the_store_is_refused(tmp_path, capsys, side):
+    """A hostile layout: the inbox, journal or lock of STORE is a symlink to STORE itself."""
+    store = tmp_path / "s.jsonl"
+    store.write_text(_content("s.jsonl"))
+    (tmp_path / f"s.jsonl{side}").symlink_to(store)
+    before = _snapshot(tmp_path)
+    assert main(["compact", str(store), "--max-nodes-per-tenant", "4", "--embedder", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "must not be STORE" in err and "is a link to" in err, err
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("argv", [["compress", "IN", "OUT", "--report", ""], ["compress", "IN", "OUT", "--embedder",
+                                                                                "none", "--report", " "]])
+def test_an_empty_report_path_is_refused(tmp_path, capsys, argv):
+    (tmp_path / "in.jsonl").write_text(_content("in.jsonl"))
+    argv = [str(tmp_path / "in.jsonl") if x == "IN" else str(tmp_path / "o.jsonl") if x == "OUT" else x for x in argv]
+    assert main(argv) == 2
+    assert "--report must be a path, got" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == ["in.jsonl"]
+
+
+def test_the_distributed_command_follows_the_rule(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "in.jsonl").write_text(_content("in.jsonl"))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "-m", "memforest_gpu.distributed", "compress", "in.jsonl", "o.jsonl",
+                        "--report", "o.jsonl", "--embedder", "none"], cwd=tmp_path, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": root})
+    assert p.returncode == 2 and "--report must not be OUTPUT" in p.stderr, p.stderr
+    assert os.listdir(tmp_path) == ["in.jsonl"]

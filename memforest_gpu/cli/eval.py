@@ -40,14 +40,11 @@ from ..evaluation.stream_report import run_cli
 from ..mergers import get_merger
 from ..mergers.embedders import SentenceTransformerEmbedder
 from ..store.atomic import atomic_write_text
-from .eval_paths import check_eval_paths
+from .eval_checks import RATIOS, STREAM_ONLY, check_eval_args
 from .eval_protocol import add_protocol_arguments, check_protocol_flags, qa_from_args, subset_from_args
-from .flags import FIELDS, as_flag_error, check_number_lists, refuse_ignored
+from .flags import FIELDS, as_flag_error
 
 __all__ = ["add_parser", "run", "main"]
-
-RATIOS = "0.3,0.5,0.7"  # --ratios
-STREAM_ONLY = {"budgets": "0.7,0.5,0.3", "low_water": 0.8, "no_full_reference": False, "rerun": False}
 
 
 def _floats(s: str) -> list[float]:
@@ -237,14 +234,7 @@ def _reference(a, methods: list[str], cfg) -> str | None:
 def run(a) -> int:
     """Run ``memforest eval`` from parsed arguments; returns the exit status."""
 
-    check_eval_paths(a)
-    check_number_lists(a, {"ratios": float, "seeds": int, "budgets": float, "loo_alphas": float,
-                           "loo_time_weights": float, "loo_size_weights": float})
-    if a.stream:  # flags the streaming replay would ignore, and those only it reads
-        refuse_ignored(a, {"nodes": "turns", "turns_per_node": 1, "ratios": RATIOS, "leave_one_out": False},
-                       "does not apply to --stream (it replays the benchmark's nodes session by session to --budgets)")
-    else:
-        refuse_ignored(a, STREAM_ONLY, "applies only with --stream")
+    check_eval_args(a)  # paths, number lists, flags the mode would ignore
     if a.export:
         bench_dir = a.benchmark if os.path.isdir(a.benchmark) else os.path.dirname(os.path.abspath(a.benchmark))
         if os.path.realpath(a.export) == os.path.realpath(bench_dir):
@@ -271,6 +261,8 @@ def run(a) -> int:
         spec = "memforest:matching,tome,kmeans_prune" if a.methods == "default" else a.methods
         return run_cli(a, cfg, _methods(spec, cfg.merge.schedule))
     methods = _methods(a.methods, cfg.merge.schedule)
+    if a.reference and a.reference not in methods:  # a typo would leave every comparison out
+        raise ValueError(f"--reference must be one of the methods run ({', '.join(methods)}), got {a.reference!r}")
     ratios, seeds = _floats(a.ratios), _ints(a.seeds)
     ecfg = EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma)
     if not ratios or not seeds:

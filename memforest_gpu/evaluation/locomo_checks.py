@@ -24,6 +24,8 @@ def read_locomo_json(path: str):
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} must be LoCoMo JSON, got bad JSON at line {e.lineno} column {e.colno}: "
                          f"{e.msg}") from None
+    except RecursionError:
+        raise ValueError(f"{path} must be LoCoMo JSON, got nesting too deep to read") from None
     except UnicodeDecodeError as e:
         raise ValueError(f"{path} must be UTF-8 text, got a byte that is not ({e.reason} at byte {e.start})") from None
 
@@ -132,8 +134,9 @@ def _date_ok(text: str) -> bool:
 
 
 def _evidence_ok(ev, *, null: bool = True) -> bool:
-    return (null and ev is None) or isinstance(ev, str) or (isinstance(ev, list) and all(isinstance(x, str)
-                                                                                          for x in ev))
+    """A dialogue id string or a list of them (items are read as text, so numbers pass)."""
+    return (null and ev is None) or isinstance(ev, str) or (isinstance(ev, list) and all(
+        isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in ev))
 
 
 def _check_observation(s: _Sample, sample: dict) -> None:

@@ -165,6 +165,9 @@ def _parse(raw: bytes, ln: int, path: str) -> dict | None:
         return None
     try:
         rec = json.loads(raw)
+    except RecursionError:
+        raise ValueError(f"{path}, line {ln}: a record must be a flat JSON object, got nesting too deep to read; "
+                         "nothing was folded in") from None
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}, line {ln}: a record must be UTF-8 text, got bytes that are not ({e.reason} at "
                          f"byte {e.start}); nothing was folded in") from None
@@ -192,6 +195,8 @@ def read_inbox(path: str | os.PathLike) -> Inbox:
     path = os.fspath(path)
     if not os.path.exists(path):
         return Inbox(path, [], [], 0)
+    if not os.path.isfile(path):
+        raise ValueError(f"the inbox {path!r} must be a file of JSON lines, got a folder or another kind of file")
     with open(path, "rb") as f:
         data = f.read()
     good = data.rfind(b"\n") + 1

@@ -109,10 +109,12 @@ def _missing_folder(path: str) -> str | None:
 
 def check_paths(*groups: list[PathRole]) -> None:
     """Refuse, with one ``ValueError``, any path a command writes that is (after links and
-    ``..``) a path it reads or writes in another role, a written path through a missing
-    folder left with ``..``, and a written folder that is an existing file."""
+    ``..``) a path it reads or writes in another role, an empty written path, a written path
+    through a missing folder left with ``..``, and a written folder that is an existing file."""
     roles = [r for g in groups for r in g]
     for r in roles:
+        if r.writes and not r.path.strip():
+            raise ValueError(f"{r.what} must be a path, got {r.path!r}")
         if r.writes:
             gone = _missing_folder(r.path)
             if gone is not None:
