@@ -214,3 +214,16 @@ def test_the_distributed_command_follows_the_rule(tmp_path):
                        env={**os.environ, "PYTHONPATH": root})
     assert p.returncode == 2 and "--report must not be OUTPUT" in p.stderr, p.stderr
     assert os.listdir(tmp_path) == ["in.jsonl"]
+
+
+def test_an_input_inside_the_parts_folder_is_refused(tmp_path, capsys):
+    """The parts folder of a --memory-budget run is deleted whole when it ends: an input inside
+    it would be deleted with it."""
+    (tmp_path / "o.jsonl.parts").mkdir()
+    src = tmp_path / "o.jsonl.parts" / "in.jsonl"
+    src.write_text(_content("in.jsonl"))
+    before = _snapshot(tmp_path)
+    assert main(["compress", str(src), str(tmp_path / "o.jsonl"), "--memory-budget", "1G", "--embedder", "none",
+                 "--quiet"]) == 2
+    assert "INPUT must not be inside the parts folder of OUTPUT" in capsys.readouterr().err
+    assert _snapshot(tmp_path) == before

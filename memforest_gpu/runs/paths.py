@@ -29,12 +29,14 @@ __all__ = ["PathRole", "reads", "writes", "output_files", "store_files", "check_
 class PathRole:
     """One path of a command: ``what`` names it in messages (a flag, ``OUTPUT``, ``the lock
     file of OUTPUT``); ``writes``: the command creates, replaces or deletes it; ``folder``:
-    a folder the command writes files into (it may not be an existing file)."""
+    a folder the command writes files into (it may not be an existing file); ``owned``: a
+    folder the command deletes whole (no other path may lie inside it)."""
 
     what: str
     path: str
     writes: bool
     folder: bool = False
+    owned: bool = False
 
     @property
     def desc(self) -> str:
@@ -50,9 +52,9 @@ def reads(what: str, path) -> list[PathRole]:
     return [] if path is None else [PathRole(what, os.fspath(path), False)]
 
 
-def writes(what: str, path, *, folder: bool = False) -> list[PathRole]:
+def writes(what: str, path, *, folder: bool = False, owned: bool = False) -> list[PathRole]:
     """A path the command writes (nothing when ``path`` is ``None``)."""
-    return [] if path is None else [PathRole(what, os.fspath(path), True, folder)]
+    return [] if path is None else [PathRole(what, os.fspath(path), True, folder or owned, owned)]
 
 
 def output_files(what: str, path, *, lock: bool = True, journal: bool = True, parts: bool = False) -> list[PathRole]:
@@ -67,7 +69,7 @@ def output_files(what: str, path, *, lock: bool = True, journal: bool = True, pa
     if journal:
         out += writes(f"the merge journal of {what} ({os.path.basename(journal_path(p))})", journal_path(p))
     if parts:
-        out += writes(f"the parts folder of {what} ({os.path.basename(parts_dir(p))})", parts_dir(p), folder=True)
+        out += writes(f"the parts folder of {what} ({os.path.basename(parts_dir(p))})", parts_dir(p), owned=True)
     return out
 
 
@@ -109,8 +111,9 @@ def _missing_folder(path: str) -> str | None:
 
 def check_paths(*groups: list[PathRole]) -> None:
     """Refuse, with one ``ValueError``, any path a command writes that is (after links and
-    ``..``) a path it reads or writes in another role, an empty written path, a written path
-    through a missing folder left with ``..``, and a written folder that is an existing file."""
+    ``..``) a path it reads or writes in another role or lies inside a folder it deletes whole,
+    an empty written path, a written path through a missing folder left with ``..``, and a
+    written folder that is an existing file."""
     roles = [r for g in groups for r in g]
     for r in roles:
         if r.writes and not r.path.strip():
@@ -126,6 +129,8 @@ def check_paths(*groups: list[PathRole]) -> None:
         for a in roles[:j]:
             if not (a.writes or b.writes) or (a.folder and b.folder):  # two folders may hold each one's files
                 continue
+            _inside(a, b)
+            _inside(b, a)
             how = same_path(b.path, a.path)
             if how is None:
                 continue
@@ -133,3 +138,13 @@ def check_paths(*groups: list[PathRole]) -> None:
             why = "one would overwrite the other" if o.writes else "writing it would destroy the input"
             raise ValueError(f"{w.what} must not be {o.desc}: {w.path!r} {how} {o.path!r} ({why}); "
                              "choose another path")
+
+
+def _inside(folder: PathRole, other: PathRole) -> None:
+    """Refuse ``other`` inside a folder the command deletes whole."""
+    if not folder.owned:
+        return
+    top = os.path.realpath(folder.path)
+    if os.path.realpath(other.path).startswith(top + os.sep):
+        raise ValueError(f"{other.what} must not be inside {folder.what}: {other.path!r} is in {folder.path!r}, "
+                         "which the run deletes when it ends; choose another path")
