@@ -95,6 +95,9 @@ def test_a_bad_line_refuses_the_run_naming_file_line_and_reason(store, capsys, t
 def test_hostile_inboxes_are_one_line(store, capsys):
     os.mkdir(store + ".inbox.jsonl")
     assert _compact(store) == 2
+    err = capsys.readouterr().err
+    assert f"the inbox of STORE ({os.path.basename(store)}.inbox.jsonl) must be a file, got the directory" in err
+    assert _compact(store, "--dry-run") == 2
     assert "must be a file of JSON lines, got a folder" in capsys.readouterr().err
     os.rmdir(store + ".inbox.jsonl")
     box = _inbox(store, "[" * 100_000 + "\n")

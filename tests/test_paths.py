@@ -54,7 +54,7 @@ COMMANDS = [
     Command("compact --dry-run", {"STORE": "store.jsonl"}, {"--report": "rep.json"},
             lambda p: ["compact", p["STORE"], "--max-nodes-per-tenant", "4", "--report", p["--report"],
                        "--embedder", "none", "--quiet", "--dry-run"],
-            side=(("STORE", ".inbox.jsonl"),)),
+            side=(("STORE", ".inbox.jsonl"), ("STORE", ".lock"), ("STORE", ".journal.jsonl"))),
     Command("graph compress", {"IN": "g.jsonl"}, {"OUT": "go.jsonl", "--report": "rep.json"},
             lambda p: ["graph", "compress", p["IN"], p["OUT"], "--report", p["--report"], "--embedder", "none",
                        "--quiet"]),

@@ -75,10 +75,11 @@ def output_files(what: str, path, *, lock: bool = True, journal: bool = True, pa
 
 def store_files(path, *, dry_run: bool = False) -> list[PathRole]:
     """The files of ``compact STORE``: the store and its inbox (read, and rewritten unless
-    ``dry_run``), its lock and merge journal (not taken by a dry run)."""
+    ``dry_run``), its lock and merge journal (a dry run takes neither, but no other path of
+    the command may take their names)."""
     p = os.fspath(path)
     if dry_run:
-        return reads("STORE", p) + reads("the inbox of STORE", inbox_path(p))
+        return reads("STORE", p) + reads("the inbox of STORE", inbox_path(p)) + output_files("STORE", p)[1:]
     return output_files("STORE", p) + writes(f"the inbox of STORE ({os.path.basename(inbox_path(p))})",
                                              inbox_path(p))
 
@@ -112,8 +113,8 @@ def _missing_folder(path: str) -> str | None:
 def check_paths(*groups: list[PathRole]) -> None:
     """Refuse, with one ``ValueError``, any path a command writes that is (after links and
     ``..``) a path it reads or writes in another role or lies inside a folder it deletes whole,
-    an empty written path, a written path through a missing folder left with ``..``, and a
-    written folder that is an existing file."""
+    an empty written path, a written path through a missing folder left with ``..``, a
+    written folder that is an existing file and a written file that is an existing folder."""
     roles = [r for g in groups for r in g]
     for r in roles:
         if r.writes and not r.path.strip():
@@ -125,6 +126,8 @@ def check_paths(*groups: list[PathRole]) -> None:
                                  f"{gone!r} does not exist, so '..' cannot leave it; write the path without it")
             if r.folder and os.path.exists(r.path) and not os.path.isdir(r.path):
                 raise ValueError(f"{r.what} must be a folder, got the file {r.path!r}")
+            if not r.folder and os.path.isdir(r.path):
+                raise ValueError(f"{r.what} must be a file, got the directory {r.path!r}")
     for j, b in enumerate(roles):
         for a in roles[:j]:
             if not (a.writes or b.writes) or (a.folder and b.folder):  # two folders may hold each one's files
