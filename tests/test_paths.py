@@ -207,8 +207,10 @@ def test_the_distributed_command_follows_the_rule(tmp_path):
     import subprocess
     import sys
 
+    import memforest_gpu
+
     (tmp_path / "in.jsonl").write_text(_content("in.jsonl"))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(memforest_gpu.__file__)))  # the package under test
     p = subprocess.run([sys.executable, "-m", "memforest_gpu.distributed", "compress", "in.jsonl", "o.jsonl",
                         "--report", "o.jsonl", "--embedder", "none"], cwd=tmp_path, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": root})
