@@ -158,6 +158,7 @@ def test_the_good_file_passes_the_check_in_every_shape(tmp_path):
     (["--ratios", "0.5,x"], "--ratios must be a comma list of numbers, got '0.5,x'"),
     (["--stream", "--nodes", "facts"], "--nodes does not apply to --stream"),
     (["--stream", "--ratios", "0.5"], "--ratios does not apply to --stream"),
+    (["--stream", "--tenants", "conv-1"], "--tenants does not apply to --stream"),
     (["--methods", "tome", "--reference", "tomee"], "--reference must be one of the methods run (tome), got 'tomee'"),
 ])
 def test_eval_flags_that_would_be_ignored_or_are_not_numbers_are_refused(tmp_path, capsys, args, message):

@@ -261,8 +261,6 @@ def run(a) -> int:
         spec = "memforest:matching,tome,kmeans_prune" if a.methods == "default" else a.methods
         return run_cli(a, cfg, _methods(spec, cfg.merge.schedule))
     methods = _methods(a.methods, cfg.merge.schedule)
-    if a.reference and a.reference not in methods:  # a typo would leave every comparison out
-        raise ValueError(f"--reference must be one of the methods run ({', '.join(methods)}), got {a.reference!r}")
     ratios, seeds = _floats(a.ratios), _ints(a.seeds)
     ecfg = EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma)
     if not ratios or not seeds:
@@ -272,6 +270,8 @@ def run(a) -> int:
             raise ValueError(f"ratio must be in (0, 1), got {r!r}")
     bench = _load(a)
     methods += [m for m in GRAPH_BASELINES if a.methods == "default" and bench.has_entity_links()]
+    if a.reference and a.reference not in methods:  # a typo would leave every comparison out
+        raise ValueError(f"--reference must be one of the methods run ({', '.join(methods)}), got {a.reference!r}")
     qa = qa_from_args(a)
     inner = SentenceTransformerEmbedder(None if a.embedder == "default" else a.embedder, device=a.device)
     emb = CachedEmbedder(inner, a.cache or os.path.join(a.out, ".cache"))

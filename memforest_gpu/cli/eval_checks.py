@@ -34,7 +34,7 @@ def check_eval_paths(a) -> None:
     bench_files = _inside("--benchmark", bench, BENCHMARK_FILES, write=False) if os.path.isdir(bench) \
         else reads("--benchmark", bench)
     loo_from = [r for x in (getattr(a, "loo_from", None) or "").split(",") if x for r in reads("--loo-from", x)]
-    check_paths(bench_files, loo_from,
+    check_paths(bench_files, loo_from, reads("--contexts", getattr(a, "contexts", None)),
                 writes("--out", a.out, folder=True), _inside("--out", a.out, OUT_FILES, write=True),
                 writes("--cache", a.cache, folder=True),
                 writes("--export", a.export, folder=True), _inside("--export", a.export, EXPORT_FILES, write=True))
@@ -46,7 +46,8 @@ def check_eval_args(a) -> None:
     check_number_lists(a, {"ratios": float, "seeds": int, "budgets": float, "loo_alphas": float,
                            "loo_time_weights": float, "loo_size_weights": float})
     if a.stream:  # flags the streaming replay would ignore, and those only it reads
-        refuse_ignored(a, {"nodes": "turns", "turns_per_node": 1, "ratios": RATIOS, "leave_one_out": False},
+        refuse_ignored(a, {"nodes": "turns", "turns_per_node": 1, "ratios": RATIOS, "leave_one_out": False,
+                           "contexts": None, "tenants": None, "max_questions": None},
                        "does not apply to --stream (it replays the benchmark's nodes session by session to --budgets)")
     else:
         refuse_ignored(a, STREAM_ONLY, "applies only with --stream")
