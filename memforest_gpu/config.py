@@ -256,8 +256,14 @@ class CompactConfig:
 
     def keep(self, tenant: str) -> int | None:
         """What a compacted tenant keeps: floor(low_water * budget), at least 1."""
+        t = self.target(tenant)
+        return None if t is None else max(1, t)
+
+    def target(self, tenant: str) -> int | None:
+        """The documented target of a compacted tenant, floor(low_water * budget); it may be 0,
+        below what a tenant keeps (a node), and the difference is then reported as shortfall."""
         b = self.budget(tenant)
-        return None if b is None else max(1, math.floor(self.low_water * b + 1e-9))
+        return None if b is None else math.floor(self.low_water * b + 1e-9)
 
 
 #: Named configurations. ``CompressConfig()`` (and so ``compress(store)`` without a config)

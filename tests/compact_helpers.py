@@ -49,7 +49,7 @@ def check_compaction(before: MemoryStore, res, budget: CompactConfig, owner: dic
     for t, n in n_in.items():
         b = budget.budget(t)
         if b is not None and n > b:  # compacted: exactly keep, or the shortfall said
-            assert n_out[t] == budget.keep(t) + rows[t]["shortfall"], (t, n_out[t], rows[t])
+            assert n_out[t] == budget.target(t) + rows[t]["shortfall"], (t, n_out[t], rows[t])
             assert rows[t]["nodes_out"] == n_out[t]
         else:  # untouched: the same rows, in the same order, trees unchanged
             assert t not in rows

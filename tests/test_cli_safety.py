@@ -499,7 +499,7 @@ def test_eval_export_refuses_the_benchmark_folder(tmp_path, capsys):
     (bench / "questions.jsonl").write_text("")
     before = sorted(os.listdir(bench))
     assert main(["eval", "--benchmark", str(bench), "--export", str(bench)]) == 2
-    assert "--export must not be the benchmark's own folder" in capsys.readouterr().err
+    assert "--export's nodes.jsonl must not be the input file" in capsys.readouterr().err
     assert sorted(os.listdir(bench)) == before
 
 

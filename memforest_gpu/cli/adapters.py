@@ -22,6 +22,7 @@ from ..api import resolve_embedder
 from ..mergers import get_merger
 from ..mergers.embedders import get_embedder
 from ..runs.outputs import check_output
+from ..runs.paths import check_paths, reads, writes
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
 from .compact import add_budget_arguments, budget_from_args
@@ -120,6 +121,7 @@ def _mem0_compress(a) -> int:
 
     scope = Scope(user_id=a.user_id, agent_id=a.agent_id, run_id=a.run_id, all_tenants=a.all_tenants)
     cfg, merger = _config(a), _merger(a)  # bad options fail before Mem0 is opened
+    check_paths(reads("--config", a.config), writes("--backup", a.backup), writes("--report", a.report))
     if a.backup:
         check_output(a.backup, inputs=[a.config], what="--backup", needs_format=False)
     if a.report:
@@ -155,6 +157,8 @@ def _mem0_compact(a) -> int:
     scope = Scope(**ids) if ids else Scope(all_tenants=True)
     budget, cfg, merger = budget_from_args(a), _config(a), _merger(a)  # bad options fail before Mem0 is opened
     state = a.state or a.config + ".compact.json"
+    check_paths(reads("--config", a.config), writes("--state", state), writes("--backup", a.backup),
+                writes("--report", a.report))
     for path, what in ((a.backup, "--backup"), (a.report, "--report"), (state, "--state")):
         if path:
             check_output(path, inputs=[a.config], what=what, needs_format=False)
@@ -200,8 +204,11 @@ def _mem0_restore(a) -> int:
 
 def _graph_compress(a) -> int:
 
+    check_paths(reads("INPUT", a.input), writes("OUTPUT", a.output), writes("--report", a.report))
     if is_m3_agent_path(a.input, a.format):
         check_output(a.output, inputs=[a.input], what="OUTPUT", needs_format=False)
+        if a.report:
+            check_output(a.report, inputs=[a.input], what="--report", needs_format=False)
         return _m3_compress(a)
     cfg = _config(a)
     check_embedder_flag(a.embedder)

@@ -13,6 +13,7 @@ from ..api import compress_file, dry_run_file, read_store, search_file
 from ..mergers import get_merger
 from ..runs.budget_groups import parse_size
 from ..runs.outputs import check_output
+from ..runs.paths import check_paths, output_files, reads, writes
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
 from ..store.timeutil import format_date
@@ -20,7 +21,7 @@ from . import adapters as adapters_cli
 from . import compact as compact_cli
 from . import eval as eval_cli
 from .demo import run_demo
-from .flags import add_config_arguments, as_flag_error, check_embedder_flag, config_from_args
+from .flags import add_config_arguments, as_flag_error, check_embedder_flag, config_flag_error, config_from_args
 from .report import format_report
 
 __all__ = ["main", "build_parser"]
@@ -154,6 +155,11 @@ def _compress(a) -> int:
         if a.dry_run:
             raise ValueError("--memory-budget cannot be combined with --dry-run (a dry run plans the first round "
                              "of the whole store): drop one of them")
+    if a.dry_run and a.report:
+        raise ValueError("--report applies to a run that compresses, got --dry-run (a dry run prints its plan and "
+                         "writes nothing): drop one of them")
+    outputs = [] if a.dry_run else output_files("OUTPUT", a.output, parts=budget is not None)
+    check_paths(reads("INPUT", a.input), outputs, writes("--report", a.report))
     check_embedder_flag(a.embedder)
     detect_format(a.input, a.format, flag="--format")
     if not a.dry_run:
@@ -174,7 +180,7 @@ def _compress(a) -> int:
                         out_format=a.out_format, resume=a.resume,
                         echo=None if a.quiet or budget is None else (
                             lambda line: print(line, file=sys.stderr, flush=True)))
-    print(format_report(res.report))
+    print(format_report(res.report, keep_pattern=a.keep_pattern))
     stats = merger.summary() if hasattr(merger, "summary") else None
     if stats:
         print(_format_merger_stats(merger.name, stats, res.report))
@@ -313,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memforest {name}: {str(e) or 'interrupted'}", file=sys.stderr)
         return 130
     except (ValueError, OSError, ImportError, RuntimeError) as e:
-        print(f"memforest {name}: error: {e}", file=sys.stderr)
+        print(f"memforest {name}: error: {config_flag_error(str(e))}", file=sys.stderr)
         return 2
 
 

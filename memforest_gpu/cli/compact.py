@@ -8,7 +8,9 @@ import sys
 from ..config import CompactConfig
 from ..mergers import get_merger
 from ..runs.compact import compact_file
+from ..runs.compact_files import inbox_path
 from ..runs.outputs import check_output
+from ..runs.paths import check_paths, store_files, writes
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
 from .flags import add_config_arguments, as_flag_error, check_embedder_flag, config_from_args, parse_options
@@ -20,6 +22,7 @@ def add_budget_arguments(p, *, flag: str = "--max-nodes-per-tenant", what: str =
     """The budget flags (fields of :class:`~memforest_gpu.config.CompactConfig`)."""
     p.add_argument(flag, dest="max_nodes", type=int, required=True, metavar="N",
                    help=f"the budget: a {what} holding more than N memories is compacted")
+    p.set_defaults(budget_flag=flag)
     p.add_argument("--low-water", type=float, default=0.8,
                    help=f"a {what} over budget is compacted down to floor(LOW_WATER * N) memories")
     p.add_argument("--repartition-growth", type=float, default=1.0,
@@ -39,7 +42,7 @@ def budget_from_args(a):
         return CompactConfig(max_nodes=a.max_nodes, low_water=a.low_water, repartition_growth=a.repartition_growth,
                              repartition=a.repartition, slack=a.slack)
     except ValueError as e:
-        msg = str(e).replace("max_nodes must", "the budget must")
+        msg = str(e).replace("max_nodes must", f"{getattr(a, 'budget_flag', '--max-nodes-per-tenant')} must")
         raise ValueError(as_flag_error(msg, a)) from None
 
 
@@ -63,6 +66,9 @@ def add_parser(subparsers) -> None:
                         "symmetry with compress)")
     c.add_argument("--dry-run", action="store_true", help="print what would be removed where; write nothing")
     c.add_argument("--report", default=None, help="also write the run report as JSON to this path")
+    c.add_argument("--replace-changed", action="store_true",
+                   help="an inbox record whose id is an unmerged memory of the store with other text replaces it "
+                        "(default: such a record stops the run, naming its line)")
     c.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -71,6 +77,7 @@ def run(a) -> int:
     cfg = config_from_args(a)
     check_embedder_flag(a.embedder)
     detect_format(a.store, None, flag=None)
+    check_paths(store_files(a.store, dry_run=a.dry_run), writes("--report", a.report))
     if a.report:
         check_output(a.report, inputs=[a.store], what="--report", needs_format=False)
     try:
@@ -78,22 +85,43 @@ def run(a) -> int:
     except ValueError as e:
         raise ValueError(as_flag_error(str(e), a)) from None
     res = compact_file(a.store, budget, cfg, embedder=a.embedder, merger=merger, device=a.device,
-                       progress=not a.quiet and sys.stderr.isatty(), dry_run=a.dry_run)
-    print(format_compact(res))
+                       progress=not a.quiet and sys.stderr.isatty(), dry_run=a.dry_run,
+                       replace_changed=a.replace_changed)
+    print(format_compact(res, store=a.store))
     if a.dry_run:
         print("dry run: nothing merged, nothing written")
     elif res.written:
         print(f"wrote {a.store}")
+    elif res.inbox_known or res.inbox_incomplete:
+        print("every tenant is within budget and the inbox holds nothing new to fold in: the store is unchanged")
     else:
         print("every tenant is within budget and the inbox is empty: nothing written")
     if a.report:
         d = res.report.to_dict()
-        d.update({"written": res.written, "inbox": res.inbox, "replayed": res.replayed, "seconds": res.seconds})
+        d.update({"written": res.written, "inbox": res.inbox, "replayed": res.replayed, "seconds": res.seconds,
+                  "inbox_known": res.inbox_known, "inbox_incomplete": res.inbox_incomplete,
+                  "inbox_replaced": res.inbox_replaced})
         atomic_write_text(a.report, json.dumps(d, indent=2, default=str))
     return 0
 
 
-def format_compact(res, *, max_tenants: int = 20) -> str:
+def inbox_lines(res, store: str | None = None) -> list[str]:
+    """What the inbox held besides the records folded in (nothing when it held nothing else)."""
+    box = inbox_path(store) if store else "the inbox"
+    lines = []
+    if res.inbox_known:
+        lines.append(f"{res.inbox_known} inbox record(s) already in the store (same id and text, or merged): not "
+                     "folded in again")
+    if res.inbox_replaced:
+        lines.append(f"{res.inbox_replaced} store memories replaced by inbox records with other text "
+                     "(--replace-changed)")
+    if res.inbox_incomplete:
+        lines.append(f"{res.inbox_incomplete} incomplete line left in {box} (no final newline: a record still being "
+                     "written, or cut off; it is read once it ends with a newline)")
+    return lines
+
+
+def format_compact(res, *, max_tenants: int = 20, store: str | None = None) -> str:
     """Per compacted tenant: nodes in, budget, kept, new memories, placed, new trees, trees
     re-planned of all; then totals and time per step."""
     r = res.report
@@ -113,5 +141,6 @@ def format_compact(res, *, max_tenants: int = 20) -> str:
                  + (f"; {res.replayed} merges replayed from the journal" if res.replayed else ""))
     if r.shortfall:
         lines.append(f"shortfall: {r.shortfall} removals could not be made (reported per tenant above)")
+    lines += inbox_lines(res, store)
     lines.append("time: " + ", ".join(f"{k} {v:.2f}s" for k, v in res.seconds.items()))
     return "\n".join(lines)

@@ -40,6 +40,7 @@ from ..evaluation.stream_report import run_cli
 from ..mergers import get_merger
 from ..mergers.embedders import SentenceTransformerEmbedder
 from ..store.atomic import atomic_write_text
+from .eval_checks import RATIOS, STREAM_ONLY, check_eval_args
 from .eval_protocol import add_protocol_arguments, check_protocol_flags, qa_from_args, subset_from_args
 from .flags import FIELDS, as_flag_error
 
@@ -73,7 +74,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default="default",
                    help="comma list of NAME[:SCHEDULE]; 'default' (baselines + memforest, both schedules), "
                         "'ablations', or 'all'")
-    p.add_argument("--ratios", default="0.3,0.5,0.7", help="fractions of nodes removed")
+    p.add_argument("--ratios", default=RATIOS, help="fractions of nodes removed")
     p.add_argument("--seeds", default="0,1,2", help="seeds, one run per method, ratio and seed")
     p.add_argument("--cache", default=None, help="embedding cache folder (default: OUT/.cache)")
     p.add_argument("--embedder", default="default", help="default (all-MiniLM-L6-v2) | model PATH")
@@ -151,8 +152,9 @@ def _add_stream_arguments(p: argparse.ArgumentParser) -> None:
                    help="replay the benchmark session by session, compacting every tenant to its budget after each "
                         "session; compare with one offline compress to the same size (default methods: "
                         "memforest:matching,tome,kmeans_prune)")
-    g.add_argument("--budgets", default="0.7,0.5,0.3", help="--stream: budgets, fractions of each tenant's final size")
-    g.add_argument("--low-water", type=float, default=0.8,
+    g.add_argument("--budgets", default=STREAM_ONLY["budgets"],
+                   help="--stream: budgets, fractions of each tenant's final size")
+    g.add_argument("--low-water", type=float, default=STREAM_ONLY["low_water"],
                    help="--stream: a tenant over budget keeps LOW_WATER x budget")
     g.add_argument("--no-full-reference", action="store_true",
                    help="--stream: skip re-running compress on the whole store after every session")
@@ -232,6 +234,7 @@ def _reference(a, methods: list[str], cfg) -> str | None:
 def run(a) -> int:
     """Run ``memforest eval`` from parsed arguments; returns the exit status."""
 
+    check_eval_args(a)  # paths, number lists, flags the mode would ignore
     if a.export:
         bench_dir = a.benchmark if os.path.isdir(a.benchmark) else os.path.dirname(os.path.abspath(a.benchmark))
         if os.path.realpath(a.export) == os.path.realpath(bench_dir):
@@ -267,6 +270,8 @@ def run(a) -> int:
             raise ValueError(f"ratio must be in (0, 1), got {r!r}")
     bench = _load(a)
     methods += [m for m in GRAPH_BASELINES if a.methods == "default" and bench.has_entity_links()]
+    if a.reference and a.reference not in methods:  # a typo would leave every comparison out
+        raise ValueError(f"--reference must be one of the methods run ({', '.join(methods)}), got {a.reference!r}")
     qa = qa_from_args(a)
     inner = SentenceTransformerEmbedder(None if a.embedder == "default" else a.embedder, device=a.device)
     emb = CachedEmbedder(inner, a.cache or os.path.join(a.out, ".cache"))

@@ -13,7 +13,7 @@ import re
 from ..config import DEFAULT_PRESET, PRESETS, preset
 
 __all__ = ["add_config_arguments", "config_from_args", "as_flag_error", "check_embedder_flag", "parse_options",
-           "FIELDS"]
+           "FIELDS", "config_flag_error", "check_number_lists", "refuse_ignored"]
 
 
 #: flag dest -> (stage, field) of CompressConfig; ``seed`` sets both the partition's and the merge's
@@ -143,6 +143,43 @@ def as_flag_error(message: str, a: argparse.Namespace) -> str:
     if m and m.group(1) in vars(a):
         return "--" + m.group(1).replace("_", "-") + message[len(m.group(1)):]
     return message
+
+
+def config_flag_error(message: str) -> str:
+    """``"merge_within must ..."`` -> ``"--merge-within must ..."`` for a config field's message
+    raised past the command line (by the engine, on the data)."""
+    m = re.match(r"(\w+) must", message)
+    if m and m.group(1) in FIELDS:
+        return "--" + m.group(1).replace("_", "-") + message[len(m.group(1)):]
+    return message
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def check_number_lists(a: argparse.Namespace, kinds: dict) -> None:
+    """Refuse a comma-list flag (``dest -> float or int``) holding something that is not a
+    number, naming the flag, before any work."""
+    for dest, kind in kinds.items():
+        text = getattr(a, dest, None)
+        for x in (text or "").split(","):
+            try:
+                if x.strip():
+                    kind(x)
+            except ValueError:
+                what = "integers" if kind is int else "numbers"
+                raise ValueError(f"{_flag(dest)} must be a comma list of {what}, got {text!r}") from None
+
+
+def refuse_ignored(a: argparse.Namespace, defaults: dict, rule: str) -> None:
+    """Refuse a flag given a value other than its default (``dest -> default``) where the
+    command would ignore it: ``rule`` says why (``"applies only with --stream"``)."""
+    for dest, default in defaults.items():
+        value = getattr(a, dest, default)
+        if value != default:
+            shown = "" if isinstance(value, bool) else f" {value}"
+            raise ValueError(f"{_flag(dest)} {rule}, got {_flag(dest)}{shown}")
 
 
 def check_embedder_flag(spec: str, *, allowed=("auto", "default", "none"), flag: str = "--embedder") -> None:

@@ -7,8 +7,9 @@ from ..engine.setup import STAGES
 __all__ = ["format_report"]
 
 
-def format_report(r: CompressReport, *, max_tenants: int = 20) -> str:
-    """A short table: nodes in/out per tenant, ratio reached, trees, rounds, time per stage."""
+def format_report(r: CompressReport, *, max_tenants: int = 20, keep_pattern: str | None = None) -> str:
+    """A short table: nodes in/out per tenant, ratio reached, trees, rounds, time per stage;
+    ``keep_pattern``: the ``--keep-pattern`` given, noted when it matched no node."""
     lines = [f"{'tenant':<24} {'in':>8} {'out':>8} {'removed':>8} {'ratio':>6} {'trees':>6}  note"]
     for t in r.tenants[:max_tenants]:
         note = "; ".join(([f"{t['kept']} kept (keep rule)"] if t.get("kept") else [])
@@ -24,6 +25,9 @@ def format_report(r: CompressReport, *, max_tenants: int = 20) -> str:
                  f"{r.ratio_reached:>6.3f} {r.trees:>6}")
     if getattr(r, "kept", 0):
         lines.append(f"kept: {r.kept} nodes match the keep rule and are never merged (the ratio applies to the others)")
+    if keep_pattern is not None and not getattr(r, "kept", 0):
+        lines.append(f"kept: --keep-pattern {keep_pattern!r} matches no node, so it kept none (every node could "
+                     "merge): check the pattern (RE2, case-sensitive unless it starts with (?i))")
     if r.shortfall:
         lines.append(f"shortfall: {r.shortfall} removals could not be made (reported per tenant above)")
     lines.append(f"schedule {r.schedule}: {r.merges} merges in {r.rounds} rounds; merger {r.merger}; "

@@ -18,6 +18,7 @@ from ..cli.flags import add_config_arguments, config_from_args, parse_options
 from ..cli.report import format_report
 from ..mergers import get_merger
 from ..runs.outputs import check_output
+from ..runs.paths import check_paths, reads, writes
 from ..store.atomic import atomic_write_text
 from ..store.io import write_store
 from .runner import compress_distributed
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         get_merger(args.merger, **options)  # bad names and options fail here, on every rank, before any work
 
         # the output never overwrites the input, and a bad target fails before any work
+        check_paths(reads("INPUT", args.input), writes("OUTPUT", args.output), writes("--report", args.report))
         check_output(args.output, format=args.out_format, inputs=[args.input], format_flag="--out-format",
                      what="OUTPUT")
         if args.report:

@@ -32,6 +32,7 @@ from ..timer import StageTimer
 from .compact_quotas import compaction_quotas
 from .compact_trees import Trees, event_trees_of
 from .compress import compress
+from .constraints import check_rules
 from .merge_record import MergeRecord
 from .partition import Partition
 from .placement import tree_radius
@@ -107,6 +108,7 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
     if len(rows) == 0:
         report.seconds = timer.finish()
         return CompactResult(store, report, [], np.arange(len(store)))
+    check_rules(store, cfg.merge.keep_pattern, cfg.merge.merge_within)  # a rule must select some of the nodes
     dev = resolve_device(device)
     W = store.take(rows).to(dev) if len(rows) < len(store) else store.to(dev)  # the over-budget tenants, in order
     timer.lap("select")
@@ -131,7 +133,7 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
     for r in report.tenants:  # what the merging reached (a node cap may stop it short)
         r["nodes_out"] = left[r["tenant"]]
         r["removed"] = r["nodes_in"] - r["nodes_out"]
-        r["shortfall"] = max(0, r["nodes_out"] - r["keep"])
+        r["shortfall"] = max(0, r["nodes_out"] - budget.target(r["tenant"]))  # the target may be below keep
     return CompactResult(out, report, res.merges if res is not None else [], keys)
 
 
@@ -144,7 +146,8 @@ def _rows(W, f: Trees, per_tree, remove, short, budget: CompactConfig) -> list[d
     replanned = np.bincount(f.tree_tenant, weights=per_tree > 0, minlength=len(names)).astype(np.int64)
     return [{"tenant": t, "nodes_in": int(n[j]), "budget": budget.budget(t), "keep": budget.keep(t),
              "nodes_out": int(n[j] - remove[j] + short[j]), "removed": int(remove[j] - short[j]),
-             "shortfall": int(short[j]), "new": int(f.new[j]), "placed": int(f.placed[j]),
+             "shortfall": int(short[j]) + budget.keep(t) - budget.target(t), "new": int(f.new[j]),
+             "placed": int(f.placed[j]),
              "new_trees": int(f.new_trees[j]), "trees": int(trees[j]), "trees_replanned": int(replanned[j]),
              "repartitioned": bool(f.repartitioned[j])} for j, t in enumerate(names)]
 

@@ -13,6 +13,8 @@ merges) needs to know about them. Trees keep the tenant-major order the engine r
 from __future__ import annotations
 
 import io
+import json
+import logging
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +24,40 @@ import torch
 
 from .partition import Partition
 
-__all__ = ["constrain", "kept_mask", "group_codes"]
+__all__ = ["constrain", "kept_mask", "group_codes", "check_rules"]
+
+log = logging.getLogger("memforest_gpu")
+
+
+def check_rules(store, keep_pattern: str | None, merge_within: str | None) -> None:
+    """Refuse a rule that selects no data, so that a typo cannot silently change a result:
+    ``merge_within`` naming a metadata key no node has (the message lists the keys the nodes
+    have), and ``keep_pattern`` matching every node (nothing could merge). Where only some
+    nodes lack the key, a warning counts them: they form one group of their own."""
+    if merge_within is not None and merge_within != "timestamp":
+        absent = _metadata_values(store.columns()["metadata"], merge_within).null_count
+        if absent == len(store):
+            keys = _metadata_keys(store.columns()["metadata"])
+            have = f"the nodes' metadata keys are {keys}" if keys else "no node has metadata"
+            raise ValueError(f"merge_within must be 'timestamp' or a metadata key some node has, got "
+                             f"{merge_within!r}: {have}")
+        if absent:
+            log.warning("merge_within %r: %d of %d nodes have no value for it; they merge only among themselves",
+                        merge_within, absent, len(store))
+    if keep_pattern is not None:
+        n = int(kept_mask(store.columns()["texts"], keep_pattern).sum())
+        if n == len(store):
+            raise ValueError(f"keep_pattern must leave some node free to merge, got {keep_pattern!r}, which matches "
+                             f"all {n} nodes (nothing could be merged)")
+
+
+def _metadata_keys(meta, limit: int = 20) -> list[str]:
+    """The keys of the nodes' metadata objects (the first ``limit``, sorted)."""
+    keys: set[str] = set()
+    for m in meta.to_pylist():
+        if m:
+            keys.update(json.loads(m))
+    return sorted(keys)[:limit]
 
 
 def constrain(part: Partition, store, keep_pattern: str | None, merge_within: str | None

@@ -13,7 +13,7 @@ from ..config import CompressConfig
 from ..device import resolve_device
 from ..store.memory_store import MemoryStore
 from ..timer import StageTimer
-from .constraints import constrain
+from .constraints import check_rules, constrain
 from .merge_call import cap_and_counter, count_column
 from .node_table import NodeTable
 from .partition import Partition, partition_nodes
@@ -65,6 +65,8 @@ def setup_run(store: MemoryStore, config: CompressConfig | None = None, *, embed
     timer = StageTimer(STAGES)
     cfg = config or CompressConfig()
     _check_inputs(store, cfg, embedder)
+    if partition is None:  # a whole compress (a compaction checks its store in compact())
+        check_rules(store, cfg.merge.keep_pattern, cfg.merge.merge_within)
     dev = resolve_device(device)
     emb, ts = store.embeddings.to(dev), store.timestamps.to(dev)
     names, codes = store.tenant_index()

@@ -31,12 +31,11 @@ cites (``evidence_turns_uncited``; a question citing several turns may lose some
 """
 from __future__ import annotations
 
-import json
 import os
 import re
-from datetime import UTC, datetime
 
 from .dataset import Benchmark, Question
+from .locomo_checks import check_locomo, parse_locomo_date, read_locomo_json
 
 __all__ = ["load_locomo", "clean_evidence", "parse_locomo_date", "CATEGORIES", "NODE_SHAPES"]
 
@@ -44,15 +43,6 @@ CATEGORIES = ("1", "2", "3", "4")
 NODE_SHAPES = ("turns", "facts")
 _SESSION = re.compile(r"session_(\d+)")
 _EVID = re.compile(r"D:?(\d+):(\d+)")
-
-
-def parse_locomo_date(s: str) -> float:
-    """``"1:56 pm on 8 May, 2023"`` -> epoch seconds (UTC)."""
-    try:
-        dt = datetime.strptime(" ".join(s.split()), "%I:%M %p on %d %B, %Y")
-    except ValueError:
-        raise ValueError(f"session date must look like '1:56 pm on 8 May, 2023', got {s!r}") from None
-    return dt.replace(tzinfo=UTC).timestamp()
 
 
 def clean_evidence(raw) -> list[str]:
@@ -83,12 +73,7 @@ def load_locomo(path: str, *, categories=CATEGORIES, turns_per_node: int = 1, no
         raise ValueError(f"turns_per_node must be an integer >= 1, got {turns_per_node!r}")
     if nodes == "facts" and turns_per_node != 1:
         raise ValueError(f"turns_per_node must be 1 with nodes='facts', got {turns_per_node!r}")
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list) or not all(isinstance(s, dict) and "conversation" in s for s in data):
-        raise ValueError(f"{path}: LoCoMo JSON must be a list of samples with a 'conversation', got something else")
+    data = check_locomo(read_locomo_json(path), path, nodes=nodes, categories=categories)  # before any work
     out: list[dict] = []
     questions: list[Question] = []
     dropped = no_evidence = uncited = uncited_q = 0

@@ -41,7 +41,8 @@ from .budget_files import _output_keys, _split_jsonl, _split_parquet, _write_out
 from .budget_groups import TenantScan, format_size, group_capacity, node_bytes, pack_groups, parts_dir, scan_tenants
 from .journal import JournaledMerger, journal_path, merger_identity, run_fingerprint
 from .loading import RunInterrupted, load_store_and_embedder
-from .outputs import OutputLock, check_not_input, check_output
+from .outputs import OutputLock, check_output
+from .paths import check_paths, output_files, reads
 
 __all__ = ["compress_budgeted", "compress_file_budgeted", "BudgetedResult"]
 
@@ -326,10 +327,8 @@ def compress_file_budgeted(src, dst, config, *, memory_budget: int, embedder: st
     detect_format(src, format)
     if not os.path.exists(src):
         raise FileNotFoundError(f"memory store file not found: {src!r}")
+    check_paths(reads("INPUT", src), output_files("OUTPUT", dst, parts=True))
     check_output(dst, format=out_format, inputs=[src], format_flag="out_format")
-    for path, what in ((OutputLock(dst).path, "the lock file"), (journal_path(dst), "the journal"),
-                       (parts_dir(dst), "the parts folder")):
-        check_not_input(path, [src], what=what)
     if isinstance(merger, str):
         merger = get_merger(merger, **(merger_options or {}))
     elif merger_options:

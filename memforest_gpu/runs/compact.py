@@ -22,8 +22,6 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..config import CompactConfig, CompressConfig
 from ..engine.compact import CompactReport, compact
@@ -36,10 +34,12 @@ from ..store.memory_store import MemoryStore
 from ..store.parquet import PARQUET_EMBEDDER_KEY
 from ..store.splice import append, splice
 from ..timer import StageTimer
-from .compact_files import PassThrough, drop_known, inbox_path, memforest_layout, read_inbox
+from .compact_files import PassThrough, inbox_path, memforest_layout, parquet_schema
+from .inbox import drop_rows, ids_in, read_inbox
 from .journal import JournaledMerger, journal_path, merger_identity
 from .loading import RunInterrupted, load_store_and_embedder, resolve_embedder
-from .outputs import OutputLock
+from .outputs import OutputLock, check_output
+from .paths import check_paths, store_files
 
 __all__ = ["compact_file", "CompactFileResult", "CompactingStore", "compact_fingerprint"]
 
@@ -53,6 +53,9 @@ class CompactFileResult:
     report: CompactReport
     written: bool
     inbox: int = 0  # inbox records folded into the store
+    inbox_known: int = 0  # inbox records the store already held (not folded again)
+    inbox_incomplete: int = 0  # a last inbox line without its newline, left for the next run
+    inbox_replaced: int = 0  # store nodes replaced by inbox records (replace_changed)
     replayed: int = 0  # merges taken from the journal
     seconds: dict = dataclasses.field(default_factory=dict)
 
@@ -69,52 +72,99 @@ def compact_fingerprint(config: CompressConfig, budget: CompactConfig, merger, e
 
 def compact_file(path, budget: CompactConfig, config: CompressConfig | None = None, *, embedder="auto",
                  merger="extractive", merger_options: dict | None = None, device=None, progress: bool = False,
-                 dry_run: bool = False, journal: bool = True) -> CompactFileResult:
+                 dry_run: bool = False, journal: bool = True, replace_changed: bool = False) -> CompactFileResult:
     """Compact the store file ``path`` in place (see the module docstring); nothing is
     written when no tenant is over budget and the inbox is empty, or with ``dry_run``.
 
     ``embedder``: as ``--embedder`` (``auto``, ``default``, ``none``, a model folder), or an
     embedder object. ``merger``: a name (with ``merger_options``) or a merger object.
+    The inbox is read by its protocol (:mod:`.inbox`); ``replace_changed``: an inbox record
+    whose id is an unmerged node of the store with other text replaces that node (without
+    it, such a record refuses the run). A dry run takes no lock and writes nothing, so it
+    runs on a read-only store.
     """
 
     path = os.fspath(path)
     detect_format(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"memory store file not found: {path!r}")
+    check_paths(store_files(path, dry_run=dry_run))
+    if not dry_run:
+        check_output(path, what="STORE")  # its folder must take the lock, the journal and the new store
     cfg = config or CompressConfig()
     if isinstance(merger, str):
         merger = get_merger(merger, **(merger_options or {}))
+    run = _Run(path, budget, cfg, embedder, merger, device, progress, dry_run, journal, replace_changed)
+    if dry_run:
+        return run.run()
     with OutputLock(path):
-        return _Run(path, budget, cfg, embedder, merger, device, progress, dry_run, journal).run()
+        return run.run()
 
 
 class _Run:
     """One compaction of a file, under its lock."""
 
-    def __init__(self, path, budget, cfg, embedder, merger, device, progress, dry_run, journal):
+    def __init__(self, path, budget, cfg, embedder, merger, device, progress, dry_run, journal, replace):
         self.path, self.budget, self.cfg, self.spec = path, budget, cfg, embedder
         self.merger, self.device, self.progress, self.dry_run, self.journal = merger, device, progress, dry_run, journal
+        self.replace = replace
+        self.counts = None  # a pass-through store's nodes per tenant, read once
+        self.restart: set = set()  # tenants whose tree centre an inbox record replaced: partitioned again
+        self.gone_rows, self.gone_tenants = np.zeros(0, dtype=np.int64), []  # pass-through: rows replaced
         self.timer = StageTimer()
         fmt = detect_format(path)
         self.pt = None
-        if fmt == "parquet" and memforest_layout(pq.read_schema(path)):
+        if fmt == "parquet" and memforest_layout(parquet_schema(path)):
             self.pt = PassThrough(path)
 
     def run(self) -> CompactFileResult:
         emb, store = self._embedder_and_store()
-        inbox, consumed = read_inbox(inbox_path(self.path), emb if emb is not None else _NoModel())
-        if inbox is not None:
-            inbox = self._new_only(inbox, store)
+        box = read_inbox(inbox_path(self.path))
+        store, inbox = self._settle(box, store, emb)
         self.timer.lap("read")
         if self.pt is not None:
             res, written = self._run_pass_through(inbox, emb)
         else:
             res, written = self._run_whole(store, inbox, emb)
-        if written:
-            self._consume_inbox(consumed)
+        if not self.dry_run and (written or box.known):
+            self._consume_inbox(box.consumed)  # the records folded in, and those the store already held
         res.seconds = self.timer.finish()
         res.inbox = len(inbox) if inbox is not None and written else 0
+        res.inbox_known, res.inbox_incomplete = box.known, box.incomplete
+        res.inbox_replaced = len(box.replaced) if written else 0
         return res
+
+    def _settle(self, box, store: MemoryStore | None, emb):
+        """The inbox's records as a store, by the protocol (:mod:`.inbox`): tenants given,
+        records the store holds counted and left out, replaced nodes dropped from ``store``."""
+        if not box.records:
+            return store, None
+        box.set_tenants(store.tenant_names() if store is not None else sorted(self._counts()))
+        held = ids_in(store, box.wanted()) if store is not None else self.pt.ids_in(box.wanted())
+        box.settle(held, replace=self.replace)
+        dim = store.dim if store is not None else self.pt.schema.field("embedding").type.list_size
+        inbox = box.store(emb if emb is not None else _NoModel(), dim)
+        if box.replaced:
+            self.restart = {held.tenant[i] for i in box.replaced if self._is_centre(i, held.tenant[i], store)}
+            if store is not None:
+                store = drop_rows(store, box.replaced)
+                if store.event_trees is not None:
+                    store.event_trees.tenants = {t: v for t, v in store.event_trees.tenants.items()
+                                                 if t not in self.restart}
+            else:
+                self.gone_rows = np.sort(np.array([held.row[i] for i in box.replaced], dtype=np.int64))
+                self.gone_tenants = [held.tenant[i] for i in box.replaced]
+        return store, inbox
+
+    def _counts(self) -> dict:
+        if self.counts is None:
+            self.counts = self.pt.tenant_counts()
+        return self.counts
+
+    def _is_centre(self, node_id: str, tenant: str, store) -> bool:
+        states = (store.event_trees.tenants if store.event_trees is not None else {}) if store is not None \
+            else self.pt.states()
+        return tenant in states and node_id in states[tenant].centres
 
     def _embedder_and_store(self):
         if self.pt is None:
@@ -130,17 +180,6 @@ class _Run:
             raise ValueError(f"--embedder's dimension must match the store's "
                              f"({self.pt.schema.field('embedding').type.list_size}), got {emb.dim} from {emb.name!r}")
         return emb, None
-
-    def _new_only(self, inbox: MemoryStore, store: MemoryStore | None) -> MemoryStore | None:
-        """The inbox without the records the store already holds (folded by a run that was
-        killed before it could empty the inbox)."""
-
-        if self.pt is not None:
-            hit = self.pt.known(inbox.ids.arrow)
-            keep = np.flatnonzero(~hit)
-            return inbox.take(keep) if len(keep) else None
-        known = pa.concat_arrays([store.ids.arrow, store.sources.arrow.flatten().cast(pa.large_string())])
-        return drop_known(inbox, known)
 
     def _merger(self, emb):
         if not self.journal or self.dry_run:
@@ -178,20 +217,30 @@ class _Run:
         return self._done(res, jm, written), written
 
     def _run_pass_through(self, inbox: MemoryStore | None, emb):
-        counts = self.pt.tenant_counts()
+        counts = dict(self._counts())
+        gone = self.gone_rows  # file rows replaced by inbox records
         if inbox is not None:
             for t, c in zip(inbox.tenant_table, np.bincount(inbox.tenant_codes_np).tolist()):
                 counts[t] = counts.get(t, 0) + c
+        for t in self.gone_tenants:
+            counts[t] -= 1
         over = [t for t, c in counts.items() if (self.budget.budget(t) or 0) and c > self.budget.budget(t)]
         n = self.pt.n
         if not over and inbox is None:  # nothing to do: only the tenant column was read
             return CompactFileResult(CompactReport([], n, n, len(counts), dry_run=self.dry_run), False), False
         sub, rows = self.pt.load(over)  # every batch as Arrow; only the over-budget tenants' rows as a store
+        restart = self.restart
+        kept = rows
+        if sub is not None and len(gone):
+            keep = ~np.isin(rows, gone)
+            sub, kept = (sub.take(np.flatnonzero(keep)) if keep.any() else None), rows[keep]
+        if sub is not None and sub.event_trees is not None and restart:
+            sub.event_trees.tenants = {t: v for t, v in sub.event_trees.tenants.items() if t not in restart}
         self.timer.lap("read")
         parts, keys = [], []
         if sub is not None:
             parts.append(sub)
-            keys.append(rows)
+            keys.append(kept)
         if inbox is not None:
             parts.append(_placeless(inbox))
             keys.append(n + np.arange(len(inbox)))
@@ -201,13 +250,14 @@ class _Run:
         self.timer.lap("compact")
         if self.dry_run:
             return self._done(res, None, False), False
+        drop = np.union1d(rows, gone)
         with atomic_open(self.path) as f:
-            states = self.pt.states()
+            states = {t: v for t, v in self.pt.states().items() if t not in restart}
             states.update(res.store.event_trees.tenants if res.store.event_trees is not None else {})
-            self.pt.write(f, res.store, wkeys[res.keys], rows, states)
+            self.pt.write(f, res.store, wkeys[res.keys], drop, states)
         self.timer.lap("write")
-        res.report.nodes_in = n + (len(inbox) if inbox is not None else 0)
-        res.report.nodes_out = n - len(rows) + len(res.store)
+        res.report.nodes_in = n - len(gone) + (len(inbox) if inbox is not None else 0)
+        res.report.nodes_out = n - len(drop) + len(res.store)
         res.report.tenants_in = len(counts)
         return self._done(res, jm, True), True
 
@@ -273,37 +323,39 @@ class CompactingStore:
         self.last: CompactFileResult | None = None
 
     def counts(self) -> dict[str, int]:
-        """Nodes per tenant, inbox included."""
-        counts = {}
-        if os.path.exists(self.path):
-            st = read_store(self.path, embedder=_NoModel()) if not self._pass_through() else None
-            counts = PassThrough(self.path).tenant_counts() if st is None else \
-                dict(zip(st.tenant_table, np.bincount(st.tenant_codes_np).tolist()))
-        p = inbox_path(self.path)
-        if os.path.exists(p):
-            with open(p, "rb") as f:
-                data = f.read()
-            for line in data[:data.rfind(b"\n") + 1].split(b"\n"):
-                if line.strip():
-                    t = json.loads(line).get("tenant") or "default"
-                    counts[t] = counts.get(t, 0) + 1
+        """Nodes per tenant, inbox included (its complete records)."""
+        counts = self._store_counts()
+        for r in read_inbox(inbox_path(self.path)).records:
+            t = r.get("tenant") or self._only_tenant(counts)
+            counts[t] = counts.get(t, 0) + 1
         return counts
 
-    def _inbox_ids(self) -> set[str]:
-        p = inbox_path(self.path)
-        if not os.path.exists(p):
-            return set()
-        with open(p, "rb") as f:
-            data = f.read()
-        return {str(json.loads(x)["id"]) for x in data[:data.rfind(b"\n") + 1].split(b"\n") if x.strip()}
+    def _store_counts(self) -> dict[str, int]:
+        if not os.path.exists(self.path):
+            return {}
+        if self._pass_through():
+            return PassThrough(self.path).tenant_counts()
+        st = read_store(self.path, embedder=_NoModel())
+        return dict(zip(st.tenant_table, np.bincount(st.tenant_codes_np).tolist()))
+
+    def _only_tenant(self, counts: dict) -> str:
+        if len(counts) != 1:
+            raise ValueError(f"tenant of a new memory must be given when the store has {len(counts)} tenants, "
+                             "got none")
+        return next(iter(counts))
 
     def _pass_through(self) -> bool:
-        return detect_format(self.path) == "parquet" and memforest_layout(pq.read_schema(self.path))
+        return detect_format(self.path) == "parquet" and memforest_layout(parquet_schema(self.path))
 
     def add(self, records: list[dict]) -> CompactFileResult | None:
         """Append ``records`` (the store's record layout) to the inbox; compact when a tenant
-        is over budget (with ``auto``). Returns the compaction's result, if one ran."""
+        is over budget (with ``auto``). Returns the compaction's result, if one ran. A record
+        without ``tenant`` goes to the store's only tenant (refused when it has several)."""
         recs = [dict(r) for r in records]
+        if any(r.get("tenant") is None for r in recs):
+            only = self._only_tenant(self._store_counts())
+            for r in recs:
+                r["tenant"] = r.get("tenant") or only
         todo = [r for r in recs if r.get("embedding") is None]
         if todo:
             if self.embedder is None:
@@ -312,7 +364,7 @@ class CompactingStore:
             for r, v in zip(todo, vecs):
                 r["embedding"] = v.tolist()
         MemoryStore.from_records(recs)  # refuse bad records (and ids repeated among them) before the inbox
-        waiting = self._inbox_ids()
+        waiting = {r["id"] for r in read_inbox(inbox_path(self.path)).records}
         for r in recs:
             if str(r["id"]) in waiting:
                 raise ValueError(f"id of a new memory must not be in the inbox already, got {r['id']!r}")
@@ -323,7 +375,7 @@ class CompactingStore:
         if not self.auto:
             return None
         counts = self.counts()
-        touched = {r.get("tenant") or "default" for r in recs}
+        touched = {r["tenant"] for r in recs}
         if any((self.budget.budget(t) or 0) and counts.get(t, 0) > self.budget.budget(t) for t in touched):
             return self.compact()
         return None

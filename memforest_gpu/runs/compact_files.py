@@ -9,13 +9,11 @@ of its earliest member (:class:`PassThrough`). Any other store (JSON Lines, Parq
 other column types) is read whole (:func:`read_whole`).
 
 The inbox ``STORE.inbox.jsonl`` holds memories added since (one JSON object per line, the
-store's record layout; :class:`~memforest_gpu.runs.compact.CompactingStore` appends to it).
-A compaction folds it into the store: a record whose id the store already holds (a run
-killed after writing the store but before emptying the inbox) is skipped.
+store's record layout; :class:`~memforest_gpu.runs.compact.CompactingStore` appends to it);
+its protocol is :mod:`.inbox`.
 """
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -25,10 +23,10 @@ import pyarrow.parquet as pq
 
 from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_json, tree_from_column
 from ..store.memory_store import MemoryStore
-from ..store.memory_store import MemoryStore as _MS
 from ..store.parquet import PARQUET_EMBEDDER_KEY, PARQUET_EVENT_TREES_KEY, ROW_GROUP_ROWS, to_arrow_table
+from .inbox import StoreIds
 
-__all__ = ["INBOX_SUFFIX", "inbox_path", "read_inbox", "PassThrough", "memforest_layout", "drop_known"]
+__all__ = ["INBOX_SUFFIX", "inbox_path", "PassThrough", "memforest_layout", "parquet_schema"]
 
 INBOX_SUFFIX = ".inbox.jsonl"
 _BATCH = 1 << 16
@@ -38,33 +36,14 @@ def inbox_path(store: str | os.PathLike) -> str:
     return os.fspath(store) + INBOX_SUFFIX
 
 
-def read_inbox(path: str, embedder) -> tuple[MemoryStore | None, int]:
-    """The inbox's records as a store (embedded with ``embedder`` when they have no vectors)
-    and the number of bytes read; a torn last line (a kill while appending) is left for later."""
-    if not os.path.exists(path):
-        return None, 0
-    with open(path, "rb") as f:
-        data = f.read()
-    good = data.rfind(b"\n") + 1
-    recs = [json.loads(line) for line in data[:good].split(b"\n") if line.strip()]
-    if not recs:
-        return None, good
-
+def parquet_schema(path: str):
+    """The Arrow schema of the Parquet file ``path``; a file Parquet cannot read is refused
+    naming it."""
     try:
-        return _MS.from_records(recs, embedder=embedder), good
-    except ValueError as e:
-        raise ValueError(f"{path}: {e}") from None
-
-
-def drop_known(new: MemoryStore, known_ids) -> MemoryStore | None:
-    """``new`` without the rows whose id is in ``known_ids`` (an Arrow array: ids and sources
-    already in the store); ``None`` when nothing is left."""
-
-    dup = pc.is_in(new.ids.arrow, value_set=known_ids).to_numpy(zero_copy_only=False)
-    if not dup.any():
-        return new
-    keep = np.flatnonzero(~dup)
-    return new.take(keep) if len(keep) else None
+        return pq.read_schema(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise ValueError(f"{path} must be a Parquet file (its suffix says it is), got a file Parquet cannot read: "
+                         f"{e}") from None
 
 
 def memforest_layout(schema) -> bool:
@@ -101,15 +80,23 @@ class PassThrough:
                 counts[name] = counts.get(name, 0) + c
         return counts
 
-    def known(self, ids):
-        """Which of ``ids`` (Arrow strings) the store already holds, as ids or sources."""
+    def ids_in(self, wanted) -> StoreIds:
+        """:class:`~.inbox.StoreIds` of ``wanted`` (Arrow large strings): the id, sources and
+        tenant columns in one pass, the text column only when an id names a node."""
 
-        hit = np.zeros(len(ids), dtype=bool)
-        for rb in self.pf.iter_batches(batch_size=_BATCH, columns=["id", "sources"]):
-            have = pa.concat_arrays([rb.column(0).cast(pa.large_string()),
-                                     rb.column(1).flatten().cast(pa.large_string())])
-            hit |= pc.is_in(ids, value_set=have).to_numpy(zero_copy_only=False)
-        return hit
+        held, lo = StoreIds(), 0
+        for rb in self.pf.iter_batches(batch_size=_BATCH, columns=["id", "sources", "tenant"]):
+            tenant = rb.column(2)
+            held.add(rb.column(0), rb.column(1), lambda j, t=tenant: t[j].as_py(), wanted, lo)
+            lo += rb.num_rows
+        if held.row:
+            at = {r: w for w, r in held.row.items()}
+            lo = 0
+            for rb in self.pf.iter_batches(batch_size=_BATCH, columns=["text"]):
+                for r in [r for r in at if lo <= r < lo + rb.num_rows]:
+                    held.text[at[r]] = rb.column(0)[r - lo].as_py()
+                lo += rb.num_rows
+        return held
 
     def load(self, tenants: list[str]) -> tuple[MemoryStore | None, np.ndarray]:
         """Read every batch (kept for :meth:`write`); the rows of ``tenants`` as a store with

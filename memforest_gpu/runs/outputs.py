@@ -104,7 +104,11 @@ class OutputLock:
         self._held = False
 
     def acquire(self) -> OutputLock:
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"the folder of {self.output!r} must exist or be creatable, cannot create it: "
+                             f"{e.strerror or e}") from None
         for _ in range(3):
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -120,6 +124,9 @@ class OutputLock:
                 except FileNotFoundError:
                     pass
                 continue
+            except OSError as e:
+                raise ValueError(f"the lock file {self.path!r} must be writable (a run writing {self.output!r} "
+                                 f"takes it), cannot create it: {e.strerror or e}") from None
             with os.fdopen(fd, "w") as f:
                 f.write(f"{os.getpid()}\n")
             self._held = True

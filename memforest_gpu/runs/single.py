@@ -13,7 +13,8 @@ from ..mergers.embedders import MEAN_EMBEDDER
 from ..store.io import detect_format, write_store
 from .journal import JournaledMerger, journal_path, run_fingerprint
 from .loading import RunInterrupted, load_store_and_embedder
-from .outputs import OutputLock, check_not_input, check_output
+from .outputs import OutputLock, check_output
+from .paths import check_paths, output_files, reads
 
 __all__ = ["compress_in_memory", "dry_run_file"]
 
@@ -49,10 +50,8 @@ def compress_in_memory(src: str | Path, dst: str | Path, config: CompressConfig,
     detect_format(src, format)
     if not os.path.exists(src):
         raise FileNotFoundError(f"memory store file not found: {src!r}")
+    check_paths(reads("INPUT", src), output_files("OUTPUT", dst, journal=journal))
     check_output(dst, format=out_format, inputs=[src], format_flag="out_format")
-    check_not_input(OutputLock(dst).path, [src], what="the lock file")
-    if journal:
-        check_not_input(journal_path(dst), [src], what="the journal")
     if isinstance(merger, str):
         merger = get_merger(merger, **(merger_options or {}))
     elif merger_options:

@@ -87,19 +87,43 @@ def event_trees_json(trees: EventTrees, names: list[str]) -> str:
 
 def event_trees_from_json(text: str | bytes | None, where: str) -> dict[str, TenantTrees]:
     """Per-tenant states from the files' JSON text (``None``: none). A state of another
-    version is ignored (its tenants are partitioned again at their next compaction)."""
+    version is ignored (its tenants are partitioned again at their next compaction). A bad
+    state names the file, the part of the state and the rule."""
     if text is None:
         return {}
+    what = f"{where}: the event trees recorded in the store (memforest.forest)"
     try:
         d = json.loads(text)
-        if d.get("version") != EVENT_TREES_VERSION:
-            return {}
-        configs = d["configs"]
-        return {str(t): TenantTrees([str(c) for c in s["c"]], int(s["p"]), int(s["a"]), dict(configs[int(s["k"])]),
-                                     [float(x) for x in s["r"]] if s.get("r") is not None else None)
-                for t, s in d["tenants"].items()}
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
-        raise ValueError(f"{where}: the event trees recorded in the store are not valid: {e}") from None
+    except ValueError as e:
+        raise ValueError(f"{what} must be JSON, got bad JSON ({e})") from None
+    _need(isinstance(d, dict), what, "a JSON object with version, configs and tenants", d)
+    if d.get("version") != EVENT_TREES_VERSION:
+        return {}
+    configs, tenants = d.get("configs"), d.get("tenants")
+    _need(isinstance(configs, list) and all(isinstance(c, dict) for c in configs), f"{what}: configs",
+          "a list of objects", configs)
+    _need(isinstance(tenants, dict), f"{what}: tenants", "an object (tenant -> state)", tenants)
+    out = {}
+    for t, s in tenants.items():
+        rule = "an object with c (centre ids), p, a (integers) and k (an index into configs)"
+        _need(isinstance(s, dict) and isinstance(s.get("c"), list) and all(isinstance(s.get(x), int)
+                                                                             for x in "pak"), f"{what}: tenant {t!r}",
+              rule, s)
+        _need(0 <= s["k"] < len(configs), f"{what}: tenant {t!r}'s k", f"an index into configs (< {len(configs)})",
+              s["k"])
+        r = s.get("r")
+        _need(r is None or (isinstance(r, list) and len(r) == len(s["c"]) and all(isinstance(x, (int, float))
+                                                                                   for x in r)),
+              f"{what}: tenant {t!r}'s r", "a list of one number per centre", r)
+        out[str(t)] = TenantTrees([str(c) for c in s["c"]], s["p"], s["a"], dict(configs[s["k"]]),
+                                  [float(x) for x in r] if r is not None else None)
+    return out
+
+
+def _need(ok: bool, what: str, rule: str, value) -> None:
+    if not ok:
+        shown = repr(value)
+        raise ValueError(f"{what} must be {rule}, got {shown if len(shown) <= 80 else shown[:77] + '...'}")
 
 
 def tree_column(tree: np.ndarray):
