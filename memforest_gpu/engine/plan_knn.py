@@ -1,12 +1,14 @@
-"""The knn planner: candidate pairs of the trees of knn buckets, on ONE edge list of every
-such bucket (:mod:`.graph_choice`).
+"""The knn planner: candidate pairs of the trees of knn buckets, on edge lists of many
+trees at once (:mod:`.graph_choice`).
 
-Every tree that plans this round contributes its edges, with vertex ids made global over
-every (bucket, row): a knn bucket its list entries (slot -> neighbour, slot -> next live
-slot), a dense bucket (``knn_above = 0``) its upper triangle. Each edge is weighted by
-:func:`~.edges.edge_weight` from its cosine and its ends' attributes; one call of
-:func:`~memforest_gpu.kernels.edge_forest` builds the spanning forest of every tree at once;
-degrees and the degree-adjusted score are segment sums over it.
+The trees that plan this round contribute their edges a block of rows at a time (at most
+:data:`EDGE_BLOCK` edges, so the round's peak memory is one block's edge list): a knn bucket
+its list entries (slot -> neighbour, slot -> next live slot), a dense bucket
+(``knn_above = 0``) its upper triangle. Each edge is weighted by :func:`~.edges.edge_weight`
+from its cosine and its ends' attributes; one call of
+:func:`~memforest_gpu.kernels.edge_forest` builds the spanning forest of every tree of the
+block at once; degrees and the degree-adjusted score are segment sums over it. Vertex ids
+are global over every (bucket, row), for the round's one matching.
 
 The candidates come back as the dense planner returns them: the best forest edge per tree
 (``sequential``) or every forest edge (``matching``), in (bucket, tree row, tie key) order.
@@ -58,45 +60,63 @@ class _Block(NamedTuple):
     first: int
 
 
+#: edges of one block of the knn planner (a bucket's rows are planned a block at a time, so the
+#: round's peak memory is one block's edge list and its sort, not every tree's at once)
+EDGE_BLOCK = {"cpu": 1 << 21, "cuda": 1 << 24}
+
+
 def knn_candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap: int | None,
                    matching: bool) -> tuple[Candidates | None, int]:
     """The candidate pairs of every tree in ``need`` (module docstring), and the number of
-    global vertices (``None``, 0 when no tree plans)."""
+    global vertices (``None``, 0 when no tree plans). Trees are planned a block of rows at a
+    time (:data:`EDGE_BLOCK` edges); a tree's plan depends on its own edges only."""
     dev = batch.vectors.device
-    edges, blocks, n = [], [], 0
+    parts, n = [], 0
+    per_block = EDGE_BLOCK.get(dev.type, EDGE_BLOCK["cuda"])
     for b, bk in enumerate(batch.buckets):
         rows = np.flatnonzero(need[bk.trees_np])
         if len(rows) == 0:
             continue
-        r = torch.as_tensor(rows, dtype=torch.int64, device=dev)
-        u, v, w, cos = _bucket_edges(bk, r, cfg, cap)
-        first = n + torch.arange(len(rows), device=dev)[:, None] * bk.m  # (B', 1) first vertex of each row
-        edges.append(((first + u).reshape(-1), (first + v).reshape(-1), w.reshape(-1), cos.reshape(-1)))
-        blocks.append(_Block(b, bk, r, n))
-        n += len(rows) * bk.m
-    if not blocks:
+        per_row = bk.m * (bk.nbr.shape[2] if bk.graph == KNN else max(1, (bk.m - 1) // 2))
+        step = max(1, per_block // max(1, per_row))
+        for i in range(0, len(rows), step):
+            r = torch.as_tensor(rows[i:i + step], dtype=torch.int64, device=dev)
+            parts.append(_block_candidates(_Block(b, bk, r, n), batch, cfg, cap, matching))
+            n += r.shape[0] * bk.m
+    if not parts:
         return None, 0
-    u, v, w, cos = (torch.cat(x) for x in zip(*edges))
-    size = max(blk.bk.m for blk in blocks)
-    vert = _vertices(blocks, dev)
-    if cap is not None and any(blk.bk.graph == KNN for blk in blocks):  # pairs over the cap are no edges
-        u, v, w, cos, owner = _join_pieces(u, v, w, cos, n, size, vert, batch, cfg, cap)
+    return Candidates.cat(parts), n
+
+
+def _block_candidates(blk: _Block, batch: TreeBatch, cfg: CompressConfig, cap: int | None,
+                      matching: bool) -> Candidates:
+    """The candidates of one block's trees, with vertex ids offset by ``blk.first``."""
+    dev = batch.vectors.device
+    B, m = blk.r.shape[0], blk.bk.m
+    n = B * m
+    local = _Block(blk.b, blk.bk, blk.r, 0)
+    u, v, w, cos = _bucket_edges(blk.bk, blk.r, cfg, cap)
+    first = torch.arange(B, device=dev)[:, None] * m  # (B', 1) first vertex of each row
+    u, v, w, cos = ((first + u).reshape(-1), (first + v).reshape(-1), w.reshape(-1), cos.reshape(-1))
+    vert = _vertices([local], dev)
+    if cap is not None and blk.bk.graph == KNN:  # pairs over the cap are no edges
+        u, v, w, cos, owner = _join_pieces(u, v, w, cos, n, m, vert, batch, cfg, cap)
     else:
-        owner = edge_forest(u, v, w, n, size=size)  # (n,) the forest edge each vertex owns, or -1
+        owner = edge_forest(u, v, w, n, size=m)  # (n,) the forest edge each vertex owns, or -1
     ok = owner >= 0
     e = owner.clamp(min=0)
-    a, bb = torch.minimum(u[e], v[e]), torch.maximum(u[e], v[e])  # (n,) global ends, a < bb
+    a, bb = torch.minimum(u[e], v[e]), torch.maximum(u[e], v[e])  # (n,) ends, a < bb
     one = ok.long()
     deg = torch.zeros(n, dtype=torch.int64, device=dev).scatter_add_(0, a, one).scatter_add_(0, bb, one)
-    tree_of = vert.tree[a]
-    score = degree_adjusted(w[e], deg[a] + deg[bb], ok, tree_of, int(batch.bucket_of.shape[0]), cfg.tree)  # (n,)
+    row_of = a // m  # each edge's tree, as its row of the block
+    score = degree_adjusted(w[e], deg[a] + deg[bb], ok, row_of, B, cfg.tree)  # (n,)
     sa, sb = vert.slot[a], vert.slot[bb]
-    c = Candidates(bucket=vert.bucket[a], row=vert.row[a], tree=tree_of, slot_a=sa, slot_b=sb, node_a=vert.node[a],
-                   node_b=vert.node[bb], score=score, similarity=cos[e], eligible=ok,
-                   tie_key=sa * vert.m[a] + sb, vertex_a=a, vertex_b=bb)  # the dense planner's tie key
+    c = Candidates(bucket=vert.bucket[a], row=vert.row[a], tree=vert.tree[a], slot_a=sa, slot_b=sb,
+                   node_a=vert.node[a], node_b=vert.node[bb], score=score, similarity=cos[e], eligible=ok,
+                   tie_key=sa * m + sb, vertex_a=a + blk.first, vertex_b=bb + blk.first)  # the dense planner's key
     if matching:
-        return c.take(torch.argsort(torch.where(ok, a * n + bb, torch.full_like(a, n * n)), stable=True)), n
-    return _best_per_tree(c, blocks), n
+        return c.take(torch.argsort(torch.where(ok, a * n + bb, torch.full_like(a, n * n)), stable=True))
+    return _best_per_tree(c, [local])
 
 
 def _bucket_edges(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap: int | None):
