@@ -75,7 +75,10 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     owed = Owed.start(s.quotas)
     rng = np.random.default_rng(s.cfg.merge.seed)  # only the "random" tree kind draws from it
     merges: list[MergeRecord] = []
-    vectors: list[torch.Tensor] = []  # merged nodes' vectors, one (P, D) block per round
+    # merged nodes' vectors for the output: the trees' own table when it holds them as they
+    # are (float32 storage), else one (P, D) block per round
+    keep_blocks = s.batch.vectors.dtype != s.emb.dtype
+    vectors: list[torch.Tensor] = []
     consumed: list[np.ndarray] = []  # rows merged away, one block per round
     tally = Tally()
     with progress_bar(progress, s.quotas.total, "merging", unit="merge") as bar:
@@ -88,14 +91,17 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
             tally.condensed += r.condensed
             tally.condensed_tokens += r.condensed_tokens
             merges += r.merges
-            vectors.append(r.vectors)
+            if keep_blocks:
+                vectors.append(r.vectors)
             consumed.append(r.consumed)
             if on_round is not None:
                 on_round(tally.rounds, r.merges)
             if bar:
                 bar.update(len(r.merges))
     tally.merges = len(merges)
-    s.batch = None  # the padded tree tensors (about 2x the embeddings) are not needed any more
+    if not keep_blocks:
+        vectors = [s.batch.vectors.merged()]
+    s.batch = None  # the padded tree tensors are not needed any more
     with s.timer.stage("output"):
         out = _output(s, store, consumed, vectors, copy, record=partition is None)
     report = run_report(s, store, out=out, merger=merger, embedder=embedder, shortfall=owed.shortfall, tally=tally)

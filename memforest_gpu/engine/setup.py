@@ -92,7 +92,8 @@ def setup_run(store: MemoryStore, config: CompressConfig | None = None, *, embed
         cap, counter = cap_and_counter(cfg.merge.max_node_tokens, embedder, count=cfg.tree.size_weight > 0)
         tokens = torch.as_tensor(count_column(counter, store.texts)).to(dev) if counter is not None else None
         batch = build_trees(partition.tree, tree_size, emb, ts, codes, tokens, dtype=getattr(torch, cfg.storage_dtype),
-                            config=cfg.tree, cap=cap if cfg.merge.cap_policy == "strict" else None)
+                            config=cfg.tree, cap=cap if cfg.merge.cap_policy == "strict" else None,
+                            merges=int(quotas.per_tree.sum()))
     return RunSetup(cfg, names, partition, quotas, batch, NodeTable(store), emb, cap, counter, timer, kept)
 
 

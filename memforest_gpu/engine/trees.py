@@ -99,19 +99,21 @@ def _cosines(vectors: NodeVectors, slots: torch.Tensor) -> torch.Tensor:
 
 def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Tensor, timestamps: torch.Tensor,
                 codes: torch.Tensor, tokens: torch.Tensor | None, *, dtype: torch.dtype | None = None,
-                config: TreeConfig | None = None, cap: int | None = None, budget: int = 1 << 24) -> TreeBatch:
+                config: TreeConfig | None = None, cap: int | None = None, budget: int = 1 << 24,
+                merges: int = 0) -> TreeBatch:
     """Lay out every tree of ``tree`` (global tree id per node) as padded buckets.
 
     ``dtype``: storage dtype of the vectors (default the embeddings'; float16 / bfloat16
     halve them, similarities are still accumulated in float64). ``config``: the tree stage's
     settings (its ``graph`` / ``knn`` choose each bucket's candidate graph, its edge terms
     and ``cap`` (the planner's) rank the knn graph's neighbours; default the dense graph).
-    No padded copy of the vectors is kept: buckets hold node rows (``TreeBatch.vectors``).
+    No padded copy of the vectors is kept: buckets hold node rows (``TreeBatch.vectors``, with
+    room for ``merges`` merged vectors).
 
     Shape: tree (N,), tree_size (T,) host, embeddings (N, D), timestamps (N,), codes (N,),
            tokens (N,) or None -> TreeBatch
     """
-    vectors = NodeVectors(embeddings, dtype or embeddings.dtype)
+    vectors = NodeVectors(embeddings, dtype or embeddings.dtype, capacity=merges)
     dev = embeddings.device
     N = embeddings.shape[0]
     T = len(tree_size)

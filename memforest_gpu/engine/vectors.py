@@ -55,12 +55,13 @@ class NodeVectors:
            rows < 0
     """
 
-    def __init__(self, base: torch.Tensor, dtype: torch.dtype | None = None):
+    def __init__(self, base: torch.Tensor, dtype: torch.dtype | None = None, *, capacity: int = 0):
         self.dtype = dtype or base.dtype
         self.base = base if base.dtype == self.dtype else base.to(self.dtype)
         self.n_base = int(base.shape[0])
-        # merged nodes' vectors from row 1 on; row 0 stays zero: what an empty slot (-1) reads
-        self._extra = torch.zeros(1, base.shape[1], dtype=self.dtype, device=base.device)
+        # merged nodes' vectors from row 1 on (room for ``capacity`` of them, the run's merges,
+        # so the table is never copied to grow); row 0 stays zero: what an empty slot (-1) reads
+        self._extra = torch.zeros(1 + capacity, base.shape[1], dtype=self.dtype, device=base.device)
         self._n_extra = 0
 
     @property
@@ -88,6 +89,10 @@ class NodeVectors:
         self._extra[1 + self._n_extra:need] = v
         self._n_extra += P
         return v
+
+    def merged(self) -> torch.Tensor:
+        """The merged nodes' vectors so far, in the storage dtype. Shape: -> (M, D), a view"""
+        return self._extra[1:1 + self._n_extra]
 
     def dot_rows(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """:func:`dot64` of the vectors of node rows ``a`` and ``b``, a cache-sized block of
