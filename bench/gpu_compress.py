@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from accounting import account, count_stages, format_accounting, text_stages
 from gpu_ctx import Ctx, fast_store
 from stage_memory import StageMemory, stage_marks
 
@@ -44,6 +45,26 @@ def step_compress(ctx: Ctx) -> None:
         cfg = compress_config(name, s["compress_two_level_min"])
         compress(warm, cfg, device=ctx.dev)  # warm-up: kernels, allocator
         _one(ctx, compress, store, cfg, name, build_s)
+    del store
+    small = fast_store(s["accounting_n"], s["compress_dim"], tenants=s["compress_tenants"], seed=3, device=ctx.dev)
+    for name in (DEFAULT_PRESET, "paper"):
+        if ctx.left() < 20:
+            ctx.emit(name=f"accounting_{name}", status="skipped", summary="no time left in the step")
+            continue
+        _accounting(ctx, compress, small, compress_config(name, s["compress_two_level_min"]), name)
+
+
+def _accounting(ctx: Ctx, compress, store, cfg, name: str) -> None:
+    """Each stage's FLOPs and bytes against the device (:mod:`accounting`), one record."""
+    res = compress(store, cfg, device=ctx.dev)
+    acc = account(count_stages(lambda: compress(store, cfg, device=ctx.dev)), res.report.seconds, ctx.dev)
+    stages = {k: v for k, v in acc.items() if isinstance(v, dict)}
+    worst = min(stages, key=lambda k: stages[k]["efficiency_pct"] or 100.0) if stages else None
+    ctx.emit(name=f"accounting_{name}", status="ok", n=len(store), preset=name,
+             summary=f"{len(store):,} nodes: the stage farthest from the device is {worst} "
+                     f"({stages[worst]['efficiency_pct'] or 0:.0f}% of its floor)" if worst else "no stage",
+             accounting=acc, text_stages=text_stages(res.report.seconds, res.merges, res.store.texts))
+    print(format_accounting(acc), flush=True)
 
 
 def _one(ctx: Ctx, compress, store, cfg, name: str, build_s: float) -> None:

@@ -40,8 +40,9 @@ class Step:
 STEPS = [
     Step("agreement", 110, 60,
          "CUDA agreement: pytest on CUDA, kernels CUDA vs CPU, Triton vs PyTorch, engine invariants"),
-    Step("compress", 140, 60, "1M nodes d=384, the default preset and --preset paper: a whole compress, seconds "
-                              "and peak device memory by stage, rounds, host reads and H2D copies"),
+    Step("compress", 170, 60, "1M nodes d=384, the default preset and --preset paper: a whole compress, seconds "
+                              "and peak device memory by stage, rounds, host reads and H2D copies; then each "
+                              "stage's FLOPs and bytes against the device (bench/accounting.py) at 200,000 nodes"),
     Step("first_round", 55, 40, "1M nodes d=384: partition + trees + the first round's pairs (a dry run), host reads"),
     Step("kmeans", 35, 30, "k-means assignment TFLOP/s against the measured matmul ceiling"),
     Step("merge", 55, 60, "LLM merges/s and tokens/s (Qwen2.5 0.5B and 7B shapes, random weights) + MiniLM "
@@ -58,6 +59,7 @@ SIZES = {
                 ("gpu_marked", ["tests", "-m", "gpu"], 25)],
         agree_n=20000, agree_k=512, agree_d=384, agree_trees=(64, 48), agree_q=2000, agree_store=4000,
         compress_n=1_000_000, compress_dim=384, compress_tenants=8, compress_two_level_min=20000,
+        accounting_n=200_000,
         first_round_n=1_000_000, first_round_dim=384, first_round_tenants=8,
         first_round_kmeans=("two-level", "exact"),
         matmul=8192, assign_n=1_000_000, assign_k=50_000, assign_d=384, reps=2,
@@ -72,6 +74,7 @@ SIZES = {
                  40)],
         agree_n=600, agree_k=24, agree_d=16, agree_trees=(4, 12), agree_q=50, agree_store=300,
         compress_n=3000, compress_dim=32, compress_tenants=3, compress_two_level_min=1000,
+        accounting_n=1500,
         first_round_n=3000, first_round_dim=32, first_round_tenants=3, first_round_kmeans=("two-level", "exact"),
         matmul=256, assign_n=2000, assign_k=64, assign_d=32, reps=2,
         lms={"tiny-qwen2": [2, 4]}, vllm_batches=[2, 4], out_tokens=6, bpe_vocab=800, enc_batches=[4, 8],
