@@ -9,11 +9,11 @@ batches, O(log K) steps with no device read) or ``"k-means++"`` (one centre per 
 to SPEC's wording).
 
 A Lloyd step reads the device O(1) times (has any label changed; any empty cluster).
-Cluster sums are accumulated in float64 (``index_add_``, a cache-sized tile of points at a
-time on the CPU, where it then costs about one read of the points): on CUDA its atomic additions
-make the sums' last bits depend on scheduling, ~1e-16 relative, so two runs can differ
-only where a point's two best centres score within 1e-12 of the tie tolerance ``TIE_EPS``
-(never seen in practice; on the CPU the order is fixed).
+Cluster sums are accumulated in float64 (``index_put_(accumulate=True)``, a cache-sized tile
+of points at a time on the CPU, where it then costs about one read of the points; unlike
+``index_add_`` its cost does not grow with the number of clusters when torch runs several
+threads). On the CPU the order is fixed; PyTorch's CUDA kernel for it sorts the indices
+first, so the sums do not depend on thread scheduling there either.
 
 The reduction is pluggable (``reduce=``): the distributed runner passes one that
 all-reduces sums, counts and the "changed" flag over ranks that each hold a shard of the
@@ -50,7 +50,7 @@ def cluster_means(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, K:
     tile = tile or stream_rows(X.device, D * 12)  # a float32 row read, a float64 row written
     sums = torch.zeros(T * K + 1, D, dtype=torch.float64, device=X.device)
     for r0 in range(0, T * n, tile):
-        sums.index_add_(0, flat[r0:r0 + tile], Xf[r0:r0 + tile].double())
+        sums.index_put_((flat[r0:r0 + tile],), Xf[r0:r0 + tile].double(), accumulate=True)
     counts = torch.bincount(flat, minlength=T * K + 1)[:spare].to(torch.float64)
     sums, counts = sums[:spare].view(T, K, D), counts.view(T, K)
     if reduce is not None:

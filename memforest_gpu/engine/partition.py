@@ -86,11 +86,11 @@ def _segment_index(order: torch.Tensor, starts: torch.Tensor, sizes: torch.Tenso
 def closed_form_centres(embeddings: torch.Tensor, order: torch.Tensor, codes: torch.Tensor, one: torch.Tensor,
                         n_ten: int) -> torch.Tensor:
     """The centre node of every tenant whose K is 1, without k-means: the whole tenant is one
-    cluster, and its centre is what :func:`~memforest_gpu.kernels.cluster_centres` picks for
-    it, computed the same way: the mean as float64 sums over the tenant's nodes in time order
-    (``index_add_``), divided by the count and cast to float32; then the member with the least
-    float32 squared distance to that mean, ties to the earliest position. All such tenants
-    at once (segment sums over tenant codes).
+    cluster, and its centre is what :func:`~memforest_gpu.kernels.cluster_centres` picks
+    for it, computed the same way: the mean as float64 sums over the tenant's nodes in
+    time order (``index_put_`` accumulating), divided by the count and cast to float32;
+    then the member with the least float32 squared distance to that mean, ties to the
+    earliest position. All such tenants at once (segment sums over tenant codes).
 
     Shape: embeddings (N, D), order (N,) by (tenant, time, index), codes (N,), one (n_ten,) bool
            -> centre (n_ten,) node index (-1 for tenants not in ``one``)
@@ -102,7 +102,7 @@ def closed_form_centres(embeddings: torch.Tensor, order: torch.Tensor, codes: to
     sums = torch.zeros(n_ten, D, dtype=torch.float64, device=dev)
     tile = stream_rows(dev, D * 12, at_least=2)  # a float32 row read, a float64 row written
     for r0 in range(0, sel.shape[0], tile):
-        sums.index_add_(0, c[r0:r0 + tile], embeddings[sel[r0:r0 + tile]].double())
+        sums.index_put_((c[r0:r0 + tile],), embeddings[sel[r0:r0 + tile]].double(), accumulate=True)
     counts = torch.bincount(c, minlength=n_ten).to(torch.float64)
     mean = (sums / counts.clamp(min=1)[:, None]).float()  # (n_ten, D)
     d = torch.empty(sel.shape[0], dtype=mean.dtype, device=dev)  # (N1,) a tile of (N1, D) at a time

@@ -87,7 +87,8 @@ def repair_centres(emb: torch.Tensor, gtree: torch.Tensor, centre: torch.Tensor)
     if rows.shape[0] == 0:
         return centre
     g = gtree[rows]
-    mean = torch.zeros(T, emb.shape[1], dtype=torch.float64, device=emb.device).index_add_(0, g, emb[rows].double())
+    mean = torch.zeros(T, emb.shape[1], dtype=torch.float64, device=emb.device).index_put_(
+        (g,), emb[rows].double(), accumulate=True)
     mean = torch.nn.functional.normalize(mean.float(), dim=1)
     cos = (emb[rows].float() * mean[g]).sum(-1)
     best = torch.full((T,), float("-inf"), device=emb.device).scatter_reduce(0, g, cos, "amax")

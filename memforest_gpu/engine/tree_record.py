@@ -78,7 +78,7 @@ def with_centres(inp: MemoryStore, tree: np.ndarray, centre: np.ndarray) -> np.n
     rows = np.nonzero(lost[tree])[0]  # (M,) the members of those trees
     t = torch.as_tensor(tree[rows], dtype=torch.int64)
     x = inp.embeddings[torch.as_tensor(rows)].cpu().float()  # (M, D)
-    mean = torch.zeros(len(centre), x.shape[1]).index_add_(0, t, x)  # (T, D) sums: the mean's direction
+    mean = torch.zeros(len(centre), x.shape[1]).index_put_((t,), x, accumulate=True)  # (T, D): the direction
     score = (x * mean[t]).sum(1).numpy()  # (M,)
     order = np.lexsort((rows, -score, tree[rows]))  # by tree, best score first, lowest row on ties
     first = np.ones(len(order), dtype=bool)
