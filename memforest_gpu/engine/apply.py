@@ -116,14 +116,15 @@ class _KnnRound(NamedTuple):
 
 
 def _refresh(batch: TreeBatch, parts: list[_KnnRound]) -> None:
-    """New cosines for the stale entries of every knn bucket, found with two host reads: an
+    """New cosines for the stale entries of every knn bucket, found with one host read (two
+    when some bucket's merged nodes were scored against their trees): an
     entry between a merged node and another slot of its tree reads its cosine from the
     merged node's products with its tree where the round computed them (``sims``), the
     others are computed from their vectors."""
     vec = batch.vectors
     dev = vec.device
     base, at, tables = 0, [], []
-    for p in parts:
+    for p in parts if any(p.sims is not None for p in parts) else ():
         R, m, c = p.stale.shape
         if p.sims is None:
             at.append(torch.full((R * m * c,), -1, dtype=torch.int64, device=dev))
@@ -139,10 +140,11 @@ def _refresh(batch: TreeBatch, parts: list[_KnnRound]) -> None:
     mask = torch.cat([p.stale.reshape(-1) for p in parts])
     buf = torch.cat([p.bk.cs[p.rows].reshape(-1) for p in parts])
     idx = torch.nonzero(mask).flatten()  # host read: how many entries changed
-    pos = torch.cat(at)[idx]
-    known = torch.cat(tables) if tables else buf.new_zeros(1)
-    buf[idx] = known[pos.clamp(min=0)]
-    left = idx[torch.nonzero(pos < 0).flatten()]  # host read: how many no product covers
+    left = idx
+    if tables:
+        pos = torch.cat(at)[idx]
+        buf[idx] = torch.cat(tables)[pos.clamp(min=0)]
+        left = idx[torch.nonzero(pos < 0).flatten()]  # host read: how many no product covers
     buf[left] = vec.dot_rows(torch.cat([p.node_a.reshape(-1) for p in parts])[left],
                              torch.cat([p.node_b.reshape(-1) for p in parts])[left])
     off = 0
