@@ -145,6 +145,34 @@ def test_the_knn_graph_stays_consistent_round_after_round(monkeypatch, schedule)
 
 
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
+def test_a_round_split_into_groups_of_trees_is_the_same_run(monkeypatch, schedule):
+    """A round's knn buckets are updated a group of touched trees at a time when their
+    merged nodes' products with their trees exceed a budget: groups of one tree or a few
+    give the run of one group, and the graph stays consistent."""
+    apply_module = importlib.import_module("memforest_gpu.engine.apply")
+    store = build_store([400, 260, 90], dim=16, seed=11)
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.02),
+                         tree=TreeConfig(knn_above=0, knn=4, time_weight=0.3, size_weight=0.2),
+                         merge=MergeConfig(ratio=0.5, schedule=schedule))
+    whole = compress(store, cfg, device="cpu")
+    assert whole.report.trees > 3
+    groups = []
+    real_groups = apply_module._groups
+
+    def counted(cost, budget):
+        out = real_groups(cost, budget)
+        groups.append(len(out))
+        return out
+
+    monkeypatch.setattr(apply_module, "_groups", counted)
+    for budget in (1, 4000):  # one tree per group, a few
+        monkeypatch.setattr(apply_module, "ROUND_BLOCK_BYTES", {"cpu": budget})
+        groups.clear()
+        assert_same_run(whole, compress(store, cfg, device="cpu"))
+        assert max(groups) > 1
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "matching"])
 @pytest.mark.parametrize("ratio", [0.3, 0.7])
 def test_invariants_with_the_knn_graph(schedule, ratio):
     store = build_store([400, 260, 90, 3, 1], dim=16, seed=7)

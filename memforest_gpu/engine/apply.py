@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .graph_choice import KNN
-from .knn_graph import merged_lists, stale_entries
+from .knn_graph import merged_lists, stale_entries, tree_products_pay
 from .plan import Plan
 from .trees import Bucket, TreeBatch
 from .vectors import compute_dtype, row_sims
@@ -69,7 +69,7 @@ def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor, new_rows: n
         if bk.tok is not None and tokens is not None:
             bk.tok[r, keep] = tokens[lo:hi].to(device=dev, dtype=bk.tok.dtype)
         if bk.graph == KNN:
-            stale.append(_knn_round(batch, bk, plan.row_np[lo:hi], r, keep, drop, E))
+            stale.extend(_knn_round(batch, bk, plan.row_np[lo:hi], r, keep, drop, E))
         else:
             sims = row_sims(batch.vectors, bk.slot, plan.row_np[lo:hi], E)  # (P_b, m), after all writes
             bk.W[r, keep, :] = sims
@@ -78,75 +78,116 @@ def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor, new_rows: n
         _refresh(batch, stale)
 
 
-def _knn_round(batch: TreeBatch, bk: Bucket, row_np: np.ndarray, r, keep, drop, E):
-    """A knn bucket's merged lists and its stale entries (for :func:`_refresh`)."""
+#: bytes of the merged nodes' products with their trees a knn bucket holds at once in a round
+#: (:func:`_knn_round` takes its touched trees in groups that fit): the products of a matching
+#: round at 1M nodes are several GB
+ROUND_BLOCK_BYTES = {"cpu": 256 << 20, "cuda": 2 << 30}
+
+
+def _knn_round(batch: TreeBatch, bk: Bucket, row_np: np.ndarray, r, keep, drop, E) -> list[_KnnRound]:
+    """A knn bucket's merged lists, and its stale entries for :func:`_refresh`.
+
+    The touched trees are taken in groups whose merged nodes' products with their trees
+    (:func:`~.knn_graph.merged_lists`) fit :data:`ROUND_BLOCK_BYTES`; each group fills the
+    stale entries those products cover at once and leaves the others to :func:`_refresh`.
+    Every tree's result is the same whatever the grouping.
+    """
     dev = bk.slot.device
-    rows, inv = np.unique(np.asarray(row_np, dtype=np.int64), return_inverse=True)  # touched rows
-    rows_t = torch.as_tensor(rows, device=dev)
-    inv_t = torch.as_tensor(inv.reshape(-1), dtype=torch.int64, device=dev)
-    R, m = len(rows), bk.m
-    rd = torch.arange(m, device=dev).repeat(R, 1)  # (R, m) slot -> slot after the round
-    rd[inv_t, drop] = keep
-    merged = torch.zeros(R, m, dtype=torch.bool, device=dev)
-    merged[inv_t, keep] = True
-    merged[inv_t, drop] = True
-    kept = torch.zeros_like(merged)
-    kept[inv_t, keep] = True
-    sims = merged_lists(bk, batch.vectors, r, np.asarray(row_np), keep, drop, E, rd, inv_t, batch.tree, batch.cap)
-    stale, node_a, node_b = stale_entries(bk, rows_t, rd, merged, kept)
-    where_p = None
-    if sims is not None:
-        where_p = torch.full((R, m), -1, dtype=torch.int64, device=dev)  # (R, m) slot -> its merged node's row of sims
-        where_p[inv_t, keep] = torch.arange(r.shape[0], device=dev)
-    return _KnnRound(bk, rows_t, stale, node_a, node_b, sims, where_p)
+    row_np = np.asarray(row_np, dtype=np.int64)
+    m, c = bk.m, batch.tree.knn + 1
+    products = tree_products_pay(row_np, m, 2 * c)  # decided once for the bucket's round
+    rows, inv = np.unique(row_np, return_inverse=True)  # touched rows
+    inv = inv.reshape(-1)
+    counts = np.bincount(inv, minlength=len(rows))
+    pmax = int(counts.max())
+    per_row = m * c * 32 + (counts * m * 4 if products else 0)  # bytes a touched row holds for a while
+    groups = _groups(np.broadcast_to(per_row, counts.shape), ROUND_BLOCK_BYTES.get(dev.type, 2 << 30))
+    order = np.argsort(inv, kind="stable") if len(groups) > 1 else None  # pairs grouped by row
+    start = np.cumsum(counts) - counts
+    parts = []
+    for lo, hi in groups:
+        if order is None:
+            sel, ri, kp, dp, Ep, rn, iv = None, r, keep, drop, E, row_np, inv
+        else:
+            sel = order[start[lo]:start[hi - 1] + counts[hi - 1]]
+            st = torch.as_tensor(sel, dtype=torch.int64, device=dev)
+            ri, kp, dp, Ep, rn, iv = r[st], keep[st], drop[st], E[st], row_np[sel], inv[sel] - lo
+        rows_t = torch.as_tensor(rows[lo:hi], device=dev)
+        inv_t = torch.as_tensor(iv, dtype=torch.int64, device=dev)
+        R = hi - lo
+        rd = torch.arange(m, device=dev).repeat(R, 1)  # (R, m) slot -> slot after the round
+        rd[inv_t, dp] = kp
+        merged = torch.zeros(R, m, dtype=torch.bool, device=dev)
+        merged[inv_t, kp] = True
+        merged[inv_t, dp] = True
+        kept = torch.zeros_like(merged)
+        kept[inv_t, kp] = True
+        sims = merged_lists(bk, batch.vectors, ri, rn, kp, dp, Ep, rd, inv_t, batch.tree, batch.cap,
+                            products=products, pmax=pmax)
+        stale, node_a, node_b = stale_entries(bk, rows_t, rd, merged, kept)
+        if sims is not None:
+            stale = _fill_from_products(bk, rows_t, stale, sims, inv_t, kp)
+        parts.append(_KnnRound(bk, rows_t, stale, node_a, node_b))
+    return parts
+
+
+def _groups(cost: np.ndarray, budget: int) -> list[tuple[int, int]]:
+    """Consecutive groups ``[lo, hi)`` of rows whose summed ``cost`` stays within ``budget``
+    (a row over it alone is a group). Shape: cost (R,) host"""
+    R = len(cost)
+    if R == 0 or int(cost.sum()) <= budget:
+        return [(0, R)] if R else []
+    out, lo, acc = [], 0, 0
+    for i, x in enumerate(cost.tolist()):
+        if i > lo and acc + x > budget:
+            out.append((lo, i))
+            lo, acc = i, 0
+        acc += x
+    out.append((lo, R))
+    return out
+
+
+def _fill_from_products(bk: Bucket, rows: torch.Tensor, stale: torch.Tensor, sims: torch.Tensor,
+                        inv: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Write the new cosines of the stale entries that the merged nodes' products with their
+    trees cover (an entry from or to a merged node), and return the entries still stale.
+
+    Shape: rows (R,), stale (R, m, k+1), sims (P, m), inv, keep (P,) -> (R, m, k+1) bool
+    """
+    R, m, c = stale.shape
+    dev = rows.device
+    where_p = torch.full((R, m), -1, dtype=torch.int64, device=dev)  # slot -> its merged node's row of sims
+    where_p[inv, keep] = torch.arange(keep.shape[0], device=dev)
+    new = bk.nbr[rows]  # (R, m, k+1) targets after the round
+    i = torch.arange(m, device=dev).expand(R, m)
+    pa = where_p.gather(1, new.clamp(min=0).view(R, -1)).view(R, m, c)  # the target is a merged node
+    pb = where_p[..., None].expand(R, m, c)  # the slot itself is one
+    pos = torch.where(pa >= 0, pa * m + i[..., None], torch.where(pb >= 0, pb * m + new, -1))
+    fill = stale & (new >= 0) & (pos >= 0)
+    bk.cs[rows] = torch.where(fill, sims.view(-1)[pos.clamp(min=0)].to(bk.cs.dtype), bk.cs[rows])
+    return stale & ~fill
 
 
 class _KnnRound(NamedTuple):
-    """What :func:`_refresh` needs of one knn bucket's round. Shape: stale, node_a, node_b
-    (R, m, k+1) for the touched rows ``rows``; sims (P, m): each merged node's cosines with
-    its tree (or None), where_p (R, m): the row of sims of the merged node in each slot (-1)."""
+    """What :func:`_refresh` needs of a group of a knn bucket's touched rows ``rows``.
+    Shape: stale, node_a, node_b (R, m, k+1): the entries still without a cosine, and the
+    node rows of both ends of every entry."""
 
     bk: Bucket
     rows: torch.Tensor
     stale: torch.Tensor
     node_a: torch.Tensor
     node_b: torch.Tensor
-    sims: torch.Tensor | None
-    where_p: torch.Tensor | None
 
 
 def _refresh(batch: TreeBatch, parts: list[_KnnRound]) -> None:
-    """New cosines for the stale entries of every knn bucket, found with one host read (two
-    when some bucket's merged nodes were scored against their trees): an
-    entry between a merged node and another slot of its tree reads its cosine from the
-    merged node's products with its tree where the round computed them (``sims``), the
-    others are computed from their vectors."""
-    vec = batch.vectors
-    dev = vec.device
-    base, at, tables = 0, [], []
-    for p in parts if any(p.sims is not None for p in parts) else ():
-        R, m, c = p.stale.shape
-        if p.sims is None:
-            at.append(torch.full((R * m * c,), -1, dtype=torch.int64, device=dev))
-            continue
-        new = p.bk.nbr[p.rows]  # (R, m, k+1) targets after the round
-        i = torch.arange(m, device=dev).expand(R, m)
-        pa = p.where_p.gather(1, new.clamp(min=0).view(R, -1)).view(R, m, c)  # the target is a merged node
-        pb = p.where_p[..., None].expand(R, m, c)  # the slot itself is one
-        pos = torch.where(pa >= 0, pa * m + i[..., None], torch.where(pb >= 0, pb * m + new, -1))
-        at.append(torch.where((new >= 0) & (pos >= 0), base + pos, -1).reshape(-1))
-        tables.append(p.sims.reshape(-1))
-        base += p.sims.numel()
+    """New cosines for the stale entries of every knn bucket that no merged node's products
+    covered, computed from their vectors after one host read (how many there are)."""
     mask = torch.cat([p.stale.reshape(-1) for p in parts])
-    buf = torch.cat([p.bk.cs[p.rows].reshape(-1) for p in parts])
     idx = torch.nonzero(mask).flatten()  # host read: how many entries changed
-    left = idx
-    if tables:
-        pos = torch.cat(at)[idx]
-        buf[idx] = torch.cat(tables)[pos.clamp(min=0)]
-        left = idx[torch.nonzero(pos < 0).flatten()]  # host read: how many no product covers
-    buf[left] = vec.dot_rows(torch.cat([p.node_a.reshape(-1) for p in parts])[left],
-                             torch.cat([p.node_b.reshape(-1) for p in parts])[left])
+    buf = torch.cat([p.bk.cs[p.rows].reshape(-1) for p in parts])
+    buf[idx] = batch.vectors.dot_rows(torch.cat([p.node_a.reshape(-1) for p in parts])[idx],
+                                      torch.cat([p.node_b.reshape(-1) for p in parts])[idx])
     off = 0
     for p in parts:
         n = p.stale.numel()

@@ -152,20 +152,22 @@ def _rank(X: torch.Tensor, e: Ends, cand: torch.Tensor, k: int, tree: TreeConfig
 
 def merged_lists(bk, vectors: NodeVectors, r: torch.Tensor, r_np: np.ndarray, keep: torch.Tensor,
                  drop: torch.Tensor, E: torch.Tensor, rd: torch.Tensor, inv: torch.Tensor, tree: TreeConfig,
-                 cap: int | None) -> torch.Tensor | None:
+                 cap: int | None, *, products: bool, pmax: int | None = None) -> torch.Tensor | None:
     """Re-rank each merged slot's list from its two parents' lists; clear the dropped slot's.
     Call after the round's slot, span, time and token writes and after ``vectors.append``.
 
     The candidates' cosines come from one of two computations of the same float64 products,
-    chosen by the round's shape (host-known, so the choice reads nothing from the device):
-    where a tree merges many pairs in the round (:func:`tree_products_pay`), each merged
+    chosen by the caller from the round's shape (host-known, so the choice reads nothing
+    from the device): where a tree merges many pairs in the round (``products``,
+    :func:`tree_products_pay`), each merged
     node against every slot of its tree (:func:`~.vectors.row_sims`: one gather of the tree
     per round), returned so that the stale entries pointing at a merged node read their
     cosines from it; else each merged node against its candidates only (None is returned).
 
     Shape: r, r_np (host), keep, drop, inv (P,) (inv: each pair's row of ``rd``), E (P, D) the
            merged vectors in the storage dtype, rd (R, m): each touched row's slot -> its slot
-           after the round (a dropped slot -> the slot it merged into) -> (P, m) cosines or None
+           after the round (a dropped slot -> the slot it merged into), pmax: the most pairs of a
+           tree in the round (default: in ``r_np``) -> (P, m) cosines or None
     """
     k = tree.knn
     P = r.shape[0]
@@ -177,8 +179,8 @@ def merged_lists(bk, vectors: NodeVectors, r: torch.Tensor, r_np: np.ndarray, ke
     cand = torch.where(dup, torch.full_like(cand, -1), cand)  # each neighbour once
     me = _ends_at(bk, r[:, None], keep[:, None])  # (P, 1)
     sims = None
-    if tree_products_pay(r_np, bk.m, cand.shape[1]):
-        sims = row_sims(vectors, bk.slot, r_np, E)  # (P, m)
+    if products:
+        sims = row_sims(vectors, bk.slot, r_np, E, pmax=pmax)  # (P, m)
         cos = sims.gather(1, cand.clamp(min=0))
     else:
         cos = torch.zeros(cand.shape, dtype=bk.cs.dtype, device=cand.device)  # (P, c)

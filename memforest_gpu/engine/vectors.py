@@ -113,7 +113,8 @@ class NodeVectors:
         return torch.where(stored[:, None], out, ext).view(*rows.shape, self.dim)
 
 
-def row_sims(vectors: NodeVectors, slot: torch.Tensor, r: np.ndarray, E: torch.Tensor) -> torch.Tensor:
+def row_sims(vectors: NodeVectors, slot: torch.Tensor, r: np.ndarray, E: torch.Tensor, *,
+             pmax: int | None = None) -> torch.Tensor:
     """Similarity of each new vector to every slot of its tree, accumulated in float64.
 
     Pairs of one tree share one gather of that tree (the matching schedule puts up to m/2
@@ -123,7 +124,9 @@ def row_sims(vectors: NodeVectors, slot: torch.Tensor, r: np.ndarray, E: torch.T
     grouping costs no device read.
 
     Shape: slot (B, m) node rows, r (P,) host row of each pair, E (P, D) -> (P, m) in the
-           vectors' dtype (float32 for half precision)
+           vectors' dtype (float32 for half precision); pmax: the width of each tree's block of
+           new vectors (at least the most pairs of a tree in ``r``; a caller splitting a round
+           passes the round's, so the products have the same shapes whatever the split)
     """
     P, D = E.shape
     m = slot.shape[1]
@@ -136,7 +139,7 @@ def row_sims(vectors: NodeVectors, slot: torch.Tensor, r: np.ndarray, E: torch.T
     start = np.cumsum(counts) - counts  # (R,) each tree's first pair in ``order``
     col = np.empty(P, dtype=np.int64)
     col[order] = np.arange(P) - start[inv[order]]
-    pmax = int(counts.max()) if P else 0
+    pmax = max(int(counts.max()) if P else 0, pmax or 0)
     out = torch.empty(P, m, dtype=compute_dtype(vectors.dtype), device=dev)
     step = max(1, stream_rows(dev, (m + pmax) * D * 8 + m * pmax * 8))  # trees at a time
     for c0 in range(0, R, step):
