@@ -156,3 +156,40 @@ def test_m3_agent_holds_text_and_keys_found_by_its_max(tmp_path):
         for n in again.graph.nodes.values():
             if len(n.metadata.get("merged_from", [])) > 1:
                 assert sorted(x for k in n.metadata["key_sources"] for x in k) == sorted(n.metadata["merged_from"])
+
+
+def test_mem0_keeps_one_vector_per_memory(monkeypatch):
+    """A Mem0 memory holds one vector: compress_mem0 and compact_mem0 run without keys."""
+    from memforest_gpu.adapters import mem0, mem0_compact
+
+    assert mem0.single_vector(KEYED).merge.keys == 0 and mem0.single_vector(KEYED).merge.text_weight == 1.0
+    assert mem0.single_vector(None) is None
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake(store, *a, **k):
+        seen.append(next(x for x in a if isinstance(x, CompressConfig)).merge.keys)
+        raise Stop
+
+    st = synthetic_store(20, tenants=1, dim=8, seed=1)
+    monkeypatch.setattr(mem0, "read_points", lambda memory, filters: ["p"])
+    monkeypatch.setattr(mem0, "split_eligible", lambda points, scope, dry_run, clock: (["p"], None))
+    monkeypatch.setattr(mem0, "Mem0Embedder", lambda memory, device=None: type("E", (), {"name": "e"})())
+    monkeypatch.setattr(mem0, "store_of_points", lambda todo, name: st)
+    monkeypatch.setattr(mem0, "compress", fake)
+    with pytest.raises(Stop):
+        mem0.compress_mem0(None, mem0.Scope(user_id="u"), KEYED)
+    class P:
+        id, payload = "p", {"user_id": "u"}
+
+    monkeypatch.setattr(mem0_compact, "read_points", lambda memory, filters: [P] * 20)
+    monkeypatch.setattr(mem0_compact, "split_eligible", lambda points, scope, dry_run, clock: (points, None))
+    monkeypatch.setattr(mem0_compact, "read_state", lambda state: ({}, {}))
+    monkeypatch.setattr(mem0_compact, "Mem0Embedder", lambda memory, device=None: type("E", (), {"name": "e"})())
+    monkeypatch.setattr(mem0_compact, "store_of_points", lambda todo, name: st)
+    monkeypatch.setattr(mem0_compact, "compact", fake)
+    with pytest.raises(Stop):
+        mem0_compact.compact_mem0(None, CompactConfig(max_nodes=5), KEYED)
+    assert seen == [0, 0]

@@ -19,7 +19,8 @@ __all__ = ["Retriever", "SearchResult", "search"]
 @dataclass
 class SearchResult:
     """index (Q, k) store row per hit (-1 = none), score (Q, k) final score, similarity (Q, k)
-    cosine."""
+    the node's similarity: its cosine, or for a node with keys the store's blend of its text's and
+    best key's cosines (:mod:`memforest_gpu.store.keys`)."""
 
     index: torch.Tensor
     score: torch.Tensor
@@ -51,7 +52,9 @@ class Retriever:
     whose tenant has at most ``large`` rows are grouped by segment length (powers of two) and
     scored against their own padded segment in one batched product per group; a tenant with
     more rows is searched as a view of its segment (one matrix product per queried big tenant,
-    of which there are at most N / ``large``).
+    of which there are at most N / ``large``). A store with keys (merged nodes searched by their
+    text blended with their best key) keeps each tenant's keys after its nodes in the same matrix
+    (:class:`~.keyed.KeyedLayout`), scored by the same products.
 
     >>> r = Retriever(store)
     >>> res = r.search(query_embeddings, tenants=["alice"] * Q, config=RetrievalConfig(k=10,

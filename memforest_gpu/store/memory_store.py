@@ -375,4 +375,6 @@ class MemoryStore:
             "time_first": format_date(float(ts.min())),
             "time_last": format_date(float(ts.max())),
             "merged_nodes": int((lengths > 1).sum()),
+            "keys": int(self.keys.vectors.shape[0]) if self.keys is not None else 0,
+            "keys_rule": self.keys.rule if self.keys is not None else None,
         }
