@@ -166,7 +166,50 @@ def baseline_rows(S: Scores, mine: tuple[str, str], baselines, ratios) -> list[s
     return L
 
 
-def write_report(S: Scores, out: str, rule: str | None, ratios=(0.3, 0.5, 0.7)) -> None:
+def study_name(candidate: str) -> tuple[str, str]:
+    """A ``memforest eval --leave-one-out`` candidate name -> (method, rule) of the study:
+    ``"sequential a=0.001 ... keys=all:0.5"`` -> ``("memforest:sequential", "kall/w0.5")``."""
+    schedule = candidate.split()[0]
+    _, _, rule = candidate.partition(" keys=")
+    if not rule:
+        return f"memforest:{schedule}", "text"
+    k, _, w = rule.partition(":")
+    return f"memforest:{schedule}", f"k{k}/w{float(w or 0):g}"
+
+
+def procedure_rows(S: Scores, loo_json: str, ratios, baselines) -> list[str]:
+    """The held-out scores of the procedure ``memforest eval --leave-one-out`` ran (each
+    conversation by its fold's choice, read from its loo.json), pooled over each shape's
+    questions, against today's rule and every baseline under the chosen rule."""
+    folds = json.load(open(loo_json))["folds"]
+    res = {"folds": [{"held_out": f["held_out"], "chosen": list(study_name(f["chosen"])),
+                      "train_score": f["train_score"]} for f in folds], "held": {}}
+    for s in S.shapes:
+        for r in ratios:
+            for metric in ("B|ansr", "B|ansr_content", "B|evr"):
+                x = np.full(len(S.tenants[s]), np.nan)
+                for f in res["folds"]:
+                    m = S.tenants[s] == f["held_out"]
+                    x[m] = S.get(s, f["chosen"][0], r, f["chosen"][1], metric)[m]
+                res["held"][s, r, metric] = x
+    L = loo_rows(S, res, ratios, ("memforest:matching", "text"))
+    L += ["", "| shape | ratio | baseline (under its fold's rule) | procedure minus it, AnsR@B | AnsR-c@B |",
+          "|---" * 5 + "|"]
+    for s in S.shapes:
+        for r in ratios:
+            for b in baselines:
+                row = [s, f"{r:g}", b]
+                for metric in ("B|ansr", "B|ansr_content"):
+                    y = np.full(len(S.tenants[s]), np.nan)
+                    for f in res["folds"]:
+                        m = S.tenants[s] == f["held_out"]
+                        y[m] = S.get(s, b, r, f["chosen"][1], metric)[m]
+                    row.append(fmt_ci(S.boot(s, res["held"][s, r, metric], y, metric)))
+                L.append("| " + " | ".join(row) + " |")
+    return L
+
+
+def write_report(S: Scores, out: str, rule: str | None, ratios=(0.3, 0.5, 0.7), loo_json: str | None = None) -> None:
     rules = S.storage["rules"]
     methods = sorted({k.split("|")[1] for k in S.storage["stores"] if "|none" not in k})
     mf = "memforest:matching"
@@ -188,6 +231,8 @@ def write_report(S: Scores, out: str, rule: str | None, ratios=(0.3, 0.5, 0.7)) 
     merging = [m for m in methods if m not in ("memforest:matching", "memforest:sequential")]
     L += ["", f"## Baselines under the same rule ({' '.join(mine)})", ""]
     L += baseline_rows(S, mine, merging, ratios)
+    if loo_json:
+        L += ["", f"## The procedure of {loo_json}, held out", ""] + procedure_rows(S, loo_json, ratios, merging)
     L += ["", "## Storage", ""] + storage_rows(S, mf, bounds)
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(L) + "\n")
@@ -204,8 +249,10 @@ def main(argv=None):
     ap.add_argument("--rule", default=None, help="METHOD@RULE compared with the baselines (default: the joint "
                                                  "leave-one-out's most chosen)")
     ap.add_argument("--ratios", default="0.3,0.5,0.7")
+    ap.add_argument("--loo-json", default=None, help="loo.json of a memforest eval --leave-one-out run over the "
+                                                      "same stores: its procedure's held-out scores")
     a = ap.parse_args(argv)
-    write_report(Scores(a.out, a.bootstrap), a.out, a.rule, tuple(float(x) for x in a.ratios.split(",")))
+    write_report(Scores(a.out, a.bootstrap), a.out, a.rule, tuple(float(x) for x in a.ratios.split(",")), a.loo_json)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ keys' rule, in the same process, and the ratio of their queries/s is printed.
 
     python bench/retrieval.py --many-tenants 100000 --many-nodes 500000
     python bench/retrieval.py --many-tenants 100000 --many-nodes 500000 --keys 3 --text-weight 0.5
+    python bench/retrieval.py --many-tenants 100000 --many-nodes 500000 --many-compress --keys all
     python bench/retrieval.py --many-tenants 20000 --many-nodes 200000 --many-compress
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ import numpy as np  # noqa: E402
 from common import Timer, peak_rss_mb, print_hardware, write_records  # noqa: E402
 
 from memforest_gpu import CompressConfig, MergeConfig, RetrievalConfig, Retriever, compress  # noqa: E402
+from memforest_gpu.cli.flags import keys_count  # noqa: E402
 from memforest_gpu.config import PartitionConfig  # noqa: E402
 from memforest_gpu.engine.quotas import removal_target  # noqa: E402
 from memforest_gpu.store.keys import NodeKeys  # noqa: E402
@@ -91,6 +93,8 @@ def synthetic_keys(store: MemoryStore, k: int, text_weight: float, share: float,
 def _rule_stores(store: MemoryStore, a) -> list[tuple[str, MemoryStore]]:
     """(rule, store) pairs to search: the store as it is, and with keys the same store without them."""
     if a.keys and store.keys is None:
+        if a.keys < 1:
+            raise ValueError(f"--keys must be an integer >= 1 without --many-compress, got {a.keys!r}")
         store.keys = synthetic_keys(store, a.keys, a.text_weight, a.keyed_share)
     if store.keys is None:
         return [("text", store)]
@@ -99,7 +103,8 @@ def _rule_stores(store: MemoryStore, a) -> list[tuple[str, MemoryStore]]:
     print(f"keys: {len(store.keys.vectors):,} over {int((store.keys.counts > 0).sum()):,} nodes "
           f"({(len(store) + len(store.keys.vectors)) / len(store):.2f} vectors per node), text weight "
           f"{store.keys.text_weight}", flush=True)
-    return [("text", bare), (f"keys{a.keys}/w{store.keys.text_weight:g}", store)]
+    k = "all" if a.keys == -1 else a.keys
+    return [("text", bare), (f"keys{k}/w{store.keys.text_weight:g}", store)]
 
 
 def many_tenants(a) -> list[dict]:
@@ -188,7 +193,8 @@ def main(argv=None):
     ap.add_argument("--kmeans", default="two-level", help="partitioning of --many-compress")
     ap.add_argument("--two-level-min", type=int, default=PartitionConfig().two_level_min_nodes,
                     help="--many-compress: tenants from this size use two-level k-means")
-    ap.add_argument("--keys", type=int, default=0, help="many-tenant mode: keys per merged node (0: none)")
+    ap.add_argument("--keys", type=keys_count, default=0,
+                    help="many-tenant mode: keys per merged node (0: none; all: every source, with --many-compress)")
     ap.add_argument("--text-weight", type=float, default=0.5, help="--keys: the text's weight in a node's score")
     ap.add_argument("--keyed-share", type=float, default=0.5,
                     help="--keys without --many-compress: share of the nodes given synthetic keys")

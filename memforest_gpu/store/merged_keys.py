@@ -26,6 +26,7 @@ from .memory_store import MemoryStore
 __all__ = ["derive_keys", "centres", "input_rows"]
 
 _LLOYD_STEPS = 10
+_BLOCK = 1 << 24  # most (B, S, S) similarity entries of one batched k-means
 
 
 def input_rows(inp: MemoryStore, out_sources: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -52,26 +53,26 @@ def input_rows(inp: MemoryStore, out_sources: pa.Array) -> tuple[np.ndarray, np.
     return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), rows[first]
 
 
-def _units(inp: MemoryStore):
-    """Every input row's units: (offsets (N + 1,), vectors (U, D), sources (U,), weights (U,))."""
-    N = len(inp)
+def _units(inp: MemoryStore, rows: np.ndarray):
+    """The units of input rows ``rows`` (distinct, ascending): (offsets (R + 1,), vectors (U, D),
+    sources (U,), weights (U,)); only these rows' vectors are copied."""
     k = inp.keys
-    has = k.counts > 0 if k is not None else np.zeros(N, dtype=bool)
-    counts = np.where(has, k.counts if k is not None else 0, 1)
+    has = k.counts[rows] > 0 if k is not None else np.zeros(len(rows), dtype=bool)
+    counts = np.where(has, k.counts[rows] if k is not None else 0, 1)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     dev = inp.embeddings.device
     vec = torch.empty(int(offsets[-1]), inp.dim, dtype=torch.float32, device=dev)
     plain = np.flatnonzero(~has)
     t = lambda a: torch.as_tensor(a, dtype=torch.int64, device=dev)  # noqa: E731
-    vec[t(offsets[plain])] = inp.embeddings[t(plain)].float()
+    vec[t(offsets[plain])] = inp.embeddings[t(rows[plain])].float()
     parts_idx = np.empty(int(offsets[-1]), dtype=np.int64)  # index into [node sources ; key sources]
-    parts_idx[offsets[plain]] = plain
+    parts_idx[offsets[plain]] = rows[plain]
     if has.any():
         keyed = np.flatnonzero(has)
-        at = ranges(offsets[keyed], k.counts[keyed])
-        src_rows = ranges(k.offsets[keyed], k.counts[keyed])
-        vec[t(at)] = k.vectors[t(src_rows)].to(dev, torch.float32)
-        parts_idx[at] = N + src_rows
+        at = ranges(offsets[keyed], counts[keyed])
+        src_rows = ranges(k.offsets[rows[keyed]], counts[keyed])
+        vec[t(at)] = k.vectors[t(src_rows).to(k.vectors.device)].to(dev, torch.float32)
+        parts_idx[at] = len(inp) + src_rows
         both = pa.concat_arrays([inp.sources.arrow.cast(pa.large_list(pa.large_string())), k.sources])
     else:
         both = inp.sources.arrow.cast(pa.large_list(pa.large_string()))
@@ -92,12 +93,16 @@ def derive_keys(inp: MemoryStore, out_sources: pa.Array, *, max_keys: int | None
     n_out = len(out_sources)
     off, rows = input_rows(inp, out_sources)
     n_in = np.diff(off)  # input rows per output node
-    u_off, u_vec, u_src, u_w = _units(inp)
     has_in = inp.keys.counts > 0 if inp.keys is not None else np.zeros(len(inp), dtype=bool)
     pair_node = np.repeat(np.arange(n_out), n_in)  # (R,) the output node of each (node, input row) pair
     plain = (n_in == 1)[pair_node] & ~has_in[rows]  # one input row without keys: the node keeps none
-    take = np.where(plain, 0, np.diff(u_off)[rows])  # units each pair brings
-    unit_rows = ranges(u_off[rows], take)  # (U_out,) units, grouped by output node
+    needed, at = np.unique(rows[~plain], return_inverse=True)  # the input rows whose units are read
+    u_off, u_vec, u_src, u_w = _units(inp, needed)
+    take = np.zeros(len(rows), dtype=np.int64)
+    take[~plain] = np.diff(u_off)[at]  # units each pair brings
+    first = np.zeros(len(rows), dtype=np.int64)
+    first[~plain] = u_off[at]
+    unit_rows = ranges(first, take)  # (U_out,) units, grouped by output node
     per_node = np.bincount(pair_node, weights=take, minlength=n_out).astype(np.int64)
     vec, src, counts = _reduce(u_vec, u_src, u_w, unit_rows, per_node, max_keys)
     dev = inp.embeddings.device if device is None else device
@@ -115,8 +120,12 @@ def _reduce(u_vec: torch.Tensor, u_src: pa.Array, u_w: np.ndarray, unit_rows: np
     counts = per_node.copy()
     big = np.flatnonzero(per_node > max_keys) if max_keys is not None else np.zeros(0, dtype=np.int64)
     size_class = np.ceil(np.log2(np.maximum(per_node[big], 1))).astype(np.int64)
-    for c in np.unique(size_class).tolist():  # one batched k-means per block of similar size
+    blocks = []  # nodes of similar size, at most _BLOCK entries of (B, S, S) similarities each
+    for c in np.unique(size_class).tolist():
         nodes = big[size_class == c]
+        step = max(1, _BLOCK // int(per_node[nodes].max()) ** 2)
+        blocks += [nodes[i:i + step] for i in range(0, len(nodes), step)]
+    for nodes in blocks:  # one batched k-means per block
         S = int(per_node[nodes].max())
         ok = np.arange(S)[None, :] < per_node[nodes][:, None]  # (B, S)
         at = np.where(ok, node_off[nodes][:, None] + np.arange(S)[None, :], 0)  # (B, S) unit positions
