@@ -281,7 +281,9 @@ PRESETS: dict[str, CompressConfig] = {
         partition=PartitionConfig(alpha=0.001),  # ~1,000 nodes per event tree (one per LoCoMo conversation)
         # related neighbours in time (cosine >= 0.3) and short nodes merge first
         tree=TreeConfig(time_weight=0.5, time_rule="gated", time_min_cos=0.3, size_weight=0.2),
-        merge=MergeConfig(schedule="matching"),  # disjoint pairs per round
+        # disjoint pairs per round; a merged node keeps every source's vector as a key and is searched
+        # by half its text's similarity and half its best key's (docs/merged-keys.md)
+        merge=MergeConfig(schedule="matching", keys=-1, text_weight=0.5),
     ),
     "paper": CompressConfig(),  # SPEC.md's values
 }
