@@ -10,7 +10,15 @@ plain top-k and AGPR. ``--many-compress``: the store is first compressed in-proc
 (``--kmeans``, matching schedule, ratio 0.5) and searched after; prints the stage times of
 ``report.seconds``, the peak RSS and each tenant's exact removal.
 
+Merged nodes' keys (``--keys K``, ``--text-weight W``; store/keys.py): with ``--many-compress``
+the compression keeps them (``merge.keys = K``); without it, ``--keyed-share`` of the nodes
+(default 0.5, a store compressed to half) get ``K`` synthetic keys each (vectors near the
+node's own). The same store is then searched by today's rule (its keys dropped) and by the
+keys' rule, in the same process, and the ratio of their queries/s is printed.
+
     python bench/retrieval.py --many-tenants 100000 --many-nodes 500000
+    python bench/retrieval.py --many-tenants 100000 --many-nodes 500000 --keys 3 --text-weight 0.5
+    python bench/retrieval.py --many-tenants 100000 --many-nodes 500000 --many-compress --keys all
     python bench/retrieval.py --many-tenants 20000 --many-nodes 200000 --many-compress
 """
 from __future__ import annotations
@@ -28,8 +36,10 @@ import numpy as np  # noqa: E402
 from common import Timer, peak_rss_mb, print_hardware, write_records  # noqa: E402
 
 from memforest_gpu import CompressConfig, MergeConfig, RetrievalConfig, Retriever, compress  # noqa: E402
+from memforest_gpu.cli.flags import keys_count  # noqa: E402
 from memforest_gpu.config import PartitionConfig  # noqa: E402
 from memforest_gpu.engine.quotas import removal_target  # noqa: E402
+from memforest_gpu.store.keys import NodeKeys  # noqa: E402
 from memforest_gpu.store.memory_store import MemoryStore  # noqa: E402
 from memforest_gpu.store.synthetic import synthetic_store  # noqa: E402
 
@@ -64,6 +74,39 @@ def many_tenant_store(n: int, tenants: int, dim: int, *, seed: int = 0, device=N
                                     device=device)
 
 
+def synthetic_keys(store: MemoryStore, k: int, text_weight: float, share: float, *, seed: int = 0) -> NodeKeys:
+    """``k`` keys for a ``share`` of the nodes (drawn at random), each its node's vector plus
+    noise, normalised: the shape of a store compressed to about ``1 - share`` of its nodes.
+    Shape: -> NodeKeys of len(store) nodes, about share * N * k keys"""
+    rng = np.random.default_rng(seed)
+    N, D = len(store), store.dim
+    counts = np.where(rng.random(N) < share, k, 0)
+    owner = np.repeat(np.arange(N), counts)
+    base = store.embeddings.detach().cpu()[torch.as_tensor(owner)]
+    noise = torch.from_numpy(rng.standard_normal((len(owner), D)).astype(np.float32))
+    vec = torch.nn.functional.normalize(base + 0.05 * noise, dim=1).to(store.device)
+    ids = np.asarray(store.ids.arrow.to_numpy(zero_copy_only=False))[owner]
+    return NodeKeys.from_lists(counts, vec, [[i] for i in ids.tolist()], text_weight=text_weight,
+                               max_keys=k)
+
+
+def _rule_stores(store: MemoryStore, a) -> list[tuple[str, MemoryStore]]:
+    """(rule, store) pairs to search: the store as it is, and with keys the same store without them."""
+    if a.keys and store.keys is None:
+        if a.keys < 1:
+            raise ValueError(f"--keys must be an integer >= 1 without --many-compress, got {a.keys!r}")
+        store.keys = synthetic_keys(store, a.keys, a.text_weight, a.keyed_share)
+    if store.keys is None:
+        return [("text", store)]
+    bare = MemoryStore(store.ids, store.texts, store.embeddings, store.timestamps, store.tenants, store.sources,
+                       store.metadata, store.embedder)
+    print(f"keys: {len(store.keys.vectors):,} over {int((store.keys.counts > 0).sum()):,} nodes "
+          f"({(len(store) + len(store.keys.vectors)) / len(store):.2f} vectors per node), text weight "
+          f"{store.keys.text_weight}", flush=True)
+    k = "all" if a.keys == -1 else a.keys
+    return [("text", bare), (f"keys{k}/w{store.keys.text_weight:g}", store)]
+
+
 def many_tenants(a) -> list[dict]:
     records = []
     t0 = time.perf_counter()
@@ -74,7 +117,8 @@ def many_tenants(a) -> list[dict]:
           f"made in {time.perf_counter() - t0:.1f} s", flush=True)
     if a.many_compress:
         cfg = CompressConfig(partition=PartitionConfig(kmeans=a.kmeans, two_level_min_nodes=a.two_level_min),
-                             merge=MergeConfig(ratio=0.5, schedule="matching"))
+                             merge=MergeConfig(ratio=0.5, schedule="matching", keys=a.keys,
+                                               text_weight=a.text_weight if a.keys else 1.0))
         with Timer() as t:
             res = compress(store, cfg, device=a.device)
         rep = res.report
@@ -100,22 +144,27 @@ def many_tenants(a) -> list[dict]:
     qt = torch.multinomial(size, a.queries, replacement=False, generator=g)  # distinct tenants, by size
     tens = [names[t] for t in qt.tolist()]
     q = torch.nn.functional.normalize(torch.randn(a.queries, a.dim, generator=g), dim=1).to(store.device)
-    with Timer() as t:
-        r = Retriever(store)
-    print(f"retriever over {len(store):,} nodes: built in {t.seconds * 1e3:.0f} ms", flush=True)
-    for agpr in (False, True):
-        cfg = RetrievalConfig(k=a.k, agpr=agpr)
-        r.search(q[:8], tenants=tens[:8], config=cfg)  # warm-up
-        best = float("inf")
-        for _ in range(3):
-            with Timer() as t:
-                r.search(q, tenants=tens, config=cfg)
-            best = min(best, t.seconds)
-        print(f"{a.queries} queries, each its own tenant, {'agpr' if agpr else 'topk'} k={a.k}: "
-              f"{best * 1e3:.1f} ms ({a.queries / best:,.0f} queries/s)", flush=True)
-        records.append({"bench": "many-tenants-retrieval", "n": len(store), "tenants": len(names), "dim": a.dim,
-                        "queries": a.queries, "k": a.k, "agpr": agpr, "seconds": best, "qps": a.queries / best,
-                        "compressed": bool(a.many_compress)})
+    qps = {}
+    for rule, st in _rule_stores(store, a):
+        with Timer() as t:
+            r = Retriever(st)
+        print(f"retriever over {len(st):,} nodes, rule {rule}: built in {t.seconds * 1e3:.0f} ms", flush=True)
+        for agpr in (False, True):
+            cfg = RetrievalConfig(k=a.k, agpr=agpr)
+            r.search(q[:8], tenants=tens[:8], config=cfg)  # warm-up
+            best = float("inf")
+            for _ in range(3):
+                with Timer() as t:
+                    r.search(q, tenants=tens, config=cfg)
+                best = min(best, t.seconds)
+            qps[rule, agpr] = a.queries / best
+            print(f"{a.queries} queries, each its own tenant, rule {rule}, {'agpr' if agpr else 'topk'} k={a.k}: "
+                  f"{best * 1e3:.1f} ms ({a.queries / best:,.0f} queries/s"
+                  + (f", {qps['text', agpr] / qps[rule, agpr]:.2f}x slower than text)" if rule != "text" else ")"),
+                  flush=True)
+            records.append({"bench": "many-tenants-retrieval", "n": len(st), "tenants": len(names), "dim": a.dim,
+                            "queries": a.queries, "k": a.k, "agpr": agpr, "seconds": best, "qps": a.queries / best,
+                            "compressed": bool(a.many_compress), "rule": rule})
     return records
 
 
@@ -144,6 +193,11 @@ def main(argv=None):
     ap.add_argument("--kmeans", default="two-level", help="partitioning of --many-compress")
     ap.add_argument("--two-level-min", type=int, default=PartitionConfig().two_level_min_nodes,
                     help="--many-compress: tenants from this size use two-level k-means")
+    ap.add_argument("--keys", type=keys_count, default=0,
+                    help="many-tenant mode: keys per merged node (0: none; all: every source, with --many-compress)")
+    ap.add_argument("--text-weight", type=float, default=0.5, help="--keys: the text's weight in a node's score")
+    ap.add_argument("--keyed-share", type=float, default=0.5,
+                    help="--keys without --many-compress: share of the nodes given synthetic keys")
     a = ap.parse_args(argv)
     print_hardware()
     if a.many_tenants:

@@ -170,6 +170,17 @@ class MergeConfig:
     # M3-Agent clip) or a metadata key (equal values; nodes without the key are one group);
     # None: any two nodes of a tenant may merge
     merge_within: str | None = None
+    # what a merged node keeps to be searched by besides its text's vector (store/keys.py): up to `keys` key
+    # vectors, its sources' own vectors or `keys` centres of them when it has more (-1: every source; 0: none,
+    # the paper: its text's vector alone); such a node scores text_weight * cos(text) + (1 - text_weight) *
+    # its best key's cos, in every search of the store (the store keeps the keys and the weight)
+    keys: int = 0
+    text_weight: float = 1.0
+
+    @property
+    def max_keys(self) -> int | None:
+        """The bound on keys per node (``None``: every source); meaningful when ``keys != 0``."""
+        return None if self.keys == -1 else self.keys
 
     def __post_init__(self):
         _check_range("ratio", self.ratio, 0.0, 1.0, lo_open=True, hi_open=True)
@@ -180,6 +191,8 @@ class MergeConfig:
         _check_int("seed", self.seed, 0)
         if self.keep_pattern is not None:
             _check_regex("keep_pattern", self.keep_pattern)
+        _check_int("keys", self.keys, -1)
+        _check_range("text_weight", self.text_weight, 0.0, 1.0)
         if self.merge_within is not None and (not isinstance(self.merge_within, str) or not self.merge_within):
             raise ValueError(f"merge_within must be 'timestamp' or a metadata key, got {self.merge_within!r}")
 
@@ -274,7 +287,9 @@ PRESETS: dict[str, CompressConfig] = {
         partition=PartitionConfig(alpha=0.001),  # ~1,000 nodes per event tree (one per LoCoMo conversation)
         # related neighbours in time (cosine >= 0.3) and short nodes merge first
         tree=TreeConfig(time_weight=0.5, time_rule="gated", time_min_cos=0.3, size_weight=0.2),
-        merge=MergeConfig(schedule="matching"),  # disjoint pairs per round
+        # disjoint pairs per round; a merged node keeps every source's vector as a key and is searched
+        # by half its text's similarity and half its best key's (docs/merged-keys.md)
+        merge=MergeConfig(schedule="matching", keys=-1, text_weight=0.5),
     ),
     "paper": CompressConfig(),  # SPEC.md's values
 }

@@ -89,7 +89,8 @@ def test_cli_leave_one_out_writes_its_report(tmp_path, monkeypatch, capsys):
     out = tmp_path / "loo"
     argv = ["--benchmark", str(tmp_path / "bench"), "--out", str(out), "--leave-one-out", "--ratios", "0.5",
             "--seeds", "0", "--loo-schedules", "sequential", "--loo-alphas", "0.05", "--loo-time-weights", "0",
-            "--loo-size-weights", "0,0.2", "-k", "2", "--budget", str(fact_budget()), "--quiet"]
+            "--loo-size-weights", "0,0.2", "--keys", "0", "--text-weight", "1", "-k", "2", "--budget",
+            str(fact_budget()), "--quiet"]  # no keys: the candidate of the paper's fields is the paper's config
     assert main(argv) == 0
     data = json.loads((out / "loo.json").read_text())
     assert [f["held_out"] for f in data["folds"]] == ["t0", "t1", "t2"]

@@ -146,7 +146,7 @@ def compress_graph(graph: MemoryGraph, config: CompressConfig | None = None, *, 
     st = graph.texts
     keyed = MemoryStore(st.ids, st.texts, st.embeddings, st.timestamps,
                         [f"{t}{_SEP}{ty}" for t, ty in zip(st.tenants, graph.types)],
-                        st.sources, st.metadata, st.embedder)
+                        st.sources, st.metadata, st.embedder, keys=st.keys)
     res = compress(keyed, graph_config(config), merger=merger, embedder=embedder, device=device, progress=progress)
     for row in res.report.tenants:  # "video-1/episodic" in reports and logs
         row["tenant"] = row["tenant"].replace(_SEP, "/")
@@ -168,7 +168,7 @@ def compress_graph(graph: MemoryGraph, config: CompressConfig | None = None, *, 
             meta = {**meta, "merged_from": list(src), "clip_ids": clips[node_id]}
         metas.append(meta)
     texts = MemoryStore(out.ids, out.texts, out.embeddings, out.timestamps, tenants, out.sources, metas,
-                        out.embedder)
+                        out.embedder, keys=out.keys)
     s, t, w, internal = fold_edges(graph.source, graph.target, graph.weight, res.merges)
     g = MemoryGraph(texts, types, [dict(e) for e in graph.entities], s, t, w)
     return GraphCompressResult(g, res.report, res.merges, internal,

@@ -42,7 +42,9 @@ under two rules that keep the graph meaning what it meant to M3-Agent (:func:`m3
 
 It then writes the result back into the graph: a merged node keeps one id (its earliest
 member's, so it sorts inside its clip's id range), ``contents`` = [merged text],
-``embeddings`` = [its vector], ``timestamp`` = its clip, plus ``clip_ids`` and
+``embeddings`` = [its vector] (with ``merge.keys``: [its vector, its keys...] and
+``key_sources``, found by M3-Agent's max over them, :mod:`.m3_keys`), ``timestamp`` = its clip,
+plus ``clip_ids`` and
 ``merged_from`` in its metadata; every edge of its members moves to it with weights summed
 (both directions kept; an edge between two members would be a self-loop and is dropped);
 ``text_nodes``, ``text_nodes_by_clip`` and ``event_sequence_by_clip`` are rewritten in order
@@ -62,8 +64,10 @@ import numpy as np
 from ..config import CompressConfig
 from ..engine import CompressReport
 from ..store.atomic import atomic_open
+from ..store.keys import NodeKeys
 from ..store.memory_store import MemoryStore
 from .graph import MemoryGraph, compress_graph, graph_config
+from .m3_keys import node_vectors, pad_text_nodes, read_keys
 
 __all__ = ["VideoGraph", "load_video_graph", "save_video_graph", "compress_video_graph", "m3_config",
            "VideoCompressResult", "M3_MODULE", "TEXT_TYPES", "is_m3_agent_path"]
@@ -225,7 +229,7 @@ def _text_vector(node, where: str) -> np.ndarray:
     if e.ndim != 2 or e.shape[0] == 0:
         raise ValueError(f"{where}: embeddings of text node {node.id!r} must be a non-empty list of vectors, "
                          f"got shape {e.shape}")
-    v = e.mean(axis=0)  # (D,)
+    v = e[0] if node.metadata.get("key_sources") else e.mean(axis=0)  # (D,); a keyed node's text vector: its first
     return v / (np.linalg.norm(v) or 1.0)
 
 
@@ -258,6 +262,10 @@ def _to_memory_graph(g: VideoGraph, tenant: str, where: str) -> tuple[MemoryGrap
     try:
         store = MemoryStore.from_columns(ids=ids, texts=texts, timestamps=ts, embeddings=np.stack(emb),
                                          tenants=[tenant] * len(ids), sources=sources, metadata=metas)
+        held = read_keys([g.nodes[key_of[k]] for k in ids], ids, np.stack(emb), where)
+        if held is not None:  # keys of an earlier compression (m3_keys): kept for the next merges
+            store.keys = NodeKeys.from_lists(held[0], held[1], held[2], text_weight=1.0, max_keys=None)
+            store.keys.check(store.sources.arrow, store.ids.arrow)
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
     mg = MemoryGraph(store, types, [], [], [], np.zeros(0, dtype=np.float64))
@@ -304,8 +312,7 @@ def compress_video_graph(graph: VideoGraph, config: CompressConfig | None = None
             owner[key_of[k]] = keep
         merged[keep] = [key_of[k] for k in keys]
         node = VideoGraph.Node(keep, olds[0].type)
-        vec = out.embeddings[j].detach().cpu().double().numpy()
-        node.embeddings = [vec.tolist()]
+        node.embeddings, key_src = node_vectors(out.embeddings[j].detach().cpu().double().numpy(), out.keys, j)
         extra: dict = {}
         for o in sorted(olds, key=lambda n: _clip_key(n.metadata.get("timestamp"))):  # newer wins
             extra.update({k: v for k, v in o.metadata.items()
@@ -313,6 +320,8 @@ def compress_video_graph(graph: VideoGraph, config: CompressConfig | None = None
         src_ids = {str(x): x for o in olds for x in (o.metadata.get("merged_from") or [o.id])}
         node.metadata = {**extra, "contents": [text], "timestamp": max(o.metadata["timestamp"] for o in olds),
                          "clip_ids": list(meta["clip_ids"]), "merged_from": [src_ids[s] for s in meta["merged_from"]]}
+        if key_src is not None:
+            node.metadata["key_sources"] = [[src_ids[s] for s in k] for k in key_src]
         new_nodes[keep] = node
 
     g = VideoGraph.__new__(VideoGraph)
@@ -322,6 +331,7 @@ def compress_video_graph(graph: VideoGraph, config: CompressConfig | None = None
         o = owner.get(nid, nid)
         if o == nid:
             g.nodes[nid] = new_nodes.get(nid, node)
+    pad_text_nodes(g.nodes, TEXT_TYPES, _with_embeddings)  # search_text_nodes needs one count per node
     edges: dict = {}
     internal = 0
     for (a, b), w in graph.edges.items():
@@ -345,6 +355,13 @@ def compress_video_graph(graph: VideoGraph, config: CompressConfig | None = None
             "edges_out": len(edges), "internal_edges": internal,
             "text_in": len(mg.texts), "text_out": len(out), "merged_nodes": len(merged)}
     return VideoCompressResult(g, res.report, merged, info)
+
+
+def _with_embeddings(node, embeddings):
+    """A copy of ``node`` (the input graph is never modified) with other ``embeddings``."""
+    out = VideoGraph.Node(node.id, node.type)
+    out.metadata, out.embeddings = node.metadata, embeddings
+    return out
 
 
 def _clip_key(c):

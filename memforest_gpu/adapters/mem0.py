@@ -9,7 +9,8 @@ What :func:`compress_mem0` does, in order:
 1. reads every memory of the scope with its vector from the vector store itself
    (:mod:`.vectors`: Qdrant scroll, Chroma paged get, a pgvector server-side cursor, FAISS
    reconstruct);
-2. compresses them with MemForest. Tenants are Mem0 scopes: memories with different
+2. compresses them with MemForest (one vector per memory: no keys, :func:`single_vector`).
+   Tenants are Mem0 scopes: memories with different
    ``user_id`` / ``agent_id`` / ``run_id`` (or ``actor_id``) never merge. Merged text is
    embedded with Mem0's own embedder. Memories with an ``expiration_date`` and procedural
    memories are left as they are;
@@ -33,6 +34,7 @@ memories); :func:`restore_mem0` then removes those and the store is as before.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable
@@ -55,7 +57,8 @@ from .vectors import Point, provider_of, read_ids, read_points
 
 __all__ = ["Scope", "compress_mem0", "restore_mem0", "format_plan", "MergeGroup", "Mem0CompressResult", "tenant_of",
            "default_backup_path", "load_config", "load_memory", "close_memory", "entity_store", "Mem0Embedder",
-           "split_eligible", "merge_groups", "write_back", "store_of_points", "WRITE_PATHS", "check_write_path"]
+           "split_eligible", "merge_groups", "write_back", "store_of_points", "WRITE_PATHS", "check_write_path",
+           "single_vector"]
 
 log = logging.getLogger("memforest_gpu")
 
@@ -171,6 +174,14 @@ def store_of_points(points: list[Point], embedder_name: str) -> MemoryStore:
         tenants=[tenant_of(p.payload) for p in points], sources=sources, embedder=embedder_name)
 
 
+def single_vector(config: CompressConfig | None) -> CompressConfig | None:
+    """``config`` without keys (``merge.keys = 0``): a Mem0 memory holds one vector, so a merged
+    memory is searched by its text's vector alone, whatever the preset keeps elsewhere."""
+    if config is None or config.merge.keys == 0:
+        return config
+    return dataclasses.replace(config, merge=dataclasses.replace(config.merge, keys=0, text_weight=1.0))
+
+
 def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *, merger=None, backup=None,
                   dry_run: bool = False, device=None, progress: bool = False,
                   after_write: Callable[[list[MergeGroup]], None] | None = None,
@@ -193,7 +204,7 @@ def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *,
     emb = Mem0Embedder(memory, device=device)
     check_dimension(memory, todo[0].vector.shape[0], {"the embedder's vectors": emb.dim})
     store = store_of_points(todo, emb.name)
-    res = compress(store, config, merger=merger, embedder=emb, device=device, progress=progress)
+    res = compress(store, single_vector(config), merger=merger, embedder=emb, device=device, progress=progress)
     clock.lap("compress")
     result.report = res.report
     by_id = {p.id: p for p in todo}

@@ -43,6 +43,7 @@ from .mem0 import (
     check_dimension,
     check_write_path,
     merge_groups,
+    single_vector,
     split_eligible,
     store_of_points,
     tenant_of,
@@ -102,7 +103,7 @@ def compact_mem0(memory, budget: CompactConfig, config: CompressConfig | None = 
     store = store_of_points(todo, emb.name)
     store.event_trees = EventTrees(np.array([trees.get(p.id, -1) for p in todo], dtype=np.int64),
                           {t: s for t, s in states.items() if t in over})
-    res = compact(store, budget, config, merger=merger, embedder=emb, device=device, progress=progress,
+    res = compact(store, budget, single_vector(config), merger=merger, embedder=emb, device=device, progress=progress,
                   dry_run=dry_run)
     clock.lap("compact")
     result.report = res.report

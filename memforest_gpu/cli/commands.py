@@ -281,6 +281,10 @@ def _info(a) -> int:
               "or --embedder PATH)")
     else:
         print(f"dimension  {info['dim']}  (embedder: {info['embedder'] or 'not recorded'})")
+    if info["keys_rule"] is not None:
+        rule = info["keys_rule"]
+        print(f"keys       {info['keys']}  (merged nodes searched by {rule['text_weight']:g} x text + "
+              f"{1 - rule['text_weight']:g} x best of at most {rule['max_keys'] or 'all'} keys)")
     print(f"time span  {info['time_first']} .. {info['time_last']}")
     return 0
 

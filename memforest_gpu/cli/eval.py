@@ -42,7 +42,7 @@ from ..mergers.embedders import SentenceTransformerEmbedder
 from ..store.atomic import atomic_write_text
 from .eval_checks import RATIOS, STREAM_ONLY, check_eval_args
 from .eval_protocol import add_protocol_arguments, check_protocol_flags, qa_from_args, subset_from_args
-from .flags import FIELDS, as_flag_error
+from .flags import FIELDS, add_keys_arguments, as_flag_error
 
 __all__ = ["add_parser", "run", "main"]
 
@@ -108,6 +108,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--knn", type=int, default=None, help="neighbours per node in the knn graph (default: 16)")
     g.add_argument("--max-node-tokens", type=int, default=None, help="node length cap (default: embedder's)")
     g.add_argument("--cap-policy", default=None, help="condense | strict: a merge over the node cap")
+    add_keys_arguments(g)
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
     p.add_argument("--reference", default=None,
                    help="the method every other one is compared with (cluster bootstrap; default: memforest with "
@@ -138,6 +139,9 @@ def _add_loo_arguments(p: argparse.ArgumentParser) -> None:
                    help="time rules scored on the preset's config (the other flags) for comparison only, never "
                         "selected (flat: the 0/1 neighbour bonus); '' for none")
     g.add_argument("--loo-size-weights", default="0,0.2", help="candidate size weights")
+    g.add_argument("--loo-keys", default=None,
+                   help="candidate retrieval rules of merged nodes: text (its text's vector alone) or K:TEXT_WEIGHT "
+                        "(K keys, or all, blended with the text), e.g. text,all:0.5,3:0.5 (default: the base config's)")
     g.add_argument("--loo-from", default=None,
                    help="comma list of loo_scores.npz files of earlier --leave-one-out runs: join their candidates "
                         "and redo the selection without running anything")
@@ -302,8 +306,9 @@ def _run_loo(a) -> int:
     os.makedirs(a.out, exist_ok=True)
     ratios, seeds = _floats(a.ratios), _ints(a.seeds)
     rules = tuple(x.strip() for x in a.loo_time_rules.split(",") if x.strip())
+    keys = tuple(x.strip() for x in a.loo_keys.split(",") if x.strip()) if a.loo_keys else None
     cands = candidate_grid(a.loo_schedules.split(","), _floats(a.loo_alphas), _floats(a.loo_time_weights),
-                           _floats(a.loo_size_weights), base=_config(a), time_rules=rules)
+                           _floats(a.loo_size_weights), base=_config(a), time_rules=rules, keys_rules=keys)
     paper, tome = paper_candidate(), Candidate("tome", _config(a), method="tome")
     extra = [c for c in (paper, tome) if c.config not in [x.config for x in cands] or c.method]
     extra += [c for c in _compare_rules(a) if c.config not in [x.config for x in cands]]

@@ -13,7 +13,7 @@ import re
 from ..config import DEFAULT_PRESET, PRESETS, preset
 
 __all__ = ["add_config_arguments", "config_from_args", "as_flag_error", "check_embedder_flag", "parse_options",
-           "FIELDS", "config_flag_error", "check_number_lists", "refuse_ignored"]
+           "FIELDS", "config_flag_error", "check_number_lists", "refuse_ignored", "add_keys_arguments", "keys_count"]
 
 
 #: flag dest -> (stage, field) of CompressConfig; ``seed`` sets both the partition's and the merge's
@@ -27,7 +27,28 @@ FIELDS = {
     "cap_policy": ("merge", "cap_policy"), "keep_pattern": ("merge", "keep_pattern"),
     "merge_within": ("merge", "merge_within"), "graph": ("tree", "graph"), "knn": ("tree", "knn"),
     "knn_cells_above": ("tree", "knn_cells_above"), "knn_above": ("tree", "knn_above"),
+    "keys": ("merge", "keys"), "text_weight": ("merge", "text_weight"),
 }
+
+
+def keys_count(value: str) -> int:
+    """``--keys``: an integer, or ``all`` (every source: -1)."""
+    if value.strip().lower() == "all":
+        return -1
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0 or 'all', got {value!r}") from None
+
+
+def add_keys_arguments(g, h=lambda text, dest: text) -> None:
+    """``--keys`` and ``--text-weight``: what merged nodes are searched by (MergeConfig.keys)."""
+    g.add_argument("--keys", type=keys_count, default=None, metavar="K",
+                   help=h("key vectors a merged node keeps to be found by: its sources' own, or K centres of them "
+                          "when it has more (all: every source; 0: none, its text's vector alone)", "keys"))
+    g.add_argument("--text-weight", type=float, default=None,
+                   help=h("a node with keys scores TEXT_WEIGHT * cos(text) + (1 - TEXT_WEIGHT) * its best key's "
+                          "cos", "text_weight"))
 
 
 def _presets_help(dest: str) -> str:
@@ -104,6 +125,7 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
                    help=h("condense (a merge over the cap keeps its most informative sentences, so the ratio is "
                         "reached) | strict (pairs over the cap are not merged; the ratio may fall short)",
                         "cap_policy"))
+    add_keys_arguments(p.add_argument_group("what merged nodes are searched by (kept in the store)"), h)
     g = p.add_argument_group("what may merge")
     g.add_argument("--keep-pattern", default=None, metavar="REGEX",
                    help="nodes whose text matches this regular expression (RE2, anywhere in the text; anchor with ^) "

@@ -38,6 +38,7 @@ from ..engine import CompressReport, MergeRecord, compress
 from ..engine.partition import Partition
 from ..engine.quotas import Quotas, allocate, removal_target
 from ..mergers.embedders import MEAN_EMBEDDER
+from ..store.keys import NodeKeys
 from ..store.memory_store import MemoryStore
 from .balance import WorkItem, balance, tenants_to_split
 from .kmeans import _world, partition_tenant
@@ -175,7 +176,8 @@ def _rank_info(store: MemoryStore, results: list, whole: bool, rank: int, merger
         chunks.append({"first": [min(first_of[s] for s in src) for src in out.sources], "ids": out.ids,
                        "texts": out.texts, "emb": out.embeddings.detach().cpu(),
                        "ts": out.timestamps.detach().cpu(), "tenants": out.tenants,
-                       "sources": out.sources, "metadata": out.metadata})
+                       "sources": out.sources, "metadata": out.metadata,
+                       "keys": out.keys.to("cpu") if out.keys is not None else None})
     return {"chunks": chunks, "merges": [(rank, m) for m in merges],
             "trees": {row["tenant"]: row["trees"] for r in reports[:1] if whole for row in r.tenants},
             "rows": {row["tenant"]: row for r in reports[:1] if whole for row in r.tenants},
@@ -200,8 +202,10 @@ def _assemble(store, cfg, gathered, plan, split, sizes, seconds) -> DistributedR
     o = torch.as_tensor(order, dtype=torch.int64)
     emb = torch.cat([c["emb"] for c in chunks])[o].to(dev) if chunks else store.embeddings[:0]
     ts = torch.cat([c["ts"] for c in chunks])[o].to(dev) if chunks else store.timestamps[:0]
+    keys = NodeKeys.concat([c.get("keys") for c in chunks], [len(c["ids"]) for c in chunks], store.dim, dev)
     out = MemoryStore(col("ids"), col("texts"), emb, ts, col("tenants"), [list(s) for s in col("sources")],
-                      [dict(m) for m in col("metadata")], store.embedder)
+                      [dict(m) for m in col("metadata")], store.embedder,
+                      keys=keys.take(np.asarray(order, dtype=np.int64)) if keys is not None else None)
     per = dict.fromkeys(sizes, 0)
     per.update(Counter(out.tenants))
     n_items = Counter(it.tenant for p in plan for it in p)

@@ -23,6 +23,7 @@ from ..config import CompressConfig
 from ..mergers.embedders import MEAN_EMBEDDER
 from ..store.memory_store import MemoryStore
 from .assemble import assemble
+from .keys import output_keys
 from .merge_call import with_fallback
 from .merge_record import MergeRecord
 from .partition import Partition
@@ -120,7 +121,8 @@ def _output(s: RunSetup, store: MemoryStore, consumed: list[np.ndarray], vectors
     if record:  # centres first: the output may overwrite the input's vectors
         tree = s.part.tree.cpu().numpy()
         centre = with_centres(store, tree, s.part.centre.cpu().numpy())
-    out = assemble(table, live, s.emb, vectors, in_place=not copy or s.emb is not store.embeddings)
+    out = output_keys(store, table, live, s.cfg.merge).attach(  # keys first: assemble may overwrite the input
+        assemble(table, live, s.emb, vectors, in_place=not copy or s.emb is not store.embeddings))
     if record:
         record_event_trees(out, store, tree, s.part.tree_tenant.cpu().numpy(), centre, np.sort(table.first[live]),
                            s.names, s.cfg.partition)

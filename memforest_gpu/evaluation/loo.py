@@ -38,7 +38,7 @@ from .harness import EvalConfig, cell_key, run_grid
 
 __all__ = ["Candidate", "candidate_grid", "CandidateScores", "score_candidates", "retention",
            "leave_one_out", "preset_choice", "loo_markdown", "paper_candidate", "save_scores", "load_scores",
-           "rule_fields", "METRICS"]
+           "rule_fields", "keys_fields", "METRICS"]
 
 
 @dataclass(frozen=True)
@@ -59,24 +59,44 @@ class Candidate:
 
 def candidate_grid(schedules=("sequential", "matching"), alphas=(0.05, 0.01, 0.001), time_weights=(0.0, 0.5),
                    size_weights=(0.0, 0.2), base: CompressConfig | None = None,
-                   time_rules: tuple[str, ...] | None = None) -> list[Candidate]:
+                   time_rules: tuple[str, ...] | None = None,
+                   keys_rules: tuple[str, ...] | None = None) -> list[Candidate]:
     """The product of the lists on ``base`` (default SPEC's), named
     ``"{schedule} a={alpha} tw={time_weight} sw={size_weight}"``. ``time_rules`` (e.g.
     ``("scaled", "flat", "gated:0.3")``: a rule, and for ``gated`` its ``time_min_cos``) adds
     the time rule as a fifth list and to the names (``tw=0.5/scaled``); with time weight 0 the
     rule does not matter and the candidate appears once, with ``base``'s rule (so it equals
-    ``base``'s config where the other fields do). Without it, ``base``'s rule is used."""
+    ``base``'s config where the other fields do). Without it, ``base``'s rule is used.
+    ``keys_rules`` (e.g. ``("text", "all:0.5", "3:0.5")``, :func:`keys_fields`) adds what merged
+    nodes are searched by as a sixth list, named ``keys=all:0.5`` (``text``: no keys, unnamed)."""
     base = base or CompressConfig()
     out, seen = [], set()
-    for s, a, tw, rule, sw in itertools.product(schedules, alphas, time_weights, time_rules or (None,), size_weights):
+    for s, a, tw, rule, sw, kr in itertools.product(schedules, alphas, time_weights, time_rules or (None,),
+                                                    size_weights, keys_rules or (None,)):
         tree = dataclasses.replace(base.tree, time_weight=tw, size_weight=sw, **rule_fields(rule if tw > 0 else None))
         cfg = dataclasses.replace(base, partition=dataclasses.replace(base.partition, alpha=a), tree=tree,
-                                  merge=dataclasses.replace(base.merge, schedule=s))
-        name = f"{s} a={a:g} tw={tw:g}{f'/{rule}' if rule and tw > 0 else ''} sw={sw:g}"
+                                  merge=dataclasses.replace(base.merge, schedule=s, **keys_fields(kr)))
+        name = f"{s} a={a:g} tw={tw:g}{f'/{rule}' if rule and tw > 0 else ''} sw={sw:g}" \
+            + (f" keys={kr}" if kr and kr != "text" else "")
         if name not in seen:
             seen.add(name)
             out.append(Candidate(name, cfg))
     return out
+
+
+def keys_fields(rule: str | None) -> dict:
+    """``"all:0.5"`` -> ``{"keys": -1, "text_weight": 0.5}``, ``"3"`` -> keys 3 with text weight 0
+    (the best key alone), ``"text"`` -> ``{"keys": 0, "text_weight": 1.0}``; None -> {}."""
+    if rule is None:
+        return {}
+    if rule == "text":
+        return {"keys": 0, "text_weight": 1.0}
+    k, _, w = rule.partition(":")
+    try:
+        return {"keys": -1 if k == "all" else int(k), "text_weight": float(w) if w else 0.0}
+    except ValueError:
+        raise ValueError(f"keys rule must be 'text' or K[:TEXT_WEIGHT] with K an integer or 'all', got {rule!r}") \
+            from None
 
 
 def rule_fields(rule: str | None) -> dict:

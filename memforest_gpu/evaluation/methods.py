@@ -10,7 +10,8 @@ A method spec is ``NAME[:SCHEDULE]``:
   ``memforest-paper`` runs SPEC's partition, tree and node-cap defaults whatever the base config.
 
 :func:`compress_with` runs one on a store with a :class:`~memforest_gpu.config.CompressConfig`
-(its ``merge.ratio`` and ``merge.seed`` drive every method; MemForest also reads the rest).
+(its ``merge.ratio`` and ``merge.seed`` drive every method; MemForest also reads the rest; the
+keys of ``merge.keys`` are made for every method's merged nodes, so all are searched by one rule).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ..adapters.streammeco import streammeco
 from ..config import SCHEDULES, CompressConfig, PartitionConfig, TreeConfig
 from ..engine import CompressResult, compress
 from ..store.memory_store import MemoryStore
+from ..store.merged_keys import derive_keys
 from .baselines import BASELINES, _report
 
 __all__ = ["MethodSpec", "parse_method", "compress_with", "ABLATIONS", "DEFAULT_METHODS", "ABLATION_METHODS",
@@ -116,5 +118,10 @@ def compress_with(method: str | MethodSpec, store: MemoryStore, config: Compress
     if spec.is_memforest:
         return compress(store, cfg, merger=merger, embedder=embedder, device=device, progress=progress)
     if spec.name == "streammeco":
-        return streammeco(store, cfg)
-    return BASELINES[spec.name](store, cfg, merger=merger, embedder=embedder)
+        res = streammeco(store, cfg)
+    else:
+        res = BASELINES[spec.name](store, cfg, merger=merger, embedder=embedder)
+    if cfg.merge.keys != 0:  # the same retrieval rule as MemForest's output: merged nodes keep their keys
+        res.store.keys = derive_keys(store, res.store.sources.arrow, max_keys=cfg.merge.max_keys,
+                                     text_weight=cfg.merge.text_weight, device=res.store.device)
+    return res

@@ -11,6 +11,7 @@ import torch
 from ..config import RetrievalConfig
 from ..kernels import agpr_rerank, topk_rows, topk_search
 from ..store.memory_store import MemoryStore
+from .keyed import KeyedLayout, blend, keyed_search
 
 __all__ = ["Retriever", "SearchResult", "search"]
 
@@ -18,7 +19,8 @@ __all__ = ["Retriever", "SearchResult", "search"]
 @dataclass
 class SearchResult:
     """index (Q, k) store row per hit (-1 = none), score (Q, k) final score, similarity (Q, k)
-    cosine."""
+    the node's similarity: its cosine, or for a node with keys the store's blend of its text's and
+    best key's cosines (:mod:`memforest_gpu.store.keys`)."""
 
     index: torch.Tensor
     score: torch.Tensor
@@ -50,7 +52,9 @@ class Retriever:
     whose tenant has at most ``large`` rows are grouped by segment length (powers of two) and
     scored against their own padded segment in one batched product per group; a tenant with
     more rows is searched as a view of its segment (one matrix product per queried big tenant,
-    of which there are at most N / ``large``).
+    of which there are at most N / ``large``). A store with keys (merged nodes searched by their
+    text blended with their best key) keeps each tenant's keys after its nodes in the same matrix
+    (:class:`~.keyed.KeyedLayout`), scored by the same products.
 
     >>> r = Retriever(store)
     >>> res = r.search(query_embeddings, tenants=["alice"] * Q, config=RetrievalConfig(k=10,
@@ -70,13 +74,15 @@ class Retriever:
         self._size = sizes.cpu().numpy().astype(np.int64)  # (n_ten,) host: grouping queries reads nothing
         self._start = np.cumsum(self._size) - self._size  # (n_ten,)
         self._start_t = torch.as_tensor(self._start, dtype=torch.int64, device=store.device)
-        if codes.shape[0] and bool((codes[1:] >= codes[:-1]).all()):  # already grouped: no copy
-            self._rows = torch.arange(codes.shape[0], device=store.device)
-            self._emb, self._ts = store.embeddings, store.timestamps
-        else:
-            self._rows = torch.argsort(codes, stable=True)  # (N,) store row at each grouped position
-            self._emb = store.embeddings[self._rows]  # (N, D) tenant-grouped
-            self._ts = store.timestamps[self._rows]
+        grouped = codes.shape[0] and bool((codes[1:] >= codes[:-1]).all())  # already grouped: no copy
+        self._rows = torch.arange(codes.shape[0], device=store.device) if grouped else \
+            torch.argsort(codes, stable=True)  # (N,) store row at each grouped position
+        self._ts = store.timestamps if grouped else store.timestamps[self._rows]
+        # merged nodes' keys: every tenant's nodes and keys in one matrix (None: every node is searched by
+        # its text's vector, from the (N, D) tenant-grouped vectors)
+        keyed = store.keys is not None and len(store.keys.vectors) > 0
+        self._layout = KeyedLayout(store.embeddings, store.keys, self._rows, self._size) if keyed else None
+        self._emb = None if keyed else store.embeddings if grouped else store.embeddings[self._rows]
 
     def _resolve_tenants(self, tenants, Q: int) -> np.ndarray:
         """Tenant code per query. Shape: -> (Q,) int64 host"""
@@ -124,30 +130,57 @@ class Retriever:
         for t in np.unique(codes[big]).tolist():  # at most N / large tenants
             qi = torch.as_tensor(np.flatnonzero(codes == t), dtype=torch.int64, device=dev)
             s, e = self._segment(t)
-            v, i = topk_search(queries[qi], self._emb[s:e], c)  # (Q_t, c')
+            v, i = self._search_segment(t, queries[qi], c)  # (Q_t, c')
             sims[qi, :v.shape[1]] = v
             pos[qi, :v.shape[1]] = torch.where(i >= 0, i + s, i)
-        cls = np.ceil(np.log2(np.maximum(n_q, 1))).astype(np.int64)
+        lay = self._layout
+        A = self._emb if lay is None else lay.matrix  # rows scored: nodes, or nodes and keys
+        a_size = n_q if lay is None else lay.size[codes]  # (Q,) rows of each query's segment
+        a_start = self._start if lay is None else lay.start
+        cls = np.ceil(np.log2(np.maximum(a_size, 1))).astype(np.int64)
         D = queries.shape[1]
         for k in np.unique(cls[~big]).tolist():  # padded groups of similar segment length
             sel = np.flatnonzero(~big & (cls == k))
-            n = int(n_q[sel].max())
-            step = max(1, self.budget // max(1, n * D))
-            col = torch.arange(n, device=dev)
+            n, na = int(n_q[sel].max()), int(a_size[sel].max())
+            step = max(1, self.budget // max(1, na * D))
+            col = torch.arange(na, device=dev)
             for q0 in range(0, len(sel), step):
                 qs = sel[q0:q0 + step]
                 qi = torch.as_tensor(qs, dtype=torch.int64, device=dev)
-                st = torch.as_tensor(self._start[codes[qs]], dtype=torch.int64, device=dev)  # (Qb,)
-                ok = col[None, :] < torch.as_tensor(n_q[qs], dtype=torch.int64, device=dev)[:, None]  # (Qb, n)
-                at = torch.where(ok, st[:, None] + col[None, :], torch.zeros_like(st)[:, None])
-                Xg = self._emb.index_select(0, at.reshape(-1)).view(len(qs), n, D)  # (Qb, n, D)
-                S = torch.bmm(Xg.float(), queries[qi].float()[:, :, None])[:, :, 0]  # (Qb, n)
-                S = S.masked_fill(~ok, float("-inf"))
+                st = torch.as_tensor(self._start[codes[qs]], dtype=torch.int64, device=dev)  # (Qb,) node starts
+                ast = torch.as_tensor(a_start[codes[qs]], dtype=torch.int64, device=dev)  # (Qb,) row starts
+                nsz = torch.as_tensor(n_q[qs], dtype=torch.int64, device=dev)[:, None]
+                ok = col[None, :] < torch.as_tensor(a_size[qs], dtype=torch.int64, device=dev)[:, None]  # (Qb, na)
+                at = torch.where(ok, ast[:, None] + col[None, :], torch.zeros_like(ast)[:, None])
+                Xg = A.index_select(0, at.reshape(-1)).view(len(qs), na, D)  # (Qb, na, D)
+                S = torch.bmm(Xg.float(), queries[qi].float()[:, :, None])[:, :, 0]  # (Qb, na)
+                if lay is not None:  # the first n_t rows are the nodes, then their keys
+                    kmask = ok & lay.is_key[at]  # (Qb, na)
+                    has = lay.has[(st[:, None] + col[None, :n]).clamp(max=len(lay.has) - 1)]
+                    S = blend(S[:, :n], S.masked_fill(~kmask, float("-inf")),
+                              torch.where(kmask, lay.column[at], torch.zeros_like(at)), has, lay.w)  # (Qb, n)
+                S = S[:, :n].masked_fill(col[None, :n] >= nsz, float("-inf"))
                 cc = min(c, n)
                 v, j = topk_rows(S, cc)
                 sims[qi, :cc] = v
                 pos[qi, :cc] = torch.where(torch.isfinite(v), st[:, None] + j, torch.full_like(j, -1))
         return sims, pos
+
+    def _search_segment(self, t: int, q: torch.Tensor, c: int):
+        """The ``c`` best nodes of tenant ``t`` by the store's rule (its text's cosine, or the keys'
+        blend). Shape: q (Q_t, D) -> sims (Q_t, c'), index (Q_t, c') node column"""
+        if self._layout is None:
+            return topk_search(q, self._emb[slice(*self._segment(t))], c)
+        A, n, column = self._layout.segment(t)
+        s, e = self._segment(t)
+        return keyed_search(q, A, n, column, self._layout.has[s:e], self._layout.w, c)
+
+    def node_vectors(self, t: int) -> torch.Tensor:
+        """Tenant ``t``'s node vectors (text), a view. Shape: -> (n_t, D)"""
+        if self._layout is None:
+            return self._emb[slice(*self._segment(t))]
+        A, n, _ = self._layout.segment(t)
+        return A[:n]
 
     def search(self, queries: torch.Tensor, *, tenants: str | Sequence[str] | None = None,
                config: RetrievalConfig | None = None) -> SearchResult:

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from ..store.atomic import atomic_open, atomic_write_text
 from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_json
 from ..store.jsonl import iso_time
+from ..store.keys_io import PARQUET_KEYS_KEY
 from ..store.layout import HEADER_KEY, OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 from ..store.parquet import PARQUET_EVENT_TREES_KEY, to_arrow_table
 from .budget_groups import KEY, PART_BATCH_ROWS, SPLIT_BATCH_ROWS, _jsonl_items, output_batch_rows
@@ -222,6 +223,8 @@ def _write_output(out_paths: list[str], dst: str, fmt: str, time_format, budget:
                 header = {"embedder": emb_name.decode("utf-8")} if emb_name is not None else {}
                 if trees is not None:
                     header["forest"] = json.loads(trees)
+                if (rule := (schema.metadata or {}).get(PARQUET_KEYS_KEY)) is not None:
+                    header["keys"] = json.loads(rule)
                 if header:
                     f.write(json.dumps({HEADER_KEY: header}, ensure_ascii=False).encode("utf-8") + b"\n")
             for s in range(0, len(order), rows):
@@ -279,4 +282,8 @@ def _jsonl_bytes(table, *, iso: bool) -> bytes:
     if "tree" in table.column_names:  # as write_jsonl writes compact's tree ids
         trees = table.column("tree").to_pylist()
         lines = [ln[:-1] + f', "tree": {"null" if t is None else t}}}' for ln, t in zip(lines, trees)]
+    if "keys" in table.column_names:  # as write_jsonl writes the keys of merged nodes
+        keys, ksrc = table.column("keys").to_pylist(), table.column("key_sources").to_pylist()
+        lines = [ln if k is None else ln[:-1] + ", " + json.dumps({"keys": k, "key_sources": s})[1:]
+                 for ln, k, s in zip(lines, keys, ksrc)]
     return ("\n".join(lines) + "\n").encode("utf-8") if lines else b""

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_json, tree_from_column
+from ..store.keys_io import KEY_COLUMNS, PARQUET_KEYS_KEY, keys_from_columns
 from ..store.memory_store import MemoryStore
 from ..store.parquet import PARQUET_EMBEDDER_KEY, PARQUET_EVENT_TREES_KEY, ROW_GROUP_ROWS, to_arrow_table
 from .inbox import StoreIds
@@ -52,13 +53,33 @@ def memforest_layout(schema) -> bool:
     want = {"id": pa.string(), "text": pa.string(), "timestamp": pa.float64(), "tenant": pa.string(),
             "sources": pa.list_(pa.string()), "metadata": pa.string()}
     names = set(schema.names)
-    if not set(want) <= names or "embedding" not in names or not names <= set(want) | {"embedding", "tree"}:
+    if not set(want) <= names or "embedding" not in names or \
+            not names <= set(want) | {"embedding", "tree", *KEY_COLUMNS}:
+        return False
+    if set(KEY_COLUMNS) & names and not _key_columns_ok(schema):
         return False
     if "tree" in names and schema.field("tree").type != pa.int64():
         return False
     et = schema.field("embedding").type
     return all(schema.field(k).type == t for k, t in want.items()) and pa.types.is_fixed_size_list(et) \
         and et.value_type == pa.float32()
+
+
+def _key_columns_ok(schema) -> bool:
+    """Both key columns, as :func:`~memforest_gpu.store.keys_io.keys_arrow` writes them."""
+    if not set(KEY_COLUMNS) <= set(schema.names):
+        return False
+    k, s = schema.field("keys").type, schema.field("key_sources").type
+    return pa.types.is_list(k) and pa.types.is_fixed_size_list(k.value_type) and \
+        k.value_type.value_type == pa.float32() and pa.types.is_list(s) and pa.types.is_list(s.value_type)
+
+
+def _null_columns(t, names, schema):
+    """``t`` (a table or batch) with each of ``names`` it lacks, as nulls of ``schema``'s type."""
+    for c in names:
+        if c not in t.schema.names:
+            t = t.append_column(schema.field(c), pa.nulls(len(t), schema.field(c).type))
+    return t
 
 
 class PassThrough:
@@ -131,6 +152,9 @@ class PassThrough:
         tree = tree_from_column(t.column("tree").chunk(0) if "tree" in t.column_names else None, len(st))
         states = event_trees_from_json(meta.get(PARQUET_EVENT_TREES_KEY), self.path)
         st.event_trees = EventTrees(tree, {k: v for k, v in states.items() if k in st.tenant_table})
+        if "keys" in t.column_names:  # what merged nodes are searched by (store/keys.py)
+            st.keys = keys_from_columns({"keys": t.column("keys"), "key_sources": t.column("key_sources"),
+                                         "keys_rule": meta.get(PARQUET_KEYS_KEY)}, st, self.path)
         return st
 
     def states(self) -> dict:
@@ -142,6 +166,8 @@ class PassThrough:
         file's rows come after it), with every tenant's state."""
 
         table = to_arrow_table(out)  # (len(out),) sorted by key
+        if "keys" in self.schema.names:  # the file's nodes keep their keys when the new rows have none
+            table = _null_columns(table, KEY_COLUMNS, self.schema)
         schema = table.schema
         names = sorted(set(states) | set(out.tenant_table))
         meta = dict(self.schema.metadata or {})
@@ -162,6 +188,7 @@ class PassThrough:
                 kept = rb.take(pa.array(keep))
                 if "tree" not in kept.schema.names:
                     kept = kept.append_column("tree", pa.nulls(len(kept), pa.int64()))
+                kept = _null_columns(kept, [c for c in KEY_COLUMNS if c in schema.names], schema)
                 parts.append(pa.Table.from_batches([kept.select(schema.names)]).cast(schema))
                 part_keys.append(lo + keep)
             if end > at:

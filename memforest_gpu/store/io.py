@@ -11,16 +11,20 @@ Formats (see :data:`FORMATS`):
     tenant     string
     sources    list<string>
     metadata   string (one JSON object per row)
+    keys       list<fixed_size_list<float32>[D]>  (optional, null = none; :mod:`.keys`)
+    key_sources  list<list<string>>           (optional, one id list per key)
 
-  The embedder name lives in the schema metadata under ``memforest.embedder``.
+  The embedder name lives in the schema metadata under ``memforest.embedder``, the keys' rule
+  (:mod:`.keys`) under ``memforest.keys``.
   Reading is streamed in record batches straight into the store's columns (Arrow arrays
   and one preallocated float32 tensor; ``tenants=`` filters each batch), writing goes out
   in row groups of 65,536 rows; no Python object per row, so millions of rows are fine.
 
 ``jsonl`` (``.jsonl``, ``.ndjson``, ``.json``) -- one JSON object per line with keys
   ``id``, ``text``, ``timestamp`` and optional ``embedding``, ``tenant``, ``sources``,
-  ``metadata``. An optional first line ``{"__memforest__": {"embedder": "..."}}``
-  records the embedder name. Blank lines are skipped. A ``.json`` file holding one
+  ``metadata``, ``keys``, ``key_sources``. An optional first line
+  ``{"__memforest__": {"embedder": "...", "keys": {...}}}`` records the embedder name (and the
+  keys' rule). Blank lines are skipped. A ``.json`` file holding one
   JSON array of such objects is read too.
 
 Required columns are ``id``, ``text`` and ``timestamp``; timestamps may be ISO 8601
@@ -43,6 +47,7 @@ from typing import Any
 from . import jsonl, parquet
 from .atomic import atomic_open
 from .event_trees import EventTrees, event_trees_from_json, tree_from_column
+from .keys_io import keys_from_columns
 from .memory_store import MemoryStore
 
 __all__ = ["FORMATS", "detect_format", "read_store", "write_store"]
@@ -136,6 +141,7 @@ def read_store(
         except (ValueError, TypeError) as e:  # pyarrow's cast errors are ValueErrors (ArrowInvalid)
             raise ValueError(f"{path}: column 'tree' must hold integers (compact's event trees), got: {e}") from None
         store.event_trees = EventTrees(tree, event_trees_from_json(cols["event_trees"], path))
+    store.keys = keys_from_columns(cols, store, path)
     return store
 
 

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 
 from .event_trees import event_trees_json
+from .keys import keys_rule_json
+from .keys_io import keys_records
 from .layout import HEADER_KEY, REQUIRED_COLUMNS, TREE_COLUMN
 from .memory_store import DEFAULT_TENANT, MemoryStore
 
@@ -24,8 +26,8 @@ def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
     if items is None:
         items = _iter_jsonl(path)
 
-    file_embedder = trees_json = None
-    ids, texts, stamps, embs, tenants, sources, metas, trees = [], [], [], [], [], [], [], []
+    file_embedder = trees_json = keys_rule = None
+    ids, texts, stamps, embs, tenants, sources, metas, trees, keys, key_src = [], [], [], [], [], [], [], [], [], []
     emb_where: tuple[str, Any] | None = None  # where the first embedding / missing one was
     first_dim: tuple[int, Any] | None = None
     n_with = n_without = 0
@@ -43,6 +45,7 @@ def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
                 raise ValueError(f"{path}: {where}: header embedder must be a string, got {short_repr(name)}")
             file_embedder = name
             trees_json = json.dumps(hdr["forest"]) if hdr.get("forest") is not None else None
+            keys_rule = json.dumps(hdr["keys"]) if hdr.get("keys") is not None else None
             continue
         first = False
         for key in REQUIRED_COLUMNS:
@@ -80,12 +83,16 @@ def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
         sources.append(rec.get("sources"))
         metas.append(rec.get("metadata"))
         trees.append(_tree(rec.get(TREE_COLUMN), node, path, where))
+        keys.append(rec.get("keys"))
+        key_src.append(rec.get("key_sources"))
     if n_with and first_dim[0] == 0:
         raise ValueError(f"{path}: embeddings must have dimension > 0, got 0")
     emb = np.asarray(embs, dtype=np.float32) if n_with else None
     cols = {"id": ids, "text": texts, "timestamp": stamps, "embedding": emb,
             "tenant": tenants, "sources": sources, "metadata": metas,
-            "tree": trees if any(t is not None for t in trees) else None, "event_trees": trees_json}
+            "tree": trees if any(t is not None for t in trees) else None, "event_trees": trees_json,
+            "keys": keys if any(k is not None for k in keys) else None,
+            "key_sources": key_src if any(k is not None for k in key_src) else None, "keys_rule": keys_rule}
     return cols, file_embedder
 
 
@@ -153,7 +160,7 @@ def select_tenants(cols: dict, tenants: str | list[str], path: str) -> dict:
         if t not in names:
             raise ValueError(f"{path}: tenant must be one of {names}, got {t!r}")
     keep = [j for j, t in enumerate(have) if t in set(want)]
-    out = {k: (v if k == "event_trees" or v is None else (v[keep] if isinstance(v,
+    out = {k: (v if k in ("event_trees", "keys_rule") or v is None else (v[keep] if isinstance(v,
                                                                                 np.ndarray) else [v[j] for j in keep]))
            for k, v in cols.items()}
     return out
@@ -176,6 +183,8 @@ def write_jsonl(store: MemoryStore, f, *, iso: bool = False, block: int = 1 << 1
     header = {"embedder": str(store.embedder)} if store.embedder is not None else {}
     if store.event_trees is not None:  # compact's state (:mod:`.event_trees`): the header's "forest", a "tree" per node
         header["forest"] = json.loads(event_trees_json(store.event_trees, store.tenant_table))
+    if store.keys is not None:  # what merged nodes are searched by (:mod:`.keys`): the rule, and per node its keys
+        header["keys"] = json.loads(keys_rule_json(store.keys))
     if header:
         f.write(json.dumps({HEADER_KEY: header}, ensure_ascii=False).encode("utf-8"))
         f.write(b"\n")
@@ -193,4 +202,7 @@ def write_jsonl(store: MemoryStore, f, *, iso: bool = False, block: int = 1 << 1
                                                     metas[lo:hi], emb)]
         if trees is not None:
             buf = [b[:-1] + f', "{TREE_COLUMN}": {"null" if t < 0 else t}}}' for b, t in zip(buf, trees[lo:hi])]
+        if store.keys is not None:
+            buf = [b if v is None else b[:-1] + ", " + json.dumps({"keys": v, "key_sources": ks})[1:]
+                   for b, (v, ks) in zip(buf, keys_records(store.keys, lo, hi))]
         f.write(("\n".join(buf) + "\n").encode("utf-8"))

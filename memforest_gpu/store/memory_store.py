@@ -36,6 +36,7 @@ from .columns import (
     dumps_meta,
 )
 from .event_trees import EventTrees
+from .keys import NodeKeys
 from .timeutil import format_date
 
 __all__ = ["DEFAULT_TENANT", "ArrowView", "ColumnView", "MemoryStore", "MetadataView", "TenantView",
@@ -134,6 +135,9 @@ class MemoryStore:
     - event_trees: the event trees ``compact`` keeps (:class:`~.event_trees.EventTrees`: tree
     per node,
       centres per tenant), or ``None`` for a store without them
+    - keys: what merged nodes are searched by besides their text's vector
+      (:class:`~.keys.NodeKeys`: key vectors per node with their sources, and the scoring rule),
+      or ``None`` (every node searched by its text's vector)
     """
 
     # the constructor's arguments, as dataclass fields (``dataclasses.replace(store, embedder=None)``
@@ -148,10 +152,11 @@ class MemoryStore:
     embedder: str | None
     time_format: str | None
     event_trees: EventTrees | None
+    keys: NodeKeys | None
 
     def __init__(self, ids, texts, embeddings: torch.Tensor, timestamps: torch.Tensor, tenants, sources=None,
                  metadata=None, embedder: str | None = None, time_format: str | None = None,
-                 event_trees: EventTrees | None = None):
+                 event_trees: EventTrees | None = None, keys: NodeKeys | None = None):
         self._ids = _large_str(ids)
         self._texts = _large_str(texts)
         self.embeddings = embeddings
@@ -180,6 +185,9 @@ class MemoryStore:
             raise ValueError(f"event_trees.tree must have one tree id per node ({len(self._ids)}), "
                              f"got {len(event_trees.tree)}")
         self.event_trees = event_trees
+        if keys is not None and len(keys) != len(self._ids):
+            raise ValueError(f"keys must have one entry per node ({len(self._ids)}), got {len(keys)}")
+        self.keys = keys
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -322,9 +330,10 @@ class MemoryStore:
         pi = pa.array(idx, type=pa.int64())
         names, codes = compact_codes(self.tenant_table, self.tenant_codes_np[idx])
         trees = self.event_trees.take(idx, names) if self.event_trees is not None else None
+        keys = self.keys.take(idx) if self.keys is not None else None
         return MemoryStore(self._ids.take(pi), self._texts.take(pi), self.embeddings[it], self.timestamps[it],
                            TenantView(names, codes), self._sources.take(pi), ArrowView(self._meta.take(pi)),
-                           self.embedder, self.time_format, trees)
+                           self.embedder, self.time_format, trees, keys)
 
     def select_tenant(self, tenant: str) -> MemoryStore:
         if tenant not in self.tenant_table:
@@ -334,7 +343,8 @@ class MemoryStore:
     def to(self, device: torch.device | str) -> MemoryStore:
         d = torch.device(device)
         return MemoryStore(self._ids, self._texts, self.embeddings.to(d), self.timestamps.to(d), self.tenants,
-                           self._sources, ArrowView(self._meta), self.embedder, self.time_format, self.event_trees)
+                           self._sources, ArrowView(self._meta), self.embedder, self.time_format, self.event_trees,
+                           self.keys.to(d) if self.keys is not None else None)
 
     def records(self, *, with_embedding: bool = True) -> list[dict]:
         """One dict per node, the layout the file formats use."""
@@ -365,4 +375,6 @@ class MemoryStore:
             "time_first": format_date(float(ts.min())),
             "time_last": format_date(float(ts.max())),
             "merged_nodes": int((lengths > 1).sum()),
+            "keys": int(self.keys.vectors.shape[0]) if self.keys is not None else 0,
+            "keys_rule": self.keys.rule if self.keys is not None else None,
         }

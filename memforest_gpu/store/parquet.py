@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 import torch
 
 from .event_trees import event_trees_json, tree_column
+from .keys import keys_rule_json
+from .keys_io import PARQUET_KEYS_KEY, keys_arrow
 from .layout import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 from .memory_store import DEFAULT_TENANT, MemoryStore
 
@@ -148,6 +150,9 @@ def _columns(parts: dict[str, list], emb, schema, path: str) -> dict[str, Any]:
         "metadata": None,
         "tree": col("tree"),
         "event_trees": (schema.metadata or {}).get(PARQUET_EVENT_TREES_KEY),
+        "keys": col("keys"),
+        "key_sources": col("key_sources"),
+        "keys_rule": (schema.metadata or {}).get(PARQUET_KEYS_KEY),
     }
     if "sources" in parts:
         c = col("sources")
@@ -296,6 +301,11 @@ def to_arrow_table(store: MemoryStore):
         fields.append(("tree", pa.int64()))
         arrays.append(tree_column(store.event_trees.tree))
         schema_meta[PARQUET_EVENT_TREES_KEY] = event_trees_json(store.event_trees, store.tenant_table).encode("utf-8")
+    if store.keys is not None:  # what merged nodes are searched by (.keys): two columns and the rule
+        kcol, scol = keys_arrow(store.keys, d)
+        fields += [("keys", kcol.type), ("key_sources", scol.type)]
+        arrays += [kcol, scol]
+        schema_meta[PARQUET_KEYS_KEY] = keys_rule_json(store.keys).encode("utf-8")
     assert len(ts) == n
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=schema_meta or None))
 

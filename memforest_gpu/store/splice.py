@@ -10,6 +10,7 @@ import torch
 
 from .columns import ArrowView, TenantView, compact_codes
 from .event_trees import EventTrees
+from .keys import NodeKeys
 from .memory_store import MemoryStore
 
 __all__ = ["splice", "append"]
@@ -59,8 +60,11 @@ def splice(parts: list[MemoryStore], keys: list[np.ndarray], *, rows: list | Non
                                for p, r in zip(parts, sel)])[order]
         states = {t: s for p in parts if p.event_trees is not None for t, s in p.event_trees.tenants.items()}
         event_trees = EventTrees(tree, {t: states[t] for t in names if t in states})
+    node_keys = NodeKeys.concat([p.keys.take(r) if p.keys is not None else None for p, r in zip(parts, sel)],
+                                [len(r) for r in sel], first.dim, dev)  # what merged nodes are searched by
     return MemoryStore(col("_ids"), col("_texts"), emb, ts, TenantView(names, codes), col("_sources"),
-                       ArrowView(col("_meta")), first.embedder, first.time_format, event_trees)
+                       ArrowView(col("_meta")), first.embedder, first.time_format, event_trees,
+                       node_keys.take(order) if node_keys is not None else None)
 
 
 def append(store: MemoryStore, new: MemoryStore) -> MemoryStore:
@@ -83,9 +87,9 @@ def append(store: MemoryStore, new: MemoryStore) -> MemoryStore:
                          f"{new._sources.flatten()[int(np.argmax(dup_src))]}")
     new = MemoryStore(new._ids, new._texts, new.embeddings.to(store.device), new.timestamps.to(store.device),
                       new.tenants, new._sources, ArrowView(new._meta), store.embedder, store.time_format,
-                      EventTrees.empty(len(new)))
+                      EventTrees.empty(len(new)), new.keys)
     base = store if store.event_trees is not None else MemoryStore(
         store._ids, store._texts, store.embeddings, store.timestamps, store.tenants, store._sources,
-        ArrowView(store._meta), store.embedder, store.time_format, EventTrees.empty(len(store)))
+        ArrowView(store._meta), store.embedder, store.time_format, EventTrees.empty(len(store)), store.keys)
     n = len(store)
     return splice([base, new], [np.arange(n), n + np.arange(len(new))])

@@ -1,0 +1,201 @@
+"""The keys of a compressed store's nodes, made from the store it was compressed from.
+
+Each input node brings **units** (a vector, the original ids it stands for, a weight = their
+number): its keys when it has some, else its own vector with its sources (an original: itself;
+a merged node of a store without keys: its text's vector). An output node made of one input
+node keeps that node's keys (none for an original); a merged output node gathers the units of
+its input nodes and keeps them as keys when there are at most ``max_keys`` (``None``: all),
+else ``max_keys`` centres of them: a weighted spherical k-means (:func:`centres`), each centre
+the normalised weighted mean of its units, standing for their sources. So a key always stands
+for originals of its node, and a node's keys together hold each of its sources exactly once,
+however often it is merged again (compaction, or compressing a compressed store).
+
+Which input nodes an output node is made of follows from the sources alone (every original
+is in exactly one node on either side), so the rule works for any merging method's output.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from .keys import NodeKeys, ranges
+from .memory_store import MemoryStore
+
+__all__ = ["derive_keys", "centres", "input_rows"]
+
+_LLOYD_STEPS = 10
+_BLOCK = 1 << 24  # most (B, S, S) similarity entries of one batched k-means
+
+
+def input_rows(inp: MemoryStore, out_sources: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Which input rows each output node is made of.
+
+    Shape: out_sources (N_out,) list<string> -> offsets (N_out + 1,), rows (R,) int64 (the distinct
+    input rows of output node j are ``rows[offsets[j]:offsets[j + 1]]``, in order of first source)
+    """
+    src = inp.sources.arrow
+    flat_in = pc.cast(src.flatten(), pa.large_string())
+    row_of = pc.list_parent_indices(src).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat_out = pc.cast(out_sources.flatten(), pa.large_string())
+    at = pc.index_in(flat_out, value_set=flat_in)
+    if at.null_count:
+        j = int(np.flatnonzero(at.is_null().to_numpy(zero_copy_only=False))[0])
+        raise ValueError(f"sources of the output must be sources of the input store, got {flat_out[j].as_py()!r}")
+    rows = row_of[at.to_numpy(zero_copy_only=False).astype(np.int64)]
+    owner = pc.list_parent_indices(out_sources).to_numpy(zero_copy_only=False).astype(np.int64)
+    # distinct (owner, row) pairs, kept in order of first appearance
+    pair = owner * (len(inp) + 1) + rows
+    _, first = np.unique(pair, return_index=True)
+    first = np.sort(first)
+    counts = np.bincount(owner[first], minlength=len(out_sources))
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), rows[first]
+
+
+def _units(inp: MemoryStore, rows: np.ndarray):
+    """The units of input rows ``rows`` (distinct, ascending): (offsets (R + 1,), vectors (U, D),
+    sources (U,), weights (U,)); only these rows' vectors are copied."""
+    k = inp.keys
+    has = k.counts[rows] > 0 if k is not None else np.zeros(len(rows), dtype=bool)
+    counts = np.where(has, k.counts[rows] if k is not None else 0, 1)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    dev = inp.embeddings.device
+    vec = torch.empty(int(offsets[-1]), inp.dim, dtype=torch.float32, device=dev)
+    plain = np.flatnonzero(~has)
+    t = lambda a: torch.as_tensor(a, dtype=torch.int64, device=dev)  # noqa: E731
+    vec[t(offsets[plain])] = inp.embeddings[t(rows[plain])].float()
+    parts_idx = np.empty(int(offsets[-1]), dtype=np.int64)  # index into [node sources ; key sources]
+    parts_idx[offsets[plain]] = rows[plain]
+    if has.any():
+        keyed = np.flatnonzero(has)
+        at = ranges(offsets[keyed], counts[keyed])
+        src_rows = ranges(k.offsets[rows[keyed]], counts[keyed])
+        vec[t(at)] = k.vectors[t(src_rows).to(k.vectors.device)].to(dev, torch.float32)
+        parts_idx[at] = len(inp) + src_rows
+        both = pa.concat_arrays([inp.sources.arrow.cast(pa.large_list(pa.large_string())), k.sources])
+    else:
+        both = inp.sources.arrow.cast(pa.large_list(pa.large_string()))
+    sources = both.take(pa.array(parts_idx, type=pa.int64()))
+    weights = pc.list_value_length(sources).to_numpy(zero_copy_only=False).astype(np.float32)
+    return offsets, vec, sources, weights
+
+
+def derive_keys(inp: MemoryStore, out_sources: pa.Array, *, max_keys: int | None, text_weight: float,
+                device=None) -> NodeKeys:
+    """The keys of a compressed store whose nodes have ``out_sources``, compressed from ``inp``
+    (see the module doc). ``device``: where the keys go (default the input's).
+
+    Shape: out_sources (N_out,) -> NodeKeys of N_out nodes
+    """
+    if isinstance(out_sources, pa.ChunkedArray):
+        out_sources = out_sources.combine_chunks()
+    n_out = len(out_sources)
+    off, rows = input_rows(inp, out_sources)
+    n_in = np.diff(off)  # input rows per output node
+    has_in = inp.keys.counts > 0 if inp.keys is not None else np.zeros(len(inp), dtype=bool)
+    pair_node = np.repeat(np.arange(n_out), n_in)  # (R,) the output node of each (node, input row) pair
+    plain = (n_in == 1)[pair_node] & ~has_in[rows]  # one input row without keys: the node keeps none
+    needed, at = np.unique(rows[~plain], return_inverse=True)  # the input rows whose units are read
+    u_off, u_vec, u_src, u_w = _units(inp, needed)
+    take = np.zeros(len(rows), dtype=np.int64)
+    take[~plain] = np.diff(u_off)[at]  # units each pair brings
+    first = np.zeros(len(rows), dtype=np.int64)
+    first[~plain] = u_off[at]
+    unit_rows = ranges(first, take)  # (U_out,) units, grouped by output node
+    per_node = np.bincount(pair_node, weights=take, minlength=n_out).astype(np.int64)
+    vec, src, counts = _reduce(u_vec, u_src, u_w, unit_rows, per_node, max_keys)
+    dev = inp.embeddings.device if device is None else device
+    return NodeKeys.from_lists(counts, vec.to(dev), src, text_weight=text_weight, max_keys=max_keys)
+
+
+def _reduce(u_vec: torch.Tensor, u_src: pa.Array, u_w: np.ndarray, unit_rows: np.ndarray, per_node: np.ndarray,
+            max_keys: int | None):
+    """Each node's units as keys, or ``max_keys`` centres of them. Returns (vectors (M, D),
+    sources (M,), keys per node (N_out,))."""
+    dev = u_vec.device
+    node_off = np.concatenate([[0], np.cumsum(per_node)]).astype(np.int64)
+    within = np.arange(len(unit_rows)) - np.repeat(node_off[:-1], per_node)  # a unit's place in its node
+    key = within.copy()  # each unit's key inside its node: itself, or its centre
+    counts = per_node.copy()
+    big = np.flatnonzero(per_node > max_keys) if max_keys is not None else np.zeros(0, dtype=np.int64)
+    size_class = np.ceil(np.log2(np.maximum(per_node[big], 1))).astype(np.int64)
+    blocks = []  # nodes of similar size, at most _BLOCK entries of (B, S, S) similarities each
+    for c in np.unique(size_class).tolist():
+        nodes = big[size_class == c]
+        step = max(1, _BLOCK // int(per_node[nodes].max()) ** 2)
+        blocks += [nodes[i:i + step] for i in range(0, len(nodes), step)]
+    for nodes in blocks:  # one batched k-means per block
+        S = int(per_node[nodes].max())
+        ok = np.arange(S)[None, :] < per_node[nodes][:, None]  # (B, S)
+        at = np.where(ok, node_off[nodes][:, None] + np.arange(S)[None, :], 0)  # (B, S) unit positions
+        X = u_vec[torch.as_tensor(unit_rows[at], dtype=torch.int64, device=dev)]  # (B, S, D)
+        W = torch.as_tensor(np.where(ok, u_w[unit_rows[at]], 0.0), dtype=torch.float32, device=dev)
+        lab = centres(X, W, max_keys).cpu().numpy()  # (B, S)
+        present = np.zeros((len(nodes), max_keys), dtype=bool)
+        rows_b = np.repeat(np.arange(len(nodes)), ok.sum(1))
+        present[rows_b, lab[ok]] = True  # the centres that kept a unit
+        rank = np.cumsum(present, axis=1) - 1  # (B, k): empty centres are dropped, the rest renumbered
+        key[at[ok]] = rank[rows_b, lab[ok]]
+        counts[nodes] = present.sum(1)
+    return _gather_keys(u_vec, u_src, u_w, unit_rows, per_node, key, counts)
+
+
+def _gather_keys(u_vec, u_src, u_w, unit_rows, per_node, key, counts):
+    """Keys in node order: each the normalised weighted mean of its units (a unit alone: its own
+    vector), with its units' sources in node order."""
+    dev = u_vec.device
+    key_off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    key_of_unit = np.repeat(key_off[:-1], per_node) + key  # (U_out,) output key of each unit
+    M = int(key_off[-1])
+    t = torch.as_tensor(key_of_unit, dtype=torch.int64, device=dev)
+    w = torch.as_tensor(u_w[unit_rows], dtype=torch.float32, device=dev)
+    X = u_vec[torch.as_tensor(unit_rows, dtype=torch.int64, device=dev)]
+    acc = torch.zeros(M, u_vec.shape[1], dtype=torch.float32, device=dev)
+    acc.index_add_(0, t, X * w[:, None])
+    vec = torch.nn.functional.normalize(acc, dim=1)
+    solo = np.flatnonzero(np.bincount(key_of_unit, minlength=M)[key_of_unit] == 1)  # a unit alone: kept exactly
+    s = torch.as_tensor(solo, dtype=torch.int64, device=dev)
+    vec[t[s]] = X[s]
+    order = np.argsort(key_of_unit, kind="stable")  # units by key, node order kept inside a key
+    src = u_src.take(pa.array(unit_rows[order], type=pa.int64()))
+    lengths = pc.list_value_length(src).to_numpy(zero_copy_only=False).astype(np.int64)
+    per_key = np.bincount(key_of_unit[order], weights=lengths, minlength=M).astype(np.int64)
+    flat = pc.cast(src.flatten(), pa.large_string())
+    offs = pa.array(np.concatenate([[0], np.cumsum(per_key)]).astype(np.int64), type=pa.int64())
+    return vec, pa.LargeListArray.from_arrays(offs, flat), counts
+
+
+def centres(X: torch.Tensor, W: torch.Tensor, k: int, *, steps: int = _LLOYD_STEPS) -> torch.Tensor:
+    """Weighted spherical k-means of each set of vectors, batched: the label of every vector.
+
+    Start: farthest-point traversal from the heaviest vector (ties: the first); then Lloyd
+    steps (a vector goes to its most similar centre, ties to the lower one; a centre is the
+    normalised weighted mean of its vectors, an empty one stays where it was). Padding has
+    weight 0 and is never chosen as a start.
+
+    Shape: X (B, S, D) unit rows, W (B, S) >= 0 (0 = padding), k <= S -> labels (B, S) int64
+    in [0, k)
+    """
+    B, S, _ = X.shape
+    ok = W > 0  # (B, S)
+    sim = torch.bmm(X, X.transpose(1, 2))  # (B, S, S)
+    first = torch.argmax(W, dim=1)  # heaviest, ties to the first
+    chosen = [first]
+    best = sim[torch.arange(B, device=X.device), first]  # (B, S) similarity to the nearest chosen
+    for _ in range(1, k):
+        far = torch.argmin(best.masked_fill(~ok, float("inf")), dim=1)  # ties to the first
+        chosen.append(far)
+        best = torch.maximum(best, sim[torch.arange(B, device=X.device), far])
+    C = X[torch.arange(B, device=X.device)[:, None], torch.stack(chosen, 1)]  # (B, k, D)
+    labels = torch.zeros(B, S, dtype=torch.int64, device=X.device)
+    for _ in range(steps):
+        new = torch.argmax(torch.bmm(X, C.transpose(1, 2)), dim=2)  # (B, S), ties to the lower centre
+        onehot = torch.nn.functional.one_hot(new, k).float() * W[:, :, None]  # (B, S, k)
+        acc = torch.bmm(onehot.transpose(1, 2), X)  # (B, k, D)
+        filled = onehot.sum(1) > 0  # (B, k)
+        C = torch.where(filled[:, :, None], torch.nn.functional.normalize(acc, dim=2), C)
+        if torch.equal(new, labels):
+            break
+        labels = new
+    return labels

@@ -1,0 +1,199 @@
+"""Keys of merged nodes (store/keys.py, store/merged_keys.py, engine/keys.py): what they hold,
+how they are made by every run, and how they travel in files."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from memforest_gpu import compress
+from memforest_gpu.config import CompressConfig, MergeConfig
+from memforest_gpu.store.io import read_store, write_store
+from memforest_gpu.store.keys import NodeKeys
+from memforest_gpu.store.memory_store import MemoryStore
+from memforest_gpu.store.merged_keys import centres, derive_keys
+from memforest_gpu.store.synthetic import synthetic_store
+
+
+def keyed(keys=2, text_weight=0.5, ratio=0.6, schedule="matching"):
+    return CompressConfig(merge=MergeConfig(ratio=ratio, schedule=schedule, keys=keys, text_weight=text_weight))
+
+
+@pytest.fixture(scope="module")
+def store():
+    return synthetic_store(400, tenants=4, dim=16, seed=3, device="cpu")
+
+
+def key_rows(out, i):
+    k = out.keys
+    return range(int(k.offsets[i]), int(k.offsets[i + 1]))
+
+
+def check_keys(inp: MemoryStore, out: MemoryStore, max_keys):
+    """Every merged node's keys hold each of its sources exactly once, at most ``max_keys`` of
+    them; each key is the normalised mean of its sources' input vectors (a source alone: its
+    own vector, bit for bit); an original has none."""
+    row = {s: j for j, srcs in enumerate(inp.sources) for s in srcs}
+    src = out.keys.sources.to_pylist()
+    for i, node_src in enumerate(out.sources):
+        rows = list(key_rows(out, i))
+        if len(node_src) == 1:
+            assert rows == [], i
+            continue
+        assert 1 <= len(rows) <= (max_keys or len(node_src))
+        assert sorted(s for r in rows for s in src[r]) == sorted(node_src)
+        for r in rows:
+            want = inp.embeddings[[row[s] for s in src[r]]].double().sum(0)
+            want = (want / want.norm()).float()
+            got = out.keys.vectors[r]
+            if len(src[r]) == 1:
+                assert torch.equal(got, inp.embeddings[row[src[r][0]]])
+            else:
+                torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("keys", [1, 2, 3, -1])
+def test_compress_keeps_keys_with_their_sources(store, keys):
+    res = compress(store, keyed(keys=keys), device="cpu")
+    out = res.store
+    assert out.keys is not None and out.keys.text_weight == 0.5
+    assert out.keys.max_keys == (None if keys == -1 else keys)
+    check_keys(store, out, None if keys == -1 else keys)
+    merged = np.array([len(s) > 1 for s in out.sources])
+    assert (out.keys.counts[merged] >= 1).all() and (out.keys.counts[~merged] == 0).all()
+    if keys == -1:  # every source is a key
+        assert out.keys.counts.sum() == sum(len(s) for s, m in zip(out.sources, merged) if m)
+
+
+def test_without_keys_the_output_is_as_before(store):
+    a = compress(store, keyed(keys=0, text_weight=1.0), device="cpu").store
+    b = compress(store, keyed(keys=3), device="cpu").store
+    assert a.keys is None
+    assert list(a.ids) == list(b.ids) and list(a.texts) == list(b.texts)  # the rule never changes the merges
+    assert torch.equal(a.embeddings, b.embeddings)
+
+
+def test_keys_survive_an_in_place_output(store):
+    """copy=False lets the output overwrite the input's vectors: keys are made before."""
+    ref = compress(store, keyed(keys=-1), device="cpu").store
+    scratch = store.take(np.arange(len(store)))  # a copy whose vectors the run may overwrite
+    out = compress(scratch, keyed(keys=-1), device="cpu", copy=False).store
+    assert torch.equal(out.keys.vectors, ref.keys.vectors)
+    assert out.keys.sources.to_pylist() == ref.keys.sources.to_pylist()
+
+
+def test_compressing_a_compressed_store_keeps_keys_of_keys(store):
+    """Keys of merged nodes merged again: their units are the earlier keys (each of its
+    sources once), bounded again by k centres."""
+    once = compress(store, keyed(keys=-1, ratio=0.4), device="cpu").store
+    twice = compress(once, keyed(keys=2, ratio=0.5), device="cpu").store
+    src = twice.keys.sources.to_pylist()
+    for i, node_src in enumerate(twice.sources):
+        rows = list(key_rows(twice, i))
+        if len(node_src) > 1:
+            assert sorted(s for r in rows for s in src[r]) == sorted(node_src) and len(rows) <= 2
+    # an untouched merged node keeps its keys as they were
+    same = {i: j for j, i in enumerate(once.ids)}
+    for i, nid in enumerate(twice.ids):
+        if nid in same and len(twice.sources[i]) > 1:
+            j = same[nid]
+            if once.keys.counts[j] <= 2:
+                assert torch.equal(twice.keys.vectors[list(key_rows(twice, i))],
+                                   once.keys.vectors[list(key_rows(once, j))])
+
+
+def test_derive_keys_for_any_merging_method(store):
+    """The sources alone say which input nodes a node is made of (a baseline's output)."""
+    out = compress(store, keyed(keys=0, text_weight=1.0), device="cpu").store
+    made = derive_keys(store, out.sources.arrow, max_keys=2, text_weight=0.3)
+    ref = compress(store, keyed(keys=2, text_weight=0.3), device="cpu").store.keys
+    assert np.array_equal(made.offsets, ref.offsets) and torch.equal(made.vectors, ref.vectors)
+    bad = pa.array([["nope"]], type=pa.large_list(pa.large_string()))
+    with pytest.raises(ValueError, match="sources of the output must be sources of the input"):
+        derive_keys(store, bad, max_keys=2, text_weight=0.5)
+
+
+def kmeans_reference(X, W, k, steps=10):
+    """One set at a time, plain Python loops: farthest-point start from the heaviest, Lloyd."""
+    S = len(X)
+    sim = X @ X.T
+    chosen = [int(np.argmax(W))]
+    best = sim[chosen[0]].copy()
+    for _ in range(1, k):
+        far = int(np.argmin(np.where(W > 0, best, np.inf)))
+        chosen.append(far)
+        best = np.maximum(best, sim[far])
+    C = X[chosen].copy()
+    labels = np.zeros(S, dtype=np.int64)
+    for _ in range(steps):
+        new = np.argmax(X @ C.T, axis=1)
+        for c in range(k):
+            m = (new == c) & (W > 0)
+            if m.any():
+                v = (X[m] * W[m, None]).sum(0)
+                C[c] = v / np.linalg.norm(v)
+        if (new == labels).all():
+            break
+        labels = new
+    return labels
+
+
+def test_centres_match_a_plain_reference():
+    rng = np.random.default_rng(0)
+    B, S, D, k = 7, 9, 8, 3
+    X = rng.standard_normal((B, S, D))
+    X /= np.linalg.norm(X, axis=2, keepdims=True)
+    W = rng.integers(1, 4, (B, S)).astype(np.float64)
+    W[2, 6:] = 0  # padding
+    got = centres(torch.tensor(X, dtype=torch.float64), torch.tensor(W), k).numpy()
+    for b in range(B):
+        ok = W[b] > 0
+        want = kmeans_reference(X[b], W[b], k)
+        assert np.array_equal(got[b][ok], want[ok]), b
+
+
+def test_files_round_trip_keys(store, tmp_path):
+    out = compress(store, keyed(keys=2, text_weight=0.4), device="cpu").store
+    for ext in ("parquet", "jsonl"):
+        p = tmp_path / f"s.{ext}"
+        write_store(out, p)
+        back = read_store(p)
+        assert np.array_equal(back.keys.offsets, out.keys.offsets)
+        assert torch.equal(back.keys.vectors, out.keys.vectors)
+        assert back.keys.sources.to_pylist() == out.keys.sources.to_pylist()
+        assert back.keys.rule == {"text_weight": 0.4, "max_keys": 2}
+        t = out.tenant_names()[2]
+        one = read_store(p, tenants=t)
+        assert torch.equal(one.keys.vectors, out.select_tenant(t).keys.vectors)
+
+
+def test_a_store_without_keys_reads_as_before(store, tmp_path):
+    for ext in ("parquet", "jsonl"):
+        write_store(store, tmp_path / f"plain.{ext}")
+        assert read_store(tmp_path / f"plain.{ext}").keys is None
+
+
+def test_bad_keys_in_a_file_are_named(store, tmp_path):
+    out = compress(store, keyed(keys=2), device="cpu").store
+    p = tmp_path / "s.jsonl"
+    write_store(out, p)
+    lines = p.read_text().splitlines()
+    j = next(i for i, ln in enumerate(lines) if '"key_sources"' in ln)
+    bad = lines[j].replace('"key_sources": [["', '"key_sources": [["stranger", "', 1)
+    (tmp_path / "bad.jsonl").write_text("\n".join(lines[:j] + [bad] + lines[j + 1:]) + "\n")
+    with pytest.raises(ValueError, match="key sources of node .* must be among its sources, got 'stranger'"):
+        read_store(tmp_path / "bad.jsonl")
+    no_rule = [ln for ln in lines if "__memforest__" not in ln]
+    (tmp_path / "norule.jsonl").write_text("\n".join(no_rule) + "\n")
+    with pytest.raises(ValueError, match="keys must come with key_sources and their rule"):
+        read_store(tmp_path / "norule.jsonl")
+
+
+def test_node_keys_checks_its_layout():
+    with pytest.raises(ValueError, match="key offsets must rise from 0"):
+        NodeKeys(torch.zeros(2, 4), np.array([0, 3]), pa.array([["a"], ["b"]]), 0.5, 2)
+    with pytest.raises(ValueError, match="text_weight must be a number in"):
+        NodeKeys.empty(3, 4, text_weight=1.5, max_keys=2)
+    with pytest.raises(ValueError, match="keys must be an integer >= -1"):
+        MergeConfig(keys=-2)
