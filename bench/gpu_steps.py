@@ -43,12 +43,12 @@ STEPS = [
     Step("compress", 170, 60, "1M nodes d=384, the default preset and --preset paper: a whole compress, seconds "
                               "and peak device memory by stage, rounds, host reads and H2D copies; then each "
                               "stage's FLOPs and bytes against the device (bench/accounting.py) at 200,000 nodes"),
-    Step("first_round", 55, 40, "1M nodes d=384: partition + trees + the first round's pairs (a dry run), host reads"),
+    Step("first_round", 45, 40, "1M nodes d=384: partition + trees + the first round's pairs (a dry run), host reads"),
     Step("kmeans", 35, 30, "k-means assignment TFLOP/s against the measured matmul ceiling"),
     Step("merge", 55, 60, "LLM merges/s and tokens/s (Qwen2.5 0.5B and 7B shapes, random weights) + MiniLM "
                           "re-embedding"),
     Step("retrieval", 45, 30, "1M nodes, 10k batched queries: top-k and AGPR"),
-    Step("optional", 25, 30, "faiss-gpu and vLLM, where importable"),
+    Step("optional", 20, 30, "faiss-gpu and vLLM, where importable"),
 ]
 
 SIZES = {

@@ -91,10 +91,13 @@ def run_cli(n: int, a) -> dict:
         cmd += ["--memory-budget", a.memory_budget]
     if a.preset:
         cmd += ["--preset", a.preset]
+    if a.keys is not None:
+        cmd += ["--keys", a.keys]
     m = run_measured(cmd)
     rec = {"bench": "scaling-cli", "n": n, "dim": a.dim, "tenants_shape": a.tenants_shape,
            "tenants": int(len(tenant_sizes(n, a))), "kmeans": a.kmeans, "schedule": a.schedule, "ratio": a.ratio,
            "reembed": a.reembed, "memory_budget": a.memory_budget, "preset": a.preset or "memforest (CLI default)",
+           "keys": a.keys if a.keys is not None else "the preset's",
            "seconds": m["seconds"],
            "peak_rss_mb": m["peak_rss_mb"], "peak_source": m["peak_source"], "returncode": m["returncode"]}
     if m["returncode"] != 0:
@@ -138,7 +141,7 @@ def run_in_process(n: int, a, cfg, embedder) -> dict:
     sec = res.report.seconds
     rec = {"bench": "scaling", "n": n, "dim": store.dim, "tenants_shape": a.tenants_shape,
            "tenants": len(store.tenant_names()), "kmeans": a.kmeans, "schedule": a.schedule, "ratio": a.ratio,
-           "preset": a.preset or "paper", "threads": torch.get_num_threads(),
+           "preset": a.preset or "paper", "keys": getattr(cfg.merge, "keys", 0), "threads": torch.get_num_threads(),
            "reembed": a.reembed, "seconds": t.seconds, "cpu_s": cpu, "peak_mb": peak_rss_mb(),
            "store_build_peak_mb": store_mb, "rounds": res.report.rounds, "trees": res.report.trees,
            "nodes_out": res.report.nodes_out, "shortfall": res.report.shortfall, **stage_seconds(sec),
@@ -176,6 +179,9 @@ def main(argv=None):
     ap.add_argument("--preset", default=None,
                     help="the preset the run starts from; --kmeans and --schedule still apply (default: paper "
                          "in process, the CLI's, memforest, with --cli)")
+    ap.add_argument("--keys", default=None,
+                    help="keys of merged nodes (0, K or all; default: the preset's); a revision without keys "
+                         "(bench/compare.py) takes only 0")
     ap.add_argument("--threads", type=int, default=0, help="in process: torch CPU threads (default 0: torch's)")
     ap.add_argument("--accounting", action="store_true",
                     help="in process: run once more counting every stage's FLOPs and bytes, and print them against "
@@ -207,6 +213,9 @@ def main(argv=None):
     cfg = dataclasses.replace(
         base, partition=dataclasses.replace(base.partition, kmeans=a.kmeans, two_level_min_nodes=20000),
         merge=dataclasses.replace(base.merge, ratio=a.ratio, schedule=a.schedule))
+    if a.keys is not None and (hasattr(cfg.merge, "keys") or a.keys != "0"):
+        keys = -1 if a.keys == "all" else int(a.keys)
+        cfg = dataclasses.replace(cfg, merge=dataclasses.replace(cfg.merge, keys=keys))
     compress(synthetic_store(500, tenants=2, dim=a.dim if not a.reembed else 384), cfg, device=a.device)  # warm-up
     for n in sizes:
         records.append(run_in_process(n, a, cfg, embedder))

@@ -85,28 +85,32 @@ def as_embedding_tensor(x: Any, *, device: torch.device | None = None, what: str
 
 
 def _normalise_checked(e: torch.Tensor, ids: Sequence[str], what: str = "embedding",
-                       chunk: int = 1 << 16) -> torch.Tensor:
+                       chunk: int = 4096) -> torch.Tensor:
     """``e`` with unit rows, checked finite and non-zero; a block of ``chunk`` rows at a time,
     so no float64 copy of the whole matrix is made. Rows are divided by their float64 norm
     only when some row is not already unit length (then every row is, as a new tensor).
+
+    The check reads one float64 norm per row (a NaN or inf makes it non-finite; a float32 row
+    cannot overflow it) in one pass; the division recomputes the norms as ``double().norm()``.
 
     Shape: (N, D) -> (N, D)
     """
     N = e.shape[0]
     norms = torch.empty(N, dtype=torch.float64, device=e.device)
     for c in range(0, N, chunk):
-        blk = e[c:c + chunk]
-        finite = torch.isfinite(blk).all(dim=1)  # (n,)
-        if not bool(finite.all()):
-            i = c + int((~finite).nonzero()[0])
-            raise ValueError(f"{what} of node {ids[i]!r} must be finite, got NaN or inf")
-        norms[c:c + chunk] = blk.double().norm(dim=1)  # float64: a large finite vector must not overflow
+        norms[c:c + chunk] = torch.linalg.vector_norm(e[c:c + chunk], dim=1, dtype=torch.float64)
+    finite = torch.isfinite(norms)
+    if not bool(finite.all()):
+        i = int((~finite).nonzero()[0])
+        raise ValueError(f"{what} of node {ids[i]!r} must be finite, got NaN or inf")
     zero = norms <= 1e-12
     if bool(zero.any()):
         i = int(zero.nonzero()[0])
         raise ValueError(f"{what} of node {ids[i]!r} must have non-zero norm, got norm 0")
     if bool(((norms - 1.0).abs() <= 1e-6).all()):
         return e  # already unit length: keep the exact values (a load/save round trip is bit-exact)
+    for c in range(0, N, chunk):
+        norms[c:c + chunk] = e[c:c + chunk].double().norm(dim=1)
     out = torch.empty(e.shape, dtype=torch.float32, device=e.device)
     for c in range(0, N, chunk):
         out[c:c + chunk] = (e[c:c + chunk].double() / norms[c:c + chunk, None]).to(torch.float32)
