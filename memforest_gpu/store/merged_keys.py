@@ -54,31 +54,44 @@ def input_rows(inp: MemoryStore, out_sources: pa.Array) -> tuple[np.ndarray, np.
 
 
 def _units(inp: MemoryStore, rows: np.ndarray):
-    """The units of input rows ``rows`` (distinct, ascending): (offsets (R + 1,), vectors (U, D),
-    sources (U,), weights (U,)); only these rows' vectors are copied."""
+    """The units of input rows ``rows`` (distinct, ascending): (offsets (R + 1,), origin (U,),
+    sources (U,), weights (U,)). A unit's vector is not copied here: ``origin`` says where it
+    is (:func:`_unit_vectors`)."""
     k = inp.keys
     has = k.counts[rows] > 0 if k is not None else np.zeros(len(rows), dtype=bool)
     counts = np.where(has, k.counts[rows] if k is not None else 0, 1)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    dev = inp.embeddings.device
-    vec = torch.empty(int(offsets[-1]), inp.dim, dtype=torch.float32, device=dev)
     plain = np.flatnonzero(~has)
-    t = lambda a: torch.as_tensor(a, dtype=torch.int64, device=dev)  # noqa: E731
-    vec[t(offsets[plain])] = inp.embeddings[t(rows[plain])].float()
-    parts_idx = np.empty(int(offsets[-1]), dtype=np.int64)  # index into [node sources ; key sources]
-    parts_idx[offsets[plain]] = rows[plain]
+    origin = np.empty(int(offsets[-1]), dtype=np.int64)  # index into [node sources ; key sources]
+    origin[offsets[plain]] = rows[plain]
     if has.any():
         keyed = np.flatnonzero(has)
         at = ranges(offsets[keyed], counts[keyed])
-        src_rows = ranges(k.offsets[rows[keyed]], counts[keyed])
-        vec[t(at)] = k.vectors[t(src_rows).to(k.vectors.device)].to(dev, torch.float32)
-        parts_idx[at] = len(inp) + src_rows
+        origin[at] = len(inp) + ranges(k.offsets[rows[keyed]], counts[keyed])
         both = pa.concat_arrays([inp.sources.arrow.cast(pa.large_list(pa.large_string())), k.sources])
     else:
         both = inp.sources.arrow.cast(pa.large_list(pa.large_string()))
-    sources = both.take(pa.array(parts_idx, type=pa.int64()))
+    sources = both.take(pa.array(origin, type=pa.int64()))
     weights = pc.list_value_length(sources).to_numpy(zero_copy_only=False).astype(np.float32)
-    return offsets, vec, sources, weights
+    return offsets, origin, sources, weights
+
+
+def _unit_vectors(inp: MemoryStore, origin: np.ndarray) -> torch.Tensor:
+    """The float32 vectors of units at ``origin`` (an input row, or ``len(inp)`` + a key row of
+    the input's keys), gathered once. Shape: origin (S,) host -> (S, D)"""
+    dev = inp.embeddings.device
+    n = len(inp)
+    keyed = origin >= n
+    if not keyed.any():
+        return inp.embeddings[torch.as_tensor(origin, dtype=torch.int64, device=dev)].float()
+    out = torch.empty(len(origin), inp.dim, dtype=torch.float32, device=dev)
+    t = lambda a: torch.as_tensor(a, dtype=torch.int64, device=dev)  # noqa: E731
+    plain = np.flatnonzero(~keyed)
+    out[t(plain)] = inp.embeddings[t(origin[plain])].float()
+    at = np.flatnonzero(keyed)
+    kv = inp.keys.vectors
+    out[t(at)] = kv[torch.as_tensor(origin[at] - n, dtype=torch.int64, device=kv.device)].to(dev, torch.float32)
+    return out
 
 
 def derive_keys(inp: MemoryStore, out_sources: pa.Array, *, max_keys: int | None, text_weight: float,
@@ -97,23 +110,23 @@ def derive_keys(inp: MemoryStore, out_sources: pa.Array, *, max_keys: int | None
     pair_node = np.repeat(np.arange(n_out), n_in)  # (R,) the output node of each (node, input row) pair
     plain = (n_in == 1)[pair_node] & ~has_in[rows]  # one input row without keys: the node keeps none
     needed, at = np.unique(rows[~plain], return_inverse=True)  # the input rows whose units are read
-    u_off, u_vec, u_src, u_w = _units(inp, needed)
+    u_off, u_origin, u_src, u_w = _units(inp, needed)
     take = np.zeros(len(rows), dtype=np.int64)
     take[~plain] = np.diff(u_off)[at]  # units each pair brings
     first = np.zeros(len(rows), dtype=np.int64)
     first[~plain] = u_off[at]
     unit_rows = ranges(first, take)  # (U_out,) units, grouped by output node
     per_node = np.bincount(pair_node, weights=take, minlength=n_out).astype(np.int64)
-    vec, src, counts = _reduce(u_vec, u_src, u_w, unit_rows, per_node, max_keys)
+    vec, src, counts = _reduce(inp, u_origin, u_src, u_w, unit_rows, per_node, max_keys)
     dev = inp.embeddings.device if device is None else device
     return NodeKeys.from_lists(counts, vec.to(dev), src, text_weight=text_weight, max_keys=max_keys)
 
 
-def _reduce(u_vec: torch.Tensor, u_src: pa.Array, u_w: np.ndarray, unit_rows: np.ndarray, per_node: np.ndarray,
-            max_keys: int | None):
+def _reduce(inp: MemoryStore, u_origin: np.ndarray, u_src: pa.Array, u_w: np.ndarray, unit_rows: np.ndarray,
+            per_node: np.ndarray, max_keys: int | None):
     """Each node's units as keys, or ``max_keys`` centres of them. Returns (vectors (M, D),
     sources (M,), keys per node (N_out,))."""
-    dev = u_vec.device
+    dev = inp.embeddings.device
     node_off = np.concatenate([[0], np.cumsum(per_node)]).astype(np.int64)
     within = np.arange(len(unit_rows)) - np.repeat(node_off[:-1], per_node)  # a unit's place in its node
     key = within.copy()  # each unit's key inside its node: itself, or its centre
@@ -129,7 +142,7 @@ def _reduce(u_vec: torch.Tensor, u_src: pa.Array, u_w: np.ndarray, unit_rows: np
         S = int(per_node[nodes].max())
         ok = np.arange(S)[None, :] < per_node[nodes][:, None]  # (B, S)
         at = np.where(ok, node_off[nodes][:, None] + np.arange(S)[None, :], 0)  # (B, S) unit positions
-        X = u_vec[torch.as_tensor(unit_rows[at], dtype=torch.int64, device=dev)]  # (B, S, D)
+        X = _unit_vectors(inp, u_origin[unit_rows[at]].reshape(-1)).view(*at.shape, -1)  # (B, S, D)
         W = torch.as_tensor(np.where(ok, u_w[unit_rows[at]], 0.0), dtype=torch.float32, device=dev)
         lab = centres(X, W, max_keys).cpu().numpy()  # (B, S)
         present = np.zeros((len(nodes), max_keys), dtype=bool)
@@ -138,26 +151,30 @@ def _reduce(u_vec: torch.Tensor, u_src: pa.Array, u_w: np.ndarray, unit_rows: np
         rank = np.cumsum(present, axis=1) - 1  # (B, k): empty centres are dropped, the rest renumbered
         key[at[ok]] = rank[rows_b, lab[ok]]
         counts[nodes] = present.sum(1)
-    return _gather_keys(u_vec, u_src, u_w, unit_rows, per_node, key, counts)
+    return _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts)
 
 
-def _gather_keys(u_vec, u_src, u_w, unit_rows, per_node, key, counts):
+def _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts):
     """Keys in node order: each the normalised weighted mean of its units (a unit alone: its own
-    vector), with its units' sources in node order."""
-    dev = u_vec.device
+    vector, copied once: when every key is a unit alone, as with every source kept, no sum is
+    made), with its units' sources in node order."""
+    dev = inp.embeddings.device
     key_off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     key_of_unit = np.repeat(key_off[:-1], per_node) + key  # (U_out,) output key of each unit
     M = int(key_off[-1])
-    t = torch.as_tensor(key_of_unit, dtype=torch.int64, device=dev)
-    w = torch.as_tensor(u_w[unit_rows], dtype=torch.float32, device=dev)
-    X = u_vec[torch.as_tensor(unit_rows, dtype=torch.int64, device=dev)]
-    acc = torch.zeros(M, u_vec.shape[1], dtype=torch.float32, device=dev)
-    acc.index_add_(0, t, X * w[:, None])
-    vec = torch.nn.functional.normalize(acc, dim=1)
-    solo = np.flatnonzero(np.bincount(key_of_unit, minlength=M)[key_of_unit] == 1)  # a unit alone: kept exactly
-    s = torch.as_tensor(solo, dtype=torch.int64, device=dev)
-    vec[t[s]] = X[s]
+    alone = np.bincount(key_of_unit, minlength=M)[key_of_unit] == 1
     order = np.argsort(key_of_unit, kind="stable")  # units by key, node order kept inside a key
+    if alone.all():  # one unit per key: the keys are the units, in key order
+        vec = _unit_vectors(inp, u_origin[unit_rows[order]])  # (M, D)
+    else:
+        X = _unit_vectors(inp, u_origin[unit_rows])  # (U_out, D)
+        t = torch.as_tensor(key_of_unit, dtype=torch.int64, device=dev)
+        w = torch.as_tensor(u_w[unit_rows], dtype=torch.float32, device=dev)
+        acc = torch.zeros(M, inp.dim, dtype=torch.float32, device=dev)
+        acc.index_add_(0, t, X * w[:, None])
+        vec = torch.nn.functional.normalize(acc, dim=1)
+        s = torch.as_tensor(np.flatnonzero(alone), dtype=torch.int64, device=dev)
+        vec[t[s]] = X[s]  # a unit alone: kept exactly
     src = u_src.take(pa.array(unit_rows[order], type=pa.int64()))
     lengths = pc.list_value_length(src).to_numpy(zero_copy_only=False).astype(np.int64)
     per_key = np.bincount(key_of_unit[order], weights=lengths, minlength=M).astype(np.int64)
