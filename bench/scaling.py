@@ -120,6 +120,8 @@ def run_cli(n: int, a) -> dict:
             os.unlink(p)
     print(f"n={n:>8} {a.tenants_shape} cli total {m['seconds']:8.2f}s  peak {m['peak_rss_mb']:.0f} MB "
           f"({m['peak_source']})  rc {m['returncode']}", flush=True)
+    if a.json_lines:
+        print(json.dumps(rec), flush=True)
     return rec
 
 
@@ -187,7 +189,7 @@ def main(argv=None):
                     help="in process: run once more counting every stage's FLOPs and bytes, and print them against "
                          "torch.mm and a copy on this machine (bench/accounting.py)")
     ap.add_argument("--json-lines", action="store_true",
-                    help="in process: print each record as one JSON line (what bench/compare.py reads)")
+                    help="print each record as one JSON line (what bench/compare.py reads)")
     ap.add_argument("--workdir", default="/tmp/memforest-scaling", help="--cli / many: where stores are written")
     ap.add_argument("--out", default="runs/scaling.json")
     ap.add_argument("--plot", default=None)
