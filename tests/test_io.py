@@ -107,30 +107,6 @@ def test_parquet_schema(tmp_path):
     assert meta0["speaker"] == "Zoë"
 
 
-def test_parquet_vectors_are_not_dictionary_encoded(tmp_path):
-    """A dictionary never pays on float vectors (and trying one costs a third of the write); every
-    other leaf keeps it. Keys of merged nodes included; the store reads back the same."""
-    from memforest_gpu.store.keys import NodeKeys
-
-    store = make_store()
-    counts = np.zeros(len(store), dtype=np.int64)
-    counts[:2] = 1
-    vec = torch.nn.functional.normalize(torch.randn(2, D), dim=1)
-    store.keys = NodeKeys.from_lists(counts, vec, [list(store.sources[0]), list(store.sources[1])],
-                                     text_weight=0.5, max_keys=2)
-    path = tmp_path / "s.parquet"
-    write_store(store, path)
-    rg = pq.ParquetFile(path).metadata.row_group(0)
-    enc = {rg.column(i).path_in_schema: rg.column(i).encodings for i in range(rg.num_columns)}
-    for leaf in ("embedding.list.element", "keys.list.element.list.element"):
-        assert "RLE_DICTIONARY" not in enc[leaf] and "PLAIN_DICTIONARY" not in enc[leaf], enc
-    for leaf in ("id", "sources.list.element", "key_sources.list.element.list.element"):
-        assert "RLE_DICTIONARY" in enc[leaf] or "PLAIN_DICTIONARY" in enc[leaf], enc
-    back = read_store(path)
-    assert torch.equal(back.embeddings, store.embeddings) and torch.equal(back.keys.vectors, store.keys.vectors)
-    assert back.keys.sources.to_pylist() == store.keys.sources.to_pylist()
-
-
 def test_jsonl_layout(tmp_path):
     store = make_store(n=2)
     path = tmp_path / "s.jsonl"

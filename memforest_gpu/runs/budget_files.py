@@ -18,7 +18,7 @@ from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_j
 from ..store.jsonl import iso_time
 from ..store.keys_io import PARQUET_KEYS_KEY
 from ..store.layout import HEADER_KEY, OPTIONAL_COLUMNS, REQUIRED_COLUMNS
-from ..store.parquet import PARQUET_EVENT_TREES_KEY, to_arrow_table, write_options
+from ..store.parquet import PARQUET_EVENT_TREES_KEY, to_arrow_table
 from .budget_groups import KEY, PART_BATCH_ROWS, SPLIT_BATCH_ROWS, _jsonl_items, output_batch_rows
 
 
@@ -215,7 +215,7 @@ def _write_output(out_paths: list[str], dst: str, fmt: str, time_format, budget:
         rows = output_batch_rows(budget, dim)
         with atomic_open(dst) as f:
             if fmt == "parquet":
-                writer = pq.ParquetWriter(f, schema, **write_options(schema))
+                writer = pq.ParquetWriter(f, schema, compression="zstd")
             else:
                 writer = None
                 emb_name = (schema.metadata or {}).get(b"memforest.embedder")

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_json, tree_from_column
 from ..store.keys_io import KEY_COLUMNS, PARQUET_KEYS_KEY, keys_from_columns
 from ..store.memory_store import MemoryStore
-from ..store.parquet import PARQUET_EMBEDDER_KEY, PARQUET_EVENT_TREES_KEY, ROW_GROUP_ROWS, to_arrow_table, write_options
+from ..store.parquet import PARQUET_EMBEDDER_KEY, PARQUET_EVENT_TREES_KEY, ROW_GROUP_ROWS, to_arrow_table
 from .inbox import StoreIds
 
 __all__ = ["INBOX_SUFFIX", "inbox_path", "PassThrough", "memforest_layout", "parquet_schema"]
@@ -175,7 +175,7 @@ class PassThrough:
         meta[PARQUET_EVENT_TREES_KEY] = event_trees_json(EventTrees(np.zeros(0, dtype=np.int64), states),
                                                          names).encode("utf-8")
         schema = schema.with_metadata(meta)
-        writer = pq.ParquetWriter(f, schema, **write_options(schema))
+        writer = pq.ParquetWriter(f, schema, compression="zstd")
         dropped = np.zeros(self.n, dtype=bool)
         dropped[drop] = True
         at = 0

@@ -17,8 +17,8 @@ from .keys_io import PARQUET_KEYS_KEY, keys_arrow
 from .layout import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 from .memory_store import DEFAULT_TENANT, MemoryStore
 
-__all__ = ["read_parquet_columns", "to_arrow_table", "write_options", "write_parquet", "ROW_GROUP_ROWS",
-           "PARQUET_EMBEDDER_KEY", "PARQUET_EVENT_TREES_KEY"]
+__all__ = ["read_parquet_columns", "to_arrow_table", "write_parquet", "ROW_GROUP_ROWS", "PARQUET_EMBEDDER_KEY",
+           "PARQUET_EVENT_TREES_KEY"]
 
 PARQUET_EMBEDDER_KEY = b"memforest.embedder"
 # the event trees (:mod:`.event_trees`), under the key stores have always used
@@ -310,35 +310,8 @@ def to_arrow_table(store: MemoryStore):
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=schema_meta or None))
 
 
-def write_options(schema: pa.Schema) -> dict:
-    """The Parquet writer's options for a store's columns: zstd, and dictionary encoding for
-    every leaf column but the vectors' (``embedding``, ``keys``: fixed-size lists of floats, where
-    a dictionary never pays and trying one costs a third of the write)."""
-    return {"compression": "zstd", "use_dictionary": _dictionary_leaves(schema)}
-
-
-def _dictionary_leaves(schema: pa.Schema) -> list[str]:
-    """Parquet leaf paths (``sources.list.element``) of every column not under a fixed-size list."""
-    out = []
-
-    def walk(path: str, t: pa.DataType) -> None:
-        if pa.types.is_fixed_size_list(t):
-            return
-        if pa.types.is_list(t) or pa.types.is_large_list(t):
-            walk(path + ".list.element", t.value_type)
-        elif pa.types.is_struct(t):
-            for j in range(t.num_fields):
-                walk(f"{path}.{t.field(j).name}", t.field(j).type)
-        else:
-            out.append(path)
-
-    for field in schema:
-        walk(field.name, field.type)
-    return out
-
-
 def write_parquet(table, f) -> None:
-    """Write an Arrow table (:func:`to_arrow_table`) to the open binary file ``f``
-    (:func:`write_options`), row groups of :data:`ROW_GROUP_ROWS` rows."""
+    """Write an Arrow table (:func:`to_arrow_table`) to the open binary file ``f``: zstd, row
+    groups of :data:`ROW_GROUP_ROWS` rows."""
 
-    pq.write_table(table, f, row_group_size=ROW_GROUP_ROWS, **write_options(table.schema))
+    pq.write_table(table, f, compression="zstd", row_group_size=ROW_GROUP_ROWS)
