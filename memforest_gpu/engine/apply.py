@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from ..kernels.blocks import row_blocks, stream_rows
 from .graph_choice import KNN
 from .knn_graph import merged_lists, stale_entries, tree_products_pay
 from .plan import Plan
@@ -33,10 +34,15 @@ def pair_means(batch: TreeBatch, plan: Plan) -> torch.Tensor:
     vec = batch.vectors
     if not len(plan):
         return torch.zeros(0, vec.dim)
-    xa = vec.gather(torch.as_tensor(plan.node_a, dtype=torch.int64, device=vec.device))
-    xb = vec.gather(torch.as_tensor(plan.node_b, dtype=torch.int64, device=vec.device))
-    ct = compute_dtype(xa.dtype)  # half-precision storage: add in float32
-    return torch.nn.functional.normalize(xa.to(ct) + xb.to(ct), dim=1)
+    a = torch.as_tensor(plan.node_a, dtype=torch.int64, device=vec.device)
+    b = torch.as_tensor(plan.node_b, dtype=torch.int64, device=vec.device)
+    ct = compute_dtype(vec.dtype)  # half-precision storage: add in float32
+    out = torch.empty(len(a), vec.dim, dtype=ct, device=vec.device)
+    # a block of pairs at a time: the gathers and sums of a whole round (250,000 pairs at 1M
+    # nodes) would hold six (P, D) temporaries at once; each row's result is the same either way
+    for blk in row_blocks(len(a), stream_rows(vec.device, vec.dim * 4 * 6)):
+        out[blk] = torch.nn.functional.normalize(vec.gather(a[blk]).to(ct) + vec.gather(b[blk]).to(ct), dim=1)
+    return out
 
 
 def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor, new_rows: np.ndarray,
