@@ -107,6 +107,9 @@ class NodeVectors:
     def gather(self, rows: torch.Tensor) -> torch.Tensor:
         """Vectors of node ``rows`` (zeros where a row is negative: an empty slot)."""
         flat = rows.reshape(-1)
+        if self._n_extra == 0:  # no merged vector yet (the trees' layout): one gather; any other row reads zeros
+            out = self.base.index_select(0, flat.clamp(min=0, max=max(self.n_base - 1, 0)))
+            return out.masked_fill_(((flat < 0) | (flat >= self.n_base))[:, None], 0).view(*rows.shape, self.dim)
         stored = (flat >= 0) & (flat < self.n_base)
         out = self.base.index_select(0, flat.clamp(min=0, max=max(self.n_base - 1, 0)))
         ext = self._extra.index_select(0, torch.where(flat >= self.n_base, flat - self.n_base + 1, 0))  # 0: zeros
