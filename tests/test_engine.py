@@ -424,3 +424,20 @@ def test_assemble_picks_originals_and_merged_rows_in_output_order():
 def _to_cpu(res):
     res.store = res.store.to("cpu")
     return res
+
+
+def test_dense_cosines_do_not_depend_on_the_trees_computed_together():
+    """The dense graph's cosines of a bucket are computed a block of trees at a time (the
+    block bounded by the trees' gathered vectors); each tree's matrix is the same bits as when
+    computed alone, also across a block boundary (here 248 trees a block, 250 trees)."""
+    from memforest_gpu.engine.trees import _cosines
+    from memforest_gpu.engine.vectors import NodeVectors
+
+    g = torch.Generator().manual_seed(0)
+    vectors = NodeVectors(torch.nn.functional.normalize(torch.randn(500, 2048, generator=g), dim=1))
+    slots = torch.randint(0, 500, (250, 64), generator=g)
+    slots[:, 50:] = torch.where(torch.rand(250, 14, generator=g) < 0.5, -1, slots[:, 50:])  # empty slots
+    W = _cosines(vectors, slots)
+    assert W.shape == (250, 64, 64) and torch.equal(W, W.transpose(1, 2))
+    for i in (0, 1, 247, 248, 249):
+        assert torch.equal(W[i:i + 1], _cosines(vectors, slots[i:i + 1])), i
