@@ -44,7 +44,8 @@ def assemble(table: NodeTable, live: np.ndarray, embeddings: torch.Tensor,
             sel = move[c:c + chunk]
             out[t(pos_o[sel])] = embeddings[t(src_o[sel])]  # gathered, then written: sources >= targets
     else:
-        out[t(pos_o)] = embeddings[t(src_o)]
+        for c in range(0, len(pos_o), chunk):
+            out[t(pos_o[c:c + chunk])] = embeddings[t(src_o[c:c + chunk])]
     blocks = merged if isinstance(merged, list) else [merged]
     j_m = rows[~orig] - N  # merged index of each merged output row
     lo = 0
@@ -52,8 +53,9 @@ def assemble(table: NodeTable, live: np.ndarray, embeddings: torch.Tensor,
         blk = blocks[b]
         hi = lo + int(blk.shape[0])
         sel = np.flatnonzero((j_m >= lo) & (j_m < hi))
-        if len(sel):
-            out[t(pos_m[sel])] = blk[t(j_m[sel] - lo)].to(device=dev, dtype=embeddings.dtype)
+        for c in range(0, len(sel), chunk):  # a chunk at a time: no (M, D) copy of the merged vectors
+            part = sel[c:c + chunk]
+            out[t(pos_m[part])] = blk[t(j_m[part] - lo)].to(device=dev, dtype=embeddings.dtype)
         if isinstance(merged, list):
             blocks[b] = None  # release the block
         lo = hi
