@@ -4,10 +4,12 @@ large and not in the repository). Field names, nesting and value formats follow 
 LongMemEval's items with ``haystack_sessions`` of ``{role, content, has_answer}`` turns and dates
 like ``"2023/05/20 (Sat) 02:21"``; PersonaMem's CSV with ``all_options`` as a Python list literal
 of ``"(a) ..."`` strings and ``correct_answer`` like ``"(c)"``, its contexts one
-``{id: [messages]}`` object per line."""
+``{id: [messages]}`` object per line. Every item, message and id is invented: only the layout
+follows the releases (no benchmark data is kept in the repository)."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 
 FILLER = [
@@ -36,36 +38,36 @@ def longmemeval_items() -> list[dict]:
     dates = ["2023/05/20 (Sat) 02:21", "2023/05/22 (Mon) 14:05", "2023/05/25 (Thu) 09:40"]
     items = []
     items.append({
-        "question_id": "e47becba", "question_type": "single-session-user",
-        "question": "What degree did I graduate with?", "answer": "Business Administration",
+        "question_id": "lme_q01", "question_type": "single-session-user",
+        "question": "What did I study at university?", "answer": "Marine Biology",
         "question_date": "2023/05/30 (Tue) 23:40",
-        "haystack_session_ids": ["sharegpt_a_0", "answer_280352e9", "ultrachat_b"], "haystack_dates": dates,
-        "haystack_sessions": [_session([], 0), _session([("user", "I graduated with a degree in Business "
-                                                                  "Administration, which helped my new job.", True),
+        "haystack_session_ids": ["filler_a", "answer_q01", "filler_b"], "haystack_dates": dates,
+        "haystack_sessions": [_session([], 0), _session([("user", "I graduated in Marine Biology, which "
+                                                                  "helped me land the aquarium job.", True),
                                                          ("assistant", "Congratulations on the new job!", False)], 2),
                               _session([], 4)],
-        "answer_session_ids": ["answer_280352e9"]})
+        "answer_session_ids": ["answer_q01"]})
     items.append({
-        "question_id": "gpt4_2655b836", "question_type": "temporal-reasoning",
-        "question": "What was the first issue I had with my new car after its first service?",
-        "answer": "GPS system not functioning correctly", "question_date": "2023/05/30 (Tue) 10:00",
-        "haystack_session_ids": ["s_x", "answer_4be1b6b4_1", "answer_4be1b6b4_2"], "haystack_dates": dates,
+        "question_id": "lme_q02", "question_type": "temporal-reasoning",
+        "question": "What went wrong with my new bicycle after its first tune-up?",
+        "answer": "the rear brake started squeaking", "question_date": "2023/05/30 (Tue) 10:00",
+        "haystack_session_ids": ["s_x", "answer_q02_1", "answer_q02_2"], "haystack_dates": dates,
         "haystack_sessions": [_session([], 0),
-                              _session([("user", "My new car had its first service on March 15th.", True)], 2),
-                              _session([("user", "After the service, the GPS system was not functioning "
-                                                 "correctly, so I took it back.", True)], 4)],
-        "answer_session_ids": ["answer_4be1b6b4_1", "answer_4be1b6b4_2"]})
+                              _session([("user", "My new bicycle had its first tune-up on March 15th.", True)], 2),
+                              _session([("user", "After the tune-up, the rear brake started squeaking, "
+                                                 "so I took it back.", True)], 4)],
+        "answer_session_ids": ["answer_q02_1", "answer_q02_2"]})
     items.append({
-        "question_id": "e47becba_abs", "question_type": "single-session-user",
-        "question": "What degree did my sister graduate with?",
-        "answer": "The information provided is not enough. You mentioned your own degree but not your sister's.",
+        "question_id": "lme_q01_abs", "question_type": "single-session-user",
+        "question": "What did my sister study at university?",
+        "answer": "The information provided is not enough. You mentioned your own studies but not your sister's.",
         "question_date": "2023/05/30 (Tue) 23:40",
-        "haystack_session_ids": ["sharegpt_a_0", "answer_280352e9"], "haystack_dates": dates[:2],
-        "haystack_sessions": [_session([], 0), _session([("user", "I graduated with a degree in Business "
-                                                                  "Administration.", False)], 2)],
-        "answer_session_ids": ["answer_280352e9"]})
+        "haystack_session_ids": ["filler_a", "answer_q01"], "haystack_dates": dates[:2],
+        "haystack_sessions": [_session([], 0), _session([("user", "I graduated in Marine "
+                                                                  "Biology.", False)], 2)],
+        "answer_session_ids": ["answer_q01"]})
     items.append({
-        "question_id": "6a1eabeb", "question_type": "knowledge-update",
+        "question_id": "lme_q03", "question_type": "knowledge-update",
         "question": "How many bikes do I own now?", "answer": 3, "question_date": "2023/06/01 (Thu) 08:00",
         "haystack_session_ids": ["answer_ku_1", "s_y", "answer_ku_2"], "haystack_dates": dates,
         "haystack_sessions": [_session([("user", "I own two bikes: a road bike and a commuter.", False)], 0),
@@ -74,7 +76,7 @@ def longmemeval_items() -> list[dict]:
                                        4)],
         "answer_session_ids": ["answer_ku_1", "answer_ku_2"]})
     items.append({
-        "question_id": "0a995998", "question_type": "multi-session",
+        "question_id": "lme_q04", "question_type": "multi-session",
         "question": "Which two cities did I visit for work this spring?", "answer": "Lisbon and Oslo",
         "question_date": "2023/06/02 (Fri) 18:30",
         "haystack_session_ids": ["answer_ms_1", "answer_ms_2"], "haystack_dates": dates[1:],
@@ -92,18 +94,17 @@ def write_longmemeval(path, items=None) -> list[dict]:
     return items
 
 
-CONTEXT_A = "c26f05c585ec8f61860984e03cc33c9aaad5d416d8d3f505b7e580b6928ec091"
-CONTEXT_B = "9b1d2ab3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f90011"
+CONTEXT_A = hashlib.sha256(b"fixture context A").hexdigest()  # invented ids in the releases' 64-hex shape
+CONTEXT_B = hashlib.sha256(b"fixture context B").hexdigest()
 
 
 def personamem_contexts() -> dict[str, list[dict]]:
-    a = [{"role": "system", "content": "Current user persona: Name: Kanoa Manu. Gender Identity: Male."},
-         {"role": "user", "content": "Patient: Attending that community music therapy workshop was an incredible "
-                                     "experience for me."},
-         {"role": "assistant", "content": "Therapist: Music can be a powerful tool for healing and connection."},
-         {"role": "user", "content": "Patient: I participated in an art therapy class with paint and clay."},
-         {"role": "assistant", "content": "Therapist: Art can be a powerful means of expression."},
-         {"role": "user", "content": "Patient: Lately I find the art classes boring and I stopped going."},
+    a = [{"role": "system", "content": "Current user persona: Name: Mira Castell. Gender Identity: Female."},
+         {"role": "user", "content": "Patient: Joining the neighbourhood choir rehearsals was a real lift for me."},
+         {"role": "assistant", "content": "Therapist: Singing together can steady both the breath and the mood."},
+         {"role": "user", "content": "Patient: I also signed up for a pottery evening class."},
+         {"role": "assistant", "content": "Therapist: Working with clay can be a calming way to express things."},
+         {"role": "user", "content": "Patient: Lately the pottery class feels tedious and I stopped going."},
          {"role": "assistant", "content": "Therapist: It is fine to let an activity go when it no longer helps."}]
     b = [{"role": "system", "content": "Current user persona: Name: Ada Quist."},
          {"role": "user", "content": "User: I have started growing heirloom tomatoes on my balcony."},
@@ -113,39 +114,35 @@ def personamem_contexts() -> dict[str, list[dict]]:
 
 def personamem_rows() -> list[dict]:
     """Four questions on two contexts; two share a context and an end index (one tenant)."""
-    music = ["(a) Certainly, music holds therapeutic potential, like the yoga retreat you attended.",
-             "(b) Yes, as with the meditation group you joined.",
-             "(c) Absolutely. I recall you mentioned attending a community music therapy workshop that was "
-             "transformative for you.",
-             "(d) Indeed, like your art therapy sessions with painting and sculpting."]
-    art_now = ["(a) It's nice to see you're continuing with art therapy.",
-               "(b) I remember you found the art classes boring lately and stopped going.",
-               "(c) It's nice to hear you're continuing with cooking classes.",
-               "(d) Art therapy sounds interesting, though I'm unaware of your participation."]
-    art_then = ["(a) It's nice to see you're continuing with art therapy with paint and clay.",
-                "(b) I remember you found them boring.",
-                "(c) It's nice to hear you're continuing with cooking classes.",
-                "(d) I did not know you liked gardening."]
+    choir = ["(a) Certainly, singing can help, like the hiking club you joined.",
+             "(b) Yes, as with the chess evenings you attended.",
+             "(c) Absolutely. I recall you mentioned joining the neighbourhood choir rehearsals, which lifted "
+             "your mood.",
+             "(d) Indeed, like your pottery evenings working with clay."]
+    pottery_now = ["(a) It's nice to see you're continuing with the pottery class.",
+                   "(b) I remember you found the pottery class tedious lately and stopped going.",
+                   "(c) It's nice to hear you're continuing with cooking classes.",
+                   "(d) Pottery sounds interesting, though I'm unaware of your participation."]
+    pottery_then = ["(a) It's nice to see you're continuing with the pottery class and the clay.",
+                    "(b) I remember you found it tedious.",
+                    "(c) It's nice to hear you're continuing with cooking classes.",
+                    "(d) I did not know you liked gardening."]
     garden = ["(a) Try a bonsai workshop.", "(b) Since you grow heirloom tomatoes on your balcony, try basil next.",
               "(c) Try a pottery class.", "(d) Try salsa dancing."]
     base = {"topic": "therapy", "context_length_in_tokens": 1200, "context_length_in_letters": 6000,
             "distance_to_ref_in_blocks": 1, "distance_to_ref_in_tokens": 300, "distance_to_ref_proportion_in_context":
             "25.00%", "num_irrelevant_tokens": 0, "stereotypical": "No"}
     return [
-        {**base, "question_id": "2e72a433-c5ce-4c3c-adbe-4fc1dc84a879",
-         "question_type": "recalling_facts_mentioned_by_the_user",
-         "question": "Can music be used in therapeutic practices to support mental health?", "correct_answer": "(c)",
-         "all_options": repr(music), "shared_context_id": CONTEXT_A, "end_index_in_shared_context": 5},
-        {**base, "question_id": "e865a870-23f0-4535-82a7-4818185c6d43",
-         "question_type": "recalling_the_latest_user_preferences",
-         "question": "I went to another art therapy session the other day.", "correct_answer": "(b)",
-         "all_options": repr(art_now), "shared_context_id": CONTEXT_A, "end_index_in_shared_context": 7},
-        {**base, "question_id": "13bad0d1-5de3-4c34-9aba-fb2241859f4e",
-         "question_type": "recalling_the_latest_user_preferences",
-         "question": "I went to an art therapy session.", "correct_answer": "(a)",
-         "all_options": repr(art_then), "shared_context_id": CONTEXT_A, "end_index_in_shared_context": 5},
-        {**base, "question_id": "7e5a7ca4-2f96-4a5e-b2b0-ac08579f2e06",
-         "question_type": "recommendation_aligned_with_users_latest_preferences",
+        {**base, "question_id": "fixture-q1", "question_type": "recalling_facts_mentioned_by_the_user",
+         "question": "Can singing in a group support mental health?", "correct_answer": "(c)",
+         "all_options": repr(choir), "shared_context_id": CONTEXT_A, "end_index_in_shared_context": 5},
+        {**base, "question_id": "fixture-q2", "question_type": "recalling_the_latest_user_preferences",
+         "question": "I went to another pottery evening the other day.", "correct_answer": "(b)",
+         "all_options": repr(pottery_now), "shared_context_id": CONTEXT_A, "end_index_in_shared_context": 7},
+        {**base, "question_id": "fixture-q3", "question_type": "recalling_the_latest_user_preferences",
+         "question": "I went to a pottery evening.", "correct_answer": "(a)",
+         "all_options": repr(pottery_then), "shared_context_id": CONTEXT_A, "end_index_in_shared_context": 5},
+        {**base, "question_id": "fixture-q4", "question_type": "recommendation_aligned_with_users_latest_preferences",
          "question": "Any idea for a new plant to grow?", "correct_answer": "(b)",
          "all_options": repr(garden), "shared_context_id": CONTEXT_B, "end_index_in_shared_context": 3},
     ]

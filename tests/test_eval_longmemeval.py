@@ -28,39 +28,39 @@ def test_turns_tenants_ids_dates_and_evidence(lme):
     assert {n["tenant"] for n in b.nodes} == {it["question_id"] for it in items}
     # one node per turn, ids by session position and turn, text "role: content", date + turn seconds
     first = items[0]
-    nodes = [n for n in b.nodes if n["tenant"] == "e47becba"]
+    nodes = [n for n in b.nodes if n["tenant"] == "lme_q01"]
     assert len(nodes) == sum(len(s) for s in first["haystack_sessions"])
-    n = next(x for x in nodes if x["id"] == "e47becba:S1:2")
+    n = next(x for x in nodes if x["id"] == "lme_q01:S1:2")
     turn = first["haystack_sessions"][1][2]
     assert n["text"] == f"user: {turn['content']}" and turn["has_answer"]
     assert n["timestamp"] == parse_lme_date("2023/05/22 (Mon) 14:05") + 2
-    assert n["metadata"] == {"session": "answer_280352e9", "role": "user"}
+    assert n["metadata"] == {"session": "answer_q01", "role": "user"}
     q = {x.id: x for x in b.questions}
     # evidence: the marked turns, across sessions
-    assert q["e47becba"].evidence == ("e47becba:S1:2",)
-    assert q["gpt4_2655b836"].evidence == ("gpt4_2655b836:S1:2", "gpt4_2655b836:S2:2")
+    assert q["lme_q01"].evidence == ("lme_q01:S1:2",)
+    assert q["lme_q02"].evidence == ("lme_q02:S1:2", "lme_q02:S2:2")
     # no marked turn: every turn of the answer sessions
-    assert q["6a1eabeb"].evidence == tuple(f"6a1eabeb:S{s}:{t}" for s in (0, 2) for t in range(3))
+    assert q["lme_q03"].evidence == tuple(f"lme_q03:S{s}:{t}" for s in (0, 2) for t in range(3))
     assert b.info["questions_evidence_from_sessions"] == 2 and b.info["questions_without_evidence"] == 0
     # categories are the question types; _abs ids are abstention questions, apart
-    assert q["e47becba"].category == "single-session-user" and not q["e47becba"].abstention
-    assert q["e47becba_abs"].category == "abstention" and q["e47becba_abs"].abstention
+    assert q["lme_q01"].category == "single-session-user" and not q["lme_q01"].abstention
+    assert q["lme_q01_abs"].category == "abstention" and q["lme_q01_abs"].abstention
     assert b.info["abstention_questions"] == 1
     # the question date, and a numeric answer read as text
-    assert q["e47becba"].date == parse_lme_date("2023/05/30 (Tue) 23:40")
-    assert q["6a1eabeb"].answer == "3"
+    assert q["lme_q01"].date == parse_lme_date("2023/05/30 (Tue) 23:40")
+    assert q["lme_q03"].answer == "3"
 
 
 def test_sessions_shape(lme):
     b = load_benchmark(str(lme), nodes="sessions")
     assert b.name == "longmemeval_s_sessions" and len(b.nodes) == sum(
         len(it["haystack_sessions"]) for it in longmemeval_items())
-    s = next(n for n in b.nodes if n["id"] == "e47becba:S1")
+    s = next(n for n in b.nodes if n["id"] == "lme_q01:S1")
     assert s["text"].splitlines()[2].startswith("user: I graduated") and s["metadata"]["turns"] == 4
     assert s["timestamp"] == parse_lme_date("2023/05/22 (Mon) 14:05")
     q = {x.id: x for x in b.questions}
-    assert q["gpt4_2655b836"].evidence == ("gpt4_2655b836:S1", "gpt4_2655b836:S2")
-    assert q["6a1eabeb"].evidence == ("6a1eabeb:S0", "6a1eabeb:S2")
+    assert q["lme_q02"].evidence == ("lme_q02:S1", "lme_q02:S2")
+    assert q["lme_q03"].evidence == ("lme_q03:S0", "lme_q03:S2")
 
 
 def test_oracle_order_comes_from_dates(tmp_path):
@@ -77,7 +77,7 @@ def test_oracle_order_comes_from_dates(tmp_path):
     by_session = {}
     for n, t in zip(b.nodes, ts):
         by_session.setdefault(n["metadata"]["session"], []).append(t)
-    assert max(by_session["sharegpt_a_0"]) < min(by_session["answer_280352e9"]) < min(by_session["ultrachat_b"])
+    assert max(by_session["filler_a"]) < min(by_session["answer_q01"]) < min(by_session["filler_b"])
 
 
 def test_round_trip_through_the_folder_format(lme, tmp_path):
@@ -102,7 +102,7 @@ def test_bad_files(tmp_path):
                                                             good["haystack_dates"][2]]}]))
     with pytest.raises(ValueError, match="one entry per session, got 3, 2 and 3"):
         load_longmemeval(write([{**good, "haystack_dates": good["haystack_dates"][:2]}]))
-    with pytest.raises(ValueError, match="question_id must be unique, got 'e47becba' twice"):
+    with pytest.raises(ValueError, match="question_id must be unique, got 'lme_q01' twice"):
         load_longmemeval(write([good, good]))
     with pytest.raises(ValueError, match=r"nodes must be one of \['turns', 'sessions'\] for LongMemEval, got 'facts'"):
         load_longmemeval(write([good]), nodes="facts")
@@ -110,10 +110,10 @@ def test_bad_files(tmp_path):
 
 def test_subset_by_tenant_and_question_count(lme):
     b = load_benchmark(str(lme))
-    s = b.subset(tenants=["e47becba", "6a1eabeb"])
-    assert {n["tenant"] for n in s.nodes} == {"e47becba", "6a1eabeb"} and [q.id for q in s.questions] == [
-        "e47becba", "6a1eabeb"]
-    assert [q.id for q in b.subset(max_questions=2).questions] == ["e47becba", "e47becba_abs"]  # i * 5 // 2
+    s = b.subset(tenants=["lme_q01", "lme_q03"])
+    assert {n["tenant"] for n in s.nodes} == {"lme_q01", "lme_q03"} and [q.id for q in s.questions] == [
+        "lme_q01", "lme_q03"]
+    assert [q.id for q in b.subset(max_questions=2).questions] == ["lme_q01", "lme_q01_abs"]  # i * 5 // 2
     with pytest.raises(ValueError, match=r"tenants must be tenants of benchmark 'longmemeval_s', got unknown \['x'\]"):
         b.subset(tenants=["x"])
 

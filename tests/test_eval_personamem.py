@@ -36,7 +36,7 @@ def test_tenants_nodes_and_options(tmp_path):
     assert len(first.options) == 4 and first.options[2].startswith("Absolutely. I recall you mentioned")
     assert first.answer == first.options[2] and first.evidence == ()
     assert first.category == "recalling_facts_mentioned_by_the_user"
-    assert b.questions[1].answer.startswith("I remember you found the art classes boring")
+    assert b.questions[1].answer.startswith("I remember you found the pottery class tedious")
 
 
 def test_hugging_face_columns_read_the_same(tmp_path):

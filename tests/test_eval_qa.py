@@ -144,7 +144,7 @@ def test_eval_end_to_end_with_a_fake_server(tmp_path):
     argv = ["--benchmark", str(bench), "--methods", "memforest,random_prune", "--ratios", "0.5", "--seeds", "0,1",
             "-k", "3", "--bootstrap", "50", "--out", str(out), "--quiet", "--answer-model", "fake-answerer",
             "--judge-model", "fake-judge", "--llm-option", "max_concurrency=8", "--llm-option", "max_retries=0"]
-    faults = {("answer", "first issue"): ["500"] * 99}  # every answer to one question fails
+    faults = {("answer", "new bicycle"): ["500"] * 99}  # every answer to one question fails
     with FakeQAServer(answers, faults) as srv:
         assert main(argv + ["--base-url", srv.url]) == 0
         first = srv.count()
@@ -152,7 +152,7 @@ def test_eval_end_to_end_with_a_fake_server(tmp_path):
         again = srv.count() - first
     # the re-run sends only the answers that failed (never cached), nothing else
     assert first > again > 0
-    assert all(k == "answer" and "first issue" in b["messages"][1]["content"] for k, b in srv.requests[first:])
+    assert all(k == "answer" and "new bicycle" in b["messages"][1]["content"] for k, b in srv.requests[first:])
     data = json.loads((out / "results.json").read_text())
     recs, meta = data["records"], data["meta"]
 

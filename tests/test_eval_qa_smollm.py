@@ -49,7 +49,7 @@ def _gguf() -> str:
 def test_smollm2_answers_and_judges_a_few_questions(tmp_path):
     spec = "transformers:" + _gguf()
     write_longmemeval(tmp_path / "longmemeval_s.json")
-    bench = load_benchmark(str(tmp_path / "longmemeval_s.json")).subset(tenants=["e47becba", "e47becba_abs"])
+    bench = load_benchmark(str(tmp_path / "longmemeval_s.json")).subset(tenants=["lme_q01", "lme_q01_abs"])
     cfg = QAConfig(answer_model=spec, judge_model=spec, answer_max_tokens=24, judge_max_tokens=8,
                    options={"device": "cpu", "batch_size": 8})
     qa = QAProtocol(cfg, cache_dir=tmp_path / "cache")

@@ -2,12 +2,12 @@
 
 The file is a list of items, each its own chat history and one question::
 
-    {"question_id": "e47becba", "question_type": "single-session-user", "question": "...",
+    {"question_id": "lme_q01", "question_type": "single-session-user", "question": "...",
      "answer": "...", "question_date": "2023/05/30 (Tue) 23:40",
-     "haystack_session_ids": ["sharegpt_yywfLrO_0", ...], "haystack_dates": ["2023/05/20 (Sat)
+     "haystack_session_ids": ["filler_a", ...], "haystack_dates": ["2023/05/20 (Sat)
      02:21", ...],
      "haystack_sessions": [[{"role": "user", "content": "...", "has_answer": true}, ...], ...],
-     "answer_session_ids": ["answer_280352e9"]}
+     "answer_session_ids": ["answer_q01"]}
 
 - One tenant per item (``tenant = question_id``): every item is its own history, so the same
   session appearing in two items' haystacks is two nodes, never shared.
