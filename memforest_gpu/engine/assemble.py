@@ -35,17 +35,13 @@ def assemble(table: NodeTable, live: np.ndarray, embeddings: torch.Tensor,
     out = embeddings[:len(rows)] if in_place else torch.empty(len(rows), D, dtype=embeddings.dtype, device=dev)
     orig = rows < N
     pos_o, pos_m = np.flatnonzero(orig), np.flatnonzero(~orig)
-    t = lambda a: torch.as_tensor(a, dtype=torch.int64, device=dev)  # noqa: E731
     src_o = rows[orig]
     if in_place:
         assert (pos_o <= src_o).all(), "a live original's output position must not pass its row"
         move = np.flatnonzero(pos_o != src_o)  # originals before the first merge stay where they are
-        for c in range(0, len(move), chunk):
-            sel = move[c:c + chunk]
-            out[t(pos_o[sel])] = embeddings[t(src_o[sel])]  # gathered, then written: sources >= targets
+        _copy_rows(out, pos_o[move], embeddings, src_o[move], chunk)  # gathered, then written: sources >= targets
     else:
-        for c in range(0, len(pos_o), chunk):
-            out[t(pos_o[c:c + chunk])] = embeddings[t(src_o[c:c + chunk])]
+        _copy_rows(out, pos_o, embeddings, src_o, chunk)
     blocks = merged if isinstance(merged, list) else [merged]
     j_m = rows[~orig] - N  # merged index of each merged output row
     lo = 0
@@ -53,10 +49,18 @@ def assemble(table: NodeTable, live: np.ndarray, embeddings: torch.Tensor,
         blk = blocks[b]
         hi = lo + int(blk.shape[0])
         sel = np.flatnonzero((j_m >= lo) & (j_m < hi))
-        for c in range(0, len(sel), chunk):  # a chunk at a time: no (M, D) copy of the merged vectors
-            part = sel[c:c + chunk]
-            out[t(pos_m[part])] = blk[t(j_m[part] - lo)].to(device=dev, dtype=embeddings.dtype)
+        _copy_rows(out, pos_m[sel], blk, j_m[sel] - lo, chunk)
         if isinstance(merged, list):
             blocks[b] = None  # release the block
         lo = hi
     return table.to_store(rows, out)
+
+
+def _copy_rows(out: torch.Tensor, at: np.ndarray, src: torch.Tensor, rows: np.ndarray, chunk: int) -> None:
+    """``out[at] = src[rows]``, ``chunk`` rows at a time (no full-size gathered copy), in order.
+    Shape: at, rows (R,) host int, src (S, D) -> writes R rows of out (N, D)"""
+    dev = out.device
+    for c in range(0, len(at), chunk):
+        idx = torch.as_tensor(rows[c:c + chunk], dtype=torch.int64, device=src.device)
+        out[torch.as_tensor(at[c:c + chunk], dtype=torch.int64, device=dev)] = src[idx].to(device=dev,
+                                                                                           dtype=out.dtype)
