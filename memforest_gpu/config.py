@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .kernels.kmeans import SEEDINGS
+from .store.codes import VECTOR_CODES
 
 __all__ = [
     "PartitionConfig",
@@ -176,6 +177,9 @@ class MergeConfig:
     # its best key's cos, in every search of the store (the store keeps the keys and the weight)
     keys: int = 0
     text_weight: float = 1.0
+    # how the output store's file holds its vectors (text vectors and keys): "float32", or "int8" codes
+    # (a quarter of the bytes; store/codes.py); the search decodes them once on load
+    vectors: str = "float32"
 
     @property
     def max_keys(self) -> int | None:
@@ -193,6 +197,7 @@ class MergeConfig:
             _check_regex("keep_pattern", self.keep_pattern)
         _check_int("keys", self.keys, -1)
         _check_range("text_weight", self.text_weight, 0.0, 1.0)
+        _check_choice("vectors", self.vectors, VECTOR_CODES)
         if self.merge_within is not None and (not isinstance(self.merge_within, str) or not self.merge_within):
             raise ValueError(f"merge_within must be 'timestamp' or a metadata key, got {self.merge_within!r}")
 
@@ -288,8 +293,9 @@ PRESETS: dict[str, CompressConfig] = {
         # related neighbours in time (cosine >= 0.3) and short nodes merge first
         tree=TreeConfig(time_weight=0.5, time_rule="gated", time_min_cos=0.3, size_weight=0.2),
         # disjoint pairs per round; a merged node keeps every source's vector as a key and is searched
-        # by half its text's similarity and half its best key's (docs/merged-keys.md)
-        merge=MergeConfig(schedule="matching", keys=-1, text_weight=0.5),
+        # by half its text's similarity and half its best key's; the file holds every vector as int8 codes
+        # (docs/merged-keys.md)
+        merge=MergeConfig(schedule="matching", keys=-1, text_weight=0.5, vectors="int8"),
     ),
     "paper": CompressConfig(),  # SPEC.md's values
 }

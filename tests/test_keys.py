@@ -2,6 +2,9 @@
 how they are made by every run, and how they travel in files."""
 from __future__ import annotations
 
+import json
+import logging
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -174,7 +177,7 @@ def test_a_store_without_keys_reads_as_before(store, tmp_path):
         assert read_store(tmp_path / f"plain.{ext}").keys is None
 
 
-def test_bad_keys_in_a_file_are_named(store, tmp_path):
+def test_bad_keys_in_a_file_are_named(store, tmp_path, caplog):
     out = compress(store, keyed(keys=2), device="cpu").store
     p = tmp_path / "s.jsonl"
     write_store(out, p)
@@ -186,8 +189,55 @@ def test_bad_keys_in_a_file_are_named(store, tmp_path):
         read_store(tmp_path / "bad.jsonl")
     no_rule = [ln for ln in lines if "__memforest__" not in ln]
     (tmp_path / "norule.jsonl").write_text("\n".join(no_rule) + "\n")
-    with pytest.raises(ValueError, match="keys must come with key_sources and their rule"):
-        read_store(tmp_path / "norule.jsonl")
+    with caplog.at_level(logging.WARNING):  # a file that lost its header: the default rule, said in one line
+        assert read_store(tmp_path / "norule.jsonl").keys.rule == {"text_weight": 0.5, "max_keys": None}
+    assert "the keys' rule is missing" in caplog.text
+
+
+def _keyed_lines(store, tmp_path):
+    out = compress(store, keyed(keys=-1), device="cpu").store
+    p = tmp_path / "s.jsonl"
+    write_store(out, p)
+    lines = p.read_text().splitlines()
+    j = next(i for i, ln in enumerate(lines) if '"key_sources"' in ln and len(json.loads(ln)["key_sources"]) >= 2)
+    return lines, j, json.loads(lines[j])
+
+
+def _read_edited(tmp_path, lines, j, rec):
+    (tmp_path / "bad.jsonl").write_text("\n".join(lines[:j] + [json.dumps(rec)] + lines[j + 1:]) + "\n")
+    return read_store(tmp_path / "bad.jsonl")
+
+
+def test_keys_hold_each_source_exactly_once(store, tmp_path):
+    lines, j, rec = _keyed_lines(store, tmp_path)
+    node = rec["id"]
+    twice = dict(rec, key_sources=[rec["key_sources"][0] * 2] + rec["key_sources"][1:])
+    with pytest.raises(ValueError, match=f"bad.jsonl: key sources of node '{node}' must name each of its sources "
+                                         f"once, got '{rec['key_sources'][0][0]}' twice"):
+        _read_edited(tmp_path, lines, j, twice)
+    left_out = dict(rec, keys=rec["keys"][:-1], key_sources=rec["key_sources"][:-1])
+    with pytest.raises(ValueError, match=f"bad.jsonl: keys of node '{node}' must hold each of its "
+                                         f"{len(rec['sources'])} sources, got {len(rec['sources']) - 1}"):
+        _read_edited(tmp_path, lines, j, left_out)
+    # 3,000 keys of which all but the node's own name no source of it
+    many = dict(rec, keys=rec["keys"] + [rec["keys"][0]] * 3000, key_sources=rec["key_sources"] + [[]] * 3000)
+    with pytest.raises(ValueError, match=f"bad.jsonl: each key of node .{node}. must stand for at least one"):
+        _read_edited(tmp_path, lines, j, many)
+
+
+def test_keys_beyond_the_rules_bound_and_bad_vectors_name_the_node(store, tmp_path):
+    lines, j, rec = _keyed_lines(store, tmp_path)
+    node = rec["id"]
+    hdr = json.loads(lines[0])
+    hdr["__memforest__"]["keys"]["max_keys"] = 1
+    with pytest.raises(ValueError, match=f"node '{node}' must hold at most max_keys=1 keys"):
+        _read_edited(tmp_path, [json.dumps(hdr)] + lines[1:], j, rec)
+    short = dict(rec, keys=[rec["keys"][0][:3]] + rec["keys"][1:])
+    with pytest.raises(ValueError, match=f"keys must have the store's dimension .* in node '{node}'"):
+        _read_edited(tmp_path, lines, j, short)
+    nan = dict(rec, keys=[[0.0] * len(rec["keys"][0])] + rec["keys"][1:])
+    with pytest.raises(ValueError, match=f"keys must be finite non-zero vectors, .* in node '{node}'"):
+        _read_edited(tmp_path, lines, j, nan)
 
 
 def test_node_keys_checks_its_layout():

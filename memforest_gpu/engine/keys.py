@@ -18,12 +18,14 @@ class OutputKeys:
     """Keys made before the output is assembled (assembling may overwrite the input's vectors),
     attached to it after."""
 
-    def __init__(self, keys: NodeKeys | None):
+    def __init__(self, keys: NodeKeys | None, vectors: str = "float32"):
         self.keys = keys
+        self.vectors = vectors
 
     def attach(self, out: MemoryStore) -> MemoryStore:
         if self.keys is not None:
             out.keys = self.keys.to(out.device)
+        out.vector_codes = self.vectors  # how its file holds the vectors (store/codes.py)
         return out
 
 
@@ -31,7 +33,7 @@ def output_keys(store: MemoryStore, table, live: np.ndarray, merge: MergeConfig)
     """The keys of the live rows of a run's node table (in output order), or none when
     ``merge.keys`` is 0. ``table``: the run's :class:`~.node_table.NodeTable`."""
     if merge.keys == 0:
-        return OutputKeys(None)
+        return OutputKeys(None, merge.vectors)
     rows = table.output_order(np.flatnonzero(live))
     n = table.n
     ls = pa.large_list(pa.large_string())
@@ -42,4 +44,5 @@ def output_keys(store: MemoryStore, table, live: np.ndarray, merge: MergeConfig)
     src = pa.concat_arrays([store.sources.arrow.cast(ls).take(pa.array(rows[orig], type=pa.int64())),
                            pa.array([table.m_sources[j] for j in (rows[~orig] - n).tolist()], type=ls)])
     out_sources = src.take(pa.array(perm, type=pa.int64()))
-    return OutputKeys(derive_keys(store, out_sources, max_keys=merge.max_keys, text_weight=merge.text_weight))
+    return OutputKeys(derive_keys(store, out_sources, max_keys=merge.max_keys, text_weight=merge.text_weight),
+                      merge.vectors)

@@ -41,6 +41,7 @@ This module picks the format and wires the readers and writers of :mod:`.parquet
 """
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -49,6 +50,8 @@ from .atomic import atomic_open
 from .event_trees import EventTrees, event_trees_from_json, tree_from_column
 from .keys_io import keys_from_columns
 from .memory_store import MemoryStore
+
+log = logging.getLogger(__name__)
 
 __all__ = ["FORMATS", "detect_format", "read_store", "write_store"]
 
@@ -140,8 +143,13 @@ def read_store(
             tree = tree_from_column(cols["tree"], len(store))
         except (ValueError, TypeError) as e:  # pyarrow's cast errors are ValueErrors (ArrowInvalid)
             raise ValueError(f"{path}: column 'tree' must hold integers (compact's event trees), got: {e}") from None
-        store.event_trees = EventTrees(tree, event_trees_from_json(cols["event_trees"], path))
+        states = event_trees_from_json(cols["event_trees"], path)
+        if cols.get("event_trees") is None and (tree >= 0).any():
+            log.warning("%s: the event trees' state is missing (a tool rewrote the file without its metadata): "
+                        "each tenant is partitioned again at its next compaction", path)
+        store.event_trees = EventTrees(tree, states)
     store.keys = keys_from_columns(cols, store, path)
+    store.vector_codes = cols.get("vector_codes", "float32")
     return store
 
 

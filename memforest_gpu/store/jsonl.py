@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .codes import VECTOR_CODES, int8_codes
 from .event_trees import event_trees_json
 from .keys import keys_rule_json
 from .keys_io import keys_records
@@ -27,6 +28,7 @@ def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
         items = _iter_jsonl(path)
 
     file_embedder = trees_json = keys_rule = None
+    codes = "float32"
     ids, texts, stamps, embs, tenants, sources, metas, trees, keys, key_src = [], [], [], [], [], [], [], [], [], []
     emb_where: tuple[str, Any] | None = None  # where the first embedding / missing one was
     first_dim: tuple[int, Any] | None = None
@@ -46,6 +48,10 @@ def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
             file_embedder = name
             trees_json = json.dumps(hdr["forest"]) if hdr.get("forest") is not None else None
             keys_rule = json.dumps(hdr["keys"]) if hdr.get("keys") is not None else None
+            codes = hdr.get("vectors", "float32")
+            if codes not in VECTOR_CODES:
+                raise ValueError(f"{path}: {where}: header vectors must be one of {list(VECTOR_CODES)}, "
+                                 f"got {short_repr(codes)}")
             continue
         first = False
         for key in REQUIRED_COLUMNS:
@@ -92,7 +98,8 @@ def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
             "tenant": tenants, "sources": sources, "metadata": metas,
             "tree": trees if any(t is not None for t in trees) else None, "event_trees": trees_json,
             "keys": keys if any(k is not None for k in keys) else None,
-            "key_sources": key_src if any(k is not None for k in key_src) else None, "keys_rule": keys_rule}
+            "key_sources": key_src if any(k is not None for k in key_src) else None, "keys_rule": keys_rule,
+            "vector_codes": codes}
     return cols, file_embedder
 
 
@@ -160,7 +167,7 @@ def select_tenants(cols: dict, tenants: str | list[str], path: str) -> dict:
         if t not in names:
             raise ValueError(f"{path}: tenant must be one of {names}, got {t!r}")
     keep = [j for j, t in enumerate(have) if t in set(want)]
-    out = {k: (v if k in ("event_trees", "keys_rule") or v is None else (v[keep] if isinstance(v,
+    out = {k: (v if k in ("event_trees", "keys_rule", "vector_codes") or v is None else (v[keep] if isinstance(v,
                                                                                 np.ndarray) else [v[j] for j in keep]))
            for k, v in cols.items()}
     return out
@@ -185,6 +192,9 @@ def write_jsonl(store: MemoryStore, f, *, iso: bool = False, block: int = 1 << 1
         header["forest"] = json.loads(event_trees_json(store.event_trees, store.tenant_table))
     if store.keys is not None:  # what merged nodes are searched by (:mod:`.keys`): the rule, and per node its keys
         header["keys"] = json.loads(keys_rule_json(store.keys))
+    int8 = store.vector_codes == "int8"
+    if int8:  # vectors as int8 codes (:mod:`.codes`): short integers
+        header["vectors"] = "int8"
     if header:
         f.write(json.dumps({HEADER_KEY: header}, ensure_ascii=False).encode("utf-8"))
         f.write(b"\n")
@@ -192,7 +202,8 @@ def write_jsonl(store: MemoryStore, f, *, iso: bool = False, block: int = 1 << 1
     trees = store.event_trees.tree.tolist() if store.event_trees is not None else None
     for lo in range(0, len(store), block):
         hi = min(len(store), lo + block)
-        emb = store.embeddings[lo:hi].detach().to("cpu", torch.float32).numpy()
+        emb = int8_codes(store.embeddings[lo:hi]) if int8 else \
+            store.embeddings[lo:hi].detach().to("cpu", torch.float32).numpy()
         ts = store.timestamps[lo:hi].detach().to("cpu").tolist()
         if iso:
             ts = [iso_time(t) for t in ts]
@@ -204,5 +215,5 @@ def write_jsonl(store: MemoryStore, f, *, iso: bool = False, block: int = 1 << 1
             buf = [b[:-1] + f', "{TREE_COLUMN}": {"null" if t < 0 else t}}}' for b, t in zip(buf, trees[lo:hi])]
         if store.keys is not None:
             buf = [b if v is None else b[:-1] + ", " + json.dumps({"keys": v, "key_sources": ks})[1:]
-                   for b, (v, ks) in zip(buf, keys_records(store.keys, lo, hi))]
+                   for b, (v, ks) in zip(buf, keys_records(store.keys, lo, hi, store.vector_codes))]
         f.write(("\n".join(buf) + "\n").encode("utf-8"))

@@ -119,9 +119,15 @@ class NodeKeys:
         return NodeKeys(self.vectors.to(device), self.offsets, self.sources, self.text_weight, self.max_keys)
 
     def check(self, node_sources: pa.Array, ids: pa.Array) -> None:
-        """Every key's sources are among its node's sources (names the first that is not)."""
+        """A node with keys holds each of its sources exactly once over its keys: every key
+        source is among its node's sources, none twice, none left out (names the first node that
+        breaks it)."""
         if not len(self.sources):
             return
+        empty = np.flatnonzero(pc.fill_null(pc.list_value_length(self.sources), 0).to_numpy(zero_copy_only=False) == 0)
+        if empty.size:
+            raise ValueError(f"each key of node {ids[int(self.owner[empty[0]])].as_py()!r} must stand for at least one "
+                             f"of its sources, got a key with none")
         kflat = pc.cast(self.sources.flatten(), pa.large_string())
         kowner = self.owner[pc.list_parent_indices(self.sources).to_numpy(zero_copy_only=False)]
         nflat = pc.cast(node_sources.flatten(), pa.large_string())
@@ -133,6 +139,20 @@ class NodeKeys:
             j = int(np.flatnonzero(bad)[0])
             raise ValueError(f"key sources of node {ids[int(kowner[j])].as_py()!r} must be among its sources, "
                              f"got {kflat[j].as_py()!r}")
+        if len(pc.unique(want)) != len(want):
+            vc = pc.value_counts(want)
+            dup = pc.filter(vc.field("values"), pc.greater(vc.field("counts"), 1))[0].as_py()
+            node, src = dup.split("\x1f", 1)
+            raise ValueError(f"key sources of node {ids[int(node)].as_py()!r} must name each of its sources once, "
+                             f"got {src!r} twice")
+        n = len(self)
+        per_key = np.bincount(kowner, minlength=n)  # (N,) source ids over a node's keys
+        per_node = np.bincount(nowner, minlength=n)[:n]
+        short = np.flatnonzero((self.counts > 0) & (per_key != per_node))
+        if short.size:
+            j = int(short[0])
+            raise ValueError(f"keys of node {ids[j].as_py()!r} must hold each of its {int(per_node[j])} sources, "
+                             f"got {int(per_key[j])}")
 
     @staticmethod
     def concat(parts: list[NodeKeys | None], sizes: list[int], dim: int, device) -> NodeKeys | None:

@@ -24,6 +24,7 @@ from .checks import (
     _check_texts,
     _check_timestamps,
 )
+from .codes import check_vector_codes
 from .columns import (
     ArrowView,
     ColumnView,
@@ -142,6 +143,8 @@ class MemoryStore:
     - keys: what merged nodes are searched by besides their text's vector
       (:class:`~.keys.NodeKeys`: key vectors per node with their sources, and the scoring rule),
       or ``None`` (every node searched by its text's vector)
+    - vector_codes: how a file written from the store holds its vectors, ``"float32"`` or
+      ``"int8"`` (:mod:`.codes`); a store read from a file keeps the file's
     """
 
     # the constructor's arguments, as dataclass fields (``dataclasses.replace(store, embedder=None)``
@@ -157,10 +160,12 @@ class MemoryStore:
     time_format: str | None
     event_trees: EventTrees | None
     keys: NodeKeys | None
+    vector_codes: str
 
     def __init__(self, ids, texts, embeddings: torch.Tensor, timestamps: torch.Tensor, tenants, sources=None,
                  metadata=None, embedder: str | None = None, time_format: str | None = None,
-                 event_trees: EventTrees | None = None, keys: NodeKeys | None = None):
+                 event_trees: EventTrees | None = None, keys: NodeKeys | None = None,
+                 vector_codes: str = "float32"):
         self._ids = _large_str(ids)
         self._texts = _large_str(texts)
         self.embeddings = embeddings
@@ -192,6 +197,8 @@ class MemoryStore:
         if keys is not None and len(keys) != len(self._ids):
             raise ValueError(f"keys must have one entry per node ({len(self._ids)}), got {len(keys)}")
         self.keys = keys
+        check_vector_codes(vector_codes)
+        self.vector_codes = vector_codes
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -337,7 +344,7 @@ class MemoryStore:
         keys = self.keys.take(idx) if self.keys is not None else None
         return MemoryStore(self._ids.take(pi), self._texts.take(pi), self.embeddings[it], self.timestamps[it],
                            TenantView(names, codes), self._sources.take(pi), ArrowView(self._meta.take(pi)),
-                           self.embedder, self.time_format, trees, keys)
+                           self.embedder, self.time_format, trees, keys, self.vector_codes)
 
     def select_tenant(self, tenant: str) -> MemoryStore:
         if tenant not in self.tenant_table:
@@ -348,7 +355,7 @@ class MemoryStore:
         d = torch.device(device)
         return MemoryStore(self._ids, self._texts, self.embeddings.to(d), self.timestamps.to(d), self.tenants,
                            self._sources, ArrowView(self._meta), self.embedder, self.time_format, self.event_trees,
-                           self.keys.to(d) if self.keys is not None else None)
+                           self.keys.to(d) if self.keys is not None else None, self.vector_codes)
 
     def records(self, *, with_embedding: bool = True) -> list[dict]:
         """One dict per node, the layout the file formats use."""

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
+from .codes import int8_codes
 from .event_trees import event_trees_json, tree_column
 from .keys import keys_rule_json
 from .keys_io import PARQUET_KEYS_KEY, keys_arrow
@@ -153,6 +154,8 @@ def _columns(parts: dict[str, list], emb, schema, path: str) -> dict[str, Any]:
         "keys": col("keys"),
         "key_sources": col("key_sources"),
         "keys_rule": (schema.metadata or {}).get(PARQUET_KEYS_KEY),
+        "keys_rule_rows": col("keys_rule"),
+        "vector_codes": _vector_codes(schema),
     }
     if "sources" in parts:
         c = col("sources")
@@ -170,6 +173,15 @@ def _columns(parts: dict[str, list], emb, schema, path: str) -> dict[str, Any]:
                 vals = [dict(v) if v is not None else None for v in vals]
             cols["metadata"] = vals
     return cols
+
+
+def _vector_codes(schema) -> str:
+    """``"int8"`` when the file's vectors are integers, int8 codes (:mod:`.codes`; a tool that
+    rewrote them may have widened the type, e.g. to int64), else ``"float32"``."""
+    if "embedding" not in schema.names:
+        return "float32"
+    t = schema.field("embedding").type
+    return "int8" if hasattr(t, "value_type") and pa.types.is_integer(t.value_type) else "float32"
 
 
 def _metadata_text(col, ids, path: str):
@@ -269,9 +281,12 @@ def to_arrow_table(store: MemoryStore):
     store's Arrow columns are reused; the vectors are a zero-copy view of a float32 host copy."""
 
     n, d = len(store), store.dim
-    emb = store.embeddings.detach().to("cpu", torch.float32)
-    emb = np.ascontiguousarray(emb.numpy())
-    embedding = pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1)), d)
+    int8 = store.vector_codes == "int8"
+    if int8:  # int8 codes, a quarter of the bytes (.codes)
+        embedding = pa.FixedSizeListArray.from_arrays(pa.array(int8_codes(store.embeddings).reshape(-1)), d)
+    else:
+        emb = np.ascontiguousarray(store.embeddings.detach().to("cpu", torch.float32).numpy())
+        embedding = pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1)), d)
     ts = np.ascontiguousarray(store.timestamps.detach().to("cpu").numpy(), dtype=np.float64)
     cols = store.columns()
     names = pa.array(store.tenant_table, type=pa.string())
@@ -282,7 +297,7 @@ def to_arrow_table(store: MemoryStore):
     fields = [
         ("id", pa.string()),
         ("text", pa.string()),
-        ("embedding", pa.list_(pa.float32(), d)),
+        ("embedding", pa.list_(pa.int8() if int8 else pa.float32(), d)),
         ("timestamp", pa.float64()),
         ("tenant", pa.string()),
         ("sources", pa.list_(pa.string())),
@@ -301,10 +316,10 @@ def to_arrow_table(store: MemoryStore):
         fields.append(("tree", pa.int64()))
         arrays.append(tree_column(store.event_trees.tree))
         schema_meta[PARQUET_EVENT_TREES_KEY] = event_trees_json(store.event_trees, store.tenant_table).encode("utf-8")
-    if store.keys is not None:  # what merged nodes are searched by (.keys): two columns and the rule
-        kcol, scol = keys_arrow(store.keys, d)
-        fields += [("keys", kcol.type), ("key_sources", scol.type)]
-        arrays += [kcol, scol]
+    if store.keys is not None:  # what merged nodes are searched by (.keys): three columns, the rule also in the meta
+        kcol, scol, rcol = keys_arrow(store.keys, d, store.vector_codes)
+        fields += [("keys", kcol.type), ("key_sources", scol.type), ("keys_rule", rcol.type)]
+        arrays += [kcol, scol, rcol]
         schema_meta[PARQUET_KEYS_KEY] = keys_rule_json(store.keys).encode("utf-8")
     assert len(ts) == n
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=schema_meta or None))

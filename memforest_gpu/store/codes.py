@@ -1,0 +1,46 @@
+"""How a store file holds its vectors: float32, or int8 codes.
+
+A vector is only ever used through its direction (cosines; every vector is normalised on
+load), so a row of int8 codes needs no scale: ``int8`` stores each vector (text vectors and
+keys alike) as ``round(127 * x / max|x|)``, the per-vector scale being implied by the
+normalisation that every reader does anyway. Any Parquet tool keeps the codes (the column
+type is int8), and a file of codes reads as the unit vectors they point along. Writing the
+decoded vectors again gives the same codes (the largest code is always +-127).
+
+``float32`` keeps the vectors as computed (the ``paper`` preset, and every store written
+before int8 codes). docs/merged-keys.md measures what the codes cost in retention (nothing
+beyond the noise) and save in bytes (a quarter of the vectors).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["VECTOR_CODES", "check_vector_codes", "int8_codes"]
+
+VECTOR_CODES = ("float32", "int8")
+
+
+def check_vector_codes(value) -> None:
+    """``value`` must be one of :data:`VECTOR_CODES`."""
+    if value not in VECTOR_CODES:
+        raise ValueError(f"vectors must be one of {list(VECTOR_CODES)}, got {value!r}")
+
+
+def int8_codes(x: torch.Tensor | np.ndarray, *, block: int = 1 << 16) -> np.ndarray:
+    """The int8 codes of each row: ``round(127 * x / max|x|)`` (a zero row: zeros), computed in
+    float64 a block of rows at a time.
+
+    Shape: x (N, D) -> (N, D) int8 host
+    """
+    if isinstance(x, torch.Tensor):
+        x = x.detach().to("cpu")
+        x = x.float().numpy() if x.dtype != torch.float32 else x.numpy()
+    x = np.asarray(x)
+    out = np.empty(x.shape, dtype=np.int8)
+    for lo in range(0, x.shape[0], block):
+        v = x[lo:lo + block].astype(np.float64)
+        peak = np.abs(v).max(axis=1, keepdims=True) if v.shape[1] else np.zeros((len(v), 1))
+        scale = np.where(peak > 0, 127.0 / np.where(peak > 0, peak, 1.0), 0.0)
+        out[lo:lo + block] = np.clip(np.rint(v * scale), -127, 127).astype(np.int8)
+    return out
