@@ -91,13 +91,20 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.path.join("runs", "m3_vectors.json"))
     a = p.parse_args(argv)
 
-    from memforest_gpu.adapters.m3agent import compress_video_graph, load_video_graph, save_video_graph
-    from memforest_gpu.config import CompressConfig, MergeConfig
-
     print_hardware()
     ks = [int(x) for x in a.k.split(",")]
     sys.path.insert(0, M3_DIR)  # M3-Agent's classes for pickle.load
-    tmp = tempfile.mkdtemp(prefix="m3_vectors_")
+    with tempfile.TemporaryDirectory(prefix="m3_vectors_") as tmp:
+        records = run(tmp, a, ks)
+    write_records(a.out, records)
+    return 0
+
+
+def run(tmp: str, a, ks: list[int]) -> list[dict]:
+    """Build, compress under every (ratio, bound), query; the records."""
+    from memforest_gpu.adapters.m3agent import compress_video_graph, load_video_graph, save_video_graph
+    from memforest_gpu.config import CompressConfig, MergeConfig
+
     src = os.path.join(tmp, "video.pkl")
     print(f"# {build(src, a.clips)}")
     g_in = load_m3(src)
@@ -131,8 +138,7 @@ def main(argv=None) -> int:
                             "vectors_in": v_in, "vectors_out": v_out, "vectors_per_node": per,
                             "compress_seconds": round(seconds, 3), "preset": a.preset, **hit})
             os.remove(dst)
-    write_records(a.out, records)
-    return 0
+    return records
 
 
 if __name__ == "__main__":
