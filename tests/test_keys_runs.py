@@ -126,8 +126,9 @@ def test_baselines_get_the_same_rule(method):
 
 def test_m3_agent_holds_text_and_keys_found_by_its_max(tmp_path):
     """Merged nodes hold [text vector, keys...] with key_sources; every text node the same
-    count (padded); M3-Agent's own search_text_nodes runs on it and finds a merged node by a
-    source's own vector; compressing again keeps each source in one key."""
+    count (padded, here to a bound of 3 given by the user: the default bound follows the ratio,
+    test_m3agent_use.py); M3-Agent's own search_text_nodes runs on it and finds a merged node by
+    a source's own vector; compressing again keeps each source in one key."""
     from test_m3agent import build_video
 
     with m3_agent() as ns:
@@ -135,7 +136,7 @@ def test_m3_agent_holds_text_and_keys_found_by_its_max(tmp_path):
         src = tmp_path / "v.pkl"
         save_video_graph(g, src)
         cfg = CompressConfig(merge=MergeConfig(ratio=0.5, keys=2, text_weight=0.5))
-        res = compress_video_graph(load_video_graph(src), cfg)
+        res = compress_video_graph(load_video_graph(src), cfg, vectors=3)
         save_video_graph(res.graph, tmp_path / "out.pkl")
         import pickle
 

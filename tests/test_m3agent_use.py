@@ -11,6 +11,7 @@ and translate. Three things must not change for M3-Agent:
    uncompressed one holds (possibly merged) and nothing of a later clip; ``search(...,
    before_clip=c)`` hides nothing and leaks nothing.
 """
+import dataclasses
 import pickle
 
 import pytest
@@ -27,12 +28,12 @@ def m3():
         yield ns
 
 
-def _compress(m3, g, tmp_path, config=None, name="out.pkl"):
+def _compress(m3, g, tmp_path, config=None, name="out.pkl", vectors="auto"):
     """g pickled by M3-Agent, compressed, and loaded back by M3-Agent's pickle.load."""
     src, dst = tmp_path / "in.pkl", tmp_path / name
     with open(src, "wb") as f:
         pickle.dump(g, f)
-    res = compress_video_graph(load_video_graph(src), config)
+    res = compress_video_graph(load_video_graph(src), config, vectors=vectors)
     save_video_graph(res.graph, dst)
     with open(dst, "rb") as f:
         out = pickle.load(f)
@@ -177,3 +178,157 @@ def test_m3_agent_process_uses_the_output(tmp_path, capsys):
     rep = m3_report(src, dst)
     assert rep["memforest_imported"] == [] and rep["failures"] == []
     assert len(rep["characters"][0]) == 4 and rep["text_nodes"][1] < 0.6 * rep["text_nodes"][0]
+
+
+# ----------------------------------------------------------------------------- vectors per text node
+TEXT = ("episodic", "semantic")
+
+
+def _text_nodes(g):
+    return [n for n in g.nodes.values() if n.type in TEXT]
+
+
+def _vectors(g) -> int:
+    return sum(len(n.embeddings) for n in _text_nodes(g))
+
+
+def check_vectors_and_key_sources(out, bound=None):
+    """Every text node of ``out`` holds the same number of vectors (at most ``bound``), M3-Agent's
+    own search_text_nodes stacks and scores them all, and a node's key_sources list each of its
+    sources exactly once (only its own), one list per vector after its text's; a shorter list is
+    padded with its last vector. Returns the count per node."""
+    text = _text_nodes(out)
+    counts = {len(n.embeddings) for n in text}
+    assert len(counts) == 1, sorted(counts)
+    e = counts.pop()
+    assert bound is None or e <= bound
+    for n in text:
+        ks = n.metadata.get("key_sources")
+        held = n.metadata.get("merged_from", [n.id])
+        if ks is None:
+            assert all(v == n.embeddings[0] for v in n.embeddings[1:]) or "merged_from" not in n.metadata
+            continue
+        flat = [x for k in ks for x in k]
+        assert len(flat) == len(set(flat)) and sorted(flat) == sorted(held), (n.id, ks, held)
+        assert all(k for k in ks) and 1 + len(ks) <= e
+        assert all(v == n.embeddings[len(ks)] for v in n.embeddings[1 + len(ks):])  # padding: the last vector
+    q = text[0].embeddings[0]
+    hits = out.search_text_nodes([q], mode="max")  # np.array over every node: fails on ragged lists
+    assert len(hits) == len(out.text_nodes) and hits[0][1] == pytest.approx(1.0)
+    return e
+
+
+@pytest.mark.parametrize("ratio", [0.5, 0.7])
+def test_compressed_graph_holds_no_more_vectors_than_its_input(m3, tmp_path, ratio):
+    """The default preset keeps every source as a key; a graph M3-Agent's code built (one vector
+    per text node) used to come out with every text node padded to the longest list (9 vectors
+    each at 0.5 on its 377-node video): now to the bound input vectors // output text nodes."""
+    g = m3.build.build_video(24)
+    cfg = CompressConfig.preset("memforest")
+    assert cfg.merge.keys != 0
+    cfg = CompressConfig(partition=cfg.partition, tree=cfg.tree, merge=dataclasses.replace(cfg.merge, ratio=ratio))
+    out, res = _compress(m3, g, tmp_path, cfg)
+    n_in, n_out = len(_text_nodes(g)), len(_text_nodes(out))
+    assert _vectors(g) == n_in > 300
+    bound = max(1, n_in // n_out)
+    e = check_vectors_and_key_sources(out, bound)
+    assert _vectors(out) == e * n_out <= _vectors(g)
+    assert res.info["text_vectors_in"] == n_in and res.info["text_vectors_out"] == _vectors(out)
+    assert res.info["vector_bound"] == bound and res.info["vectors_per_node"] == e
+    if bound > 1:  # room for keys: merged nodes hold their text vector and one or more centres of their sources
+        assert e == bound and any(n.metadata.get("key_sources") for n in _text_nodes(out))
+    else:
+        assert all("key_sources" not in n.metadata for n in _text_nodes(out))
+    unbounded, _ = _compress(m3, g, tmp_path, cfg, vectors="all", name="all.pkl")  # what it was before
+    assert _vectors(unbounded) > _vectors(g)
+
+
+@pytest.mark.parametrize("bound", [1, 2, 3, 6])
+def test_a_bound_given_is_honoured(m3, tmp_path, bound):
+    g = m3.build.build_video(12, seed=3)
+    out, res = _compress(m3, g, tmp_path, CompressConfig.preset("memforest"), vectors=bound)
+    e = check_vectors_and_key_sources(out, bound)
+    assert res.info["vector_bound"] == bound and e == min(bound, 1 + max(
+        len(n.metadata.get("merged_from", [])) for n in _text_nodes(out)))
+    keyed = [n for n in _text_nodes(out) if n.metadata.get("key_sources")]
+    assert bool(keyed) == (bound > 1)
+    most = max(len(n.metadata.get("merged_from", [n.id])) for n in _text_nodes(out))
+    assert most >= 4
+    for n in keyed:  # a node of more sources than bound - 1 holds centres standing for several, else them all
+        ks = n.metadata["key_sources"]
+        assert len(ks) == min(bound - 1, len(n.metadata["merged_from"]))
+        assert any(len(k) > 1 for k in ks) == (len(n.metadata["merged_from"]) > bound - 1)
+
+
+def test_compressing_a_bounded_graph_again(m3, tmp_path):
+    """A compressed graph (keys read back from embeddings[1:] and key_sources) compresses again
+    under any bound, each source still in exactly one key; M3-Agent's characters stay."""
+    g = m3.build.build_video(12, seed=3)
+    cfg = CompressConfig.preset("memforest")
+    for first, second in ((3, "auto"), (1, 3), ("all", 2), (4, "auto")):
+        once, _ = _compress(m3, g, tmp_path, cfg, vectors=first, name="once.pkl")
+        twice, res = _compress(m3, once, tmp_path, cfg, vectors=second, name="twice.pkl")
+        check_vectors_and_key_sources(twice, None if second == "auto" else second)
+        if second == "auto":
+            assert _vectors(twice) <= _vectors(once)
+        held = sorted(x for n in _text_nodes(twice) for x in n.metadata.get("merged_from", [n.id]))
+        assert held == sorted(n.id for n in _text_nodes(g))
+        assert m3.check.characters(twice) == m3.check.characters(g)
+
+
+def test_bound_keys_makes_centres_of_a_nodes_keys():
+    import numpy as np
+
+    from memforest_gpu.adapters.m3_keys import bound_keys, fit_node, vector_bound
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(8), rng.standard_normal(8)
+    keys = np.stack([a, a + 0.01, b, b + 0.02, a - 0.01])
+    keys /= np.linalg.norm(keys, axis=1, keepdims=True)
+    srcs = [["1"], ["2", "3"], ["4"], ["5"], ["6"]]
+    vec, ks = bound_keys(keys, srcs, 2)
+    assert ks == [["1", "2", "3", "6"], ["4", "5"]]  # near a, near b; a centre lists its keys' sources in order
+    assert np.allclose(np.linalg.norm(vec, axis=1), 1.0)
+    w = np.array([1, 2, 1])[:, None]
+    want = (keys[[0, 1, 4]] * w).sum(0)
+    assert np.allclose(vec[0], want / np.linalg.norm(want))
+    again, ks2 = bound_keys(keys, srcs, 2)
+    assert np.array_equal(again, vec) and ks2 == ks  # deterministic
+    same, ks3 = bound_keys(keys, srcs, 5)
+    assert same is keys and ks3 == srcs
+    text = [1.0] + [0.0] * 7
+    emb, k = fit_node([text, *keys.tolist(), keys[-1].tolist()], srcs, 3)
+    assert len(emb) == 3 and emb[0] == text and k == ks
+    assert fit_node([text, *keys.tolist()], srcs, 1) == ([text], None)
+    assert fit_node([text, text, text], None, 2) == ([text], None)  # padding dropped
+    assert vector_bound("auto", 377, 193) == 1 and vector_bound("auto", 377, 127) == 2
+    assert vector_bound(4, 377, 193) == 4 and vector_bound("all", 377, 193) is None
+    for bad in (0, -1, 2.5, True, "some"):
+        with pytest.raises(ValueError, match=r"vectors must be an integer >= 1, 'auto' or 'all', got "):
+            vector_bound(bad, 377, 193)
+
+
+def test_m3_vectors_flag(m3, tmp_path, capsys):
+    from memforest_gpu.cli import main
+
+    g = m3.build.build_video(6)
+    src, dst = tmp_path / "video.pkl", tmp_path / "out.pkl"
+    with open(src, "wb") as f:
+        pickle.dump(g, f)
+    assert main(["graph", "compress", str(src), str(dst), "--quiet", "--m3-vectors", "2"]) == 0
+    assert "per node; --m3-vectors 2: at most 2)" in capsys.readouterr().out
+    with open(dst, "rb") as f:
+        assert check_vectors_and_key_sources(pickle.load(f), 2) == 2
+    assert main(["graph", "compress", str(src), str(tmp_path / "auto.pkl"), "--quiet"]) == 0
+    n = len(_text_nodes(g))
+    assert f"text-node vectors {n} -> " in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["graph", "compress", str(src), str(tmp_path / "o.pkl"), "--m3-vectors", "0"])
+    assert "--m3-vectors: must be an integer >= 1, 'auto' or 'all', got '0'" in capsys.readouterr().err
+    assert main(["graph", "compress", str(src), str(tmp_path / "p.pkl"), "--method", "streammeco",
+                 "--m3-vectors", "2"]) == 2
+    assert "--m3-vectors applies only with --method memforest" in capsys.readouterr().err
+    jsonl = tmp_path / "g.jsonl"
+    jsonl.write_text('{"kind": "node", "id": "a", "type": "episodic", "text": "x", "embedding": [1.0, 0.0]}\n')
+    assert main(["graph", "compress", str(jsonl), str(tmp_path / "o.jsonl"), "--m3-vectors", "2"]) == 2
+    assert "--m3-vectors applies only to an M3-Agent graph" in capsys.readouterr().err

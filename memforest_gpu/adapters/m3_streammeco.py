@@ -84,12 +84,17 @@ def prune_video_graph(graph: VideoGraph, config: CompressConfig | None = None, *
 
 def compress_video(graph: VideoGraph, config: CompressConfig | None = None, *, method: str = "memforest",
                    merger=None, embedder=None, device=None, progress: bool = False,
-                   video: str = "video") -> VideoCompressResult:
+                   video: str = "video", vectors: int | str = "auto") -> VideoCompressResult:
     """One M3-Agent graph compressed with ``method`` (:data:`VIDEO_METHODS`): MemForest's merges
-    (:func:`~.m3agent.compress_video_graph`) or StreamMeCo's pruning (:func:`prune_video_graph`)."""
+    (:func:`~.m3agent.compress_video_graph`, ``vectors``: the most vectors a text node holds) or
+    StreamMeCo's pruning (:func:`prune_video_graph`: the nodes it keeps are as they were, so
+    ``vectors`` must stay ``"auto"``)."""
     if method not in VIDEO_METHODS:
         raise ValueError(f"method must be one of {list(VIDEO_METHODS)}, got {method!r}")
     if method == "streammeco":
+        if vectors != "auto":
+            raise ValueError(f"vectors must be 'auto' with method 'streammeco' (it removes nodes and keeps the "
+                             f"others as they were), got {vectors!r}")
         return prune_video_graph(graph, config, video=video)
     return compress_video_graph(graph, config, merger=merger, embedder=embedder, device=device, progress=progress,
-                                video=video)
+                                video=video, vectors=vectors)

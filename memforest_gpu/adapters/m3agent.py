@@ -44,12 +44,16 @@ It then writes the result back into the graph: a merged node keeps one id (its e
 member's, so it sorts inside its clip's id range), ``contents`` = [merged text],
 ``embeddings`` = [its vector] (with ``merge.keys``: [its vector, its keys...] and
 ``key_sources``, found by M3-Agent's max over them, :mod:`.m3_keys`), ``timestamp`` = its clip,
-plus ``clip_ids`` and
-``merged_from`` in its metadata; every edge of its members moves to it with weights summed
-(both directions kept; an edge between two members would be a self-loop and is dropped);
-``text_nodes``, ``text_nodes_by_clip`` and ``event_sequence_by_clip`` are rewritten in order
-(a merged node where its earliest member was); face and voice nodes, identity lines and
-everything else are untouched, and ``next_node_id`` stays above every id.
+plus ``clip_ids`` and ``merged_from`` in its metadata; every edge of its members moves to it
+with weights summed (both directions kept; an edge between two members would be a self-loop
+and is dropped); ``text_nodes``, ``text_nodes_by_clip`` and ``event_sequence_by_clip`` are
+rewritten in order (a merged node where its earliest member was); face and voice nodes,
+identity lines and everything else are untouched, and ``next_node_id`` stays above every id.
+Every text node holds the same number of vectors, at most a bound (``vectors``; by default
+the graph's text nodes hold no more vectors in all than the input's did:
+:func:`.m3_keys.vector_bound`); a node holding more keeps its text vector and centres of its
+keys, and a shorter list repeats its last vector (an unmerged node is copied, never changed
+in place).
 """
 from __future__ import annotations
 
@@ -67,7 +71,7 @@ from ..store.atomic import atomic_open
 from ..store.keys import NodeKeys
 from ..store.memory_store import MemoryStore
 from .graph import MemoryGraph, compress_graph, graph_config
-from .m3_keys import node_vectors, pad_text_nodes, read_keys
+from .m3_keys import check_vectors, node_vectors, pad_text_nodes, read_keys, vector_bound
 
 __all__ = ["VideoGraph", "load_video_graph", "save_video_graph", "compress_video_graph", "m3_config",
            "VideoCompressResult", "M3_MODULE", "TEXT_TYPES", "is_m3_agent_path"]
@@ -284,12 +288,16 @@ def m3_config(config: CompressConfig | None) -> CompressConfig:
 
 
 def compress_video_graph(graph: VideoGraph, config: CompressConfig | None = None, *, merger=None, embedder=None,
-                         device=None, progress: bool = False, video: str = "video") -> VideoCompressResult:
+                         device=None, progress: bool = False, video: str = "video",
+                         vectors: int | str = "auto") -> VideoCompressResult:
     """Compress the text nodes of one M3-Agent graph (episodic and semantic apart, identity
     lines kept, merges within one clip: :func:`m3_config`) and rewrite the graph around the
     merged nodes (see the module docstring). ``graph`` is not modified. ``embedder``: embeds
     merged text (None: the normalised mean of the members' vectors, as for any store whose
-    model is not local)."""
+    model is not local). ``vectors``: the most vectors a text node holds (a merged node's text
+    vector and keys, :mod:`.m3_keys`): ``"auto"`` (no more in all than the input's text nodes
+    held), a number >= 1, or ``"all"`` (no bound)."""
+    check_vectors(vectors)
     mg, key_of = _to_memory_graph(graph, video, video)
     res = compress_graph(mg, m3_config(config), merger=merger, embedder=embedder, device=device,
                          progress=progress)
@@ -331,7 +339,9 @@ def compress_video_graph(graph: VideoGraph, config: CompressConfig | None = None
         o = owner.get(nid, nid)
         if o == nid:
             g.nodes[nid] = new_nodes.get(nid, node)
-    pad_text_nodes(g.nodes, TEXT_TYPES, _with_embeddings)  # search_text_nodes needs one count per node
+    vectors_in = sum(len(n.embeddings) for n in graph.nodes.values() if n.type in TEXT_TYPES)
+    bound = vector_bound(vectors, vectors_in, len(out))
+    per_node = pad_text_nodes(g.nodes, TEXT_TYPES, _with_embeddings, bound)  # search_text_nodes: one count
     edges: dict = {}
     internal = 0
     for (a, b), w in graph.edges.items():
@@ -353,14 +363,17 @@ def compress_video_graph(graph: VideoGraph, config: CompressConfig | None = None
         raise ValueError(f"next_node_id must be above every node id ({max(ints)}), got {graph.next_node_id!r}")
     info = {"nodes_in": len(graph.nodes), "nodes_out": len(g.nodes), "edges_in": len(graph.edges),
             "edges_out": len(edges), "internal_edges": internal,
-            "text_in": len(mg.texts), "text_out": len(out), "merged_nodes": len(merged)}
+            "text_in": len(mg.texts), "text_out": len(out), "merged_nodes": len(merged),
+            "text_vectors_in": vectors_in, "text_vectors_out": per_node * len(out), "vectors_per_node": per_node,
+            "vector_bound": bound}
     return VideoCompressResult(g, res.report, merged, info)
 
 
-def _with_embeddings(node, embeddings):
-    """A copy of ``node`` (the input graph is never modified) with other ``embeddings``."""
+def _with_embeddings(node, embeddings, metadata):
+    """A copy of ``node`` (the input graph is never modified) with other ``embeddings`` and
+    ``metadata``."""
     out = VideoGraph.Node(node.id, node.type)
-    out.metadata, out.embeddings = node.metadata, embeddings
+    out.metadata, out.embeddings = metadata, embeddings
     return out
 
 

@@ -26,10 +26,24 @@ from ..runs.paths import check_paths, reads, writes
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
 from .compact import add_budget_arguments, budget_from_args
-from .flags import add_config_arguments, check_embedder_flag, config_from_args, parse_options
+from .flags import add_config_arguments, check_embedder_flag, config_from_args, parse_options, refuse_ignored
 from .report import format_report
 
-__all__ = ["add_parser", "run", "main"]
+__all__ = ["add_parser", "run", "main", "m3_vectors"]
+
+
+def m3_vectors(value: str) -> int | str:
+    """``--m3-vectors``: an integer >= 1, ``auto`` or ``all``."""
+    v = value.strip().lower()
+    if v in ("auto", "all"):
+        return v
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, 'auto' or 'all', got {value!r}")
+    return n
 
 
 def _add_compress_options(p) -> None:
@@ -97,6 +111,11 @@ def add_parser(subparsers) -> None:
     gc.add_argument("--method", default="memforest", choices=["memforest", "streammeco"],
                     help="memforest (merge text nodes, default) | streammeco (the StreamMeCo baseline: prune text "
                          "nodes, docs/evaluation.md)")
+    gc.add_argument("--m3-vectors", type=m3_vectors, default="auto", metavar="N|auto|all",
+                    help="an M3-Agent graph: the most vectors a text node holds (a merged node's text vector and "
+                         "keys, every node padded to one count); auto: the input's text vectors divided by the "
+                         "output's text nodes, so the graph holds no more vectors than before (default); all: no "
+                         "bound")
     _add_compress_options(gc)
 
 
@@ -210,6 +229,7 @@ def _graph_compress(a) -> int:
         if a.report:
             check_output(a.report, inputs=[a.input], what="--report", needs_format=False)
         return _m3_compress(a)
+    refuse_ignored(a, {"m3_vectors": "auto"}, "applies only to an M3-Agent graph (a .pkl input or --format m3-agent)")
     cfg = _config(a)
     check_embedder_flag(a.embedder)
     detect_format(a.input, a.format, flag="--format")
@@ -246,11 +266,14 @@ def _m3_compress(a) -> int:
     if a.out_format is not None and not is_m3_agent_path(a.output, a.out_format):
         raise ValueError(f"an M3-Agent graph is written back as an M3-Agent pickle: --out-format must be m3-agent, "
                          f"got {a.out_format!r}")
+    if a.method == "streammeco":
+        refuse_ignored(a, {"m3_vectors": "auto"}, "applies only with --method memforest (StreamMeCo keeps nodes as "
+                                                  "they were)")
     cfg, merger = _config(a), _merger(a)
     g = load_video_graph(a.input)
     emb = resolve_embedder(a.embedder, None, device=a.device)  # auto: the mean of the merged vectors
     res = compress_video(g, cfg, method=a.method, merger=merger, embedder=emb, device=a.device,
-                         progress=_progress(a))
+                         progress=_progress(a), vectors=a.m3_vectors)
     save_video_graph(res.graph, a.output)
     i = res.info
     print(format_report(res.report))
@@ -259,6 +282,10 @@ def _m3_compress(a) -> int:
            f"{i['merged_nodes']} merged nodes), edges {i['edges_in']} -> {i['edges_out']} ({i['internal_edges']} "
            "between merged nodes dropped, the rest moved to the merged nodes with weights summed")
     print(f"M3-Agent graph: text nodes {i['text_in']} -> {i['text_out']} ({how}); face and voice nodes unchanged")
+    if "vectors_per_node" in i:
+        bound = "no bound" if i["vector_bound"] is None else f"at most {i['vector_bound']}"
+        print(f"text-node vectors {i['text_vectors_in']} -> {i['text_vectors_out']} ({i['vectors_per_node']} per node; "
+              f"--m3-vectors {a.m3_vectors}: {bound})")
     print(f"wrote {a.output}")
     _write_report(a, {**res.report.to_dict(), **i})
     return 0
