@@ -143,3 +143,27 @@ def test_keys_without_any_rule_read_with_the_default_and_a_warning(compressed, t
         store = read_store(dst)
     assert store.keys.rule == {"text_weight": 0.5, "max_keys": None}
     assert "keys' rule is missing" in caplog.text
+
+
+def test_compact_keeps_the_codes_and_the_rule_or_refuses_another(compressed, tmp_path, capsys):
+    dst = tmp_path / "c.parquet"
+    dst.write_bytes(compressed.read_bytes())
+    # no --keys / --text-weight: the store's own rule (every source, 0.5), whatever the preset says
+    assert main(["compact", str(dst), "--max-nodes-per-tenant", "10", "--embedder", "none", "--quiet"]) == 0
+    out = read_store(dst)
+    assert out.vector_codes == "int8" and pq.read_schema(dst).field("embedding").type.value_type == pa.int8()
+    assert out.keys.rule == {"text_weight": 0.5, "max_keys": None}
+    before = dst.read_bytes()
+    for flags in (["--keys", "2"], ["--text-weight", "0.9"], ["--keys", "0"]):
+        capsys.readouterr()
+        assert main(["compact", str(dst), "--max-nodes-per-tenant", "5", "--embedder", "none", "--quiet",
+                     *flags]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "must be the store's rule (--keys all --text-weight 0.5)" in err[0]
+        assert dst.read_bytes() == before  # nothing written
+    # another rule is a new compression of the store: every node's keys follow it
+    new = tmp_path / "k2.parquet"
+    assert main(["compress", str(dst), str(new), "--ratio", "0.2", "--keys", "2", "--text-weight", "0.7",
+                 "--embedder", "none", "--quiet"]) == 0
+    k2 = read_store(new)  # reading checks every node against the rule (at most 2 keys, each source once)
+    assert k2.keys.rule == {"text_weight": 0.7, "max_keys": 2} and int(k2.keys.counts.max()) <= 2

@@ -2,7 +2,9 @@
 :func:`~memforest_gpu.runs.compact.compact_file`; each flag maps to a config field."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
 
 from ..config import CompactConfig
@@ -12,7 +14,7 @@ from ..runs.compact_files import inbox_path
 from ..runs.outputs import check_output
 from ..runs.paths import check_paths, store_files, writes
 from ..store.atomic import atomic_write_text
-from ..store.io import detect_format
+from ..store.io import detect_format, file_keys_rule
 from .flags import add_config_arguments, as_flag_error, check_embedder_flag, config_from_args, parse_options
 
 __all__ = ["add_parser", "run", "format_compact", "add_budget_arguments", "budget_from_args"]
@@ -72,11 +74,34 @@ def add_parser(subparsers) -> None:
     c.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def _store_keys_rule(a, cfg):
+    """Without --keys / --text-weight, a store with keys is compacted under its own rule; with
+    them, they must equal it (the engine refuses another rule, named here by its flags)."""
+    if not os.path.isfile(a.store):
+        return cfg
+    rule = file_keys_rule(a.store)
+    if rule is None:
+        return cfg
+    if a.keys is None and a.text_weight is None:
+        keys = -1 if rule["max_keys"] is None else rule["max_keys"]
+        return dataclasses.replace(cfg, merge=dataclasses.replace(cfg.merge, keys=keys,
+                                                                  text_weight=rule["text_weight"]))
+    mk = cfg.merge.max_keys if cfg.merge.keys != 0 else 0
+    if mk != rule["max_keys"] or float(cfg.merge.text_weight) != float(rule["text_weight"]):
+        bound = lambda m: "all" if m is None else m  # noqa: E731
+        raise ValueError(f"--keys and --text-weight must be the store's rule (--keys {bound(rule['max_keys'])} "
+                         f"--text-weight {rule['text_weight']:g}) to compact it, got --keys {bound(mk)} "
+                         f"--text-weight {cfg.merge.text_weight:g}: every node's keys follow that rule; to change "
+                         f"it, run memforest compress STORE NEW_STORE --keys K --text-weight W")
+    return cfg
+
+
 def run(a) -> int:
     budget = budget_from_args(a)
     cfg = config_from_args(a)
     check_embedder_flag(a.embedder)
     detect_format(a.store, None, flag=None)
+    cfg = _store_keys_rule(a, cfg)
     check_paths(store_files(a.store, dry_run=a.dry_run), writes("--report", a.report))
     if a.report:
         check_output(a.report, inputs=[a.store], what="--report", needs_format=False)

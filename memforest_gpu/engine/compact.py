@@ -98,6 +98,7 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
         raise ValueError(f"store must be a MemoryStore, got {type(store).__name__}")
     if not isinstance(budget, CompactConfig):
         raise ValueError(f"budget must be a CompactConfig, got {type(budget).__name__}")
+    check_keys_rule(store, cfg.merge)
     timer = StageTimer()
     names = store.tenant_names()
     counts = np.bincount(store.tenant_codes_np, minlength=len(names))
@@ -125,6 +126,7 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
         res, S_rows, S = _replan(W, f, per_tree, cfg, merger, embedder, dev, progress, on_round, elements)
     with timer.stage("splice"):
         out, keys = _splice_back(store, rows, W, f, S_rows, S, res)
+    out.vector_codes = store.vector_codes  # the file keeps its vectors' codes (store/codes.py)
     report.seconds = timer.finish()
     report.nodes_out = len(out)
     if res is not None:
@@ -135,6 +137,21 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
         r["removed"] = r["nodes_in"] - r["nodes_out"]
         r["shortfall"] = max(0, r["nodes_out"] - budget.target(r["tenant"]))  # the target may be below keep
     return CompactResult(out, report, res.merges if res is not None else [], keys)
+
+
+def check_keys_rule(store: MemoryStore, merge) -> None:
+    """A store with keys is compacted under its own rule (every node's keys follow it): ``merge``'s
+    ``keys`` and ``text_weight`` must equal the store's."""
+    k = store.keys
+    if k is None or not len(k.vectors):
+        return
+    mk = merge.max_keys if merge.keys != 0 else 0
+    if mk != k.max_keys or float(merge.text_weight) != float(k.text_weight):
+        bound = lambda m: "all" if m is None else m  # noqa: E731
+        raise ValueError(f"keys and text_weight must be the store's rule (keys {bound(k.max_keys)}, text_weight "
+                         f"{k.text_weight:g}) when compacting it, got keys {bound(mk)}, text_weight "
+                         f"{merge.text_weight:g}: its nodes' keys follow that rule; to change it, compress the "
+                         f"store to a new file with the new keys and text_weight")
 
 
 def _rows(W, f: Trees, per_tree, remove, short, budget: CompactConfig) -> list[dict]:

@@ -61,7 +61,7 @@ class Retriever:
     ...     agpr=True))
     """
 
-    large = 4096  # tenants with more rows than this are searched one segment (a view) at a time
+    large = 256  # tenants with more rows than this are searched one segment (a view) at a time
     budget = 1 << 25  # most elements of gathered (Q_b, n, D) segments held at a time
 
     def __init__(self, store: MemoryStore):

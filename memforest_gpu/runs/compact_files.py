@@ -24,7 +24,13 @@ import pyarrow.parquet as pq
 from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_json, tree_from_column
 from ..store.keys_io import KEY_COLUMNS, PARQUET_KEYS_KEY, keys_from_columns
 from ..store.memory_store import MemoryStore
-from ..store.parquet import PARQUET_EMBEDDER_KEY, PARQUET_EVENT_TREES_KEY, ROW_GROUP_ROWS, to_arrow_table
+from ..store.parquet import (
+    PARQUET_EMBEDDER_KEY,
+    PARQUET_EVENT_TREES_KEY,
+    ROW_GROUP_ROWS,
+    to_arrow_table,
+    vector_codes_of,
+)
 from .inbox import StoreIds
 
 __all__ = ["INBOX_SUFFIX", "inbox_path", "PassThrough", "memforest_layout", "parquet_schema"]
@@ -154,7 +160,10 @@ class PassThrough:
         st.event_trees = EventTrees(tree, {k: v for k, v in states.items() if k in st.tenant_table})
         if "keys" in t.column_names:  # what merged nodes are searched by (store/keys.py)
             st.keys = keys_from_columns({"keys": t.column("keys"), "key_sources": t.column("key_sources"),
-                                         "keys_rule": meta.get(PARQUET_KEYS_KEY)}, st, self.path)
+                                         "keys_rule": meta.get(PARQUET_KEYS_KEY),
+                                         "keys_rule_rows": t.column("keys_rule") if "keys_rule" in t.column_names
+                                         else None}, st, self.path)
+        st.vector_codes = vector_codes_of(self.schema)  # int8 codes stay codes (store/codes.py)
         return st
 
     def states(self) -> dict:

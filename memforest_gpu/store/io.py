@@ -48,12 +48,12 @@ from typing import Any
 from . import jsonl, parquet
 from .atomic import atomic_open
 from .event_trees import EventTrees, event_trees_from_json, tree_from_column
-from .keys_io import keys_from_columns
+from .keys_io import DEFAULT_RULE, keys_from_columns, keys_rule_of
 from .memory_store import MemoryStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FORMATS", "detect_format", "read_store", "write_store"]
+__all__ = ["FORMATS", "detect_format", "read_store", "write_store", "file_keys_rule"]
 
 FORMATS = ("parquet", "jsonl")
 
@@ -176,3 +176,25 @@ def write_store(store: MemoryStore, path: str | os.PathLike, *, format: str | No
             parquet.write_parquet(table, f)
         else:
             jsonl.write_jsonl(store, f, iso=time_format == "iso")
+
+
+def file_keys_rule(path: str | os.PathLike, *, format: str | None = None) -> dict | None:
+    """The keys' rule of the store file ``path`` (``{"text_weight": w, "max_keys": k}``), read
+    without loading the store: the file's metadata (Parquet) or header (JSON Lines), else the
+    ``keys_rule`` column, else the default rule when the file has keys; ``None`` for a file
+    without keys."""
+    path = os.fspath(path)
+    if detect_format(path, format) == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            schema = pq.read_schema(path)
+        except Exception as e:  # noqa: BLE001 - any reader error: the file cannot be read as Parquet
+            raise ValueError(f"{path}: cannot read as Parquet: {e}") from None
+        if "keys" not in schema.names:
+            return None
+        meta = (schema.metadata or {}).get(parquet.PARQUET_KEYS_KEY)
+        rows = pq.read_table(path, columns=["keys_rule"]).column("keys_rule") if "keys_rule" in schema.names \
+            else None
+        return keys_rule_of(meta, rows, path) if meta is not None or rows is not None else dict(DEFAULT_RULE)
+    return jsonl.header_keys_rule(path)

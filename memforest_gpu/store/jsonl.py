@@ -12,8 +12,8 @@ import torch
 
 from .codes import VECTOR_CODES, int8_codes
 from .event_trees import event_trees_json
-from .keys import keys_rule_json
-from .keys_io import keys_records
+from .keys import keys_rule_from_json, keys_rule_json
+from .keys_io import keys_records, keys_rule_of
 from .layout import HEADER_KEY, REQUIRED_COLUMNS, TREE_COLUMN
 from .memory_store import DEFAULT_TENANT, MemoryStore
 
@@ -136,6 +136,21 @@ def iter_jsonl_objects(path: str):
         if not isinstance(rec, dict):
             raise ValueError(f"{path}: {where} must be a JSON object, got {type(rec).__name__}: {short_repr(rec)}")
         yield where, rec
+
+
+def header_keys_rule(path: str) -> dict | None:
+    """The keys' rule a JSON Lines store records in its header; the default rule when it has
+    keys and no header says (:func:`~.keys_io.keys_rule_of`); ``None`` without keys."""
+    first = True
+    for where, rec in iter_jsonl_objects(path):
+        if first and isinstance(rec, dict) and isinstance(rec.get(HEADER_KEY), dict):
+            rule = rec[HEADER_KEY].get("keys")
+            if rule is not None:
+                return keys_rule_from_json(json.dumps(rule), f"{path}: {where}")
+        elif isinstance(rec, dict) and rec.get("keys") is not None:
+            return keys_rule_of(None, None, path)
+        first = False
+    return None
 
 
 def _read_json_array(path: str):

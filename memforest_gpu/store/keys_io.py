@@ -14,7 +14,8 @@ from .keys import NodeKeys, keys_rule_from_json, keys_rule_json
 
 log = logging.getLogger(__name__)
 
-__all__ = ["keys_arrow", "keys_records", "keys_from_columns", "PARQUET_KEYS_KEY", "KEY_COLUMNS"]
+__all__ = ["keys_arrow", "keys_records", "keys_from_columns", "keys_rule_of", "DEFAULT_RULE", "PARQUET_KEYS_KEY",
+           "KEY_COLUMNS"]
 
 PARQUET_KEYS_KEY = b"memforest.keys"  # the rule, JSON, in the Parquet schema metadata
 KEY_COLUMNS = ("keys", "key_sources", "keys_rule")
@@ -95,7 +96,7 @@ def keys_from_columns(cols: dict, store, path: str) -> NodeKeys | None:
     counts, flat = _node_lists(kcol, n, "keys", path)
     if not counts.any():
         return None
-    rule = _rule(cols.get("keys_rule"), cols.get("keys_rule_rows"), path)
+    rule = keys_rule_of(cols.get("keys_rule"), cols.get("keys_rule_rows"), path)
     s_counts, s_flat = _node_lists(scol, n, "key_sources", path)
     bad = np.flatnonzero(counts != s_counts)
     if bad.size:
@@ -117,7 +118,7 @@ def keys_from_columns(cols: dict, store, path: str) -> NodeKeys | None:
     return keys
 
 
-def _rule(meta, rows, path: str) -> dict:
+def keys_rule_of(meta, rows, path: str) -> dict:
     """The keys' rule from the file's metadata and its per-row column (see keys_from_columns)."""
     from_meta = keys_rule_from_json(meta if isinstance(meta, str) else meta.decode("utf-8"), path) \
         if meta is not None else None

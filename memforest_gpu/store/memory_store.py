@@ -388,4 +388,5 @@ class MemoryStore:
             "merged_nodes": int((lengths > 1).sum()),
             "keys": int(self.keys.vectors.shape[0]) if self.keys is not None else 0,
             "keys_rule": self.keys.rule if self.keys is not None else None,
+            "vectors": self.vector_codes,
         }

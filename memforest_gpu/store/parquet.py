@@ -18,8 +18,8 @@ from .keys_io import PARQUET_KEYS_KEY, keys_arrow
 from .layout import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 from .memory_store import DEFAULT_TENANT, MemoryStore
 
-__all__ = ["read_parquet_columns", "to_arrow_table", "write_parquet", "ROW_GROUP_ROWS", "PARQUET_EMBEDDER_KEY",
-           "PARQUET_EVENT_TREES_KEY"]
+__all__ = ["vector_codes_of", "read_parquet_columns", "to_arrow_table", "write_parquet", "ROW_GROUP_ROWS",
+           "PARQUET_EMBEDDER_KEY", "PARQUET_EVENT_TREES_KEY"]
 
 PARQUET_EMBEDDER_KEY = b"memforest.embedder"
 # the event trees (:mod:`.event_trees`), under the key stores have always used
@@ -155,7 +155,7 @@ def _columns(parts: dict[str, list], emb, schema, path: str) -> dict[str, Any]:
         "key_sources": col("key_sources"),
         "keys_rule": (schema.metadata or {}).get(PARQUET_KEYS_KEY),
         "keys_rule_rows": col("keys_rule"),
-        "vector_codes": _vector_codes(schema),
+        "vector_codes": vector_codes_of(schema),
     }
     if "sources" in parts:
         c = col("sources")
@@ -175,7 +175,7 @@ def _columns(parts: dict[str, list], emb, schema, path: str) -> dict[str, Any]:
     return cols
 
 
-def _vector_codes(schema) -> str:
+def vector_codes_of(schema) -> str:
     """``"int8"`` when the file's vectors are integers, int8 codes (:mod:`.codes`; a tool that
     rewrote them may have widened the type, e.g. to int64), else ``"float32"``."""
     if "embedding" not in schema.names:
