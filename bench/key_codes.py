@@ -201,6 +201,27 @@ def run_shape(a, shape, embedder, merger, rows: list, scores: dict):
         out.embeddings = emb
 
 
+def markdown(rows: list) -> str:
+    """The side-by-side table: per encoding and cell, AnsR@B retention (plain / AGPR), the
+    difference from f32 with its interval, and bytes against the uncompressed store."""
+    cells = sorted({(r["shape"], r["ratio"]) for r in rows})
+    head = "| encoding | " + " | ".join(f"{s} {r:g}" for s, r in cells) + " |"
+    out = [head, "|" + " --- |" * (len(cells) + 1)]
+    for name in ENCODINGS:
+        line = [name]
+        for c in cells:
+            r = next((x for x in rows if (x["shape"], x["ratio"]) == c and x["encoding"] == name), None)
+            if r is None:
+                line.append("")
+                continue
+            vs = r.get("vs_f32_plain")
+            d = f" ({vs[0]:+.1f} [{vs[1]:+.1f}, {vs[2]:+.1f}])" if vs else ""
+            line.append(f"{r['ansr_plain']:.1f} / {r['ansr_agpr']:.1f}{d}; {r['bytes_pct']:.0f}%, "
+                        f"{r['bytes_per_node']:.0f} B")
+        out.append("| " + " | ".join(line) + " |")
+    return "\n".join(out) + "\n"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--benchmark", required=True)
@@ -210,7 +231,12 @@ def main(argv=None):
     ap.add_argument("--preset", default="memforest")
     ap.add_argument("--cache", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--table", action="store_true", help="only print OUT/codes.json as the Markdown table")
     a = ap.parse_args(argv)
+    if a.table:
+        with open(os.path.join(a.out, "codes.json")) as f:
+            print(markdown(json.load(f)), end="")
+        return
     a.ratios = [float(x) for x in a.ratios.split(",")]
     torch.set_num_threads(1)
     print_hardware()
@@ -223,6 +249,8 @@ def main(argv=None):
         with open(os.path.join(a.out, "codes.json"), "w") as f:
             json.dump(rows, f, indent=1)
         np.savez_compressed(os.path.join(a.out, "scores.npz"), **scores)
+        with open(os.path.join(a.out, "codes.md"), "w") as f:
+            f.write(markdown(rows))
     print(f"wrote {a.out}/codes.json ({len(rows)} rows), scores.npz")
 
 
