@@ -2,6 +2,7 @@
 how they are made by every run, and how they travel in files."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
@@ -12,6 +13,7 @@ import torch
 
 from memforest_gpu import compress
 from memforest_gpu.config import CompressConfig, MergeConfig
+from memforest_gpu.store.codes import int8_codes
 from memforest_gpu.store.io import read_store, write_store
 from memforest_gpu.store.keys import NodeKeys
 from memforest_gpu.store.memory_store import MemoryStore
@@ -247,3 +249,20 @@ def test_node_keys_checks_its_layout():
         NodeKeys.empty(3, 4, text_weight=1.5, max_keys=2)
     with pytest.raises(ValueError, match="keys must be an integer >= -1"):
         MergeConfig(keys=-2)
+
+
+def test_int8_keys_are_made_by_the_engine_and_written_as_they_are(store, tmp_path):
+    ref = compress(store, keyed(keys=-1), device="cpu").store
+    cfg = keyed(keys=-1)
+    cfg = CompressConfig(partition=cfg.partition, merge=dataclasses.replace(cfg.merge, vectors="int8"))
+    out = compress(store, cfg, device="cpu").store
+    assert out.vector_codes == "int8" and out.keys.vectors.dtype == torch.int8  # a quarter of the memory
+    assert out.keys.sources.to_pylist() == ref.keys.sources.to_pylist()
+    assert np.array_equal(out.keys.vectors.numpy(), int8_codes(ref.keys.vectors))
+    torch.testing.assert_close(out.keys.unit(), ref.keys.vectors, atol=0.02, rtol=0)
+    p = tmp_path / "s.parquet"
+    write_store(out, p)
+    back = read_store(p)
+    assert back.vector_codes == "int8"
+    torch.testing.assert_close(back.keys.unit(), out.keys.unit(), atol=1e-6, rtol=0)
+    assert np.array_equal(int8_codes(back.embeddings), int8_codes(out.embeddings))  # codes survive a round trip

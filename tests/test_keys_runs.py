@@ -81,13 +81,13 @@ def test_compact_file_writes_the_keys(tmp_path):
     b_rows = [i for i, t in enumerate(again.tenants) if t == "b"]  # tenant b untouched: its keys as they were
     b_before = [i for i, t in enumerate(back.tenants) if t == "b"]
     assert np.array_equal(again.keys.counts[b_rows], back.keys.counts[b_before])
-    off = dataclasses.replace(KEYED, merge=dataclasses.replace(KEYED.merge, keys=0, text_weight=1.0))
-    compact_file(p, CompactConfig(max_nodes={"b": 20}), off, embedder="none")  # no keys for the new merges
-    last = read_store(p)
-    a_rows = [i for i, t in enumerate(last.tenants) if t == "a"]
-    assert last.keys is not None and np.array_equal(last.keys.counts[a_rows],
-                                                    again.keys.counts[[i for i, t in enumerate(again.tenants)
-                                                                       if t == "a"]])
+    # another rule for the new merges would leave the store's rule wrong for them: refused, nothing written
+    before = p.read_bytes()
+    for keys, w in ((0, 1.0), (3, 0.5), (2, 0.9)):
+        other = dataclasses.replace(KEYED, merge=dataclasses.replace(KEYED.merge, keys=keys, text_weight=w))
+        with pytest.raises(ValueError, match=r"must be the store's rule \(keys 2, text_weight 0.5\)"):
+            compact_file(p, CompactConfig(max_nodes={"b": 20}), other, embedder="none")
+        assert p.read_bytes() == before
 
 
 def test_distributed_runner_gathers_the_keys():

@@ -63,7 +63,7 @@ def node_vectors(text_vec: np.ndarray, keys: NodeKeys | None, j: int) -> tuple[l
     if keys is None or keys.counts[j] == 0:
         return [text_vec.tolist()], None
     lo, hi = int(keys.offsets[j]), int(keys.offsets[j + 1])
-    kv = keys.vectors[lo:hi].detach().cpu().double().numpy()
+    kv = keys.unit(torch.arange(lo, hi, device=keys.vectors.device)).detach().cpu().double().numpy()
     return [text_vec.tolist(), *kv.tolist()], keys.sources.slice(lo, hi - lo).to_pylist()
 
 

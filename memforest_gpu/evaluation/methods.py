@@ -123,5 +123,7 @@ def compress_with(method: str | MethodSpec, store: MemoryStore, config: Compress
         res = BASELINES[spec.name](store, cfg, merger=merger, embedder=embedder)
     if cfg.merge.keys != 0:  # the same retrieval rule as MemForest's output: merged nodes keep their keys
         res.store.keys = derive_keys(store, res.store.sources.arrow, max_keys=cfg.merge.max_keys,
-                                     text_weight=cfg.merge.text_weight, device=res.store.device)
+                                     text_weight=cfg.merge.text_weight, device=res.store.device,
+                                     codes=cfg.merge.vectors)
+        res.store.vector_codes = cfg.merge.vectors
     return res

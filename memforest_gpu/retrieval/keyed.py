@@ -47,7 +47,7 @@ class KeyedLayout:
         self.matrix = torch.empty(total, embeddings.shape[1], dtype=torch.float32, device=dev)
         self.matrix[t(self.node_rows)] = embeddings[rows].float()
         src = ranges(keys.offsets[rows_np], counts)  # key rows of the store's keys, in grouped order
-        self.matrix[t(key_rows)] = keys.vectors[t(src).to(keys.vectors.device)].to(dev, torch.float32)
+        self.matrix[t(key_rows)] = keys.unit(t(src).to(keys.vectors.device)).to(dev)  # int8 codes decoded
         column = np.empty(total, dtype=np.int64)
         column[self.node_rows] = local
         column[key_rows] = np.repeat(local, counts)

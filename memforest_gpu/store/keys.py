@@ -49,7 +49,8 @@ def check_text_weight(value) -> None:
 class NodeKeys:
     """Key vectors per node (see the module doc).
 
-    Shape: vectors (M, D) float32 unit rows, offsets (N + 1,) int64 host, sources (M,)
+    Shape: vectors (M, D) float32 unit rows, or int8 codes (:mod:`.codes`: a quarter of the
+    memory; :meth:`unit` decodes them), offsets (N + 1,) int64 host, sources (M,)
     list<large_string>
     """
 
@@ -87,10 +88,19 @@ class NodeKeys:
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         if not isinstance(sources, (pa.Array, pa.ChunkedArray)):
             sources = pa.array([list(s) for s in sources], type=pa.large_list(pa.large_string()))
-        return cls(torch.as_tensor(vectors, dtype=torch.float32), offsets, sources, text_weight, max_keys)
+        v = torch.as_tensor(vectors)
+        return cls(v if v.dtype == torch.int8 else v.float(), offsets, sources, text_weight, max_keys)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
+
+    def unit(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The key vectors (of ``rows``) as float32 unit rows: int8 codes decoded and normalised.
+
+        Shape: rows (m,) -> (m, D) float32
+        """
+        v = self.vectors if rows is None else self.vectors[rows]
+        return torch.nn.functional.normalize(v.float(), dim=1) if v.dtype == torch.int8 else v.float()
 
     @property
     def counts(self) -> np.ndarray:
@@ -164,14 +174,15 @@ class NodeKeys:
         ks = [k if k is not None else NodeKeys.empty(n, dim, text_weight=ruled[0].text_weight,
                                                       max_keys=ruled[0].max_keys, device=device)
               for k, n in zip(parts, sizes)]
+        int8 = all(k.vectors.dtype == torch.int8 for k in ks if len(k.vectors))
         return NodeKeys.from_lists(np.concatenate([k.counts for k in ks]),
-                                   torch.cat([k.vectors.to(device) for k in ks]),
+                                   torch.cat([(k.vectors.to(torch.int8) if int8 else k.unit()).to(device) for k in ks]),
                                    pa.concat_arrays([k.sources for k in ks]), text_weight=ruled[0].text_weight,
                                    max_keys=ruled[0].max_keys)
 
     def nbytes(self) -> int:
-        """Bytes of the key vectors (float32)."""
-        return int(self.vectors.shape[0]) * int(self.vectors.shape[1]) * 4
+        """Bytes of the key vectors (float32, or int8 codes)."""
+        return int(self.vectors.shape[0]) * int(self.vectors.shape[1]) * self.vectors.element_size()
 
 
 def _pairs(owner: np.ndarray, ids: pa.Array) -> pa.Array:

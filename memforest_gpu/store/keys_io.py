@@ -33,11 +33,11 @@ def keys_arrow(keys: NodeKeys, dim: int, codes: str = "float32") -> tuple[pa.Arr
     counts = keys.counts
     offs = pa.array(keys.offsets.astype(np.int32), type=pa.int32())
     mask = pa.array(counts == 0)
-    if codes == "int8":
-        flat = pa.array(int8_codes(keys.vectors).reshape(-1), type=pa.int8())
+    if codes == "int8":  # codes made once (the engine's int8 keys) are written as they are
+        v = keys.vectors
+        flat = pa.array((v.cpu().numpy() if v.dtype == torch.int8 else int8_codes(v)).reshape(-1), type=pa.int8())
     else:
-        flat = pa.array(np.ascontiguousarray(keys.vectors.detach().to("cpu", torch.float32).numpy()).reshape(-1),
-                        type=pa.float32())
+        flat = pa.array(np.ascontiguousarray(keys.unit().detach().cpu().numpy()).reshape(-1), type=pa.float32())
     inner = pa.FixedSizeListArray.from_arrays(flat, dim)
     kcol = pa.ListArray.from_arrays(offs, inner, mask=mask)
     scol = pa.ListArray.from_arrays(offs, keys.sources.cast(pa.list_(pa.string())), mask=mask)
@@ -52,7 +52,10 @@ def keys_records(keys: NodeKeys, lo: int, hi: int, codes: str = "float32") -> li
     sources), or (None, None)."""
     o = keys.offsets
     v = keys.vectors[int(o[lo]):int(o[hi])]
-    vec = int8_codes(v) if codes == "int8" else v.detach().to("cpu", torch.float32).numpy()
+    if codes == "int8":
+        vec = v.cpu().numpy() if v.dtype == torch.int8 else int8_codes(v)
+    else:
+        vec = keys.unit(torch.arange(int(o[lo]), int(o[hi]), device=v.device)).cpu().numpy()
     src = keys.sources.slice(int(o[lo]), int(o[hi] - o[lo])).to_pylist()
     out = []
     for i in range(lo, hi):

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from .codes import int8_codes
 from .keys import NodeKeys, ranges
 from .memory_store import MemoryStore
 
@@ -27,6 +28,7 @@ __all__ = ["derive_keys", "centres", "input_rows"]
 
 _LLOYD_STEPS = 10
 _BLOCK = 1 << 24  # most (B, S, S) similarity entries of one batched k-means
+_CODE_ROWS = 1 << 16  # keys gathered in float32 at a time when they are made as int8 codes
 
 
 def input_rows(inp: MemoryStore, out_sources: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -90,14 +92,16 @@ def _unit_vectors(inp: MemoryStore, origin: np.ndarray) -> torch.Tensor:
     out[t(plain)] = inp.embeddings[t(origin[plain])].float()
     at = np.flatnonzero(keyed)
     kv = inp.keys.vectors
-    out[t(at)] = kv[torch.as_tensor(origin[at] - n, dtype=torch.int64, device=kv.device)].to(dev, torch.float32)
+    out[t(at)] = inp.keys.unit(torch.as_tensor(origin[at] - n, dtype=torch.int64, device=kv.device)).to(dev)
     return out
 
 
 def derive_keys(inp: MemoryStore, out_sources: pa.Array, *, max_keys: int | None, text_weight: float,
-                device=None) -> NodeKeys:
+                device=None, codes: str = "float32") -> NodeKeys:
     """The keys of a compressed store whose nodes have ``out_sources``, compressed from ``inp``
-    (see the module doc). ``device``: where the keys go (default the input's).
+    (see the module doc). ``device``: where the keys go (default the input's). ``codes``:
+    ``"int8"`` makes the keys int8 codes (:mod:`.codes`), a block of keys at a time (never every
+    key in float32 at once).
 
     Shape: out_sources (N_out,) -> NodeKeys of N_out nodes
     """
@@ -117,13 +121,13 @@ def derive_keys(inp: MemoryStore, out_sources: pa.Array, *, max_keys: int | None
     first[~plain] = u_off[at]
     unit_rows = ranges(first, take)  # (U_out,) units, grouped by output node
     per_node = np.bincount(pair_node, weights=take, minlength=n_out).astype(np.int64)
-    vec, src, counts = _reduce(inp, u_origin, u_src, u_w, unit_rows, per_node, max_keys)
+    vec, src, counts = _reduce(inp, u_origin, u_src, u_w, unit_rows, per_node, max_keys, codes)
     dev = inp.embeddings.device if device is None else device
     return NodeKeys.from_lists(counts, vec.to(dev), src, text_weight=text_weight, max_keys=max_keys)
 
 
 def _reduce(inp: MemoryStore, u_origin: np.ndarray, u_src: pa.Array, u_w: np.ndarray, unit_rows: np.ndarray,
-            per_node: np.ndarray, max_keys: int | None):
+            per_node: np.ndarray, max_keys: int | None, codes: str = "float32"):
     """Each node's units as keys, or ``max_keys`` centres of them. Returns (vectors (M, D),
     sources (M,), keys per node (N_out,))."""
     dev = inp.embeddings.device
@@ -151,10 +155,10 @@ def _reduce(inp: MemoryStore, u_origin: np.ndarray, u_src: pa.Array, u_w: np.nda
         rank = np.cumsum(present, axis=1) - 1  # (B, k): empty centres are dropped, the rest renumbered
         key[at[ok]] = rank[rows_b, lab[ok]]
         counts[nodes] = present.sum(1)
-    return _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts)
+    return _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts, codes)
 
 
-def _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts):
+def _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts, codes="float32"):
     """Keys in node order: each the normalised weighted mean of its units (a unit alone: its own
     vector, copied once: when every key is a unit alone, as with every source kept, no sum is
     made), with its units' sources in node order."""
@@ -164,7 +168,12 @@ def _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts):
     M = int(key_off[-1])
     alone = np.bincount(key_of_unit, minlength=M)[key_of_unit] == 1
     order = np.argsort(key_of_unit, kind="stable")  # units by key, node order kept inside a key
-    if alone.all():  # one unit per key: the keys are the units, in key order
+    if alone.all() and codes == "int8":  # the units' codes, a block of keys at a time
+        origin = u_origin[unit_rows[order]]
+        vec = torch.empty(M, inp.dim, dtype=torch.int8)
+        for lo in range(0, M, _CODE_ROWS):
+            vec[lo:lo + _CODE_ROWS] = torch.from_numpy(int8_codes(_unit_vectors(inp, origin[lo:lo + _CODE_ROWS])))
+    elif alone.all():  # one unit per key: the keys are the units, in key order
         vec = _unit_vectors(inp, u_origin[unit_rows[order]])  # (M, D)
     else:
         X = _unit_vectors(inp, u_origin[unit_rows])  # (U_out, D)
@@ -175,6 +184,8 @@ def _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts):
         vec = torch.nn.functional.normalize(acc, dim=1)
         s = torch.as_tensor(np.flatnonzero(alone), dtype=torch.int64, device=dev)
         vec[t[s]] = X[s]  # a unit alone: kept exactly
+    if codes == "int8" and vec.dtype != torch.int8:
+        vec = torch.from_numpy(int8_codes(vec))
     src = u_src.take(pa.array(unit_rows[order], type=pa.int64()))
     lengths = pc.list_value_length(src).to_numpy(zero_copy_only=False).astype(np.int64)
     per_key = np.bincount(key_of_unit[order], weights=lengths, minlength=M).astype(np.int64)
