@@ -61,7 +61,9 @@ class Retriever:
     ...     agpr=True))
     """
 
-    large = 256  # tenants with more rows than this are searched one segment (a view) at a time
+    # tenants with more rows than this are searched one segment (a view) at a time, by one matrix product
+    # for all their queries; smaller ones are gathered into padded groups (a gather costs what the product does)
+    large = 256
     budget = 1 << 25  # most elements of gathered (Q_b, n, D) segments held at a time
 
     def __init__(self, store: MemoryStore):
@@ -127,8 +129,13 @@ class Retriever:
         pos = torch.full((Q, c), -1, dtype=torch.int64, device=dev)
         n_q = self._size[codes]  # (Q,)
         big = n_q > self.large
-        for t in np.unique(codes[big]).tolist():  # at most N / large tenants
-            qi = torch.as_tensor(np.flatnonzero(codes == t), dtype=torch.int64, device=dev)
+        bq = np.flatnonzero(big)
+        bq = bq[np.argsort(codes[bq], kind="stable")]  # the big tenants' queries, grouped by tenant
+        ts, first = np.unique(codes[bq], return_index=True)
+        bounds = np.append(first, len(bq))
+        bq_t = torch.as_tensor(bq, dtype=torch.int64, device=dev)
+        for j, t in enumerate(ts.tolist()):  # at most N / large tenants: one matrix product each
+            qi = bq_t[int(bounds[j]):int(bounds[j + 1])]
             s, e = self._segment(t)
             v, i = self._search_segment(t, queries[qi], c)  # (Q_t, c')
             sims[qi, :v.shape[1]] = v
