@@ -1,0 +1,136 @@
+"""The traceback sweep: the command line over a table of bad inputs (issue 41's items, each a
+row), in process. Every row must end with its exit status (2 for bad input, non-zero for a
+run that failed), exactly one line on stderr naming what is wrong (the flag, the file, the
+line or the field), no traceback and no uncaught exception, and no file written (the files
+a row's setup made are all that is there afterwards, unless the row says otherwise)."""
+from __future__ import annotations
+
+import json
+import os
+import traceback
+
+import pytest
+from compact_helpers import arrivals, store_of
+from published_fixtures import CONTEXT_A, longmemeval_items, personamem_contexts, write_personamem
+
+from memforest_gpu.cli.commands import main
+from memforest_gpu.store.io import write_store
+
+GRID = ["--methods", "tome", "--ratios", "0.5", "--seeds", "0", "--quiet", "--bootstrap", "10"]
+NONE = ["--embedder", "none", "--quiet"]
+
+
+def _write(tmp, name: str, text: str | bytes) -> str:
+    p = tmp / name
+    p.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+    return str(p)
+
+
+def _store(tmp, name="store.jsonl") -> str:
+    path = str(tmp / name)
+    write_store(store_of(arrivals(0, 30, ["a", "b"])), path)
+    return path
+
+
+def _mem0(text: str, name="bad.yaml", sub="compress"):
+    def setup(tmp):
+        path = _write(tmp, name, text)
+        extra = ["--max-per-user", "5"] if sub == "compact" else ["--user-id", "alice", "--dry-run"]
+        return ["mem0", sub, "--config", path, *extra]
+    return setup
+
+
+def _lme(edit=None, name="longmemeval_s.json", *extra, data=None):
+    def setup(tmp):
+        items = longmemeval_items()
+        if edit is not None:
+            edit(items)
+        path = _write(tmp, name, json.dumps(items if data is None else data))
+        return ["eval", "--benchmark", path, "--out", str(tmp / "out"), *GRID, *extra]
+    return setup
+
+
+def _pm(edit=None, *extra, contexts_text=None):
+    def setup(tmp):
+        (tmp / "pm").mkdir()
+        q, c = write_personamem(tmp / "pm")
+        if edit is not None or contexts_text is not None:
+            ctx = personamem_contexts()
+            if edit is not None:
+                edit(ctx)
+            text = contexts_text if contexts_text is not None else \
+                "".join(json.dumps({k: v}) + "\n" for k, v in ctx.items())
+            _write(tmp / "pm", os.path.basename(c), text)
+        return ["eval", "--benchmark", q, "--out", str(tmp / "out"), *GRID, *extra]
+    return setup
+
+
+def _set(path: list, value):
+    def edit(obj):
+        for k in path[:-1]:
+            obj = obj[k]
+        if value is _DEL:
+            del obj[path[-1]]
+        else:
+            obj[path[-1]] = value
+    return edit
+
+
+_DEL = object()
+
+# (id, setup(tmp) -> argv, exit status, what the one line must hold)
+CASES = [
+    # 2: a Mem0 config that is not YAML, or YAML that builds Python objects
+    ("2 yaml unclosed brace", _mem0("vector_store:\n  provider: qdrant\n  config: {collection_name: m, path: ./q\n"
+                                    " bad: [\n"), 2, "bad.yaml must be a Mem0 config in YAML, got expected ',' or '}'"),
+    ("2 yaml tab", _mem0("vector_store:\n\tprovider: qdrant\n"), 2, "found character '\\t' that cannot start any "
+                                                                     "token at line 2 column 1"),
+    ("2 yaml a: b: c", _mem0("a: b: c\n"), 2, "mapping values are not allowed here at line 1 column 5"),
+    ("2 yaml two documents", _mem0("vector_store: {}\n---\nb: 1\n"), 2,
+     "expected a single document in the stream but found another document at line 2"),
+    ("2 yaml python tag", _mem0("vector_store: !!python/object/apply:os.system ['echo hi']\n"), 2,
+     "(tags that build Python objects are refused)"),
+    ("2 yaml compact", _mem0("a: b: c\n", sub="compact"), 2, "must be a Mem0 config in YAML"),
+    ("2 yaml restore", lambda tmp: ["mem0", "restore", str(tmp / "backup.parquet"), "--config",
+                                    _write(tmp, "bad.yaml", "a: b: c\n")], 2, "must be a Mem0 config in YAML"),
+    # 3, 4: sections of the wrong shape
+    ("3 vector_store a string", _mem0("vector_store: qdrant\n"), 2,
+     "bad.yaml: vector_store must be a mapping with provider and config, got a string 'qdrant'"),
+    ("3 config a list", _mem0("vector_store:\n  provider: qdrant\n  config: [1]\n"), 2,
+     "vector_store.config must be a mapping, got a list [1]"),
+    ("4 chroma port abc", _mem0(json.dumps({"vector_store": {"provider": "chroma", "config": {
+        "collection_name": "m", "host": "127.0.0.1", "port": "abc"}}}), name="c.json"), 2,
+     "c.json: vector_store.config.port must be an integer port in [1, 65535], got a string 'abc'"),
+    # 12: Mem0 JSON, encoding and folder errors name the file
+    ("12 mem0 bad json", _mem0('{"vector_store": ', name="c.json"), 2,
+     "c.json must be a Mem0 config in JSON, got bad JSON at line 1 column 18"),
+    ("12 mem0 not utf-8", _mem0(b"\xff\xfevector_store: {}\n"), 2, "bad.yaml must be UTF-8 text"),
+    ("12 mem0 folder", lambda tmp: (tmp / "cfg.yaml").mkdir() or ["mem0", "compress", "--config",
+                                                                   str(tmp / "cfg.yaml"), "--user-id", "a"], 2,
+     "--config must be a Mem0 config file (YAML or JSON), got the folder"),
+]
+
+
+def _files(tmp) -> set:
+    return {os.path.relpath(os.path.join(d, f), tmp) for d, _, fs in os.walk(tmp) for f in fs} | \
+        {os.path.relpath(os.path.join(d, x), tmp) + "/" for d, xs, _ in os.walk(tmp) for x in xs}
+
+
+@pytest.mark.parametrize("case, setup, status, message", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_and_no_traceback(tmp_path, capsys, monkeypatch, case, setup, status, message):
+    monkeypatch.chdir(tmp_path)
+    argv = setup(tmp_path)
+    before = _files(tmp_path)
+    capsys.readouterr()
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse
+        rc = e.code
+    except BaseException:  # noqa: BLE001 -- the point of the sweep
+        pytest.fail(f"uncaught exception for {argv}:\n{traceback.format_exc()}")
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err, err
+    assert rc == status, (rc, err)
+    assert len(lines) == 1 and message in lines[0], err
+    assert _files(tmp_path) == before, "nothing may be written"
