@@ -108,6 +108,22 @@ CASES = [
     ("12 mem0 folder", lambda tmp: (tmp / "cfg.yaml").mkdir() or ["mem0", "compress", "--config",
                                                                    str(tmp / "cfg.yaml"), "--user-id", "a"], 2,
      "--config must be a Mem0 config file (YAML or JSON), got the folder"),
+    # 5, 9: PersonaMem messages that are not {role, content} objects
+    ("5 personamem message a string", _pm(lambda c: c[CONTEXT_A].__setitem__(1, "hello")), 2,
+     f"shared_contexts_32k.jsonl, line 1: context {CONTEXT_A[:12]!r}: message 1 must be an object {{role, content}}, "
+     "got a string 'hello'"),
+    ("9 personamem message without role", _pm(lambda c: c[CONTEXT_A][1].pop("role")), 2,
+     "message 1: role must be one of ['system', 'user', 'assistant'], got none"),
+    ("9 personamem content a number", _pm(lambda c: c[CONTEXT_A][2].update(content=5)), 2,
+     "message 2: content must be a string, got a number 5"),
+    # 12: the contexts file's JSON errors name the file and the line
+    ("12 personamem contexts bad json", _pm(contexts_text="\n\n{bad\n"), 2,
+     "shared_contexts_32k.jsonl, line 3 must be one JSON object {context id: [messages]}, got bad JSON"),
+    ("published: a missing context names the flag", _pm(contexts_text=json.dumps(
+        {CONTEXT_A: personamem_contexts()[CONTEXT_A]}) + "\n"), 2,
+     "(1 of 4 questions name one of 1 contexts the file lacks; --skip-missing-contexts evaluates the others"),
+    ("published: --skip-missing-contexts on LongMemEval", _lme(None, "longmemeval_s.json", "--skip-missing-contexts"),
+     2, "--skip-missing-contexts is for PersonaMem's questions .csv"),
 ]
 
 

@@ -222,7 +222,12 @@ def _load(a, shape: str | None = None):
     ``shape``, default ``--nodes``), restricted to ``--tenants`` and ``--max-questions``."""
 
     bench = load_benchmark(a.benchmark, nodes=shape or _shapes(a)[0], turns_per_node=getattr(a, "turns_per_node", 1),
-                           contexts=getattr(a, "contexts", None))
+                           contexts=getattr(a, "contexts", None),
+                           skip_missing_contexts=getattr(a, "skip_missing_contexts", False))
+    skipped = bench.info.get("questions_skipped_missing_context")
+    if skipped:
+        print(f"memforest eval: {skipped} question(s) skipped (--skip-missing-contexts): their shared_context_id "
+              f"is one of {bench.info['contexts_missing']} context(s) the contexts file lacks", file=sys.stderr)
     return subset_from_args(bench, a)
 
 

@@ -47,7 +47,7 @@ def check_eval_args(a) -> None:
                            "loo_time_weights": float, "loo_size_weights": float})
     if a.stream:  # flags the streaming replay would ignore, and those only it reads
         refuse_ignored(a, {"nodes": "turns", "turns_per_node": 1, "ratios": RATIOS, "leave_one_out": False,
-                           "contexts": None, "tenants": None, "max_questions": None},
+                           "contexts": None, "skip_missing_contexts": False, "tenants": None, "max_questions": None},
                        "does not apply to --stream (it replays the benchmark's nodes session by session to --budgets)")
     else:
         refuse_ignored(a, STREAM_ONLY, "applies only with --stream")

@@ -17,6 +17,9 @@ def add_protocol_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--contexts", default=None,
                    help="PersonaMem: the shared_contexts_*.jsonl of the questions .csv (default: the published name "
                         "beside it)")
+    g.add_argument("--skip-missing-contexts", action="store_true",
+                   help="PersonaMem: evaluate the questions whose shared_context_id is in the contexts file and skip "
+                        "(count, and report) the others (default: such a question stops the run, naming its row)")
     g.add_argument("--tenants", default=None,
                    help="comma list: only these tenants (LoCoMo: sample ids; LongMemEval: question ids; PersonaMem: "
                         "CONTEXT@END)")
