@@ -116,6 +116,22 @@ CASES = [
      "message 1: role must be one of ['system', 'user', 'assistant'], got none"),
     ("9 personamem content a number", _pm(lambda c: c[CONTEXT_A][2].update(content=5)), 2,
      "message 2: content must be a string, got a number 5"),
+    ("9 longmemeval answer null", _lme(_set([0, "answer"], None)), 2,
+     "longmemeval_s.json: item 0 ('lme_q01'): answer must be a string or a number, got null"),
+    ("9 longmemeval role null", _lme(_set([0, "haystack_sessions", 0, 0, "role"], None)), 2,
+     "item 0 ('lme_q01'): turn 0 of session 0: role must be a string, got null"),
+    # 12: LongMemEval errors name the file and the item; its top level is never called a LoCoMo sample
+    ("12 longmemeval question_date", _lme(_set([1, "question_date"], "yesterday")), 2,
+     "longmemeval_s.json: item 1 ('lme_q02'): question_date must look like '2023/05/20 (Sat) 02:21', got "
+     "'yesterday'"),
+    ("12 longmemeval top level an object", _lme(data={"data": longmemeval_items()}), 2,
+     "longmemeval_s.json must hold a non-empty list of LongMemEval items (objects with question_id, question, "
+     "answer and haystack_sessions), got an object with keys ['data']"),
+    ("12 longmemeval empty list", _lme(data=[]), 2,
+     "longmemeval_s.json must hold a non-empty list of LongMemEval items"),
+    ("12 longmemeval bad json", lambda tmp: ["eval", "--benchmark", _write(tmp, "longmemeval_s.json", "[{\n  x"),
+                                             "--out", str(tmp / "out")], 2,
+     "longmemeval_s.json must be LongMemEval JSON, got bad JSON at line 2 column 3"),
     # 12: the contexts file's JSON errors name the file and the line
     ("12 personamem contexts bad json", _pm(contexts_text="\n\n{bad\n"), 2,
      "shared_contexts_32k.jsonl, line 3 must be one JSON object {context id: [messages]}, got bad JSON"),
