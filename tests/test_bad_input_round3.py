@@ -39,3 +39,34 @@ def test_a_killed_compaction_leaves_temp_files_the_next_run_removes(tmp_path, ca
     err = caplog.text  # one warning (the command line prints it as "WARNING: ..." on stderr)
     assert f"removed 2 temporary file(s) left by an interrupted run: {left[0]}, {left[1]}" in err
     assert sorted(os.listdir(tmp_path)) == sorted(["store.jsonl", *others])
+
+
+def _forest(path: str, forest) -> None:
+    """Replace the event-trees state in a JSON Lines store's header."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    head = json.loads(lines[0])
+    head["__memforest__"]["forest"] = forest
+    lines[0] = json.dumps(head)
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def test_a_bad_event_trees_state_is_refused_and_another_version_is_said(tmp_path, capsys, caplog):
+    path = _store(tmp_path)
+    assert main(["compact", path, "--max-nodes-per-tenant", "20", *PAPER]) == 0  # now it has a state
+    with open(path) as f:
+        forest = json.loads(f.readline())["__memforest__"]["forest"]
+    tenant = sorted(forest["tenants"])[0]
+    bad = json.loads(json.dumps(forest))
+    bad["tenants"][tenant]["p"] = -5
+    _forest(path, bad)
+    before = open(path, "rb").read()
+    capsys.readouterr()
+    assert main(["compact", path, "--max-nodes-per-tenant", "20", *PAPER]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"tenant {tenant!r} must be an object with c (centre ids), p, a (integers >= 0)" in err[0]
+    assert open(path, "rb").read() == before  # not written back as it was
+    _forest(path, {**forest, "version": 7})
+    assert main(["info", path]) == 0
+    assert "are of version 7, this memforest reads version 1: they are not used" in caplog.text

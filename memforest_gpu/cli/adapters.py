@@ -6,7 +6,6 @@ to ``run(args)``; ``main(argv)`` runs them on their own.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -27,6 +26,7 @@ from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
 from .compact import add_budget_arguments, budget_from_args
 from .flags import add_config_arguments, check_embedder_flag, config_from_args, parse_options
+from .parser import Parser
 from .report import format_report
 
 __all__ = ["add_parser", "run", "main"]
@@ -272,7 +272,7 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="memforest")
+    ap = Parser(prog="memforest")
     ap.add_argument("-v", "--verbose", action="store_true")
     add_parser(ap.add_subparsers(dest="cmd", required=True))
     args = ap.parse_args(argv)

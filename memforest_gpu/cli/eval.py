@@ -42,7 +42,8 @@ from ..mergers.embedders import SentenceTransformerEmbedder
 from ..store.atomic import atomic_write_text
 from .eval_checks import RATIOS, STREAM_ONLY, check_eval_args
 from .eval_protocol import add_protocol_arguments, check_protocol_flags, qa_from_args, subset_from_args
-from .flags import FIELDS, add_keys_arguments, as_flag_error
+from .flags import FIELDS, add_keys_arguments, as_flag_error, check_text_weight
+from .parser import Parser
 
 __all__ = ["add_parser", "run", "main"]
 
@@ -200,9 +201,11 @@ def _config(a):
         for dest, (stage, name) in FIELDS.items():
             if dest not in ("ratio", "schedule") and getattr(a, dest, None) is not None:
                 changes[stage][name] = getattr(a, dest)
-        return replace(c, **{stage: replace(getattr(c, stage), **kw) for stage, kw in changes.items()})
+        cfg = replace(c, **{stage: replace(getattr(c, stage), **kw) for stage, kw in changes.items()})
     except ValueError as e:
         raise ValueError(as_flag_error(str(e), a)) from None
+    check_text_weight(a, cfg)
+    return cfg
 
 
 def _shapes(a) -> list[str]:
@@ -241,8 +244,15 @@ def _reference(a, methods: list[str], cfg) -> str | None:
 
 
 def run(a) -> int:
-    """Run ``memforest eval`` from parsed arguments; returns the exit status."""
+    """Run ``memforest eval`` from parsed arguments; returns the exit status. An error that
+    names a field by its option's name (``k must be ...``) names the flag (``-k must be ...``)."""
+    try:
+        return _run(a)
+    except ValueError as e:
+        raise ValueError(as_flag_error(str(e), a)) from None
 
+
+def _run(a) -> int:
     check_eval_args(a)  # paths, number lists, flags the mode would ignore
     if a.export:
         bench_dir = a.benchmark if os.path.isdir(a.benchmark) else os.path.dirname(os.path.abspath(a.benchmark))
@@ -383,7 +393,7 @@ def dataclasses_dict(c) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="memforest eval", description="Measure compression quality (EVAL.md).")
+    ap = Parser(prog="memforest eval", description="Measure compression quality (EVAL.md).")
     ap.add_argument("-v", "--verbose", action="store_true")
     _add_arguments(ap)
     a = ap.parse_args(argv)

@@ -6,6 +6,7 @@ import argparse
 import os
 
 from ..evaluation.qa import QAConfig, QAProtocol
+from ..evaluation.qa_client import parse_spec
 from .flags import parse_options
 
 __all__ = ["add_protocol_arguments", "qa_from_args", "subset_from_args", "check_protocol_flags"]
@@ -60,10 +61,26 @@ def qa_from_args(a):
                              f"--judge-model {a.judge_model!r}")
         return None
 
+    for flag, spec in (("--answer-model", a.answer_model), ("--judge-model", a.judge_model)):
+        if spec is not None:
+            try:
+                kind, model = parse_spec(spec)
+            except ValueError as e:
+                raise ValueError(f"{flag}{str(e)[len('model'):]}") from None
+            allow = parse_options(a.llm_option, "--llm-option").get("allow_download")
+            if kind in ("vllm", "transformers") and not allow and not a.base_url and not os.path.exists(model):
+                raise ValueError(f"{flag} must be {kind}:PATH, a local model directory or .gguf file, got {spec!r} "
+                                 "(no such file or folder)")
     cfg = QAConfig(answer_model=a.answer_model, judge_model=a.judge_model, base_url=a.base_url,
                    answer_max_tokens=a.answer_max_tokens, judge_max_tokens=a.judge_max_tokens,
-                   options=parse_options(a.llm_option))
-    return QAProtocol(cfg, cache_dir=a.cache or os.path.join(a.out, ".cache"))
+                   options=parse_options(a.llm_option, "--llm-option"))
+    try:
+        return QAProtocol(cfg, cache_dir=a.cache or os.path.join(a.out, ".cache"))
+    except ValueError as e:
+        msg = str(e)
+        if msg.startswith("options of merger "):  # the back end's options are given with --llm-option
+            msg = "--llm-option: " + msg.replace("options of merger", "options of the back end", 1)
+        raise ValueError(msg) from None
 
 
 def subset_from_args(bench, a):
