@@ -70,3 +70,38 @@ def test_a_bad_event_trees_state_is_refused_and_another_version_is_said(tmp_path
     _forest(path, {**forest, "version": 7})
     assert main(["info", path]) == 0
     assert "are of version 7, this memforest reads version 1: they are not used" in caplog.text
+
+
+def test_streammeco_on_an_m3_agent_graph_warns_about_no_merged_vectors(tmp_path, capsys, caplog):
+    """StreamMeCo removes nodes and merges none: no warning about how merged vectors are made."""
+    from m3_helpers import m3_agent
+    from test_m3agent import _dump, build_video
+
+    from memforest_gpu.cli.adapters import main as graph_main
+
+    with m3_agent() as ns:
+        g, _, _ = build_video(ns.videograph)
+        _dump(g, tmp_path / "video.pkl")
+    out = tmp_path / "out.pkl"
+    assert graph_main(["graph", "compress", str(tmp_path / "video.pkl"), str(out), "--method", "streammeco",
+                       "--ratio", "0.5"]) == 0
+    assert "normalised mean" not in caplog.text and "WARNING" not in capsys.readouterr().err
+    assert out.exists()
+
+
+def test_a_garbage_journal_record_names_its_line_and_the_remedy(tmp_path):
+    import pytest
+
+    from memforest_gpu.runs.journal import JournaledMerger
+
+    fp = {"fingerprint": "f" * 64, "parts": {}}
+    path = tmp_path / "out.jsonl.journal.jsonl"
+    path.write_text(json.dumps({"memforest_journal": 1, **fp}) + "\n" + json.dumps({"k": "x", "text": "t"}) + "\n"
+                    + "garbage\n")
+    with pytest.raises(ValueError) as e:
+        JournaledMerger(object(), path, fingerprint=fp, resume=True)
+    assert str(e.value).startswith(f"{path}: line 3 must be a journal record")
+    assert "the journal only saves work: delete it to start over (its merges are made again)" in str(e.value)
+    path.write_text(json.dumps({"memforest_journal": 1, **fp}) + "\n" + json.dumps({"k": "x", "text": None}) + "\n")
+    with pytest.raises(ValueError, match="line 2 must be a journal record"):
+        JournaledMerger(object(), path, fingerprint=fp, resume=True)

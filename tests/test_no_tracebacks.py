@@ -32,6 +32,40 @@ def _store(tmp, name="store.jsonl") -> str:
     return path
 
 
+def _inbox(*records, text: str | None = None, extra=(), budget="100"):
+    """``compact`` on a store of tenants a and b whose inbox holds ``records`` (or ``text``)."""
+    def setup(tmp):
+        path = _store(tmp)
+        body = text if text is not None else "".join(json.dumps(r) + "\n" for r in records)
+        _write(tmp, "store.jsonl.inbox.jsonl", body)
+        return ["compact", path, "--max-nodes-per-tenant", budget, "--preset", "paper", *NONE, *extra]
+    return setup
+
+
+def _new(i: int, **kw) -> dict:
+    r = arrivals(9, i + 1, ["a"])[i]
+    r.update(kw)
+    return r
+
+
+def _merged_id_in_inbox(tmp):
+    """A store compacted once (so it has merged nodes), and an inbox record reusing a merged node's id."""
+    path = _store(tmp)
+    assert main(["compact", path, "--max-nodes-per-tenant", "20", "--preset", "paper", *NONE]) == 0
+    with open(path) as f:
+        merged = next(r for r in map(json.loads, f) if len(r.get("sources") or []) > 1)
+    _write(tmp, "store.jsonl.inbox.jsonl", json.dumps(_new(0, id=merged["id"], tenant=merged["tenant"])) + "\n")
+    return ["compact", path, "--max-nodes-per-tenant", "100", "--preset", "paper", "--replace-changed", *NONE]
+
+
+def _journal(text: str):
+    def setup(tmp):
+        path = _store(tmp)
+        _write(tmp, "store.jsonl.journal.jsonl", text)
+        return ["compact", path, "--max-nodes-per-tenant", "20", "--preset", "paper", *NONE]
+    return setup
+
+
 def _mem0(text: str, name="bad.yaml", sub="compress"):
     def setup(tmp):
         path = _write(tmp, name, text)
@@ -167,6 +201,35 @@ CASES = [
      "--cache must be a path through folders, got"),
     ("12 --cache in a folder that takes none", _lme(None, "longmemeval_s.json", "--cache", "/proc/self/cache"), 2,
      "--cache must be a folder memforest can create, cannot create folders in '/proc/self'"),
+    # 7: inbox records: a tenant that is not a string, fields the compaction makes
+    ("7 inbox tenant a number", _inbox(_new(0, tenant=123)), 2,
+     "store.jsonl.inbox.jsonl, line 1: tenant of record 'a-s9-0' must be a non-empty string, got a number 123"),
+    ("7 inbox record with keys", _inbox(_new(0), _new(1, keys=[[0.1] * 16])), 2,
+     "store.jsonl.inbox.jsonl, line 2: record 'a-s9-1' must not carry 'keys' (a new memory's key vectors are made by "
+     "the compaction)"),
+    ("7 inbox record with a tree", _inbox(_new(0, tree=3)), 2, "record 'a-s9-0' must not carry 'tree'"),
+    ("7 inbox record with another field", _inbox(_new(0, colour="red")), 2,
+     "got 'colour' (put anything else under metadata)"),
+    # 8: an M3-Agent pickle is never written under a store's suffix
+    ("8 graph pickle into out.jsonl", lambda tmp: ["graph", "compress", _write(tmp, "video.pkl", b"not read"),
+                                                   str(tmp / "out.jsonl")], 2,
+     "OUTPUT must be an M3-Agent pickle (.pkl or .pickle), as an M3-Agent graph is written back as one, got"),
+    # 13: inbox embeddings get their line number
+    ("13 inbox mixed dimensions", _inbox(_new(0), _new(1, embedding=[0.5] * 8)), 2,
+     "store.jsonl.inbox.jsonl, line 2: embedding of record 'a-s9-1' must have 16 values like the record on line 1, "
+     "got 8"),
+    ("13 inbox embedding a string", _inbox(_new(0), _new(1, embedding="abc")), 2,
+     "store.jsonl.inbox.jsonl, line 2: embedding of record 'a-s9-1' must be a list of finite numbers, got a string "
+     "'abc'"),
+    ("13 inbox embedding with NaN", _inbox(text='{"id": "n1", "text": "x", "timestamp": 1, "tenant": "a", '
+                                             '"embedding": [NaN, 1]}\n'), 2,
+     "line 1: embedding of record 'n1' must be a list of finite numbers"),
+    # 14: remedies that work
+    ("14 inbox id of a merged node", _merged_id_in_inbox, 2,
+     "that node is a merged node, which nothing replaces (its originals would be lost): give the record a new id"),
+    ("14 garbage journal line", _journal("garbage\n"), 2,
+     "store.jsonl.journal.jsonl: line 1 must be a memforest merge journal's header, got b'garbage'; the journal only "
+     "saves work: delete it to start over"),
     # 12: the contexts file's JSON errors name the file and the line
     ("12 personamem contexts bad json", _pm(contexts_text="\n\n{bad\n"), 2,
      "shared_contexts_32k.jsonl, line 3 must be one JSON object {context id: [messages]}, got bad JSON"),

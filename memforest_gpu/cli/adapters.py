@@ -226,6 +226,8 @@ def _graph_compress(a) -> int:
         g = dataclasses.replace(g, texts=dataclasses.replace(g.texts, embedder=None))
     if load_emb is not None and g.texts.embedder == load_emb.name:
         emb = load_emb  # one model per run
+    elif a.method == "streammeco":
+        emb = None  # StreamMeCo removes nodes and merges none: no merged vector to make, nothing to warn about
     else:
         emb = resolve_embedder(a.embedder, g.texts.embedder, device=a.device)
     res = compress_graph(g, cfg, merger=merger, embedder=emb, device=a.device, progress=_progress(a),
@@ -246,9 +248,19 @@ def _m3_compress(a) -> int:
     if a.out_format is not None and not is_m3_agent_path(a.output, a.out_format):
         raise ValueError(f"an M3-Agent graph is written back as an M3-Agent pickle: --out-format must be m3-agent, "
                          f"got {a.out_format!r}")
+    if a.out_format is None and not is_m3_agent_path(a.output, None):
+        try:
+            fmt = detect_format(a.output, None, flag="--out-format")
+        except ValueError:
+            fmt = None  # a suffix of no format (.bin): the pickle goes there, as asked
+        if fmt is not None:
+            raise ValueError(f"OUTPUT must be an M3-Agent pickle (.pkl or .pickle), as an M3-Agent graph is written "
+                             f"back as one, got {a.output!r}, whose suffix says {fmt}; name it .pkl (or pass "
+                             "--out-format m3-agent to write the pickle there anyway)")
     cfg, merger = _config(a), _merger(a)
     g = load_video_graph(a.input)
-    emb = resolve_embedder(a.embedder, None, device=a.device)  # auto: the mean of the merged vectors
+    # auto: the mean of the merged vectors; StreamMeCo merges nothing, so it needs no model (and no warning)
+    emb = None if a.method == "streammeco" else resolve_embedder(a.embedder, None, device=a.device)
     res = compress_video(g, cfg, method=a.method, merger=merger, embedder=emb, device=a.device,
                          progress=_progress(a))
     save_video_graph(res.graph, a.output)
