@@ -105,3 +105,49 @@ def test_a_garbage_journal_record_names_its_line_and_the_remedy(tmp_path):
     path.write_text(json.dumps({"memforest_journal": 1, **fp}) + "\n" + json.dumps({"k": "x", "text": None}) + "\n")
     with pytest.raises(ValueError, match="line 2 must be a journal record"):
         JournaledMerger(object(), path, fingerprint=fp, resume=True)
+
+
+def _dead_url() -> str:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"  # nothing listens there
+
+
+def test_an_eval_whose_every_answer_failed_exits_non_zero_with_one_line(tmp_path, capsys):
+    from published_fixtures import write_longmemeval
+
+    bench = tmp_path / "longmemeval_s.json"
+    write_longmemeval(bench)
+    out = tmp_path / "out"
+    rc = main(["eval", "--benchmark", str(bench), "--methods", "tome", "--ratios", "0.5", "--seeds", "0", "-k", "3",
+               "--bootstrap", "10", "--out", str(out), "--quiet", "--answer-model", "qwen", "--base-url", _dead_url(),
+               "--llm-option", "max_retries=0", "--llm-option", "timeout=5"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1, err
+    assert err[0].startswith("memforest eval: error: every answer request failed (") and "'qwen'" in err[0]
+    assert "last error: URLError" in err[0] and "check --answer-model and --base-url; no results written" in err[0]
+    assert not any((out / f).exists() for f in ("results.json", "results.md", "per_question.npz"))
+
+
+def test_an_eval_where_some_answers_failed_says_how_many(tmp_path, capsys):
+    from published_fixtures import write_longmemeval
+    from qa_server import FakeQAServer
+
+    bench = tmp_path / "longmemeval_s.json"
+    items = write_longmemeval(bench)
+    out = tmp_path / "out"
+    argv = ["eval", "--benchmark", str(bench), "--methods", "tome", "--ratios", "0.5", "--seeds", "0", "-k", "3",
+            "--bootstrap", "10", "--out", str(out), "--quiet", "--answer-model", "fake", "--llm-option",
+            "max_retries=0"]
+    with FakeQAServer({it["question"]: str(it["answer"]) for it in items},
+                      {("answer", "new bicycle"): ["500"] * 99}) as srv:
+        assert main(argv + ["--base-url", srv.url]) == 0
+    err = capsys.readouterr().err
+    n = json.loads((out / "results.json").read_text())["meta"]["qa"]
+    failed, asked = n["failures"]["answer failed"], n["answers_asked"]
+    assert 0 < failed < asked
+    assert f"memforest eval: {failed} of {asked} answers failed (not scored, left out of J" in err
+    assert f"**{failed} of {asked} answers failed** (their requests got no reply" in (out / "results.md").read_text()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import traceback
 
 import pytest
@@ -66,6 +67,12 @@ def _journal(text: str):
     return setup
 
 
+def _dead_url() -> str:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"  # closed again: nothing listens there
+
+
 def _mem0(text: str, name="bad.yaml", sub="compress"):
     def setup(tmp):
         path = _write(tmp, name, text)
@@ -112,7 +119,7 @@ def _set(path: list, value):
 
 _DEL = object()
 
-# (id, setup(tmp) -> argv, exit status, what the one line must hold)
+# (id, setup(tmp) -> argv, exit status, what the one line must hold[, the folder a failed run may leave])
 CASES = [
     # 2: a Mem0 config that is not YAML, or YAML that builds Python objects
     ("2 yaml unclosed brace", _mem0("vector_store:\n  provider: qdrant\n  config: {collection_name: m, path: ./q\n"
@@ -201,6 +208,10 @@ CASES = [
      "--cache must be a path through folders, got"),
     ("12 --cache in a folder that takes none", _lme(None, "longmemeval_s.json", "--cache", "/proc/self/cache"), 2,
      "--cache must be a folder memforest can create, cannot create folders in '/proc/self'"),
+    # 6: a run whose every answer request failed (nothing listens at --base-url); its embedding cache is kept
+    ("6 every answer failed", lambda tmp: _lme(None, "longmemeval_s.json", "--answer-model", "foo:bar", "--base-url",
+                                               _dead_url(), "--llm-option", "max_retries=0")(tmp), 1,
+     "every answer request failed (", "out/"),
     # 7: inbox records: a tenant that is not a string, fields the compaction makes
     ("7 inbox tenant a number", _inbox(_new(0, tenant=123)), 2,
      "store.jsonl.inbox.jsonl, line 1: tenant of record 'a-s9-0' must be a non-empty string, got a number 123"),
@@ -246,8 +257,12 @@ def _files(tmp) -> set:
         {os.path.relpath(os.path.join(d, x), tmp) + "/" for d, xs, _ in os.walk(tmp) for x in xs}
 
 
-@pytest.mark.parametrize("case, setup, status, message", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_is_one_line_and_no_traceback(tmp_path, capsys, monkeypatch, case, setup, status, message):
+ROWS = [(*c, None) if len(c) == 4 else c for c in CASES]
+
+
+@pytest.mark.parametrize("case, setup, status, message, may_write", ROWS, ids=[c[0] for c in ROWS])
+def test_bad_input_is_one_line_and_no_traceback(tmp_path, capsys, monkeypatch, case, setup, status, message,
+                                                may_write):
     monkeypatch.chdir(tmp_path)
     argv = setup(tmp_path)
     before = _files(tmp_path)
@@ -263,4 +278,5 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path, capsys, monkeypatch, c
     assert "Traceback" not in err, err
     assert rc == status, (rc, err)
     assert len(lines) == 1 and message in lines[0], err
-    assert _files(tmp_path) == before, "nothing may be written"
+    after = {f for f in _files(tmp_path) if may_write is None or not f.startswith(may_write)}
+    assert after == before, "nothing may be written"

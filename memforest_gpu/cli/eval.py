@@ -300,6 +300,17 @@ def _run(a) -> int:
     res = run_grid(bench, methods, ratios, seeds, embedder=emb, merger=get_merger(a.merger), base_config=cfg,
                    eval_config=ecfg, device=a.device, progress=not a.quiet and sys.stderr.isatty(), qa=qa)
     emb.flush()
+    if qa is not None:
+        failed, asked = qa.answers_failed()
+        last = qa.answerer.summary().get("last_error")
+        if asked and failed == asked:  # nothing was answered: no result to write
+            print(f"memforest eval: error: every answer request failed ({failed} of {asked} answers from "
+                  f"--answer-model {a.answer_model!r}" + (f"; last error: {last}" if last else "")
+                  + "): check --answer-model and --base-url; no results written", file=sys.stderr)
+            return 1
+        if failed:
+            print(f"memforest eval: {failed} of {asked} answers failed (not scored, left out of J; counted in "
+                  f"results.md)" + (f"; last error: {last}" if last else ""), file=sys.stderr)
     res.meta["preset"] = a.preset or DEFAULT_PRESET
     paths = write_outputs(res, a.out, bootstrap=a.bootstrap, reference=_reference(a, methods, cfg))
     print(f"{len(methods)} methods x {len(ratios)} ratios x {len(seeds)} seeds in {time.perf_counter() - t0:.0f}s "

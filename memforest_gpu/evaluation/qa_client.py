@@ -70,7 +70,8 @@ class QAModel:
         st = self.backend.stats
         return {"spec": self.spec, "calls": st["calls"], "failed_requests": st["failed_requests"],
                 "prompt_tokens": st["prompt_tokens"], "completion_tokens": st["completion_tokens"],
-                "http_retries": st.get("http_retries", 0)}
+                "http_retries": st.get("http_retries", 0),
+                "last_error": getattr(self.backend, "_last_error", None)}
 
 
 def _backend(spec: str, *, base_url: str | None, max_tokens: int, options: dict):
