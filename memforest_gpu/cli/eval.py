@@ -40,8 +40,8 @@ from ..evaluation.stream_report import run_cli
 from ..mergers import get_merger
 from ..mergers.embedders import SentenceTransformerEmbedder
 from ..store.atomic import atomic_write_text
-from .eval_checks import RATIOS, STREAM_ONLY, check_eval_args
-from .eval_protocol import add_protocol_arguments, check_protocol_flags, qa_from_args, subset_from_args
+from . import eval_protocol as protocol
+from .eval_checks import RATIOS, add_stream_arguments, check_eval_args
 from .flags import FIELDS, add_keys_arguments, as_flag_error, check_text_weight
 from .parser import Parser
 
@@ -116,9 +116,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "the preset's schedule when it runs, else memforest:sequential)")
     p.add_argument("--export", default=None, help="only write the benchmark in the nodes + questions format here")
     p.add_argument("--report-only", action="store_true", help="redo tables and plot from OUT's results")
-    add_protocol_arguments(p)
+    protocol.add_protocol_arguments(p)
     _add_loo_arguments(p)
-    _add_stream_arguments(p)
+    add_stream_arguments(p)
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: the grid's tensor ops are small; 0 = torch's default)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -148,23 +148,6 @@ def _add_loo_arguments(p: argparse.ArgumentParser) -> None:
                         "and redo the selection without running anything")
     g.add_argument("--loo-select", default="B:ansr_content",
                    help="selection metric CUT:METRIC, plain top-k retention (B:ansr_content | B:ansr | k:evr | B:evr)")
-
-
-def _add_stream_arguments(p: argparse.ArgumentParser) -> None:
-    """``--stream`` and the flags of the streaming replay."""
-    g = p.add_argument_group("streaming replay (evaluation/stream.py, docs/compaction.md)")
-    g.add_argument("--stream", action="store_true",
-                   help="replay the benchmark session by session, compacting every tenant to its budget after each "
-                        "session; compare with one offline compress to the same size (default methods: "
-                        "memforest:matching,tome,kmeans_prune)")
-    g.add_argument("--budgets", default=STREAM_ONLY["budgets"],
-                   help="--stream: budgets, fractions of each tenant's final size")
-    g.add_argument("--low-water", type=float, default=STREAM_ONLY["low_water"],
-                   help="--stream: a tenant over budget keeps LOW_WATER x budget")
-    g.add_argument("--no-full-reference", action="store_true",
-                   help="--stream: skip re-running compress on the whole store after every session")
-    g.add_argument("--rerun", action="store_true",
-                   help="--stream: also compress every memory so far, uncompressed, after every session")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -227,11 +210,8 @@ def _load(a, shape: str | None = None):
     bench = load_benchmark(a.benchmark, nodes=shape or _shapes(a)[0], turns_per_node=getattr(a, "turns_per_node", 1),
                            contexts=getattr(a, "contexts", None),
                            skip_missing_contexts=getattr(a, "skip_missing_contexts", False))
-    skipped = bench.info.get("questions_skipped_missing_context")
-    if skipped:
-        print(f"memforest eval: {skipped} question(s) skipped (--skip-missing-contexts): their shared_context_id "
-              f"is one of {bench.info['contexts_missing']} context(s) the contexts file lacks", file=sys.stderr)
-    return subset_from_args(bench, a)
+    protocol.say_skipped(bench)
+    return protocol.subset_from_args(bench, a)
 
 
 def _reference(a, methods: list[str], cfg) -> str | None:
@@ -272,7 +252,7 @@ def _run(a) -> int:
         return 0
 
 
-    check_protocol_flags(a)
+    protocol.check_protocol_flags(a)
     if a.leave_one_out:
         return _run_loo(a)
     cfg = _config(a)
@@ -291,7 +271,7 @@ def _run(a) -> int:
     methods += [m for m in GRAPH_BASELINES if a.methods == "default" and bench.has_entity_links()]
     if a.reference and a.reference not in methods:  # a typo would leave every comparison out
         raise ValueError(f"--reference must be one of the methods run ({', '.join(methods)}), got {a.reference!r}")
-    qa = qa_from_args(a)
+    qa = protocol.qa_from_args(a)
     inner = SentenceTransformerEmbedder(None if a.embedder == "default" else a.embedder, device=a.device)
     emb = CachedEmbedder(inner, a.cache or os.path.join(a.out, ".cache"))
     if a.threads:
@@ -300,17 +280,8 @@ def _run(a) -> int:
     res = run_grid(bench, methods, ratios, seeds, embedder=emb, merger=get_merger(a.merger), base_config=cfg,
                    eval_config=ecfg, device=a.device, progress=not a.quiet and sys.stderr.isatty(), qa=qa)
     emb.flush()
-    if qa is not None:
-        failed, asked = qa.answers_failed()
-        last = qa.answerer.summary().get("last_error")
-        if asked and failed == asked:  # nothing was answered: no result to write
-            print(f"memforest eval: error: every answer request failed ({failed} of {asked} answers from "
-                  f"--answer-model {a.answer_model!r}" + (f"; last error: {last}" if last else "")
-                  + "): check --answer-model and --base-url; no results written", file=sys.stderr)
-            return 1
-        if failed:
-            print(f"memforest eval: {failed} of {asked} answers failed (not scored, left out of J; counted in "
-                  f"results.md)" + (f"; last error: {last}" if last else ""), file=sys.stderr)
+    if qa is not None and not protocol.answers_said(qa, a):  # every answer failed: nothing to write
+        return 1
     res.meta["preset"] = a.preset or DEFAULT_PRESET
     paths = write_outputs(res, a.out, bootstrap=a.bootstrap, reference=_reference(a, methods, cfg))
     print(f"{len(methods)} methods x {len(ratios)} ratios x {len(seeds)} seeds in {time.perf_counter() - t0:.0f}s "

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from ..evaluation.qa import QAConfig, QAProtocol
 from ..evaluation.qa_client import parse_spec
 from .flags import parse_options
 
-__all__ = ["add_protocol_arguments", "qa_from_args", "subset_from_args", "check_protocol_flags"]
+__all__ = ["add_protocol_arguments", "qa_from_args", "subset_from_args", "check_protocol_flags", "answers_said",
+           "say_skipped"]
 
 
 def add_protocol_arguments(p: argparse.ArgumentParser) -> None:
@@ -89,3 +91,27 @@ def subset_from_args(bench, a):
     if tenants is None and getattr(a, "max_questions", None) is None:
         return bench
     return bench.subset(tenants=tenants, max_questions=a.max_questions)
+
+
+def answers_said(qa, a) -> bool:
+    """After the grid: False (with one error line) when every answer request failed, so the
+    run has nothing to report; else True, with one line saying how many failed when some did."""
+    failed, asked = qa.answers_failed()
+    last = qa.answerer.summary().get("last_error")
+    if asked and failed == asked:
+        print(f"memforest eval: error: every answer request failed ({failed} of {asked} answers from "
+              f"--answer-model {a.answer_model!r}" + (f"; last error: {last}" if last else "")
+              + "): check --answer-model and --base-url; no results written", file=sys.stderr)
+        return False
+    if failed:
+        print(f"memforest eval: {failed} of {asked} answers failed (not scored, left out of J; counted in results.md)"
+              + (f"; last error: {last}" if last else ""), file=sys.stderr)
+    return True
+
+
+def say_skipped(bench) -> None:
+    """One line on stderr when ``--skip-missing-contexts`` left questions out."""
+    skipped = bench.info.get("questions_skipped_missing_context")
+    if skipped:
+        print(f"memforest eval: {skipped} question(s) skipped (--skip-missing-contexts): their shared_context_id is "
+              f"one of {bench.info['contexts_missing']} context(s) the contexts file lacks", file=sys.stderr)
