@@ -199,7 +199,7 @@ def _parse(raw: bytes, ln: int, path: str) -> dict | None:
     made = sorted(set(rec) & _MADE)
     if made:
         raise ValueError(f"{path}, line {ln}: record {rec['id']!r} must not carry {made[0]!r} (a new memory's "
-                         f"{'key vectors' if made[0] != 'tree' else 'tree'} are made by the compaction), got "
+                         f"{'key vectors are' if made[0] != 'tree' else 'tree is'} made by the compaction), got "
                          f"{_shown(rec[made[0]])}; remove the field (nothing was folded in)")
     other = sorted(set(rec) - _FIELDS)
     if other:
