@@ -35,7 +35,7 @@ def test_tenants_nodes_and_options(tmp_path):
     first = b.questions[0]
     assert len(first.options) == 4 and first.options[2].startswith("Absolutely. I recall you mentioned")
     assert first.answer == first.options[2] and first.evidence == ()
-    assert first.category == "recalling_facts_mentioned_by_the_user"
+    assert first.category == "recall_user_shared_facts"  # the GitHub release's recalling_facts_mentioned_by_the_user
     assert b.questions[1].answer.startswith("I remember you found the pottery class tedious")
 
 
@@ -105,3 +105,56 @@ def test_eval_without_an_llm_gives_answer_recall_not_evidence(tmp_path):
     md = (out / "results.md").read_text()
     assert "4 multiple-choice questions: AnsR counts the correct option's distinctive tokens" in md
     assert "LLM protocol" not in md
+
+
+def _rows_csv(path, rows, hf: bool = False) -> str:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        cols = [("user_question_or_message" if hf and k == "question" else k) for k in rows[0]]
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows([{("user_question_or_message" if hf and k == "question" else k): v for k, v in r.items()}
+                     for r in rows])
+    return str(path)
+
+
+def test_the_two_releases_question_types_are_reported_under_one_name(tmp_path):
+    """GitHub's recalling_facts_mentioned_by_the_user and Hugging Face's recall_user_shared_facts (and
+    the other six pairs) are one category; an unknown name is kept and listed."""
+    from memforest_gpu.evaluation.personamem import QUESTION_TYPES
+
+    q, c = write_personamem(tmp_path)
+    github = {"recalling_facts_mentioned_by_the_user": "recall_user_shared_facts",
+              "recalling_the_latest_user_preferences": "acknowledge_latest_user_preferences",
+              "recommendation_aligned_with_users_latest_preferences": "provide_preference_aligned_recommendations"}
+    gh = load_personamem(q, contexts=c)
+    assert [x.category for x in gh.questions] == [github[r["question_type"]] for r in personamem_rows()]
+    hf_names = ["recall_user_shared_facts", "acknowledge_latest_user_preferences", "track_full_preference_evolution",
+                "unheard_of_type"]
+    rows = [{**r, "question_type": t} for r, t in zip(personamem_rows(), hf_names)]
+    hf = load_personamem(_rows_csv(tmp_path / "questions_hf.csv", rows, hf=True), contexts=c)
+    assert [x.category for x in hf.questions] == hf_names
+    assert hf.info["question_types_unknown"] == ["unheard_of_type"] and "question_types_unknown" not in gh.info
+    assert len(set(QUESTION_TYPES.values())) == 7 and set(QUESTION_TYPES.values()) <= set(QUESTION_TYPES)
+
+
+def test_skip_missing_contexts_evaluates_the_others_and_counts_them(tmp_path, capsys):
+    q, c = write_personamem(tmp_path)
+    rows = personamem_rows()
+    rows[1]["shared_context_id"] = rows[3]["shared_context_id"] = "ghost-context"
+    path = _rows_csv(tmp_path / "questions_32k.csv", rows)
+    out = tmp_path / "out"
+    argv = ["--benchmark", path, "--methods", "kmeans_prune", "--ratios", "0.5", "--seeds", "0", "-k", "2",
+            "--bootstrap", "10", "--out", str(out), "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "row 3: shared_context_id must be a context of" in err and "got 'ghost-context' (2 of 4 questions" in err
+    assert "--skip-missing-contexts evaluates the others" in err and not out.exists()
+    b = load_personamem(path, skip_missing_contexts=True)
+    assert [x.id for x in b.questions] == ["fixture-q1", "fixture-q3"]
+    assert b.info["questions_skipped_missing_context"] == 2 and b.info["contexts_missing"] == 1
+    assert main(argv + ["--skip-missing-contexts"]) == 0
+    err = capsys.readouterr().err
+    assert "2 question(s) skipped (--skip-missing-contexts): their shared_context_id is one of 1 context(s)" in err
+    data = json.loads((out / "results.json").read_text())
+    assert data["meta"]["questions"] == 2 and data["meta"]["questions_skipped_missing_context"] == 2
+    assert "**2 questions skipped** (--skip-missing-contexts)" in (out / "results.md").read_text()

@@ -189,7 +189,7 @@ def test_flag_errors(tmp_path, capsys):
     assert main(base + ["--judge-model", "j"]) == 2
     assert "--judge-model needs --answer-model" in capsys.readouterr().err
     assert main(base + ["--answer-model", "m", "--llm-option", "colour=red"]) == 2
-    assert "options of merger 'openai' must be among" in capsys.readouterr().err
+    assert "--llm-option: options of the back end 'openai' must be among" in capsys.readouterr().err
     assert main(base + ["--answer-model", "transformers:/nowhere/model.gguf", "--base-url", "http://x:1/v1"]) == 2
     assert "base_url is for OpenAI-compatible servers" in capsys.readouterr().err
     no_ratios = [a for a in base if a not in ("--ratios", "0.5")]  # --stream refuses --ratios first

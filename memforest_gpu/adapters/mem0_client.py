@@ -3,7 +3,6 @@ its embedding model as a memforest embedder."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 
 import numpy as np
@@ -11,33 +10,11 @@ import torch
 
 from ..mergers.embedders import count_words
 from .mem0_check import check_dims, given_dims, one_line, preflight, store_dim
+from .mem0_config import check_config, load_config
 from .vectors import check_provider, provider_of
 from .vectors_pg import pg_table_dim
 
 __all__ = ["load_config", "load_memory", "close_memory", "entity_store", "Mem0Embedder", "check_dimension"]
-
-
-def load_config(path: str | os.PathLike) -> dict:
-    """Mem0's config dict from YAML or JSON (optionally under a top-level ``mem0:`` key)."""
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"Mem0 config not found: {path!r}")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    if path.endswith(".json"):
-        cfg = json.loads(text)
-    else:
-        try:
-            import yaml
-        except ImportError:
-            raise ImportError("reading a YAML config needs pyyaml: pip install 'memforest-gpu[mem0]'") from None
-        cfg = yaml.safe_load(text)
-    if isinstance(cfg, dict) and isinstance(cfg.get("mem0"), dict):
-        cfg = cfg["mem0"]
-    if not isinstance(cfg, dict) or "vector_store" not in cfg:
-        raise ValueError(f"{path}: Mem0 config must be a mapping with a 'vector_store' section, got "
-                         f"{sorted(cfg) if isinstance(cfg, dict) else type(cfg).__name__}")
-    return cfg
 
 
 def load_memory(config: dict | str | os.PathLike, *, create: bool = False, quiet: bool = False):
@@ -53,6 +30,8 @@ def load_memory(config: dict | str | os.PathLike, *, create: bool = False, quiet
     ``infer=False``); a config without an ``llm`` section gets a placeholder so that Mem0
     starts without an API key."""
     cfg = dict(load_config(config) if not isinstance(config, dict) else config)
+    if isinstance(config, dict):
+        check_config(cfg)
     vs = cfg.get("vector_store") or {}
     check_provider(vs.get("provider", "qdrant") if isinstance(vs, dict) else vs)  # before Mem0 connects anywhere
     if isinstance(vs, dict):

@@ -6,7 +6,6 @@ to ``run(args)``; ``main(argv)`` runs them on their own.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -27,6 +26,7 @@ from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
 from .compact import add_budget_arguments, budget_from_args
 from .flags import add_config_arguments, check_embedder_flag, config_from_args, parse_options, refuse_ignored
+from .parser import Parser
 from .report import format_report
 
 __all__ = ["add_parser", "run", "main", "m3_vectors"]
@@ -246,6 +246,8 @@ def _graph_compress(a) -> int:
         g = dataclasses.replace(g, texts=dataclasses.replace(g.texts, embedder=None))
     if load_emb is not None and g.texts.embedder == load_emb.name:
         emb = load_emb  # one model per run
+    elif a.method == "streammeco":
+        emb = None  # StreamMeCo removes nodes and merges none: no merged vector to make, nothing to warn about
     else:
         emb = resolve_embedder(a.embedder, g.texts.embedder, device=a.device)
     res = compress_graph(g, cfg, merger=merger, embedder=emb, device=a.device, progress=_progress(a),
@@ -269,9 +271,19 @@ def _m3_compress(a) -> int:
     if a.method == "streammeco":
         refuse_ignored(a, {"m3_vectors": "auto"}, "applies only with --method memforest (StreamMeCo keeps nodes as "
                                                   "they were)")
+    if a.out_format is None and not is_m3_agent_path(a.output, None):
+        try:
+            fmt = detect_format(a.output, None, flag="--out-format")
+        except ValueError:
+            fmt = None  # a suffix of no format (.bin): the pickle goes there, as asked
+        if fmt is not None:
+            raise ValueError(f"OUTPUT must be an M3-Agent pickle (.pkl or .pickle), as an M3-Agent graph is written "
+                             f"back as one, got {a.output!r}, whose suffix says {fmt}; name it .pkl (or pass "
+                             "--out-format m3-agent to write the pickle there anyway)")
     cfg, merger = _config(a), _merger(a)
     g = load_video_graph(a.input)
-    emb = resolve_embedder(a.embedder, None, device=a.device)  # auto: the mean of the merged vectors
+    # auto: the mean of the merged vectors; StreamMeCo merges nothing, so it needs no model (and no warning)
+    emb = None if a.method == "streammeco" else resolve_embedder(a.embedder, None, device=a.device)
     res = compress_video(g, cfg, method=a.method, merger=merger, embedder=emb, device=a.device,
                          progress=_progress(a), vectors=a.m3_vectors)
     save_video_graph(res.graph, a.output)
@@ -299,7 +311,7 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="memforest")
+    ap = Parser(prog="memforest")
     ap.add_argument("-v", "--verbose", action="store_true")
     add_parser(ap.add_subparsers(dest="cmd", required=True))
     args = ap.parse_args(argv)

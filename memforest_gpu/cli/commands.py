@@ -22,28 +22,10 @@ from . import compact as compact_cli
 from . import eval as eval_cli
 from .demo import run_demo
 from .flags import add_config_arguments, as_flag_error, check_embedder_flag, config_flag_error, config_from_args
+from .parser import HelpFormatter, Parser  # noqa: F401 (HelpFormatter: re-exported)
 from .report import format_report
 
 __all__ = ["main", "build_parser"]
-
-
-class HelpFormatter(argparse.HelpFormatter):
-    """Each option's one-line help, with its default appended unless the help states it."""
-
-    def _get_help_string(self, action):
-        h = action.help or ""
-        d = action.default
-        if not action.option_strings or "(default" in h or d is None or d is False or d == argparse.SUPPRESS:
-            return h
-        return h + " (default: %(default)s)"
-
-
-class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` using :class:`HelpFormatter`; its sub-parsers inherit it."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -252,6 +234,10 @@ def printable(text: str) -> str:
 
 def _search(a) -> int:
     check_embedder_flag(a.embedder, allowed=("auto", "default"))
+    if not a.query.strip():
+        raise ValueError(f"QUERY must be a text to search for, got {a.query!r}")
+    if a.k < 1:
+        raise ValueError(f"-k must be an integer >= 1, got {a.k}")
     hits = search_file(a.store, [a.query], k=a.k, agpr=a.agpr, tenant=a.tenant, embedder=a.embedder,
                        device=a.device)[0]
     if a.json:

@@ -40,9 +40,10 @@ from ..evaluation.stream_report import run_cli
 from ..mergers import get_merger
 from ..mergers.embedders import SentenceTransformerEmbedder
 from ..store.atomic import atomic_write_text
-from .eval_checks import RATIOS, STREAM_ONLY, check_eval_args
-from .eval_protocol import add_protocol_arguments, check_protocol_flags, qa_from_args, subset_from_args
-from .flags import FIELDS, add_keys_arguments, as_flag_error
+from . import eval_protocol as protocol
+from .eval_checks import RATIOS, add_stream_arguments, check_eval_args
+from .flags import FIELDS, add_keys_arguments, as_flag_error, check_text_weight
+from .parser import Parser
 
 __all__ = ["add_parser", "run", "main"]
 
@@ -115,9 +116,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "the preset's schedule when it runs, else memforest:sequential)")
     p.add_argument("--export", default=None, help="only write the benchmark in the nodes + questions format here")
     p.add_argument("--report-only", action="store_true", help="redo tables and plot from OUT's results")
-    add_protocol_arguments(p)
+    protocol.add_protocol_arguments(p)
     _add_loo_arguments(p)
-    _add_stream_arguments(p)
+    add_stream_arguments(p)
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: the grid's tensor ops are small; 0 = torch's default)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -147,23 +148,6 @@ def _add_loo_arguments(p: argparse.ArgumentParser) -> None:
                         "and redo the selection without running anything")
     g.add_argument("--loo-select", default="B:ansr_content",
                    help="selection metric CUT:METRIC, plain top-k retention (B:ansr_content | B:ansr | k:evr | B:evr)")
-
-
-def _add_stream_arguments(p: argparse.ArgumentParser) -> None:
-    """``--stream`` and the flags of the streaming replay."""
-    g = p.add_argument_group("streaming replay (evaluation/stream.py, docs/compaction.md)")
-    g.add_argument("--stream", action="store_true",
-                   help="replay the benchmark session by session, compacting every tenant to its budget after each "
-                        "session; compare with one offline compress to the same size (default methods: "
-                        "memforest:matching,tome,kmeans_prune)")
-    g.add_argument("--budgets", default=STREAM_ONLY["budgets"],
-                   help="--stream: budgets, fractions of each tenant's final size")
-    g.add_argument("--low-water", type=float, default=STREAM_ONLY["low_water"],
-                   help="--stream: a tenant over budget keeps LOW_WATER x budget")
-    g.add_argument("--no-full-reference", action="store_true",
-                   help="--stream: skip re-running compress on the whole store after every session")
-    g.add_argument("--rerun", action="store_true",
-                   help="--stream: also compress every memory so far, uncompressed, after every session")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -200,9 +184,11 @@ def _config(a):
         for dest, (stage, name) in FIELDS.items():
             if dest not in ("ratio", "schedule") and getattr(a, dest, None) is not None:
                 changes[stage][name] = getattr(a, dest)
-        return replace(c, **{stage: replace(getattr(c, stage), **kw) for stage, kw in changes.items()})
+        cfg = replace(c, **{stage: replace(getattr(c, stage), **kw) for stage, kw in changes.items()})
     except ValueError as e:
         raise ValueError(as_flag_error(str(e), a)) from None
+    check_text_weight(a, cfg)
+    return cfg
 
 
 def _shapes(a) -> list[str]:
@@ -222,8 +208,10 @@ def _load(a, shape: str | None = None):
     ``shape``, default ``--nodes``), restricted to ``--tenants`` and ``--max-questions``."""
 
     bench = load_benchmark(a.benchmark, nodes=shape or _shapes(a)[0], turns_per_node=getattr(a, "turns_per_node", 1),
-                           contexts=getattr(a, "contexts", None))
-    return subset_from_args(bench, a)
+                           contexts=getattr(a, "contexts", None),
+                           skip_missing_contexts=getattr(a, "skip_missing_contexts", False))
+    protocol.say_skipped(bench)
+    return protocol.subset_from_args(bench, a)
 
 
 def _reference(a, methods: list[str], cfg) -> str | None:
@@ -236,8 +224,15 @@ def _reference(a, methods: list[str], cfg) -> str | None:
 
 
 def run(a) -> int:
-    """Run ``memforest eval`` from parsed arguments; returns the exit status."""
+    """Run ``memforest eval`` from parsed arguments; returns the exit status. An error that
+    names a field by its option's name (``k must be ...``) names the flag (``-k must be ...``)."""
+    try:
+        return _run(a)
+    except ValueError as e:
+        raise ValueError(as_flag_error(str(e), a)) from None
 
+
+def _run(a) -> int:
     check_eval_args(a)  # paths, number lists, flags the mode would ignore
     if a.export:
         bench_dir = a.benchmark if os.path.isdir(a.benchmark) else os.path.dirname(os.path.abspath(a.benchmark))
@@ -257,7 +252,7 @@ def run(a) -> int:
         return 0
 
 
-    check_protocol_flags(a)
+    protocol.check_protocol_flags(a)
     if a.leave_one_out:
         return _run_loo(a)
     cfg = _config(a)
@@ -276,7 +271,7 @@ def run(a) -> int:
     methods += [m for m in GRAPH_BASELINES if a.methods == "default" and bench.has_entity_links()]
     if a.reference and a.reference not in methods:  # a typo would leave every comparison out
         raise ValueError(f"--reference must be one of the methods run ({', '.join(methods)}), got {a.reference!r}")
-    qa = qa_from_args(a)
+    qa = protocol.qa_from_args(a)
     inner = SentenceTransformerEmbedder(None if a.embedder == "default" else a.embedder, device=a.device)
     emb = CachedEmbedder(inner, a.cache or os.path.join(a.out, ".cache"))
     if a.threads:
@@ -285,6 +280,8 @@ def run(a) -> int:
     res = run_grid(bench, methods, ratios, seeds, embedder=emb, merger=get_merger(a.merger), base_config=cfg,
                    eval_config=ecfg, device=a.device, progress=not a.quiet and sys.stderr.isatty(), qa=qa)
     emb.flush()
+    if qa is not None and not protocol.answers_said(qa, a):  # every answer failed: nothing to write
+        return 1
     res.meta["preset"] = a.preset or DEFAULT_PRESET
     paths = write_outputs(res, a.out, bootstrap=a.bootstrap, reference=_reference(a, methods, cfg))
     print(f"{len(methods)} methods x {len(ratios)} ratios x {len(seeds)} seeds in {time.perf_counter() - t0:.0f}s "
@@ -378,7 +375,7 @@ def dataclasses_dict(c) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="memforest eval", description="Measure compression quality (EVAL.md).")
+    ap = Parser(prog="memforest eval", description="Measure compression quality (EVAL.md).")
     ap.add_argument("-v", "--verbose", action="store_true")
     _add_arguments(ap)
     a = ap.parse_args(argv)

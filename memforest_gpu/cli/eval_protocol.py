@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from ..evaluation.qa import QAConfig, QAProtocol
+from ..evaluation.qa_client import parse_spec
 from .flags import parse_options
 
-__all__ = ["add_protocol_arguments", "qa_from_args", "subset_from_args", "check_protocol_flags"]
+__all__ = ["add_protocol_arguments", "qa_from_args", "subset_from_args", "check_protocol_flags", "answers_said",
+           "say_skipped"]
 
 
 def add_protocol_arguments(p: argparse.ArgumentParser) -> None:
@@ -17,6 +20,9 @@ def add_protocol_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--contexts", default=None,
                    help="PersonaMem: the shared_contexts_*.jsonl of the questions .csv (default: the published name "
                         "beside it)")
+    g.add_argument("--skip-missing-contexts", action="store_true",
+                   help="PersonaMem: evaluate the questions whose shared_context_id is in the contexts file and skip "
+                        "(count, and report) the others (default: such a question stops the run, naming its row)")
     g.add_argument("--tenants", default=None,
                    help="comma list: only these tenants (LoCoMo: sample ids; LongMemEval: question ids; PersonaMem: "
                         "CONTEXT@END)")
@@ -57,10 +63,26 @@ def qa_from_args(a):
                              f"--judge-model {a.judge_model!r}")
         return None
 
+    for flag, spec in (("--answer-model", a.answer_model), ("--judge-model", a.judge_model)):
+        if spec is not None:
+            try:
+                kind, model = parse_spec(spec)
+            except ValueError as e:
+                raise ValueError(f"{flag}{str(e)[len('model'):]}") from None
+            allow = parse_options(a.llm_option, "--llm-option").get("allow_download")
+            if kind in ("vllm", "transformers") and not allow and not a.base_url and not os.path.exists(model):
+                raise ValueError(f"{flag} must be {kind}:PATH, a local model directory or .gguf file, got {spec!r} "
+                                 "(no such file or folder)")
     cfg = QAConfig(answer_model=a.answer_model, judge_model=a.judge_model, base_url=a.base_url,
                    answer_max_tokens=a.answer_max_tokens, judge_max_tokens=a.judge_max_tokens,
-                   options=parse_options(a.llm_option))
-    return QAProtocol(cfg, cache_dir=a.cache or os.path.join(a.out, ".cache"))
+                   options=parse_options(a.llm_option, "--llm-option"))
+    try:
+        return QAProtocol(cfg, cache_dir=a.cache or os.path.join(a.out, ".cache"))
+    except ValueError as e:
+        msg = str(e)
+        if msg.startswith("options of merger "):  # the back end's options are given with --llm-option
+            msg = "--llm-option: " + msg.replace("options of merger", "options of the back end", 1)
+        raise ValueError(msg) from None
 
 
 def subset_from_args(bench, a):
@@ -69,3 +91,27 @@ def subset_from_args(bench, a):
     if tenants is None and getattr(a, "max_questions", None) is None:
         return bench
     return bench.subset(tenants=tenants, max_questions=a.max_questions)
+
+
+def answers_said(qa, a) -> bool:
+    """After the grid: False (with one error line) when every answer request failed, so the
+    run has nothing to report; else True, with one line saying how many failed when some did."""
+    failed, asked = qa.answers_failed()
+    last = qa.answerer.summary().get("last_error")
+    if asked and failed == asked:
+        print(f"memforest eval: error: every answer request failed ({failed} of {asked} answers from "
+              f"--answer-model {a.answer_model!r}" + (f"; last error: {last}" if last else "")
+              + "): check --answer-model and --base-url; no results written", file=sys.stderr)
+        return False
+    if failed:
+        print(f"memforest eval: {failed} of {asked} answers failed (not scored, left out of J; counted in results.md)"
+              + (f"; last error: {last}" if last else ""), file=sys.stderr)
+    return True
+
+
+def say_skipped(bench) -> None:
+    """One line on stderr when ``--skip-missing-contexts`` left questions out."""
+    skipped = bench.info.get("questions_skipped_missing_context")
+    if skipped:
+        print(f"memforest eval: {skipped} question(s) skipped (--skip-missing-contexts): their shared_context_id is "
+              f"one of {bench.info['contexts_missing']} context(s) the contexts file lacks", file=sys.stderr)

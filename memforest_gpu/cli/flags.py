@@ -13,7 +13,8 @@ import re
 from ..config import DEFAULT_PRESET, PRESETS, preset
 
 __all__ = ["add_config_arguments", "config_from_args", "as_flag_error", "check_embedder_flag", "parse_options",
-           "FIELDS", "config_flag_error", "check_number_lists", "refuse_ignored", "add_keys_arguments", "keys_count"]
+           "FIELDS", "config_flag_error", "check_number_lists", "refuse_ignored", "add_keys_arguments", "keys_count",
+           "check_text_weight"]
 
 
 #: flag dest -> (stage, field) of CompressConfig; ``seed`` sets both the partition's and the merge's
@@ -36,9 +37,12 @@ def keys_count(value: str) -> int:
     if value.strip().lower() == "all":
         return -1
     try:
-        return int(value)
+        k = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0 or 'all', got {value!r}") from None
+        k = -1
+    if k < 0:  # -1 means every source inside the config; on the command line that is 'all'
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0 or 'all', got {value!r}")
+    return k
 
 
 def add_keys_arguments(g, h=lambda text, dest: text) -> None:
@@ -153,9 +157,20 @@ def config_from_args(a: argparse.Namespace):
                                            for stage, kw in changes.items()})
         if getattr(a, "storage_dtype", None) is not None:
             cfg = dataclasses.replace(cfg, storage_dtype=a.storage_dtype)
-        return cfg
     except ValueError as e:
         raise ValueError(as_flag_error(str(e), a)) from None
+    check_text_weight(a, cfg)
+    return cfg
+
+
+def check_text_weight(a: argparse.Namespace, cfg) -> None:
+    """``--text-weight`` weighs a merged node's keys: refused where the config keeps none
+    (``keys`` 0) unless it is 1 (the text alone), where it would be ignored."""
+    if getattr(a, "text_weight", None) not in (None, 1.0) and cfg.merge.keys == 0:
+        why = "--keys 0" if getattr(a, "keys", None) is not None else \
+            f"the {getattr(a, 'preset', None) or DEFAULT_PRESET} preset's keys 0"
+        raise ValueError(f"--text-weight applies to merged nodes that keep keys (--keys K or all), got {why} (merged "
+                         f"nodes are searched by their text alone) with --text-weight {a.text_weight:g}")
 
 
 def as_flag_error(message: str, a: argparse.Namespace) -> str:
@@ -163,7 +178,7 @@ def as_flag_error(message: str, a: argparse.Namespace) -> str:
     with the name of one of the parsed options (the command line's words, not the API's)."""
     m = re.match(r"(\w+) must", message)
     if m and m.group(1) in vars(a):
-        return "--" + m.group(1).replace("_", "-") + message[len(m.group(1)):]
+        return _flag(m.group(1)) + message[len(m.group(1)):]
     return message
 
 
@@ -177,7 +192,7 @@ def config_flag_error(message: str) -> str:
 
 
 def _flag(dest: str) -> str:
-    return "--" + dest.replace("_", "-")
+    return ("-" if len(dest) == 1 and dest.islower() else "--") + dest.replace("_", "-")
 
 
 def check_number_lists(a: argparse.Namespace, kinds: dict) -> None:
@@ -211,12 +226,13 @@ def check_embedder_flag(spec: str, *, allowed=("auto", "default", "none"), flag:
     raise ValueError(f"{flag} must be one of {list(allowed)} or a local model directory, got {spec!r}")
 
 
-def parse_options(pairs: list[str]) -> dict:
-    """``["model=/m", "max_tokens=128"]`` -> ``{"model": "/m", "max_tokens": 128}``"""
+def parse_options(pairs: list[str], flag: str = "--merger-option") -> dict:
+    """``["model=/m", "max_tokens=128"]`` -> ``{"model": "/m", "max_tokens": 128}``; a pair
+    without ``=`` is refused naming ``flag``."""
     out = {}
     for p in pairs:
-        if "=" not in p:
-            raise ValueError(f"--merger-option must be KEY=VALUE, got {p!r}")
+        if "=" not in p or not p.split("=", 1)[0].strip():
+            raise ValueError(f"{flag} must be KEY=VALUE, got {p!r}")
         k, v = p.split("=", 1)
         try:
             out[k.strip().replace("-", "_")] = json.loads(v)

@@ -61,17 +61,19 @@ def read_questions(path: str) -> list[Question]:
 
 
 def load_benchmark(path: str, *, nodes: str | None = None, turns_per_node: int = 1,
-                   contexts: str | None = None) -> Benchmark:
+                   contexts: str | None = None, skip_missing_contexts: bool = False) -> Benchmark:
     """A benchmark folder (nodes + questions files) or a published file, read as it is:
     LoCoMo's or LongMemEval's ``.json`` (told apart by their keys), PersonaMem's questions
     ``.csv`` (with its ``contexts`` file, default the published name beside it). ``nodes``
     chooses the node shape where the file allows several (LoCoMo: turns | facts; LongMemEval:
     turns | sessions; PersonaMem: turns, one node per message; default turns);
-    ``turns_per_node``: LoCoMo
-    turns only."""
+    ``turns_per_node``: LoCoMo turns only; ``skip_missing_contexts``: PersonaMem only, leave out
+    (and count) the questions whose context the contexts file lacks."""
     path = os.fspath(path)
+    if skip_missing_contexts and not (os.path.isfile(path) and path.endswith(".csv")):
+        raise ValueError(f"--skip-missing-contexts is for PersonaMem's questions .csv, got {path!r}")
     if os.path.isfile(path):
-        return _load_file(path, nodes, turns_per_node, contexts)
+        return _load_file(path, nodes, turns_per_node, contexts, skip_missing_contexts)
     if nodes not in (None, "turns") or turns_per_node != 1 or contexts is not None:
         raise ValueError(f"--nodes, --turns-per-node and --contexts need a published benchmark file (LoCoMo or "
                          f"LongMemEval .json, PersonaMem .csv), got {path!r}")
@@ -93,7 +95,8 @@ def load_benchmark(path: str, *, nodes: str | None = None, turns_per_node: int =
     return Benchmark(os.path.basename(os.path.normpath(path)), nodes, questions)
 
 
-def _load_file(path: str, nodes: str | None, turns_per_node: int, contexts: str | None) -> Benchmark:
+def _load_file(path: str, nodes: str | None, turns_per_node: int, contexts: str | None,
+               skip_missing_contexts: bool = False) -> Benchmark:
     """A published file, by its suffix and (for .json) its keys."""
     if path.endswith(".json"):
         if contexts is not None:
@@ -108,7 +111,7 @@ def _load_file(path: str, nodes: str | None, turns_per_node: int, contexts: str 
             raise ValueError(f"--turns-per-node is for LoCoMo turns, got PersonaMem file {path!r}")
         if nodes not in (None, *PERSONAMEM_SHAPES):
             raise ValueError(f"nodes must be one of {list(PERSONAMEM_SHAPES)} for PersonaMem, got {nodes!r}")
-        return load_personamem(path, contexts=contexts)
+        return load_personamem(path, contexts=contexts, skip_missing_contexts=skip_missing_contexts)
     raise ValueError(f"benchmark must be a folder with nodes + {QUESTION_FILE}, a LoCoMo or LongMemEval .json file "
                      f"or a PersonaMem questions .csv, got {path!r}")
 

@@ -56,10 +56,36 @@ def parse_lme_date(s: str) -> float:
 
 
 def is_longmemeval(path: str) -> bool:
-    """True when a ``.json`` file looks like LongMemEval (its first item has LongMemEval's keys)."""
+    """True when a ``.json`` file is LongMemEval: its name is a release's
+    (``longmemeval_*.json``), or its first item has LongMemEval's keys."""
+    if os.path.basename(path).lower().startswith("longmemeval"):
+        return True
     with open(path, encoding="utf-8", errors="replace") as f:
         head = f.read(1 << 16)
     return '"haystack_sessions"' in head or ('"question_type"' in head and '"question_id"' in head)
+
+
+def _kind(value) -> str:
+    return {dict: "an object", list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+
+
+def _shown(value) -> str:
+    r = repr(value)
+    return f"{_kind(value)} {r if len(r) <= 60 else r[:57] + '...'}" if value is not None else "null"
+
+
+def _read(path: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} must be LongMemEval JSON, got bad JSON at line {e.lineno} column {e.colno}: "
+                         f"{e.msg}") from None
+    except RecursionError:
+        raise ValueError(f"{path} must be LongMemEval JSON, got nesting too deep to read") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} must be UTF-8 text, got a byte that is not ({e.reason} at byte {e.start})") from None
 
 
 def load_longmemeval(path: str, *, nodes: str = "turns") -> Benchmark:
@@ -67,10 +93,14 @@ def load_longmemeval(path: str, *, nodes: str = "turns") -> Benchmark:
     (:data:`NODE_SHAPES`). See the module docstring."""
     if nodes not in NODE_SHAPES:
         raise ValueError(f"nodes must be one of {list(NODE_SHAPES)} for LongMemEval, got {nodes!r}")
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    if not isinstance(data, list) or not all(isinstance(x, dict) for x in data):
-        raise ValueError(f"{path}: LongMemEval must be a list of items, got {type(data).__name__}")
+    data = _read(path)
+    if not isinstance(data, list) or not data:
+        got = f"an object with keys {sorted(data)[:6]}" if isinstance(data, dict) else _shown(data)
+        raise ValueError(f"{path} must hold a non-empty list of LongMemEval items (objects with question_id, "
+                         f"question, answer and haystack_sessions), got {got}")
+    for n, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise ValueError(f"{path}: item {n} must be an object, got {_shown(item)}")
     out: list[dict] = []
     questions: list[Question] = []
     counts = {"questions_evidence_from_sessions": 0, "questions_without_evidence": 0, "abstention_questions": 0}
@@ -83,16 +113,25 @@ def load_longmemeval(path: str, *, nodes: str = "turns") -> Benchmark:
         if qid in seen:
             raise ValueError(f"{path}: question_id must be unique, got {qid!r} twice")
         seen.add(qid)
-        made, evidence, how = _item_nodes(item, qid, nodes, f"{path}: item {qid!r}")
+        where = f"{path}: item {n} ({qid!r})"
+        for key in ("question", "question_type"):
+            if not isinstance(item[key], str):
+                raise ValueError(f"{where}: {key} must be a string, got {_shown(item[key])}")
+        if isinstance(item["answer"], bool) or not isinstance(item["answer"], (str, int, float)):
+            raise ValueError(f"{where}: answer must be a string or a number, got {_shown(item['answer'])}")
+        made, evidence, how = _item_nodes(item, qid, nodes, where)
         out += made
         counts["questions_evidence_from_sessions"] += how == "sessions"
         counts["questions_without_evidence"] += not evidence
         abst = qid.endswith("_abs")
         counts["abstention_questions"] += abst
         date = item.get("question_date")
+        try:
+            when = None if date in (None, "") else parse_lme_date(date)
+        except ValueError as e:
+            raise ValueError(f"{where}: question_{e}") from None
         questions.append(Question(qid, qid, str(item["question"]), str(item["answer"]), tuple(evidence),
-                                  ABSTENTION if abst else str(item["question_type"]),
-                                  date=None if date in (None, "") else parse_lme_date(date), abstention=abst))
+                                  ABSTENTION if abst else str(item["question_type"]), date=when, abstention=abst))
     name = os.path.splitext(os.path.basename(path))[0] + ("_sessions" if nodes == "sessions" else "")
     return Benchmark(name, out, questions, info={**counts, "nodes_shape": nodes})
 
@@ -119,6 +158,10 @@ def _item_nodes(item: dict, qid: str, shape: str, where: str) -> tuple[list[dict
         for t, turn in enumerate(turns):
             if not isinstance(turn, dict) or "role" not in turn or "content" not in turn:
                 raise ValueError(f"{where}: turn {t} of session {j} must have 'role' and 'content', got {turn!r}")
+            for key in ("role", "content"):
+                if not isinstance(turn[key], str):
+                    raise ValueError(f"{where}: turn {t} of session {j}: {key} must be a string, got "
+                                     f"{_shown(turn[key])}")
             texts.append(f"{turn['role']}: {turn['content']}")
             if shape == "turns":
                 nid = f"{qid}:S{j}:{t}"

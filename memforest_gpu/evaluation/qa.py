@@ -127,6 +127,7 @@ class QAProtocol:
         if len(questions) != len(contexts):
             raise ValueError(f"contexts must have one entry per question ({len(questions)}), got {len(contexts)}")
         Q = len(questions)
+        self.counts["answers_asked"] += Q
         out = {m: np.full(Q, np.nan) for m in QA_METRICS}
         chats = [choice_messages(ctx, q.question, q.options, q.date) if q.options
                  else answer_messages(ctx, q.question, q.date) for q, ctx in zip(questions, contexts)]
@@ -163,6 +164,10 @@ class QAProtocol:
             else:
                 out["judge_failed"][i] = 0.0
                 out["j"][i] = float(v == "CORRECT")
+
+    def answers_failed(self) -> tuple[int, int]:
+        """(answers whose request failed, answers asked) over the run so far."""
+        return self.failures.get("answer failed", 0), self.counts.get("answers_asked", 0)
 
     def summary(self) -> dict:
         """Run totals: calls and tokens per model, cache hits, requests, failures by reason."""

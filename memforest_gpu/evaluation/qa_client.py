@@ -35,7 +35,11 @@ def parse_spec(spec: str) -> tuple[str, str]:
         raise ValueError(f"model must be NAME (an OpenAI-compatible server's model), openai:NAME, vllm:PATH or "
                          f"transformers:PATH, got {spec!r}")
     kind, sep, rest = spec.partition(":")
-    if sep and kind in BACKENDS and rest:
+    if sep and kind in BACKENDS:
+        if not rest.strip():
+            where = "a served model's name" if kind == "openai" else "a model directory or .gguf file"
+            raise ValueError(f"model must be {kind}:{'NAME' if kind == 'openai' else 'PATH'} ({where}), got "
+                             f"{spec!r}")
         return kind, rest
     return "openai", spec
 
@@ -66,7 +70,8 @@ class QAModel:
         st = self.backend.stats
         return {"spec": self.spec, "calls": st["calls"], "failed_requests": st["failed_requests"],
                 "prompt_tokens": st["prompt_tokens"], "completion_tokens": st["completion_tokens"],
-                "http_retries": st.get("http_retries", 0)}
+                "http_retries": st.get("http_retries", 0),
+                "last_error": getattr(self.backend, "_last_error", None)}
 
 
 def _backend(spec: str, *, base_url: str | None, max_tokens: int, options: dict):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-__all__ = ["qa_section", "has_qa", "cat_label"]
+__all__ = ["qa_section", "has_qa", "cat_label", "failed_answers_line"]
 
 
 def cat_label(c: str) -> str:
@@ -28,6 +28,17 @@ def _cell(agg, key, scale=100.0) -> str:
         return "–"
     m, s, n = v
     return f"{scale * m:.1f}" + (f" ± {scale * s:.1f}" if n > 1 else "")
+
+
+def failed_answers_line(meta: dict) -> str | None:
+    """``**3 of 40 answers failed** ...`` when some answer requests failed (None otherwise)."""
+    qa = meta.get("qa") or {}
+    failed, asked = (qa.get("failures") or {}).get("answer failed", 0), qa.get("answers_asked", 0)
+    if not failed:
+        return None
+    last = (qa.get("answer_model") or {}).get("last_error")
+    return (f"**{failed} of {asked} answers failed** (their requests got no reply: not scored, left out of J"
+            + (f"; last error: {last}" if last else "") + ").")
 
 
 def _cost(meta: dict) -> list[str]:
@@ -113,7 +124,8 @@ def qa_section(meta: dict, agg: dict, comp: list[dict], cats: list[str], referen
          "counted in the failed columns (share of questions); refused = answers that decline (judged like "
          "any answer)." + (f" Categories {', '.join(apart)} (abstention: the right answer is to decline) are "
                             f"reported apart, not in 'all'." if apart else ""), ""]
-    L += _cost(meta) + [""]
+    failed = failed_answers_line(meta)
+    L += ([failed, ""] if failed else []) + _cost(meta) + [""]
     L += _table(agg, meta.get("methods", []), meta.get("ratios", []), cats, k)
     diffs = _differences(comp, reference)
     return L + ([""] + diffs if diffs else [])

@@ -167,7 +167,10 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
              + (f" Categories {', '.join(meta['categories_apart'])} (abstention questions) are reported apart: "
                 f"not in 'all'." if meta.get("categories_apart") else "")
              + (f" {meta['multiple_choice']} multiple-choice questions: AnsR counts the correct option's distinctive "
-                f"tokens (those no other option has)." if meta.get("multiple_choice") else ""))
+                f"tokens (those no other option has)." if meta.get("multiple_choice") else "")
+             + (f" **{meta['questions_skipped_missing_context']} questions skipped** (--skip-missing-contexts): their "
+                f"shared_context_id is one of {meta.get('contexts_missing')} contexts the contexts file lacks."
+                if meta.get("questions_skipped_missing_context") else ""))
     L.append("")
     head = (["Method"] + [f"AnsR@B {cat_label(c)}" for c in cats]
             + ["AnsR@B all", "%", "AnsR-c@B all", "%", f"EvR@{k}", "%", "EvR@B", "%", f"Ctx@{k}", "Dates@B", "speedup"])

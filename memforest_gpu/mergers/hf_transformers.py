@@ -41,12 +41,15 @@ class TransformersMerger(LLMMerger):
         model = os.fspath(model) if model is not None else None
         if not model:
             raise ValueError(f"model must be a local model directory or .gguf file, got {model!r}")
+        given = model
+        if not allow_download and model.lower().endswith(".gguf") and not os.path.isfile(model):
+            raise ValueError(f"model must be a local model directory or .gguf file, got {given!r} (no such file)")
         if gguf_file is None and model.lower().endswith(".gguf"):
             model, gguf_file = os.path.dirname(model) or ".", os.path.basename(model)
         if gguf_file is not None and importlib.util.find_spec("gguf") is None:
             raise ImportError(f"loading a GGUF file needs the 'gguf' package: {_EXTRA}")
         if not allow_download and not os.path.isdir(model):
-            raise ValueError(f"model must be a local directory (or .gguf file) when downloads are off, got {model!r}")
+            raise ValueError(f"model must be a local directory (or .gguf file) when downloads are off, got {given!r}")
         if gguf_file is not None and not allow_download and not os.path.isfile(os.path.join(model, gguf_file)):
             raise ValueError(f"gguf_file must exist in {model!r}, got {gguf_file!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:

@@ -97,7 +97,7 @@ def compact_file(path, budget: CompactConfig, config: CompressConfig | None = No
     run = _Run(path, budget, cfg, embedder, merger, device, progress, dry_run, journal, replace_changed)
     if dry_run:
         return run.run()
-    with OutputLock(path):
+    with OutputLock(path, also=[inbox_path(path)]):  # the inbox is rewritten under the store's lock
         return run.run()
 
 
@@ -368,7 +368,7 @@ class CompactingStore:
         for r in recs:
             if str(r["id"]) in waiting:
                 raise ValueError(f"id of a new memory must not be in the inbox already, got {r['id']!r}")
-        with OutputLock(self.path), open(inbox_path(self.path), "ab") as f:
+        with OutputLock(self.path, also=[inbox_path(self.path)]), open(inbox_path(self.path), "ab") as f:
             f.write(b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in recs))
             f.flush()
             os.fsync(f.fileno())

@@ -17,10 +17,16 @@ The protocol (docs/compaction.md, "The inbox"):
   ``replace``: the record then replaces that unmerged node.
 - a record whose ``sources`` name an original the store holds is refused (every original is
   in exactly one node).
+- a record's fields are the store's record layout (``id``, ``text``, ``timestamp``,
+  ``tenant``, ``embedding``, ``sources``, ``metadata``): ``tree``, ``keys`` or ``key_sources``
+  (made by the compaction) or any other field refuses it, never dropped without a word; a
+  ``tenant`` must be a string (``123`` is not the tenant ``"123"``); an ``embedding`` a list
+  of finite numbers, of the same length on every line (the line that differs is named).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -31,6 +37,9 @@ import pyarrow.compute as pc
 from ..store.memory_store import MemoryStore
 
 __all__ = ["Inbox", "read_inbox", "StoreIds", "ids_in", "drop_rows"]
+
+_FIELDS = {"id", "text", "timestamp", "tenant", "embedding", "sources", "metadata"}  # a record's fields
+_MADE = {"tree", "keys", "key_sources"}  # what compaction makes: never in a new record
 
 
 @dataclass
@@ -107,7 +116,8 @@ class Inbox:
                     self.known += 1
                     continue
                 if not replace or i in held.merged:
-                    rule = ("a merged node cannot be replaced (its originals would be lost)" if replace else
+                    rule = ("that node is a merged node, which nothing replaces (its originals would be lost): give "
+                            "the record a new id" if i in held.merged else
                             "pass --replace-changed to replace the store's node with it")
                     raise ValueError(f"{self._where(j)}: text of record {i!r} must equal the text of the store's "
                                      f"node {i!r} (the id is taken), got other text; {rule}")
@@ -186,7 +196,31 @@ def _parse(raw: bytes, ln: int, path: str) -> dict | None:
                              "remove the line (nothing was folded in)")
     if not isinstance(rec["id"], str) or not rec["id"]:
         raise ValueError(f"{path}, line {ln}: id must be a non-empty string, got {rec['id']!r}")
+    made = sorted(set(rec) & _MADE)
+    if made:
+        raise ValueError(f"{path}, line {ln}: record {rec['id']!r} must not carry {made[0]!r} (a new memory's "
+                         f"{'key vectors are' if made[0] != 'tree' else 'tree is'} made by the compaction), got "
+                         f"{_shown(rec[made[0]])}; remove the field (nothing was folded in)")
+    other = sorted(set(rec) - _FIELDS)
+    if other:
+        raise ValueError(f"{path}, line {ln}: the fields of record {rec['id']!r} must be among {sorted(_FIELDS)}, "
+                         f"got {other[0]!r} (put anything else under metadata); nothing was folded in")
+    if rec.get("tenant") is not None and (not isinstance(rec["tenant"], str) or not rec["tenant"]):
+        raise ValueError(f"{path}, line {ln}: tenant of record {rec['id']!r} must be a non-empty string, got "
+                         f"{_shown(rec['tenant'])}; nothing was folded in")
+    e = rec.get("embedding")
+    if e is not None and (not isinstance(e, list) or not e or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in e)):
+        raise ValueError(f"{path}, line {ln}: embedding of record {rec['id']!r} must be a list of finite numbers, got "
+                         f"{_shown(e)}; nothing was folded in")
     return rec
+
+
+def _shown(value) -> str:
+    kind = {str: "a string", list: "a list", dict: "an object", type(None): "null", bool: "a boolean"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+    r = repr(value)
+    return f"{kind} {r if len(r) <= 60 else r[:57] + '...'}"
 
 
 def read_inbox(path: str | os.PathLike) -> Inbox:
@@ -201,6 +235,7 @@ def read_inbox(path: str | os.PathLike) -> Inbox:
         data = f.read()
     good = data.rfind(b"\n") + 1
     records, lines, first = [], [], {}
+    dim = None  # (values per embedding, the line that set it)
     for ln, raw in enumerate(data[:good].split(b"\n")[:-1], 1):
         rec = _parse(raw, ln, path)
         if rec is None:
@@ -209,6 +244,12 @@ def read_inbox(path: str | os.PathLike) -> Inbox:
             raise ValueError(f"{path}, line {ln}: id must be new to the inbox, got {rec['id']!r}, already on line "
                              f"{first[rec['id']]}; nothing was folded in")
         first[rec["id"]] = ln
+        if rec.get("embedding") is not None:
+            if dim is None:
+                dim = (len(rec["embedding"]), ln)
+            elif len(rec["embedding"]) != dim[0]:
+                raise ValueError(f"{path}, line {ln}: embedding of record {rec['id']!r} must have {dim[0]} values like "
+                                 f"the record on line {dim[1]}, got {len(rec['embedding'])}; nothing was folded in")
         records.append(rec)
         lines.append(ln)
     return Inbox(path, records, lines, good, incomplete=int(bool(data[good:].strip())))

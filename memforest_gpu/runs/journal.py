@@ -33,6 +33,10 @@ from ..store.atomic import fsync_dir
 
 __all__ = ["JournaledMerger", "JournalWriteError", "run_fingerprint", "journal_path", "JOURNAL_SUFFIX"]
 
+#: what to do with a journal that cannot be read: it only saves work, so deleting it loses none of the data
+_REMEDY = ("the journal only saves work: delete it to start over (its merges are made again), or fix the line if "
+           "you know what it held")
+
 log = logging.getLogger("memforest_gpu")
 
 JOURNAL_SUFFIX = ".journal.jsonl"
@@ -144,7 +148,8 @@ class JournaledMerger:
                 with open(self.path, "r+b") as f:
                     f.truncate(0)
                 return
-            raise ValueError(f"{self.path}: not a memforest merge journal (first line: {lines[0][:80]!r})")
+            raise ValueError(f"{self.path}: line 1 must be a memforest merge journal's header, got {lines[0][:80]!r}; "
+                             f"{_REMEDY}")
         if header.get("fingerprint") != self.header["fingerprint"]:
             old, new = header.get("parts", {}), self.header["parts"]
             diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)] or ["fingerprint"]
@@ -154,9 +159,12 @@ class JournaledMerger:
         for ln, raw in enumerate(lines[1:], 2):
             try:
                 rec = json.loads(raw)
+                if not isinstance(rec["k"], str) or not isinstance(rec["text"], str):
+                    raise TypeError
                 self.done[rec["k"]] = rec["text"]
             except (ValueError, KeyError, TypeError):
-                raise ValueError(f"{self.path}: line {ln} is not a journal record: {raw[:80]!r}") from None
+                raise ValueError(f"{self.path}: line {ln} must be a journal record (an object with k, a, b and "
+                                 f"text), got {raw[:80]!r}; {_REMEDY}") from None
         if good < len(data):
             log.info("journal %s: cutting a torn last line (%d bytes)", self.path, len(data) - good)
             with open(self.path, "r+b") as f:

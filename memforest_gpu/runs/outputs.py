@@ -14,6 +14,7 @@ import os
 import secrets
 import time
 
+from ..store.atomic import remove_stale_temps
 from ..store.io import detect_format
 
 __all__ = ["check_output", "check_not_input", "same_file", "OutputLock", "LOCK_SUFFIX"]
@@ -95,12 +96,18 @@ class OutputLock:
     A second run finds the file and stops with "another run is writing OUT". A lock left
     by a run that died (its pid is no longer alive, or the file is empty and older than
     ``grace`` seconds) is stale: it is removed and taken over. Use as a context manager.
+
+    Once the lock is taken, the temp files of ``output`` (and of each path in ``also``, files
+    written under the same lock) that a killed run left behind (``.OUT.<hex>.tmp``,
+    :func:`~memforest_gpu.store.atomic.stale_temps`) are removed, with one warning naming them:
+    while the lock is held no other run can be writing one.
     """
 
-    def __init__(self, output: str | os.PathLike, *, grace: float = 10.0):
+    def __init__(self, output: str | os.PathLike, *, grace: float = 10.0, also=()):
         self.output = os.fspath(output)
         self.path = self.output + LOCK_SUFFIX
         self.grace = grace
+        self.also = [os.fspath(p) for p in also]
         self._held = False
 
     def acquire(self) -> OutputLock:
@@ -130,6 +137,10 @@ class OutputLock:
             with os.fdopen(fd, "w") as f:
                 f.write(f"{os.getpid()}\n")
             self._held = True
+            removed = remove_stale_temps([self.output, *self.also])
+            if removed:
+                log.warning("removed %d temporary file(s) left by an interrupted run: %s", len(removed),
+                            ", ".join(os.path.basename(p) for p in removed))
             return self
         raise ValueError(f"could not take the lock {self.path!r}: other runs keep taking it")
 

@@ -15,6 +15,7 @@ The message names both roles, both paths and the rule, e.g. ``--report must not 
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import dataclass
 
 from .budget_groups import parts_dir
@@ -110,6 +111,26 @@ def _missing_folder(path: str) -> str | None:
     return None
 
 
+def _check_parent(r: PathRole) -> None:
+    """A written path's nearest existing folder must be a folder (not a file on its way), and
+    a written folder that does not exist yet must be creatable there."""
+    if os.path.exists(r.path):
+        return
+    parent = os.path.dirname(os.path.abspath(r.path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ValueError(f"{r.what} must be a path through folders, got {r.path!r}: {parent!r} on its way is a file")
+    if r.folder:
+        probe = os.path.join(parent, f".memforest-probe.{secrets.token_hex(6)}")
+        try:
+            os.mkdir(probe)
+            os.rmdir(probe)
+        except OSError as e:
+            raise ValueError(f"{r.what} must be a folder memforest can create, cannot create folders in {parent!r}: "
+                             f"{e.strerror or e}") from None
+
+
 def check_paths(*groups: list[PathRole]) -> None:
     """Refuse, with one ``ValueError``, any path a command writes that is (after links and
     ``..``) a path it reads or writes in another role or lies inside a folder it deletes whole,
@@ -128,6 +149,7 @@ def check_paths(*groups: list[PathRole]) -> None:
                 raise ValueError(f"{r.what} must be a folder, got the file {r.path!r}")
             if not r.folder and os.path.isdir(r.path):
                 raise ValueError(f"{r.what} must be a file, got the directory {r.path!r}")
+            _check_parent(r)
     for j, b in enumerate(roles):
         for a in roles[:j]:
             if not (a.writes or b.writes) or (a.folder and b.folder):  # two folders may hold each one's files

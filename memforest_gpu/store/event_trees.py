@@ -23,6 +23,7 @@ parts) joins back to the same text.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +35,8 @@ __all__ = ["EventTrees", "TenantTrees", "EVENT_TREES_VERSION", "event_trees_json
            "tree_from_column"]
 
 EVENT_TREES_VERSION = 1
+
+log = logging.getLogger("memforest_gpu")
 
 
 @dataclass
@@ -87,8 +90,9 @@ def event_trees_json(trees: EventTrees, names: list[str]) -> str:
 
 def event_trees_from_json(text: str | bytes | None, where: str) -> dict[str, TenantTrees]:
     """Per-tenant states from the files' JSON text (``None``: none). A state of another
-    version is ignored (its tenants are partitioned again at their next compaction). A bad
-    state names the file, the part of the state and the rule."""
+    version is not used, with one warning (its tenants are partitioned again in full at their
+    next compaction). A bad state (``p: -5``, a count that is not an integer >= 0, ...) is
+    refused naming the file, the part of the state and the rule."""
     if text is None:
         return {}
     what = f"{where}: the event trees recorded in the store (memforest.forest)"
@@ -98,6 +102,9 @@ def event_trees_from_json(text: str | bytes | None, where: str) -> dict[str, Ten
         raise ValueError(f"{what} must be JSON, got bad JSON ({e})") from None
     _need(isinstance(d, dict), what, "a JSON object with version, configs and tenants", d)
     if d.get("version") != EVENT_TREES_VERSION:
+        log.warning("%s are of version %r, this memforest reads version %d: they are not used, and the store's "
+                    "tenants are partitioned again in full at their next compaction", what, d.get("version"),
+                    EVENT_TREES_VERSION)
         return {}
     configs, tenants = d.get("configs"), d.get("tenants")
     _need(isinstance(configs, list) and all(isinstance(c, dict) for c in configs), f"{what}: configs",
@@ -105,10 +112,9 @@ def event_trees_from_json(text: str | bytes | None, where: str) -> dict[str, Ten
     _need(isinstance(tenants, dict), f"{what}: tenants", "an object (tenant -> state)", tenants)
     out = {}
     for t, s in tenants.items():
-        rule = "an object with c (centre ids), p, a (integers) and k (an index into configs)"
-        _need(isinstance(s, dict) and isinstance(s.get("c"), list) and all(isinstance(s.get(x), int)
-                                                                             for x in "pak"), f"{what}: tenant {t!r}",
-              rule, s)
+        rule = "an object with c (centre ids), p, a (integers >= 0) and k (an index into configs)"
+        _need(isinstance(s, dict) and isinstance(s.get("c"), list) and all(_count(s.get(x)) for x in "pak"),
+              f"{what}: tenant {t!r}", rule, s)
         _need(0 <= s["k"] < len(configs), f"{what}: tenant {t!r}'s k", f"an index into configs (< {len(configs)})",
               s["k"])
         r = s.get("r")
@@ -118,6 +124,10 @@ def event_trees_from_json(text: str | bytes | None, where: str) -> dict[str, Ten
         out[str(t)] = TenantTrees([str(c) for c in s["c"]], s["p"], s["a"], dict(configs[s["k"]]),
                                   [float(x) for x in r] if r is not None else None)
     return out
+
+
+def _count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 def _need(ok: bool, what: str, rule: str, value) -> None:
