@@ -6,6 +6,7 @@ to ``run(args)``; ``main(argv)`` runs them on their own.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import logging
