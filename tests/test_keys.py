@@ -266,3 +266,11 @@ def test_int8_keys_are_made_by_the_engine_and_written_as_they_are(store, tmp_pat
     assert back.vector_codes == "int8"
     torch.testing.assert_close(back.keys.unit(), out.keys.unit(), atol=1e-6, rtol=0)
     assert np.array_equal(int8_codes(back.embeddings), int8_codes(out.embeddings))  # codes survive a round trip
+
+
+def test_keys_given_as_a_string_name_the_node(store, tmp_path):
+    lines, j, rec = _keyed_lines(store, tmp_path)
+    with pytest.raises(ValueError, match=f"bad.jsonl: keys of node '{rec['id']}' must be a list, got str"):
+        _read_edited(tmp_path, lines, j, dict(rec, keys="abc"))
+    with pytest.raises(ValueError, match=f"bad.jsonl: key_sources of node '{rec['id']}' must be a list, got str"):
+        _read_edited(tmp_path, lines, j, dict(rec, key_sources="abc"))

@@ -64,7 +64,7 @@ def keys_records(keys: NodeKeys, lo: int, hi: int, codes: str = "float32") -> li
     return out
 
 
-def _node_lists(col, n: int, what: str, path: str) -> tuple[np.ndarray, list | pa.Array]:
+def _node_lists(col, n: int, what: str, path: str, ids) -> tuple[np.ndarray, list | pa.Array]:
     """(counts (n,), the flat items) of a per-node list column (Arrow or Python, None: empty)."""
     if isinstance(col, (pa.Array, pa.ChunkedArray)):
         col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
@@ -75,7 +75,7 @@ def _node_lists(col, n: int, what: str, path: str) -> tuple[np.ndarray, list | p
         if v is None:
             continue
         if not isinstance(v, list):
-            raise ValueError(f"{path}: {what} of node {j} must be a list, got {type(v).__name__}")
+            raise ValueError(f"{path}: {what} of node {ids[j]!r} must be a list, got {type(v).__name__}")
         counts[j] = len(v)
         flat += v
     return counts, flat
@@ -96,11 +96,11 @@ def keys_from_columns(cols: dict, store, path: str) -> NodeKeys | None:
         has = lambda c: "present" if c is not None else "missing"  # noqa: E731
         raise ValueError(f"{path}: keys must come with key_sources, got keys {has(kcol)}, key_sources {has(scol)}")
     n, dim = len(store), store.dim
-    counts, flat = _node_lists(kcol, n, "keys", path)
+    counts, flat = _node_lists(kcol, n, "keys", path, store.ids)
     if not counts.any():
         return None
     rule = keys_rule_of(cols.get("keys_rule"), cols.get("keys_rule_rows"), path)
-    s_counts, s_flat = _node_lists(scol, n, "key_sources", path)
+    s_counts, s_flat = _node_lists(scol, n, "key_sources", path, store.ids)
     bad = np.flatnonzero(counts != s_counts)
     if bad.size:
         j = int(bad[0])
