@@ -139,7 +139,7 @@ def test_every_config_flag_reaches_its_field_in_every_compress_command():
     flags = ["--ratio", "0.7", "--schedule", "matching", "--seed", "3", "--alpha", "0.01", "--beta", "0.6",
              "--window", "4", "--max-iter", "12", "--eta", "0.9", "--degree-norm", "max", "--time-weight", "0.5",
              "--time-window", "2", "--size-weight", "0.2", "--max-node-tokens", "100", "--keep-pattern", "^Name:",
-             "--merge-within", "session", "--keys", "3", "--text-weight", "0.4"]
+             "--merge-within", "session", "--keys", "3", "--text-weight", "0.4", "--vectors", "float32"]
     want_tree = TreeConfig(eta=0.9, degree_norm="max", time_weight=0.5, time_window=2, size_weight=0.2)
     want_merge = MergeConfig(ratio=0.7, schedule="matching", max_node_tokens=100, seed=3, keep_pattern="^Name:",
                              merge_within="session", keys=3, text_weight=0.4)

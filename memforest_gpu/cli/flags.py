@@ -11,6 +11,7 @@ import os
 import re
 
 from ..config import DEFAULT_PRESET, PRESETS, preset
+from ..store.codes import VECTOR_CODES
 
 __all__ = ["add_config_arguments", "config_from_args", "as_flag_error", "check_embedder_flag", "parse_options",
            "FIELDS", "config_flag_error", "check_number_lists", "refuse_ignored", "add_keys_arguments", "keys_count",
@@ -28,7 +29,7 @@ FIELDS = {
     "cap_policy": ("merge", "cap_policy"), "keep_pattern": ("merge", "keep_pattern"),
     "merge_within": ("merge", "merge_within"), "graph": ("tree", "graph"), "knn": ("tree", "knn"),
     "knn_cells_above": ("tree", "knn_cells_above"), "knn_above": ("tree", "knn_above"),
-    "keys": ("merge", "keys"), "text_weight": ("merge", "text_weight"),
+    "keys": ("merge", "keys"), "text_weight": ("merge", "text_weight"), "vectors": ("merge", "vectors"),
 }
 
 
@@ -53,6 +54,9 @@ def add_keys_arguments(g, h=lambda text, dest: text) -> None:
     g.add_argument("--text-weight", type=float, default=None,
                    help=h("a node with keys scores TEXT_WEIGHT * cos(text) + (1 - TEXT_WEIGHT) * its best key's "
                           "cos", "text_weight"))
+    g.add_argument("--vectors", choices=list(VECTOR_CODES), default=None,
+                   help=h("how the output file holds its vectors (text vectors and keys): float32, or int8 codes (a "
+                          "quarter of the bytes, the same search)", "vectors"))
 
 
 def _presets_help(dest: str) -> str:

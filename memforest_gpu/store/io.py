@@ -45,6 +45,9 @@ import logging
 import os
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from . import jsonl, parquet
 from .atomic import atomic_open
 from .event_trees import EventTrees, event_trees_from_json, tree_from_column
@@ -185,12 +188,10 @@ def file_keys_rule(path: str | os.PathLike, *, format: str | None = None) -> dic
     without keys."""
     path = os.fspath(path)
     if detect_format(path, format) == "parquet":
-        import pyarrow.parquet as pq
-
         try:
             schema = pq.read_schema(path)
-        except Exception as e:  # noqa: BLE001 - any reader error: the file cannot be read as Parquet
-            raise ValueError(f"{path}: cannot read as Parquet: {e}") from None
+        except (pa.ArrowException, OSError):
+            return None  # not Parquet: the run that reads it says so
         if "keys" not in schema.names:
             return None
         meta = (schema.metadata or {}).get(parquet.PARQUET_KEYS_KEY)

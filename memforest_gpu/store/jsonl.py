@@ -39,19 +39,7 @@ def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
             raise ValueError(f"{path}: {where} must be a JSON object, got {type(rec).__name__}: {short_repr(rec)}")
         if first and HEADER_KEY in rec:
             first = False
-            hdr = rec[HEADER_KEY]
-            if not isinstance(hdr, dict):
-                raise ValueError(f"{path}: {where}: header {HEADER_KEY!r} must be a JSON object, got {short_repr(hdr)}")
-            name = hdr.get("embedder")
-            if name is not None and not isinstance(name, str):
-                raise ValueError(f"{path}: {where}: header embedder must be a string, got {short_repr(name)}")
-            file_embedder = name
-            trees_json = json.dumps(hdr["forest"]) if hdr.get("forest") is not None else None
-            keys_rule = json.dumps(hdr["keys"]) if hdr.get("keys") is not None else None
-            codes = hdr.get("vectors", "float32")
-            if codes not in VECTOR_CODES:
-                raise ValueError(f"{path}: {where}: header vectors must be one of {list(VECTOR_CODES)}, "
-                                 f"got {short_repr(codes)}")
+            file_embedder, trees_json, keys_rule, codes = _header(rec[HEADER_KEY], path, where)
             continue
         first = False
         for key in REQUIRED_COLUMNS:
@@ -101,6 +89,21 @@ def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
             "key_sources": key_src if any(k is not None for k in key_src) else None, "keys_rule": keys_rule,
             "vector_codes": codes}
     return cols, file_embedder
+
+
+def _header(hdr: Any, path: str, where: str) -> tuple:
+    """(embedder, event trees JSON, keys rule JSON, vector codes) of the header line."""
+    if not isinstance(hdr, dict):
+        raise ValueError(f"{path}: {where}: header {HEADER_KEY!r} must be a JSON object, got {short_repr(hdr)}")
+    name = hdr.get("embedder")
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"{path}: {where}: header embedder must be a string, got {short_repr(name)}")
+    codes = hdr.get("vectors", "float32")
+    if codes not in VECTOR_CODES:
+        raise ValueError(f"{path}: {where}: header vectors must be one of {list(VECTOR_CODES)}, "
+                         f"got {short_repr(codes)}")
+    return (name, json.dumps(hdr["forest"]) if hdr.get("forest") is not None else None,
+            json.dumps(hdr["keys"]) if hdr.get("keys") is not None else None, codes)
 
 
 def _tree(v: Any, node: Any, path: str, where: str) -> int | None:
