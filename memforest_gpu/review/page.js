@@ -111,7 +111,8 @@
   $("plots-note").textContent = "Over every " + (planned ? "planned pair" : "merged node") + " of the run (" +
     fmtInt(S.merged_nodes) + ") and every tenant (" + fmtInt(S.tenants) + "), not only those listed below.";
   Plotly.newPlot("plot-size", [{type: "bar", x: P.size.x, y: P.size.y, marker: {color: "#4c78a8"}}],
-    lay("Sources per " + (planned ? "pair" : "merged node"), "sources", what), cfg);
+    Object.assign(lay("Sources per " + (planned ? "pair" : "merged node"), "sources", what),
+      {xaxis: {title: {text: "sources"}, type: "category"}}), cfg);
   Plotly.newPlot("plot-similarity", [{type: "bar", x: mids(P.similarity), y: P.similarity.counts,
     width: widths(P.similarity), marker: {color: mids(P.similarity).map((m) => m < D.thresholds.low_similarity ? "#e45756" : "#54a24b")}}],
     Object.assign(lay("Similarity of the merged pairs", "cosine (" + S.similarity_from.split(" (")[0] + ")", what),
@@ -126,8 +127,8 @@
   const tr = [{type: "bar", name: planned ? "removals asked" : "asked", x: T.tenant, y: T.asked, marker: {color: "#bab0ac"}}];
   if (!planned) tr.push({type: "bar", name: "removed", x: T.tenant, y: T.removed, marker: {color: "#4c78a8"}});
   Plotly.newPlot("plot-tenants", tr, Object.assign(lay("Removals per tenant (the " + T.tenant.length +
-    " with most; every tenant is in the table below)", "tenant", "memories"), {barmode: "group",
-    legend: {orientation: "h", y: 1.12}}), cfg);
+    " with most; every tenant is in the table below)", "", "memories"), {barmode: "group",
+    legend: {orientation: "h", y: 1.12}, xaxis: {tickangle: -40, automargin: true, type: "category"}}), cfg);
 
   // ---------------------------------------------------------------- tenants
   const TT = D.tenants;
