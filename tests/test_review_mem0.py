@@ -5,12 +5,10 @@ import json
 
 import pytest
 from extras import need
+from test_mem0_adapter import _config, _fill  # first: it turns Mem0's and Chroma's telemetry off, then imports mem0
 
-need("mem0")
 need("qdrant_client")
 yaml = need("yaml")
-
-from test_mem0_adapter import _config, _fill  # noqa: E402
 
 from memforest_gpu.adapters.mem0 import close_memory, load_memory  # noqa: E402
 from memforest_gpu.cli.adapters import main  # noqa: E402
