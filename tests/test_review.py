@@ -294,3 +294,31 @@ def test_page_is_self_contained(run):
     assert "Plotly" in html and "Content-Security-Policy" in html
     assert not any(s in html.lower() for s in ('<script src', '<link ', 'src="http', "src='http"))
     assert np.isfinite(run["page"].stat().st_size)
+
+
+def test_condensed_text_is_struck_through_and_flags_are_set(run, browser, tmp_path):
+    """A node cap that forces condensing: the sentences a merge dropped are marked in its
+    sources and the node is flagged; sources of two speakers flag mixed metadata; a
+    --memory-budget run (no merge log) gets its page from the two files."""
+    page, rep = tmp_path / "cap.html", tmp_path / "cap.json"
+    assert main(["compress", str(run["src"]), str(tmp_path / "o.jsonl"), "--embedder", "none", "--quiet",
+                 "--max-node-tokens", "16", "--report", str(rep), "--review", str(page)]) == 0
+    d = _data(page)
+    assert json.loads(rep.read_text())["condensed"] > 0
+    cond = [n for n in d["nodes"] if "condensed" in n["flags"]]
+    assert cond and all(any(m["drop"] for m in n["members"]) for n in cond)
+    for n in d["nodes"]:
+        speakers = {json.loads(m["meta"])["speaker"] for m in n["members"]}
+        assert ("mixed_metadata" in n["flags"]) == (len(speakers) > 1) and (n["mixed"] == ["speaker"]) == (
+            len(speakers) > 1)
+    _open(browser, page)
+    assert browser.execute_script("return document.querySelectorAll('#nodes mark.drop').length") > 0 or \
+        browser.execute_script("document.getElementById('filter-flag').value = 'condensed';"
+                               "document.getElementById('filter-flag').dispatchEvent(new Event('change'));"
+                               "return document.querySelectorAll('#nodes mark.drop').length") > 0
+    mb = tmp_path / "mb.html"
+    assert main(["compress", str(run["src"]), str(tmp_path / "o2.jsonl"), "--embedder", "none", "--quiet",
+                 "--memory-budget", "20K", "--review", str(mb)]) == 0
+    m = _data(mb)
+    assert m["sample"]["of"] > 0 and "weakest link" in m["summary"]["similarity_from"]
+    _open(browser, mb)
