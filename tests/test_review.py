@@ -36,6 +36,7 @@ def _write_store(path, n=240, tenants=3, seed=0):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """One compression of a small store with --report and --review, and its dry run."""
+    need("plotly")  # the page's plots (the [review] extra)
     d = tmp_path_factory.mktemp("review")
     src = _write_store(d / "in.jsonl")
     out, rep, page, dry = d / "out.jsonl", d / "rep.json", d / "page.html", d / "dry.html"
@@ -268,6 +269,7 @@ def test_review_command_from_files(run, browser, tmp_path):
 
 
 def test_compact_and_graph_pages(tmp_path, browser):
+    need("plotly")
     store = _write_store(tmp_path / "s.jsonl", n=120)
     dry, done = tmp_path / "dry.html", tmp_path / "done.html"
     assert main(["compact", str(store), "--max-nodes-per-tenant", "20", "--embedder", "none", "--quiet", "--dry-run",

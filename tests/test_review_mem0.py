@@ -8,6 +8,7 @@ from extras import need
 from test_mem0_adapter import _config, _fill  # first: it turns Mem0's and Chroma's telemetry off, then imports mem0
 
 need("qdrant_client")
+need("plotly")
 yaml = need("yaml")
 
 from memforest_gpu.adapters.mem0 import close_memory, load_memory  # noqa: E402
