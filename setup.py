@@ -18,7 +18,7 @@ setup(
     # so an editable install, a wheel (the link is followed when it is built) and a plain
     # checkout on PYTHONPATH import it the same way; it never collides with PyPI's `kernels`.
     packages=find_packages(include=["memforest_gpu", "memforest_gpu.*"]),
-    package_data={"memforest_gpu": ["data/*.jsonl"]},
+    package_data={"memforest_gpu": ["data/*.jsonl", "review/page.*"]},
     install_requires=[
         "torch>=2.1,<3",
         "numpy>=1.24",
@@ -34,6 +34,9 @@ setup(
         "bench": ["matplotlib>=3.5"],
         "eval": ["matplotlib>=3.5"],
         "faiss": ["faiss-cpu>=1.7"],
+        # the review page's plots (Plotly's script is inlined into the page); selenium: its browser tests,
+        # which drive Debian's chromium through chromium-driver (.ci/run installs both)
+        "review": ["plotly>=5.0", "selenium>=4.10"],
         # psycopg2: Mem0's pgvector store; Chroma's HTTP server (`chroma run`) comes with chromadb
         "mem0": ["mem0ai>=2.2", "qdrant-client>=1.9", "chromadb>=1.0", "pyyaml>=6", "psycopg2-binary>=2.9"],
         # a PostgreSQL server with pgvector, started by the Mem0 tests and bench/mem0_service.py

@@ -136,6 +136,11 @@ class Mem0CompressResult:
     previews: dict = field(default_factory=dict)  # memory id -> (created_at, text) of the scope's memories
     relinked: int = 0  # entities of Mem0's entity store linked to a merged memory
     seconds: dict = field(default_factory=dict)  # wall time per step: read, compress, backup, add, verify, ...
+    # what a review page shows: the scope's memories as a store, the merge log over their ids
+    # (``planned``: a compaction dry run's first-round pairs instead)
+    work: MemoryStore | None = None
+    merges: list = field(default_factory=list)
+    planned: bool = False
 
 
 def default_backup_path(scope: Scope) -> str:
@@ -207,6 +212,7 @@ def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *,
     res = compress(store, single_vector(config), merger=merger, embedder=emb, device=device, progress=progress)
     clock.lap("compress")
     result.report = res.report
+    result.work, result.merges = store, res.merges
     by_id = {p.id: p for p in todo}
     result.groups, vectors, _ = merge_groups(store, res.store, res.merges, by_id)
     if dry_run or not result.groups:

@@ -78,11 +78,12 @@ def write_state(path, trees: dict[str, int], states: dict) -> None:
 
 def compact_mem0(memory, budget: CompactConfig, config: CompressConfig | None = None, *, scope: Scope | None = None,
                  state=None, merger=None, backup=None, dry_run: bool = False, device=None, progress: bool = False,
-                 after_write=None, write_path: str = "batch") -> Mem0CompressResult:
+                 after_write=None, write_path: str = "batch", plan: bool = False) -> Mem0CompressResult:
     """Compact every tenant of ``scope`` over its budget (see the module docstring).
     ``state``: the state file (``None``: none; every compacted tenant is then partitioned in
     full). ``write_path`` as in :func:`~.mem0.compress_mem0`. The result's ``report`` is the
-    :class:`~memforest_gpu.engine.compact.CompactReport`."""
+    :class:`~memforest_gpu.engine.compact.CompactReport`. ``plan``: a dry run also plans its
+    first round (``result.merges``, ``result.planned``: for a review page)."""
     check_write_path(write_path)
     scope = scope or Scope(all_tenants=True)
     clock = StageTimer()
@@ -104,9 +105,11 @@ def compact_mem0(memory, budget: CompactConfig, config: CompressConfig | None = 
     store.event_trees = EventTrees(np.array([trees.get(p.id, -1) for p in todo], dtype=np.int64),
                           {t: s for t, s in states.items() if t in over})
     res = compact(store, budget, single_vector(config), merger=merger, embedder=emb, device=device, progress=progress,
-                  dry_run=dry_run)
+                  dry_run=dry_run, plan=plan and dry_run)
     clock.lap("compact")
     result.report = res.report
+    result.work = store
+    result.merges, result.planned = (res.planned, True) if dry_run else (res.merges, False)
     by_id = {p.id: p for p in todo}
     result.groups, vectors, rows = merge_groups(store, res.store, res.merges, by_id)
     if dry_run:

@@ -12,6 +12,8 @@ import json
 import logging
 import sys
 
+import torch
+
 from ..adapters.graph import compress_graph, read_graph, write_graph
 from ..adapters.m3_streammeco import compress_video
 from ..adapters.m3agent import is_m3_agent_path, load_video_graph, save_video_graph
@@ -25,6 +27,8 @@ from ..runs.outputs import check_output
 from ..runs.paths import check_paths, reads, writes
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
+from ..store.memory_store import MemoryStore
+from . import review as review_cli
 from .compact import add_budget_arguments, budget_from_args
 from .flags import add_config_arguments, check_embedder_flag, config_from_args, parse_options, refuse_ignored
 from .parser import Parser
@@ -55,6 +59,7 @@ def _add_compress_options(p) -> None:
     p.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
     p.add_argument("--report", default=None, help="also write the run report as JSON to this path")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    review_cli.add_review_argument(p)
 
 
 def _add_write_path(p) -> None:
@@ -141,11 +146,13 @@ def _mem0_compress(a) -> int:
 
     scope = Scope(user_id=a.user_id, agent_id=a.agent_id, run_id=a.run_id, all_tenants=a.all_tenants)
     cfg, merger = _config(a), _merger(a)  # bad options fail before Mem0 is opened
-    check_paths(reads("--config", a.config), writes("--backup", a.backup), writes("--report", a.report))
+    check_paths(reads("--config", a.config), writes("--backup", a.backup), writes("--report", a.report),
+                review_cli.review_roles(a))
     if a.backup:
         check_output(a.backup, inputs=[a.config], what="--backup", needs_format=False)
     if a.report:
         check_output(a.report, inputs=[a.config, a.backup], what="--report", needs_format=False)
+    review_cli.check_review(a.review, [a.config])
     memory = load_memory(a.config, quiet=not _progress(a))
     try:
         res = compress_mem0(memory, scope, cfg, merger=merger, backup=a.backup, dry_run=a.dry_run,
@@ -169,7 +176,34 @@ def _mem0_compress(a) -> int:
                       "backup": res.backup, "deleted": res.deleted, "left_alone": res.left_alone,
                       "merged": [g.__dict__ for g in res.groups],
                       "engine": res.report.to_dict() if res.report else None})
+    _mem0_review(a, res, "mem0 compress")
     return 0
+
+
+def _mem0_review(a, res, command: str) -> None:
+    """The review page of a Mem0 run (its scope's memories and their merges)."""
+    if not a.review:
+        return
+    command += " --dry-run" if a.dry_run else ""
+    notes = [f"scope {res.scope.filters or 'all'}: {res.n_in} memories"
+             + (f"; left alone: {', '.join(f'{k} {v}' for k, v in res.left_alone.items())}" if res.left_alone else "")]
+    if a.dry_run and not res.planned:
+        notes.append("dry run: compressed in memory (the merger was called); nothing written to Mem0")
+    rep = res.report.to_dict() if res.report is not None else {}
+    if "engine" in rep:  # a compaction: the engine's figures beside the compaction's rows
+        eng = rep.get("engine") or {}
+        rep = {**{k: eng[k] for k in ("schedule", "merger", "embedder", "max_node_tokens", "condensed",
+                                      "condensed_tokens", "fallbacks", "trees") if k in eng}, **rep}
+    rep["seconds"] = res.seconds
+    paths = {"config": a.config}
+    if res.work is None:  # nothing to compress in the scope
+        work = MemoryStore.from_columns(ids=[], texts=[], timestamps=[], embeddings=torch.ones(0, 1))
+        page = review_cli.page_from_plan(work, [], rep, command=command, paths=paths, notes=notes)
+    elif res.planned:
+        page = review_cli.page_from_plan(res.work, res.merges, rep, command=command, paths=paths, notes=notes)
+    else:
+        page = review_cli.page_from_merges(res.work, res.merges, rep, command=command, paths=paths, notes=notes)
+    review_cli.write_review(a.review, page)
 
 
 def _mem0_compact(a) -> int:
@@ -178,14 +212,16 @@ def _mem0_compact(a) -> int:
     budget, cfg, merger = budget_from_args(a), _config(a), _merger(a)  # bad options fail before Mem0 is opened
     state = a.state or a.config + ".compact.json"
     check_paths(reads("--config", a.config), writes("--state", state), writes("--backup", a.backup),
-                writes("--report", a.report))
+                writes("--report", a.report), review_cli.review_roles(a))
     for path, what in ((a.backup, "--backup"), (a.report, "--report"), (state, "--state")):
         if path:
             check_output(path, inputs=[a.config], what=what, needs_format=False)
+    review_cli.check_review(a.review, [a.config])
     memory = load_memory(a.config, quiet=not _progress(a))
     try:
         res = compact_mem0(memory, budget, cfg, scope=scope, state=state, merger=merger, backup=a.backup,
-                           dry_run=a.dry_run, device=a.device, progress=_progress(a), write_path=a.write_path)
+                           dry_run=a.dry_run, device=a.device, progress=_progress(a), write_path=a.write_path,
+                           plan=bool(a.review))
     finally:
         close_memory(memory)
     rep = res.report
@@ -204,6 +240,7 @@ def _mem0_compact(a) -> int:
                       "seconds": res.seconds, "backup": res.backup, "deleted": res.deleted, "state": state,
                       "left_alone": res.left_alone, "merged": [g.__dict__ for g in res.groups],
                       "engine": rep.to_dict() if rep is not None else None})
+    _mem0_review(a, res, "mem0 compact")
     return 0
 
 
@@ -224,8 +261,13 @@ def _mem0_restore(a) -> int:
 
 def _graph_compress(a) -> int:
 
-    check_paths(reads("INPUT", a.input), writes("OUTPUT", a.output), writes("--report", a.report))
+    check_paths(reads("INPUT", a.input), writes("OUTPUT", a.output), writes("--report", a.report),
+                review_cli.review_roles(a))
+    review_cli.check_review(a.review, [a.input])
     if is_m3_agent_path(a.input, a.format):
+        if a.review:
+            raise ValueError("--review applies to graph files (JSONL or Parquet), got an M3-Agent pickle: convert it "
+                             "or drop --review")
         check_output(a.output, inputs=[a.input], what="OUTPUT", needs_format=False)
         if a.report:
             check_output(a.report, inputs=[a.input], what="--report", needs_format=False)
@@ -262,6 +304,13 @@ def _graph_compress(a) -> int:
           f"{len(res.graph.entities)}")
     print(f"wrote {a.output}")
     _write_report(a, {**res.report.to_dict(), **res.info})
+    if a.review and a.method == "streammeco":
+        print("no review page: --method streammeco prunes nodes and merges none")
+    elif a.review:
+        review_cli.write_review(a.review, review_cli.page_from_merges(
+            g.texts, res.merges, {**res.report.to_dict(), **res.info}, command="graph compress",
+            paths={"input": a.input, "output": a.output},
+            notes=[f"edges {res.info['edges_in']} -> {res.info['edges_out']}; tenants are graph/node type"]))
     return 0
 
 

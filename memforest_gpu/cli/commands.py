@@ -20,6 +20,7 @@ from ..store.timeutil import format_date
 from . import adapters as adapters_cli
 from . import compact as compact_cli
 from . import eval as eval_cli
+from . import review as review_cli
 from .demo import run_demo
 from .flags import add_config_arguments, as_flag_error, check_embedder_flag, config_flag_error, config_from_args
 from .parser import HelpFormatter, Parser  # noqa: F401 (HelpFormatter: re-exported)
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the first round's planned merges (pairs, similarity) and write nothing")
     c.add_argument("--quiet", action="store_true",
                    help="no progress bars (they are shown only when stderr is a terminal)")
+    review_cli.add_review_argument(c)
 
     s = sub.add_parser("search", help="search a store", description="Search a memory store with a text query.")
     s.add_argument("store", help="the store to search (.parquet or .jsonl)")
@@ -102,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     compact_cli.add_parser(sub)  # compact
     adapters_cli.add_parser(sub)  # mem0 compress|restore, graph compress
     eval_cli.add_parser(sub)  # eval
+    review_cli.add_parser(sub)  # review
     return ap
 
 
@@ -141,7 +144,8 @@ def _compress(a) -> int:
         raise ValueError("--report applies to a run that compresses, got --dry-run (a dry run prints its plan and "
                          "writes nothing): drop one of them")
     outputs = [] if a.dry_run else output_files("OUTPUT", a.output, parts=budget is not None)
-    check_paths(reads("INPUT", a.input), outputs, writes("--report", a.report))
+    check_paths(reads("INPUT", a.input), outputs, writes("--report", a.report), review_cli.review_roles(a))
+    review_cli.check_review(a.review, [a.input])
     check_embedder_flag(a.embedder)
     detect_format(a.input, a.format, flag="--format")
     if not a.dry_run:
@@ -155,7 +159,12 @@ def _compress(a) -> int:
     if a.dry_run:
         res = dry_run_file(a.input, cfg, embedder=a.embedder, device=a.device, format=a.format)
         print(_format_dry_run(res))
-        print("dry run: nothing merged, nothing written")
+        if a.review:
+            before = review_cli.load_columns(a.input, format=a.format)
+            review_cli.write_review(a.review, review_cli.page_from_plan(
+                before, res.merges, {**res.report.to_dict(), "requested": res.requested}, command="compress --dry-run",
+                paths={"input": a.input}))
+        print("dry run: nothing merged, nothing written" + (" but the review page" if a.review else ""))
         return 0
     res = compress_file(a.input, a.output, cfg, memory_budget=budget, embedder=a.embedder, merger=merger,
                         device=a.device, progress=not a.quiet and sys.stderr.isatty(), format=a.format,
@@ -171,11 +180,20 @@ def _compress(a) -> int:
         print(f"throughput: {res.report.merges} merges in {res.report.rounds} rounds, "
               f"{res.report.merges / total:.1f} merges/s overall")
     print(f"wrote {a.output}")
+    d = res.report.to_dict()
+    if stats:
+        d["merger_stats"] = stats
     if a.report:
-        d = res.report.to_dict()
-        if stats:
-            d["merger_stats"] = stats
         atomic_write_text(a.report, json.dumps(d, indent=2, default=str))
+    if a.review:
+        paths = {"input": a.input, "output": a.output, **({"report": a.report} if a.report else {})}
+        if getattr(res, "merges", None) is not None:  # the merge log (a --memory-budget run keeps none)
+            page = review_cli.page_from_merges(review_cli.load_columns(a.input, format=a.format), res.merges, d,
+                                               command="compress", paths=paths, after=res.store)
+        else:
+            page = review_cli.page_from_files(a.input, a.output, d, command="compress", format=a.format,
+                                              out_format=a.out_format, paths=paths)
+        review_cli.write_review(a.review, page)
     return 0
 
 
@@ -301,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     name = " ".join(x for x in (args.cmd, getattr(args, "sub", None)) if x)
     try:
         commands = {"compress": _compress, "compact": compact_cli.run, "search": _search, "info": _info,
-                    "demo": _demo, "mem0": adapters_cli.run, "graph": adapters_cli.run, "eval": eval_cli.run}
+                    "demo": _demo, "mem0": adapters_cli.run, "graph": adapters_cli.run, "eval": eval_cli.run,
+                    "review": review_cli.run}
         return commands[args.cmd](args)
     except BrokenPipeError:  # `memforest ... | head`
         return 0

@@ -15,6 +15,7 @@ from ..runs.outputs import check_output
 from ..runs.paths import check_paths, store_files, writes
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format, file_keys_rule
+from . import review as review_cli
 from .flags import add_config_arguments, as_flag_error, check_embedder_flag, config_from_args, parse_options
 
 __all__ = ["add_parser", "run", "format_compact", "add_budget_arguments", "budget_from_args"]
@@ -72,6 +73,7 @@ def add_parser(subparsers) -> None:
                    help="an inbox record whose id is an unmerged memory of the store with other text replaces it "
                         "(default: such a record stops the run, naming its line)")
     c.add_argument("--quiet", action="store_true", help="no progress bars")
+    review_cli.add_review_argument(c)
 
 
 def _store_keys_rule(a, cfg):
@@ -102,16 +104,17 @@ def run(a) -> int:
     check_embedder_flag(a.embedder)
     detect_format(a.store, None, flag=None)
     cfg = _store_keys_rule(a, cfg)
-    check_paths(store_files(a.store, dry_run=a.dry_run), writes("--report", a.report))
+    check_paths(store_files(a.store, dry_run=a.dry_run), writes("--report", a.report), review_cli.review_roles(a))
     if a.report:
         check_output(a.report, inputs=[a.store], what="--report", needs_format=False)
+    review_cli.check_review(a.review, [a.store])
     try:
         merger = get_merger(a.merger, **parse_options(a.merger_option))
     except ValueError as e:
         raise ValueError(as_flag_error(str(e), a)) from None
     res = compact_file(a.store, budget, cfg, embedder=a.embedder, merger=merger, device=a.device,
                        progress=not a.quiet and sys.stderr.isatty(), dry_run=a.dry_run,
-                       replace_changed=a.replace_changed)
+                       replace_changed=a.replace_changed, review=bool(a.review))
     print(format_compact(res, store=a.store))
     if a.dry_run:
         print("dry run: nothing merged, nothing written")
@@ -121,13 +124,31 @@ def run(a) -> int:
         print("every tenant is within budget and the inbox holds nothing new to fold in: the store is unchanged")
     else:
         print("every tenant is within budget and the inbox is empty: nothing written")
+    d = res.report.to_dict()
+    d.update({"written": res.written, "inbox": res.inbox, "replayed": res.replayed, "seconds": res.seconds,
+              "inbox_known": res.inbox_known, "inbox_incomplete": res.inbox_incomplete,
+              "inbox_replaced": res.inbox_replaced})
     if a.report:
-        d = res.report.to_dict()
-        d.update({"written": res.written, "inbox": res.inbox, "replayed": res.replayed, "seconds": res.seconds,
-                  "inbox_known": res.inbox_known, "inbox_incomplete": res.inbox_incomplete,
-                  "inbox_replaced": res.inbox_replaced})
         atomic_write_text(a.report, json.dumps(d, indent=2, default=str))
+    if a.review:
+        review_cli.write_review(a.review, review_page(res, d, a.store, dry_run=a.dry_run,
+                                                      command="compact" + (" --dry-run" if a.dry_run else "")))
     return 0
+
+
+def review_page(res, d: dict, store: str, *, dry_run: bool, command: str) -> dict:
+    """The review page of a compaction: its compacted tenants, their merges (a dry run: the
+    first round's pairs), the report's figures."""
+    r = res.report
+    notes = [f"{len(r.tenants)} of {r.tenants_in} tenants over budget; the others are untouched and not listed"]
+    eng = (r.engine.to_dict() if r.engine is not None else {})
+    rep = {**{k: eng[k] for k in ("schedule", "merger", "embedder", "max_node_tokens", "condensed",
+                                  "condensed_tokens", "fallbacks", "trees", "kept") if k in eng}, **d}
+    work = res.work if res.work is not None else review_cli.load_columns(store)
+    paths = {"store": store}
+    if dry_run:
+        return review_cli.page_from_plan(work, res.planned, rep, command=command, paths=paths, notes=notes)
+    return review_cli.page_from_merges(work, res.merges, rep, command=command, paths=paths, notes=notes)
 
 
 def inbox_lines(res, store: str | None = None) -> list[str]:

@@ -33,6 +33,7 @@ from .compact_quotas import compaction_quotas
 from .compact_trees import Trees, event_trees_of
 from .compress import compress
 from .constraints import check_rules
+from .dry_run import dry_run as first_round
 from .merge_record import MergeRecord
 from .partition import Partition
 from .placement import tree_radius
@@ -74,24 +75,29 @@ class CompactReport:
 class CompactResult:
     """``store``: the whole store afterwards (``store`` itself when nothing was over budget);
     ``keys`` (len(store),): the input row each output row stands at (a merged node: its
-    earliest member's)."""
+    earliest member's); ``work``: the over-budget tenants' rows before the compaction (what
+    ``merges`` and ``planned`` name; ``None`` when no tenant was over budget); ``planned``: a dry
+    run's first-round pairs (``into=None``), when asked for with ``plan=True``."""
 
     store: MemoryStore
     report: CompactReport
     merges: list[MergeRecord]
     keys: np.ndarray
+    work: MemoryStore | None = None
+    planned: list[MergeRecord] = field(default_factory=list)
 
 
 def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | None = None, *, merger=None,
             embedder=None, device=None, progress: bool = False, on_round=None, dry_run: bool = False,
-            elements: int = 1 << 24) -> CompactResult:
+            elements: int = 1 << 24, plan: bool = False) -> CompactResult:
     """Compact every tenant of ``store`` that holds more than its budget down to
     ``floor(low_water * budget)`` nodes (or report the shortfall); see the module docstring.
 
     ``config``: the compression (default ``CompressConfig()``); its partition fields are
     recorded with the trees. ``merger``, ``embedder``, ``device``, ``progress``, ``on_round``:
     as in :func:`~.compress.compress`. ``dry_run``: place and plan, merge nothing (the
-    report says what would be removed where).
+    report says what would be removed where); with ``plan``, also the first round's pairs of
+    the re-planned trees (``result.planned``, as :func:`~.dry_run.dry_run` finds them).
     """
     cfg = config or CompressConfig()
     if not isinstance(store, MemoryStore):
@@ -120,8 +126,15 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
                                                 budget.slack)
     report.tenants = _rows(W, f, per_tree, remove, short, budget)
     if dry_run:
+        planned = []
+        if plan:
+            with timer.stage("plan"):
+                S_rows, S, part, q = _replan_inputs(W, f, per_tree, dev)
+                if S is not None:
+                    planned = first_round(S, cfg, embedder=embedder, device=dev, partition=part, quotas=q,
+                                          budget=elements).merges
         report.seconds = timer.finish()
-        return CompactResult(store, report, [], np.arange(len(store)))
+        return CompactResult(store, report, [], np.arange(len(store)), W, planned)
     with timer.stage("compress"):
         res, S_rows, S = _replan(W, f, per_tree, cfg, merger, embedder, dev, progress, on_round, elements)
     with timer.stage("splice"):
@@ -136,7 +149,7 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
         r["nodes_out"] = left[r["tenant"]]
         r["removed"] = r["nodes_in"] - r["nodes_out"]
         r["shortfall"] = max(0, r["nodes_out"] - budget.target(r["tenant"]))  # the target may be below keep
-    return CompactResult(out, report, res.merges if res is not None else [], keys)
+    return CompactResult(out, report, res.merges if res is not None else [], keys, W)
 
 
 def check_keys_rule(store: MemoryStore, merge) -> None:
@@ -171,12 +184,22 @@ def _rows(W, f: Trees, per_tree, remove, short, budget: CompactConfig) -> list[d
 
 def _replan(W, f: Trees, per_tree, cfg, merger, embedder, dev, progress, on_round, elements):
     """Compress the trees with a quota, as one sub-store with a ready partition and quotas."""
+    S_rows, S, part, q = _replan_inputs(W, f, per_tree, dev)
+    if S is None:
+        return None, S_rows, None
+    res = compress(S, cfg, merger=merger, embedder=embedder, device=dev, progress=progress, on_round=on_round,
+                   partition=part, quotas=q, budget=elements)
+    return res, S_rows, S
+
+
+def _replan_inputs(W, f: Trees, per_tree, dev):
+    """The trees with a quota as one sub-store (its rows of ``W``), with its partition and quotas."""
     T = len(per_tree)
     g = f.tree_start[W.tenant_codes_np] + f.tree
     busy = per_tree > 0
     S_rows = np.flatnonzero(busy[g])
     if len(S_rows) == 0:
-        return None, S_rows, None
+        return S_rows, None, None, None
     S = W.take(S_rows)
     s_code = {t: j for j, t in enumerate(S.tenant_table)}
     trees = np.flatnonzero(busy)  # W's global tree ids with a quota, tenant-major
@@ -193,9 +216,7 @@ def _replan(W, f: Trees, per_tree, cfg, merger, embedder, dev, progress, on_roun
     size = f.size[trees]
     target = np.bincount(sub_tenant, weights=per_tree[trees], minlength=len(S.tenant_table)).astype(np.int64)
     q = Quotas(per_tree[trees], size, sub_tenant, target, np.zeros(len(target), dtype=np.int64))
-    res = compress(S, cfg, merger=merger, embedder=embedder, device=dev, progress=progress, on_round=on_round,
-                   partition=part, quotas=q, budget=elements)
-    return res, S_rows, S
+    return S_rows, S, part, q
 
 
 def _splice_back(store, rows, W, f: Trees, S_rows, S, res):

@@ -28,4 +28,5 @@ def dry_run(store: MemoryStore, config: CompressConfig | None = None, *, embedde
                        np.random.default_rng(s.cfg.merge.seed))
     older, newer = older_first(s.table, p)
     merges = round_merges(s.table, 1, older, newer, p.similarity)
-    return DryRunResult(merges, s.table.merge_pairs(older, newer), run_report(s, store, embedder=embedder))
+    return DryRunResult(merges, s.table.merge_pairs(older, newer), run_report(s, store, embedder=embedder),
+                        dict(zip(s.names, s.quotas.target.tolist())))

@@ -58,8 +58,10 @@ class CompressResult:
 @dataclass
 class DryRunResult:
     """A dry run: the first round's merges (``into=None``) and the merger inputs they would
-    make (``pairs``, aligned with ``merges``)."""
+    make (``pairs``, aligned with ``merges``); ``requested``: the removals each tenant is
+    asked for (the whole run's, not only the first round's)."""
 
     merges: list[MergeRecord]
     pairs: list[MergePair]
     report: CompressReport
+    requested: dict = field(default_factory=dict)

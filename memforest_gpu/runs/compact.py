@@ -58,6 +58,11 @@ class CompactFileResult:
     inbox_replaced: int = 0  # store nodes replaced by inbox records (replace_changed)
     replayed: int = 0  # merges taken from the journal
     seconds: dict = dataclasses.field(default_factory=dict)
+    # with review=True: the compacted tenants' rows before the run, the merge log over them and
+    # a dry run's first-round pairs (what a review page shows)
+    work: MemoryStore | None = None
+    merges: list = dataclasses.field(default_factory=list)
+    planned: list = dataclasses.field(default_factory=list)
 
 
 def compact_fingerprint(config: CompressConfig, budget: CompactConfig, merger, embedder: str) -> dict:
@@ -72,7 +77,8 @@ def compact_fingerprint(config: CompressConfig, budget: CompactConfig, merger, e
 
 def compact_file(path, budget: CompactConfig, config: CompressConfig | None = None, *, embedder="auto",
                  merger="extractive", merger_options: dict | None = None, device=None, progress: bool = False,
-                 dry_run: bool = False, journal: bool = True, replace_changed: bool = False) -> CompactFileResult:
+                 dry_run: bool = False, journal: bool = True, replace_changed: bool = False,
+                 review: bool = False) -> CompactFileResult:
     """Compact the store file ``path`` in place (see the module docstring); nothing is
     written when no tenant is over budget and the inbox is empty, or with ``dry_run``.
 
@@ -81,7 +87,8 @@ def compact_file(path, budget: CompactConfig, config: CompressConfig | None = No
     The inbox is read by its protocol (:mod:`.inbox`); ``replace_changed``: an inbox record
     whose id is an unmerged node of the store with other text replaces that node (without
     it, such a record refuses the run). A dry run takes no lock and writes nothing, so it
-    runs on a read-only store.
+    runs on a read-only store. ``review``: keep what a review page shows in the result
+    (``work``, ``merges``; a dry run also plans its first round: ``planned``).
     """
 
     path = os.fspath(path)
@@ -95,6 +102,7 @@ def compact_file(path, budget: CompactConfig, config: CompressConfig | None = No
     if isinstance(merger, str):
         merger = get_merger(merger, **(merger_options or {}))
     run = _Run(path, budget, cfg, embedder, merger, device, progress, dry_run, journal, replace_changed)
+    run.review = review
     if dry_run:
         return run.run()
     with OutputLock(path, also=[inbox_path(path)]):  # the inbox is rewritten under the store's lock
@@ -108,6 +116,7 @@ class _Run:
         self.path, self.budget, self.cfg, self.spec = path, budget, cfg, embedder
         self.merger, self.device, self.progress, self.dry_run, self.journal = merger, device, progress, dry_run, journal
         self.replace = replace
+        self.review = False
         self.counts = None  # a pass-through store's nodes per tenant, read once
         self.restart: set = set()  # tenants whose tree centre an inbox record replaced: partitioned again
         self.gone_rows, self.gone_tenants = np.zeros(0, dtype=np.int64), []  # pass-through: rows replaced
@@ -195,7 +204,7 @@ class _Run:
             load()
         try:
             res = compact(store, self.budget, self.cfg, merger=merger, embedder=emb, device=self.device,
-                          progress=self.progress, dry_run=self.dry_run)
+                          progress=self.progress, dry_run=self.dry_run, plan=self.review and self.dry_run)
         except KeyboardInterrupt:
             n = len(jm.done) if jm is not None else 0
             raise RunInterrupted(f"interrupted; the store is unchanged and {n} merges are journaled in "
@@ -267,7 +276,10 @@ class _Run:
             jm.finish()
         elif jm is not None and not res.merges:
             jm.finish()  # nothing merged, nothing journaled worth keeping
-        return CompactFileResult(res.report, written, replayed=replayed)
+        out = CompactFileResult(res.report, written, replayed=replayed)
+        if self.review:
+            out.work, out.merges, out.planned = res.work, res.merges, res.planned
+        return out
 
     def _consume_inbox(self, consumed: int) -> None:
         """Drop the folded records from the inbox, keeping anything appended after them."""

@@ -1,0 +1,152 @@
+"""``memforest review IN OUT --out PAGE.html`` and the ``--review PAGE.html`` option of the
+compressing commands: thin doors to :mod:`memforest_gpu.review`."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from ..review import Limits, groups_from_merges, groups_from_plan, groups_from_stores, load_columns, review_data
+from ..review.page import render_page
+from ..runs.outputs import check_output
+from ..runs.paths import check_paths, reads, writes
+from ..store.atomic import atomic_write_text
+from ..store.io import detect_format
+
+__all__ = ["add_parser", "add_review_argument", "review_roles", "check_review", "run", "write_review",
+           "page_from_files", "page_from_merges", "page_from_plan"]
+
+_SUFFIXES = (".html", ".htm")
+
+
+def add_review_argument(p) -> None:
+    p.add_argument("--review", default=None, metavar="PAGE.html",
+                   help="also write a review page of the run: one self-contained HTML file (summary, plots, merged "
+                        "nodes beside their sources; a dry run: the planned pairs) (default: none)")
+
+
+def review_roles(a) -> list:
+    """The ``--review`` path for :func:`~memforest_gpu.runs.paths.check_paths`."""
+    return writes("--review", getattr(a, "review", None))
+
+
+def check_review(path: str | None, inputs=(), what: str = "--review") -> None:
+    """A page path must end in .html / .htm and be writable, and Plotly must be there
+    (checked before any work)."""
+    if path is None:
+        return
+    if os.path.splitext(path)[1].lower() not in _SUFFIXES:
+        raise ValueError(f"{what} must be an .html file, got {path!r}")
+    check_output(path, inputs=[i for i in inputs if i], what=what, needs_format=False)
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        raise ImportError(f"{what} draws its plots with Plotly, which is not installed: pip install plotly "
+                          "(or pip install -e '.[review]')") from None
+
+
+def write_review(path: str, data: dict) -> None:
+    atomic_write_text(path, render_page(data))
+    s = data["sample"]
+    print(f"wrote review page {path} ({os.path.getsize(path) / 1e6:.1f} MB; {s['shown']} of {s['of']} "
+          f"{'planned pairs' if data['summary']['planned'] else 'merged nodes'} listed)")
+
+
+def _counts(store) -> dict:
+    names = store.tenant_names()
+    return dict(zip(names, np.bincount(store.tenant_codes_np, minlength=len(names)).tolist()))
+
+
+def page_from_merges(before, merges, report: dict | None, *, command: str, paths: dict, after=None,
+                     limits: Limits | None = None, notes=None) -> dict:
+    """A run that kept its merge log (``before``: the store it read)."""
+    return review_data(before, groups_from_merges(before, merges), command=command, report=report,
+                       after_counts=_counts(after) if after is not None else None, limits=limits, paths=paths,
+                       notes=notes)
+
+
+def page_from_plan(before, merges, report: dict | None, *, command: str, paths: dict, limits: Limits | None = None,
+                   notes=None) -> dict:
+    """A dry run's first-round plan."""
+    return review_data(before, groups_from_plan(before, merges), command=command, report=report, limits=limits,
+                       paths=paths, notes=notes)
+
+
+def page_from_files(input: str, output: str, report: dict | None, *, command: str, format=None, out_format=None,
+                    limits: Limits | None = None, paths: dict | None = None) -> dict:
+    """An input and an output store file."""
+    before = load_columns(input, format=format, vectors=True)
+    after = load_columns(output, format=out_format)
+    return review_data(before, groups_from_stores(before, after), command=command, report=report,
+                       after_counts=_counts(after), limits=limits,
+                       paths=paths or {"input": input, "output": output})
+
+
+def add_parser(sub) -> None:
+    r = sub.add_parser("review", help="a review page (one HTML file) of a compression: what merged into what",
+                       description="Write one self-contained HTML page that shows what a compression did: the run's "
+                                   "figures, plots, and every merged node of OUTPUT beside its sources in INPUT (a "
+                                   "bounded sample for big stores). Opens offline; fetches nothing. docs/cli.md")
+    r.add_argument("input", help="the store before the compression (.parquet or .jsonl)")
+    r.add_argument("output", help="the compressed store (.parquet or .jsonl)")
+    r.add_argument("--out", required=True, metavar="PAGE.html", help="the page to write")
+    r.add_argument("--report", default=None, help="the run's --report JSON: seconds per stage, asked ratio, "
+                                                  "condensed merges, fallbacks (default: figures from the stores)")
+    r.add_argument("--format", default=None, help="INPUT's format: parquet | jsonl (default: from the suffix)")
+    r.add_argument("--out-format", default=None, help="OUTPUT's format (default: from the suffix)")
+    add_limit_arguments(r)
+
+
+def add_limit_arguments(p) -> None:
+    d = Limits()
+    p.add_argument("--max-nodes", type=int, default=d.max_nodes, help="merged nodes listed on the page, at most")
+    p.add_argument("--per-tenant", type=int, default=d.per_tenant,
+                   help="merged nodes listed per tenant besides the largest tenants")
+    p.add_argument("--full-tenants", type=int, default=d.full_tenants,
+                   help="the largest tenants listed in full (up to --full-limit merged nodes each)")
+    p.add_argument("--full-limit", type=int, default=d.full_limit, help="merged nodes listed per largest tenant")
+    p.add_argument("--low-similarity", type=float, default=d.low_similarity, help="flag merges below this cosine")
+    p.add_argument("--long-span-days", type=float, default=d.long_span_days,
+                   help="flag merged nodes whose sources lie more days apart")
+
+
+def limits_from_args(a) -> Limits:
+    flags = {"max_nodes": "--max-nodes", "per_tenant": "--per-tenant", "full_tenants": "--full-tenants",
+             "full_limit": "--full-limit", "low_similarity": "--low-similarity", "long_span_days": "--long-span-days"}
+    try:
+        return Limits(**{k: getattr(a, k) for k in flags})
+    except ValueError as e:
+        msg = str(e)
+        for k, f in flags.items():
+            if msg.startswith(k + " "):
+                msg = f + msg[len(k):]
+        raise ValueError(msg) from None
+
+
+def run(a) -> int:
+    limits = limits_from_args(a)
+    check_paths(reads("INPUT", a.input), reads("OUTPUT", a.output), reads("--report", a.report),
+                writes("--out", a.out))
+    detect_format(a.input, a.format, flag="--format")
+    detect_format(a.output, a.out_format, flag="--out-format")
+    check_review(a.out, [a.input, a.output, a.report], what="--out")
+    for p in (a.input, a.output):
+        if not os.path.exists(p):
+            raise FileNotFoundError(f"memory store file not found: {p!r}")
+    report = None
+    if a.report:
+        try:
+            with open(a.report, encoding="utf-8") as f:
+                report = json.load(f)
+        except ValueError as e:
+            raise ValueError(f"--report {a.report!r} must be a run report (JSON), cannot read it: {e}") from None
+        if not isinstance(report, dict):
+            raise ValueError(f"--report {a.report!r} must hold a JSON object (a run report), got "
+                             f"{type(report).__name__}")
+        report = report.get("engine") if "engine" in report and "nodes_in" not in report else report
+    data = page_from_files(a.input, a.output, report, command="compress", format=a.format, out_format=a.out_format,
+                           limits=limits, paths={"input": a.input, "output": a.output,
+                                                 **({"report": a.report} if a.report else {})})
+    write_review(a.out, data)
+    return 0

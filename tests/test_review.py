@@ -1,0 +1,326 @@
+"""The review page (``memforest review``, ``--review``): its data without a browser, then the
+page itself in headless Chromium (tests/browser.py): no script errors, the filters, the
+figures against the run's report, texts shown as text, and the path checks."""
+import json
+
+import numpy as np
+import pytest
+from extras import need
+
+from memforest_gpu.cli import main
+from memforest_gpu.engine.merge_record import MergeRecord
+from memforest_gpu.review import Limits, groups_from_merges, groups_from_stores, load_columns, review_data
+from memforest_gpu.review.data import dropped_spans
+from memforest_gpu.review.page import embed_json
+from memforest_gpu.store.synthetic import synthetic_store
+
+XSS = "<script>alert(1)</script> and <img src=x onerror=alert(2)> ride the quokka"
+SPEAKERS = ["Ann", "Ben"]
+
+
+def _write_store(path, n=240, tenants=3, seed=0):
+    st = synthetic_store(n, tenants=tenants, dim=16, seed=seed)
+    names = ["ann", "ben", "cyd", "dee"]
+    with open(path, "w", encoding="utf-8") as f:
+        for j, r in enumerate(st.records()):
+            rec = {"id": r["id"], "text": r["text"], "timestamp": r["timestamp"] + j * 3600 * 7,
+                   "tenant": names[int(r["tenant"].split("-")[-1]) % 4] if "-" in r["tenant"] else r["tenant"],
+                   "embedding": [round(float(x), 6) for x in r["embedding"]],
+                   "metadata": {"speaker": SPEAKERS[j % 2], "session": j // 10}}
+            if j == 5:
+                rec["text"] = XSS
+            f.write(json.dumps(rec) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One compression of a small store with --report and --review, and its dry run."""
+    need("plotly")  # the page's plots (the [review] extra)
+    d = tmp_path_factory.mktemp("review")
+    src = _write_store(d / "in.jsonl")
+    out, rep, page, dry = d / "out.jsonl", d / "rep.json", d / "page.html", d / "dry.html"
+    assert main(["compress", str(src), str(out), "--ratio", "0.5", "--embedder", "none", "--quiet",
+                 "--report", str(rep), "--review", str(page)]) == 0
+    assert main(["compress", str(src), str(out) + ".x.jsonl", "--ratio", "0.5", "--embedder", "none",
+                 "--dry-run", "--review", str(dry)]) == 0
+    return {"dir": d, "src": src, "out": out, "report": json.loads(rep.read_text()), "report_path": rep,
+            "page": page, "dry": dry}
+
+
+def _data(page):
+    text = page.read_text(encoding="utf-8")
+    start = text.index('<script type="application/json" id="review-data">') + len(
+        '<script type="application/json" id="review-data">')
+    return json.loads(text[start:text.index("</script>", start)])
+
+
+# ---------------------------------------------------------------------------------------- data
+
+
+def test_embedded_json_cannot_end_its_script_element():
+    data = {"t": "</script><script>alert(1)</script><!-- \u2028 &"}
+    s = embed_json(data)
+    assert "<" not in s and ">" not in s and "&" not in s and "\u2028" not in s
+    assert json.loads(s) == data
+
+
+def test_merge_log_groups_and_weakest_similarity(tmp_path):
+    before = load_columns(str(_write_store(tmp_path / "s.jsonl", n=12, tenants=1)))
+    ids = list(before.ids)
+    log = [MergeRecord(1, "default", ids[0], ids[1], 0.9, "m1", "x"),
+           MergeRecord(1, "default", ids[2], ids[3], 0.8, "m2", "y"),
+           MergeRecord(2, "default", "m1", ids[4], 0.4, "m3", "z")]
+    g = groups_from_merges(before, log)
+    assert len(g) == 2
+    got = {g.ids[k]: (sorted(g.rows[g.start[k]:g.start[k + 1]].tolist()), g.similarity[k], g.merges[k], g.text[k])
+           for k in range(len(g))}
+    assert got["m3"] == ([0, 1, 4], 0.4, 2, "z") and got["m2"] == ([2, 3], 0.8, 1, "y")
+
+
+def test_stores_and_merge_log_agree(run):
+    """The page from the two files finds the same merged nodes as the run's merge log, with the
+    same similarity for every two-source node."""
+    before = load_columns(str(run["src"]), vectors=True)
+    after = load_columns(str(run["out"]))
+    g = groups_from_stores(before, after)
+    page = _data(run["page"])
+    assert len(g) == page["sample"]["of"] == len(page["nodes"])
+    by_id = {n["id"]: n for n in page["nodes"]}
+    for k in range(len(g)):
+        n = by_id[g.ids[k]]
+        assert sorted(m["id"] for m in n["members"]) == sorted(before.ids[r] for r in
+                                                               g.rows[g.start[k]:g.start[k + 1]])
+        if n["size"] == 2:
+            assert abs(n["sim"] - g.similarity[k]) < 1e-3
+
+
+def test_dropped_sentences_are_found():
+    text = "Ann rode the quokka. Ann ate 3 mangoes in May. Ann slept."
+    spans = dropped_spans(text, "[1 May 2024] Ann rode the quokka. Ann slept.")
+    assert [text[a:b] for a, b in spans] == ["Ann ate 3 mangoes in May."]
+    assert dropped_spans(text, None) == []
+
+
+def test_big_runs_are_sampled_within_limits(tmp_path):
+    """Many tenants: every tenant keeps its summary row, the largest are listed in full, the
+    others up to per_tenant, within max_nodes; the rule is stated."""
+    st = synthetic_store(3000, tenants=300, dim=8, seed=1, big_tenant_share=0.3)
+    from memforest_gpu import CompressConfig, MergeConfig, compress
+    res = compress(st, CompressConfig(merge=MergeConfig(ratio=0.5)))
+    lim = Limits(max_nodes=400, per_tenant=1, full_tenants=1, full_limit=1000)
+    data = review_data(st, groups_from_merges(st, res.merges), command="compress", report=res.report.to_dict(),
+                       limits=lim)
+    assert len(data["tenants"]["tenant"]) == 300
+    assert data["sample"]["of"] == len(groups_from_merges(st, res.merges)) > 400
+    assert len(data["nodes"]) == 400
+    big = max(res.report.tenants, key=lambda t: t["nodes_in"])["tenant"]
+    shown = [n["tenant"] for n in data["nodes"]]
+    assert shown.count(big) == sum(1 for t in groups_from_merges(st, res.merges).tenant if t == big)
+    assert all(shown.count(t) <= 1 for t in set(shown) - {big})
+    assert "largest tenants" in data["sample"]["rule"] or "largest tenant" in data["sample"]["rule"]
+    assert data["summary"]["nodes_in"] == res.report.nodes_in and data["summary"]["nodes_out"] == res.report.nodes_out
+    assert sum(data["plots"]["size"]["y"]) == data["sample"]["of"]
+
+
+# ---------------------------------------------------------------------------------------- CLI checks
+
+
+@pytest.mark.parametrize("which", ["input", "output", "report", "lock", "journal"])
+def test_review_path_is_checked_like_every_output(run, tmp_path, capsys, which):
+    src, out = str(run["src"]), str(tmp_path / "o.jsonl")
+    target = {"input": src, "output": out, "report": str(tmp_path / "r.json"), "lock": out + ".lock",
+              "journal": out + ".journal.jsonl"}[which]
+    argv = ["compress", src, out, "--embedder", "none", "--quiet", "--review", target]
+    if which == "report":
+        argv += ["--report", target]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--review must not be" in err, err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_compact_review_refuses_the_store_and_the_inbox(tmp_path, capsys):
+    store = _write_store(tmp_path / "s.jsonl", n=60)
+    for target, dry in ((store, False), (str(store) + ".inbox.jsonl", False), (store, True)):
+        argv = ["compact", str(store), "--max-nodes-per-tenant", "10", "--embedder", "none", "--review", str(target)]
+        assert main(argv + (["--dry-run"] if dry else [])) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "--review must not be" in err, err
+
+
+def test_review_must_be_html_and_review_out_is_checked(run, tmp_path, capsys):
+    assert main(["compress", str(run["src"]), str(tmp_path / "o.jsonl"), "--review", str(tmp_path / "p.txt")]) == 2
+    assert "--review must be an .html file" in capsys.readouterr().err
+    assert main(["review", str(run["src"]), str(run["out"]), "--out", str(run["src"])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--out must not be" in err
+
+
+# ---------------------------------------------------------------------------------------- in the browser
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from browser import chromium
+    d = chromium()
+    yield d
+    d.quit()
+
+
+def _open(browser, page):
+    from browser import open_page, page_errors
+    open_page(browser, str(page))
+    errs = page_errors(browser)
+    assert errs == [], errs
+
+
+def _visible_nodes(browser):
+    return browser.execute_script(
+        "return [...document.querySelectorAll('#nodes .node')].map(e => [e.dataset.tenant, e.dataset.id])")
+
+
+def test_page_renders_with_every_figure_of_the_report(run, browser):
+    need("selenium")
+    _open(browser, run["page"])
+    rep = run["report"]
+    got = browser.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('#summary .card')]"
+        ".map(e => [e.id.slice(4), e.dataset.value]))")
+    for k in ("nodes_in", "nodes_out", "shortfall", "merges", "rounds", "condensed", "condensed_tokens", "fallbacks"):
+        assert float(got[k]) == rep[k], k
+    assert float(got["removed"]) == rep["nodes_in"] - rep["nodes_out"]
+    assert abs(float(got["ratio_reached"]) - rep["ratio_reached"]) < 1e-12
+    assert float(got["asked"]) == sum(t["requested"] for t in rep["tenants"])
+    rows = browser.execute_script(
+        "return [...document.querySelectorAll('#tenant-table tbody tr')].map(r => [r.dataset.tenant, "
+        "...[...r.querySelectorAll('td[data-col]')].map(c => c.textContent)])")
+    cols = browser.execute_script("return [...document.querySelectorAll('#tenant-table th')].map(h => h.dataset.col)")
+    by = {t["tenant"]: t for t in rep["tenants"]}
+    assert sorted(r[0] for r in rows) == sorted(by)
+    for r in rows:
+        cells = dict(zip(cols[1:], r[1:]))
+        t = by[r[0]]
+        for c, k in (("nodes_in", "nodes_in"), ("nodes_out", "nodes_out"), ("asked", "requested"),
+                     ("removed", "removed"), ("shortfall", "shortfall")):
+            assert int(cells[c].replace(",", "")) == t[k], (r[0], c)
+        assert cells["ratio"] == f"{t['ratio']:.3f}"
+    stages = browser.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('#stages tr')].map(r => [r.dataset.stage, "
+        "r.cells[1].textContent]))")
+    assert stages == {k: f"{v:.2f} s" for k, v in rep["seconds"].items()}
+    assert browser.execute_script("return document.querySelectorAll('.plot .main-svg').length") >= 4
+
+
+def test_tenant_filter_shows_only_that_tenant(run, browser):
+    from selenium.webdriver.support.ui import Select
+    _open(browser, run["page"])
+    Select(browser.find_element("id", "filter-tenant")).select_by_value("ben")
+    nodes = _visible_nodes(browser)
+    assert nodes and {t for t, _ in nodes} == {"ben"}
+    assert len(nodes) == min(25, sum(1 for n in _data(run["page"])["nodes"] if n["tenant"] == "ben"))
+
+
+def test_text_filter_finds_a_merged_node_by_a_sources_words(run, browser):
+    data = _data(run["page"])
+    node = next(n for n in data["nodes"] if n["tenant"] == "cyd" and n["size"] >= 2)
+    words = " ".join(node["members"][-1]["text"].split()[:6])
+    _open(browser, run["page"])
+    box = browser.find_element("id", "filter-text")
+    box.send_keys(words)
+    nodes = _visible_nodes(browser)
+    assert [node["tenant"], node["id"]] in nodes
+    want = [n for n in data["nodes"] if all(w in ((n["text"] or "") + "\n" + "\n".join(m["text"] for m in n[
+        "members"])).lower() for w in words.lower().split())]
+    assert len(nodes) == min(25, len(want))
+
+
+def test_memory_text_is_shown_as_text_never_run(run, browser):
+    _open(browser, run["page"])  # an alert would be recorded as an error (tests/browser.py)
+    box = browser.find_element("id", "filter-text")
+    box.send_keys("quokka")
+    texts = browser.execute_script("return [...document.querySelectorAll('#nodes .source-text')]"
+                                   ".map(e => e.textContent)")
+    assert XSS in texts
+    assert browser.execute_script("return document.querySelectorAll('#nodes img, #nodes script').length") == 0
+    from browser import page_errors
+    assert page_errors(browser) == []
+
+
+def test_dry_run_page_shows_the_planned_pairs(run, browser, capsys):
+    data = _data(run["dry"])
+    assert data["summary"]["planned"] and data["nodes"]
+    assert all(n["text"] is None and n["size"] == 2 for n in data["nodes"])
+    _open(browser, run["dry"])
+    assert browser.find_element("id", "nodes-title").text == "Planned pairs (first round)"
+    assert browser.execute_script("return document.getElementById('fig-merged_nodes').dataset.value") == \
+        str(len(data["nodes"]))
+
+
+def test_review_command_from_files(run, browser, tmp_path):
+    page = tmp_path / "files.html"
+    assert main(["review", str(run["src"]), str(run["out"]), "--report", str(run["report_path"]), "--out",
+                 str(page)]) == 0
+    data = _data(page)
+    assert data["summary"]["nodes_in"] == run["report"]["nodes_in"]
+    assert data["summary"]["nodes_out"] == run["report"]["nodes_out"]
+    assert data["sample"]["of"] == _data(run["page"])["sample"]["of"]
+    _open(browser, page)
+
+
+def test_compact_and_graph_pages(tmp_path, browser):
+    need("plotly")
+    store = _write_store(tmp_path / "s.jsonl", n=120)
+    dry, done = tmp_path / "dry.html", tmp_path / "done.html"
+    assert main(["compact", str(store), "--max-nodes-per-tenant", "20", "--embedder", "none", "--quiet", "--dry-run",
+                 "--review", str(dry)]) == 0
+    assert main(["compact", str(store), "--max-nodes-per-tenant", "20", "--embedder", "none", "--quiet",
+                 "--review", str(done)]) == 0
+    d, p = _data(dry), _data(done)
+    assert d["summary"]["planned"] and d["nodes"] and not p["summary"]["planned"] and p["nodes"]
+    assert p["summary"]["nodes_out"] == len(load_columns(str(store)))
+    for page in (dry, done):
+        _open(browser, page)
+    from test_graph import synthetic_graph_records
+    g = tmp_path / "g.jsonl"
+    g.write_text("".join(json.dumps(r) + "\n" for r in synthetic_graph_records()))
+    gp = tmp_path / "graph.html"
+    assert main(["graph", "compress", str(g), str(tmp_path / "g2.jsonl"), "--embedder", "none", "--quiet",
+                 "--review", str(gp)]) == 0
+    assert _data(gp)["nodes"]
+    _open(browser, gp)
+
+
+def test_page_is_self_contained(run):
+    html = run["page"].read_text(encoding="utf-8")
+    assert "Plotly" in html and "Content-Security-Policy" in html
+    assert not any(s in html.lower() for s in ('<script src', '<link ', 'src="http', "src='http"))
+    assert np.isfinite(run["page"].stat().st_size)
+
+
+def test_condensed_text_is_struck_through_and_flags_are_set(run, browser, tmp_path):
+    """A node cap that forces condensing: the sentences a merge dropped are marked in its
+    sources and the node is flagged; sources of two speakers flag mixed metadata; a
+    --memory-budget run (no merge log) gets its page from the two files."""
+    page, rep = tmp_path / "cap.html", tmp_path / "cap.json"
+    assert main(["compress", str(run["src"]), str(tmp_path / "o.jsonl"), "--embedder", "none", "--quiet",
+                 "--max-node-tokens", "16", "--report", str(rep), "--review", str(page)]) == 0
+    d = _data(page)
+    assert json.loads(rep.read_text())["condensed"] > 0
+    cond = [n for n in d["nodes"] if "condensed" in n["flags"]]
+    assert cond and all(any(m["drop"] for m in n["members"]) for n in cond)
+    for n in d["nodes"]:
+        speakers = {json.loads(m["meta"])["speaker"] for m in n["members"]}
+        assert ("mixed_metadata" in n["flags"]) == (len(speakers) > 1) and (n["mixed"] == ["speaker"]) == (
+            len(speakers) > 1)
+    _open(browser, page)
+    assert browser.execute_script("return document.querySelectorAll('#nodes mark.drop').length") > 0 or \
+        browser.execute_script("document.getElementById('filter-flag').value = 'condensed';"
+                               "document.getElementById('filter-flag').dispatchEvent(new Event('change'));"
+                               "return document.querySelectorAll('#nodes mark.drop').length") > 0
+    mb = tmp_path / "mb.html"
+    assert main(["compress", str(run["src"]), str(tmp_path / "o2.jsonl"), "--embedder", "none", "--quiet",
+                 "--memory-budget", "20K", "--review", str(mb)]) == 0
+    m = _data(mb)
+    assert m["sample"]["of"] > 0 and "weakest link" in m["summary"]["similarity_from"]
+    _open(browser, mb)
