@@ -129,17 +129,7 @@ class Retriever:
         pos = torch.full((Q, c), -1, dtype=torch.int64, device=dev)
         n_q = self._size[codes]  # (Q,)
         big = n_q > self.large
-        bq = np.flatnonzero(big)
-        bq = bq[np.argsort(codes[bq], kind="stable")]  # the big tenants' queries, grouped by tenant
-        ts, first = np.unique(codes[bq], return_index=True)
-        bounds = np.append(first, len(bq))
-        bq_t = torch.as_tensor(bq, dtype=torch.int64, device=dev)
-        for j, t in enumerate(ts.tolist()):  # at most N / large tenants: one matrix product each
-            qi = bq_t[int(bounds[j]):int(bounds[j + 1])]
-            s, e = self._segment(t)
-            v, i = self._search_segment(t, queries[qi], c)  # (Q_t, c')
-            sims[qi, :v.shape[1]] = v
-            pos[qi, :v.shape[1]] = torch.where(i >= 0, i + s, i)
+        self._big_candidates(codes, queries, c, np.flatnonzero(big), sims, pos)
         lay = self._layout
         A = self._emb if lay is None else lay.matrix  # rows scored: nodes, or nodes and keys
         a_size = n_q if lay is None else lay.size[codes]  # (Q,) rows of each query's segment
@@ -172,6 +162,48 @@ class Retriever:
                 sims[qi, :cc] = v
                 pos[qi, :cc] = torch.where(torch.isfinite(v), st[:, None] + j, torch.full_like(j, -1))
         return sims, pos
+
+    def _big_candidates(self, codes: np.ndarray, queries: torch.Tensor, c: int, bq: np.ndarray, sims, pos) -> None:
+        """The candidates of the queries ``bq`` of big tenants, written into ``sims`` / ``pos``: the
+        queries sorted by segment length class and tenant, each tenant's scores one matrix product
+        over its own segment (a view) written into a block of rows padded to the class's longest
+        segment, and one top-c per block (not one per tenant)."""
+        if not bq.size:
+            return
+        dev = queries.device
+        n_q = self._size[codes[bq]]
+        cls = np.ceil(np.log2(n_q)).astype(np.int64)
+        bq, cls = bq[np.lexsort((codes[bq], cls))], np.sort(cls)  # by class, then tenant
+        for k in np.unique(cls).tolist():
+            sel = bq[cls == k]
+            n = int(self._size[codes[sel]].max())
+            rows = n if self._layout is None else int(self._layout.size[codes[sel]].max())  # nodes (and keys)
+            step = max(1, self.budget // rows)
+            for q0 in range(0, len(sel), step):
+                qs = sel[q0:q0 + step]
+                S = torch.full((len(qs), n), float("-inf"), device=dev)  # (Qb, n) node scores, padded
+                ts, first = np.unique(codes[qs], return_index=True)
+                bounds = np.append(first, len(qs))
+                qi = torch.as_tensor(qs, dtype=torch.int64, device=dev)
+                Qb = queries[qi]
+                for j, t in enumerate(ts.tolist()):
+                    lo, hi = int(bounds[j]), int(bounds[j + 1])
+                    S[lo:hi, :int(self._size[t])] = self._scores(t, Qb[lo:hi])
+                cc = min(c, n)
+                v, i = topk_rows(S, cc)  # (Qb, cc)
+                st = torch.as_tensor(self._start[codes[qs]], dtype=torch.int64, device=dev)[:, None]
+                sims[qi, :cc] = v
+                pos[qi, :cc] = torch.where(torch.isfinite(v), st + i, torch.full_like(i, -1))
+
+    def _scores(self, t: int, q: torch.Tensor) -> torch.Tensor:
+        """Tenant ``t``'s node scores by the store's rule (its text's cosine, or the keys' blend).
+        Shape: q (Q_t, D) -> (Q_t, n_t)"""
+        if self._layout is None:
+            return q.float() @ self._emb[slice(*self._segment(t))].float().T
+        A, n, column = self._layout.segment(t)
+        s, e = self._segment(t)
+        Sa = q.float() @ A.float().T  # (Q_t, n + m)
+        return blend(Sa[:, :n], Sa[:, n:], column[n:], self._layout.has[s:e], self._layout.w)
 
     def _search_segment(self, t: int, q: torch.Tensor, c: int):
         """The ``c`` best nodes of tenant ``t`` by the store's rule (its text's cosine, or the keys'
