@@ -93,11 +93,14 @@ def run_cli(n: int, a) -> dict:
         cmd += ["--preset", a.preset]
     if a.keys is not None:
         cmd += ["--keys", a.keys]
+    if a.vectors is not None:
+        cmd += ["--vectors", a.vectors]
     m = run_measured(cmd)
     rec = {"bench": "scaling-cli", "n": n, "dim": a.dim, "tenants_shape": a.tenants_shape,
            "tenants": int(len(tenant_sizes(n, a))), "kmeans": a.kmeans, "schedule": a.schedule, "ratio": a.ratio,
            "reembed": a.reembed, "memory_budget": a.memory_budget, "preset": a.preset or "memforest (CLI default)",
            "keys": a.keys if a.keys is not None else "the preset's",
+           "vectors": a.vectors if a.vectors is not None else "the preset's",
            "seconds": m["seconds"],
            "peak_rss_mb": m["peak_rss_mb"], "peak_source": m["peak_source"], "returncode": m["returncode"]}
     if m["returncode"] != 0:
@@ -184,6 +187,8 @@ def main(argv=None):
     ap.add_argument("--keys", default=None,
                     help="keys of merged nodes (0, K or all; default: the preset's); a revision without keys "
                          "(bench/compare.py) takes only 0")
+    ap.add_argument("--vectors", default=None, help="--cli: float32 | int8, how the output holds its vectors "
+                    "(default: the preset's)")
     ap.add_argument("--threads", type=int, default=0, help="in process: torch CPU threads (default 0: torch's)")
     ap.add_argument("--accounting", action="store_true",
                     help="in process: run once more counting every stage's FLOPs and bytes, and print them against "
