@@ -18,7 +18,7 @@ from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_j
 from ..store.jsonl import iso_time
 from ..store.keys_io import PARQUET_KEYS_KEY
 from ..store.layout import HEADER_KEY, OPTIONAL_COLUMNS, REQUIRED_COLUMNS
-from ..store.parquet import PARQUET_EVENT_TREES_KEY, to_arrow_table
+from ..store.parquet import PARQUET_EVENT_TREES_KEY, to_arrow_table, vector_codes_of
 from .budget_groups import KEY, PART_BATCH_ROWS, SPLIT_BATCH_ROWS, _jsonl_items, output_batch_rows
 
 
@@ -225,6 +225,8 @@ def _write_output(out_paths: list[str], dst: str, fmt: str, time_format, budget:
                     header["forest"] = json.loads(trees)
                 if (rule := (schema.metadata or {}).get(PARQUET_KEYS_KEY)) is not None:
                     header["keys"] = json.loads(rule)
+                if vector_codes_of(schema) == "int8":  # as write_jsonl says int8 codes
+                    header["vectors"] = "int8"
                 if header:
                     f.write(json.dumps({HEADER_KEY: header}, ensure_ascii=False).encode("utf-8") + b"\n")
             for s in range(0, len(order), rows):
