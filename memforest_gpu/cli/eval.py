@@ -306,7 +306,7 @@ def _run_loo(a) -> int:
     keys = tuple(x.strip() for x in a.loo_keys.split(",") if x.strip()) if a.loo_keys else None
     cands = candidate_grid(a.loo_schedules.split(","), _floats(a.loo_alphas), _floats(a.loo_time_weights),
                            _floats(a.loo_size_weights), base=_config(a), time_rules=rules, keys_rules=keys)
-    paper, tome = paper_candidate(), Candidate("tome", _config(a), method="tome")
+    paper, tome = paper_candidate(_config(a).merge.vectors), Candidate("tome", _config(a), method="tome")
     extra = [c for c in (paper, tome) if c.config not in [x.config for x in cands] or c.method]
     extra += [c for c in _compare_rules(a) if c.config not in [x.config for x in cands]]
     shapes = _shapes(a)
@@ -349,7 +349,7 @@ def _compare_rules(a) -> list:
 def _loo_report(a, cs, names: list[str], t0: float) -> int:
     """Select per fold among ``names``, write loo.md / loo.json, print the preset rule's pick."""
 
-    paper = paper_candidate()
+    paper = paper_candidate(_config(a).merge.vectors)
     ratios, seeds = cs.ratios, cs.seeds
     paper_name = next((c.name for c in cs.candidates if c.config == paper.config and not c.method), paper.name)
     compare = tuple(dict.fromkeys([paper_name, "tome", *(c.name for c in cs.candidates if c.compare_only)]))

@@ -193,7 +193,8 @@ def _replan(W, f: Trees, per_tree, cfg, merger, embedder, dev, progress, on_roun
 
 
 def _replan_inputs(W, f: Trees, per_tree, dev):
-    """The trees with a quota as one sub-store (its rows of ``W``), with its partition and quotas."""
+    """The trees with a quota as one sub-store (its rows of ``W``), with its partition and
+    quotas."""
     T = len(per_tree)
     g = f.tree_start[W.tenant_codes_np] + f.tree
     busy = per_tree > 0

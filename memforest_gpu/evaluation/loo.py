@@ -300,9 +300,12 @@ def loo_markdown(cs: CandidateScores, folds: list[dict], *, select: str, compare
     return "\n".join(L) + "\n"
 
 
-def paper_candidate() -> Candidate:
-    """SPEC's defaults (``CompressConfig()``), sequential schedule."""
-    return Candidate("paper", CompressConfig(partition=PartitionConfig(), tree=TreeConfig(), merge=MergeConfig()))
+def paper_candidate(vectors: str = "float32") -> Candidate:
+    """The paper's defaults (``CompressConfig()``, docs/method.md), sequential schedule; ``vectors``:
+    how its stores hold their vectors (the run's, so that a grid candidate with the paper's fields
+    is recognised as this one)."""
+    return Candidate("paper", CompressConfig(partition=PartitionConfig(), tree=TreeConfig(),
+                                             merge=MergeConfig(vectors=vectors)))
 
 
 def save_scores(cs: CandidateScores, path: str) -> None:
