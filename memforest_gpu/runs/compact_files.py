@@ -33,7 +33,7 @@ from ..store.parquet import (
 )
 from .inbox import StoreIds
 
-__all__ = ["INBOX_SUFFIX", "inbox_path", "PassThrough", "memforest_layout", "parquet_schema"]
+__all__ = ["INBOX_SUFFIX", "inbox_path", "PassThrough", "memforest_layout", "parquet_schema", "placeless", "NoModel"]
 
 INBOX_SUFFIX = ".inbox.jsonl"
 _BATCH = 1 << 16
@@ -209,3 +209,21 @@ class PassThrough:
                 piece = piece.take(pa.array(np.argsort(np.concatenate(part_keys), kind="stable")))
                 writer.write_table(piece, row_group_size=ROW_GROUP_ROWS)
         writer.close()
+
+
+def placeless(st: MemoryStore) -> MemoryStore:
+    """``st`` with no row in a tree (new memories)."""
+
+    st.event_trees = EventTrees.empty(len(st))
+    return st
+
+
+class NoModel:
+    """Stands in for a model when the store's is unknown: inbox records must then carry vectors."""
+
+    name = None
+    dim = 0
+
+    def embed(self, texts):
+        raise ValueError("inbox records without embeddings need a model: the store records none, pass "
+                         "--embedder default or PATH")
