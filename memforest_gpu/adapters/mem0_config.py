@@ -3,8 +3,9 @@ problem is one ``ValueError`` line naming the file, the line (for a file that do
 or the field (``vector_store.config.port``), never a YAML, JSON or HTTP library's traceback."""
 from __future__ import annotations
 
-import json
 import os
+
+from ..jsonfile import loads_json
 
 __all__ = ["load_config", "check_config"]
 
@@ -23,13 +24,7 @@ def _shown(value) -> str:
 
 def _parse(path: str, text: str):
     if path.endswith(".json"):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} must be a Mem0 config in JSON, got bad JSON at line {e.lineno} column "
-                             f"{e.colno}: {e.msg}") from None
-        except RecursionError:
-            raise ValueError(f"{path} must be a Mem0 config in JSON, got nesting too deep to read") from None
+        return loads_json(text, path, "a Mem0 config in JSON")
     try:
         import yaml
     except ImportError:

@@ -5,9 +5,10 @@ must be a string, got 7``), never with a traceback halfway through.
 """
 from __future__ import annotations
 
-import json
 import re
 from datetime import UTC, datetime
+
+from ..jsonfile import read_json
 
 __all__ = ["read_locomo_json", "check_locomo", "parse_locomo_date"]
 
@@ -18,16 +19,7 @@ _OBSERVATION = re.compile(r"session_(\d+)_observation")
 def read_locomo_json(path: str):
     """The parsed JSON of ``path``; a file that is not JSON (or not UTF-8) names the file and
     where it breaks."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} must be LoCoMo JSON, got bad JSON at line {e.lineno} column {e.colno}: "
-                         f"{e.msg}") from None
-    except RecursionError:
-        raise ValueError(f"{path} must be LoCoMo JSON, got nesting too deep to read") from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path} must be UTF-8 text, got a byte that is not ({e.reason} at byte {e.start})") from None
+    return read_json(path, "LoCoMo JSON")
 
 
 def _show(value, n: int = 60) -> str:

@@ -30,11 +30,11 @@ order comes from the timestamps, never from the list.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from datetime import UTC, datetime
 
+from ..jsonfile import read_json
 from .dataset import Benchmark, Question
 
 __all__ = ["load_longmemeval", "parse_lme_date", "NODE_SHAPES", "ABSTENTION", "is_longmemeval"]
@@ -76,16 +76,7 @@ def _shown(value) -> str:
 
 
 def _read(path: str):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} must be LongMemEval JSON, got bad JSON at line {e.lineno} column {e.colno}: "
-                         f"{e.msg}") from None
-    except RecursionError:
-        raise ValueError(f"{path} must be LongMemEval JSON, got nesting too deep to read") from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path} must be UTF-8 text, got a byte that is not ({e.reason} at byte {e.start})") from None
+    return read_json(path, "LongMemEval JSON")
 
 
 def load_longmemeval(path: str, *, nodes: str = "turns") -> Benchmark:
