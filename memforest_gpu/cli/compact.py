@@ -8,6 +8,7 @@ import os
 import sys
 
 from ..config import CompactConfig
+from ..engine.compact import keys_bound, rule_differs
 from ..mergers import get_merger
 from ..runs.compact import compact_file
 from ..runs.compact_files import inbox_path
@@ -88,11 +89,10 @@ def _store_keys_rule(a, cfg):
         keys = -1 if rule["max_keys"] is None else rule["max_keys"]
         return dataclasses.replace(cfg, merge=dataclasses.replace(cfg.merge, keys=keys,
                                                                   text_weight=rule["text_weight"]))
-    mk = cfg.merge.max_keys if cfg.merge.keys != 0 else 0
-    if mk != rule["max_keys"] or float(cfg.merge.text_weight) != float(rule["text_weight"]):
-        bound = lambda m: "all" if m is None else m  # noqa: E731
-        raise ValueError(f"--keys and --text-weight must be the store's rule (--keys {bound(rule['max_keys'])} "
-                         f"--text-weight {rule['text_weight']:g}) to compact it, got --keys {bound(mk)} "
+    if rule_differs(rule, cfg.merge):
+        mk = cfg.merge.max_keys if cfg.merge.keys != 0 else 0
+        raise ValueError(f"--keys and --text-weight must be the store's rule (--keys {keys_bound(rule['max_keys'])} "
+                         f"--text-weight {rule['text_weight']:g}) to compact it, got --keys {keys_bound(mk)} "
                          f"--text-weight {cfg.merge.text_weight:g}: every node's keys follow that rule; to change "
                          f"it, run memforest compress STORE NEW_STORE --keys K --text-weight W")
     return cfg

@@ -41,7 +41,7 @@ from .quotas import Quotas
 from .result import CompressReport
 from .tree_record import first_rows, first_sources, rows_of_originals
 
-__all__ = ["compact", "CompactResult", "CompactReport"]
+__all__ = ["compact", "CompactResult", "CompactReport", "check_keys_rule", "rule_differs", "keys_bound"]
 
 
 @dataclass
@@ -158,13 +158,24 @@ def check_keys_rule(store: MemoryStore, merge) -> None:
     k = store.keys
     if k is None or not len(k.vectors):
         return
-    mk = merge.max_keys if merge.keys != 0 else 0
-    if mk != k.max_keys or float(merge.text_weight) != float(k.text_weight):
-        bound = lambda m: "all" if m is None else m  # noqa: E731
-        raise ValueError(f"keys and text_weight must be the store's rule (keys {bound(k.max_keys)}, text_weight "
-                         f"{k.text_weight:g}) when compacting it, got keys {bound(mk)}, text_weight "
+    if rule_differs(k.rule, merge):
+        mk = merge.max_keys if merge.keys != 0 else 0
+        raise ValueError(f"keys and text_weight must be the store's rule (keys {keys_bound(k.max_keys)}, text_weight "
+                         f"{k.text_weight:g}) when compacting it, got keys {keys_bound(mk)}, text_weight "
                          f"{merge.text_weight:g}: its nodes' keys follow that rule; to change it, compress the "
                          f"store to a new file with the new keys and text_weight")
+
+
+def rule_differs(rule: dict, merge) -> bool:
+    """Whether ``merge``'s keys bound and text weight are not the keys' ``rule``
+    (``{"text_weight": w, "max_keys": k}``)."""
+    mk = merge.max_keys if merge.keys != 0 else 0
+    return mk != rule["max_keys"] or float(merge.text_weight) != float(rule["text_weight"])
+
+
+def keys_bound(max_keys) -> int | str:
+    """A keys bound as the flag writes it (``all``: every source)."""
+    return "all" if max_keys is None else max_keys
 
 
 def _rows(W, f: Trees, per_tree, remove, short, budget: CompactConfig) -> list[dict]:
