@@ -139,9 +139,9 @@ class StageMemory:
 MARKS = (
     (("memforest_gpu.runs.single", "memforest_gpu.api"), "load_store_and_embedder", "read", "prepare"),
     (("memforest_gpu.runs.single", "memforest_gpu.api"), "write_store", "write", "exit"),
-    (("memforest_gpu.engine.setup", "memforest_gpu.engine.compress"), "partition_nodes", "partition", "setup"),
-    (("memforest_gpu.engine.setup", "memforest_gpu.engine.compress"), "build_trees", "trees", "rounds"),
-    (("memforest_gpu.engine.compress",), "assemble", "output", "report"),
+    (("memforest_gpu.engine.setup", "memforest_gpu.engine.compression"), "partition_nodes", "partition", "setup"),
+    (("memforest_gpu.engine.setup", "memforest_gpu.engine.compression"), "build_trees", "trees", "rounds"),
+    (("memforest_gpu.engine.compression",), "assemble", "output", "report"),
 )
 
 

@@ -8,8 +8,8 @@ inputs, so the same code runs on CUDA and on CPU. Batched layouts are padded:
 from .agpr import agpr_rerank, dense_rank, topk_rows, topk_search
 from .assign import best_match
 from .edge_mst import edge_forest
-from .kmeans import cluster_centres, kmeans, lloyd_step
 from .knn import knn_blockwise, knn_cells, top_by_key
+from .lloyd import cluster_centres, kmeans, lloyd_step
 from .matching import best_edge_per_tree, greedy_matching
 from .mst import spanning_forest, tree_degrees
 from .padding import pack_segments, size_buckets, unpack_segments

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .kernels.kmeans import SEEDINGS
+from .kernels.lloyd import SEEDINGS
 from .store.codes import VECTOR_CODES
 
 __all__ = [

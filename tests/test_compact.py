@@ -1,4 +1,4 @@
-"""compact (engine/compact.py): budgets per tenant, local re-planning, the same guarantees
+"""compact (engine/compaction/): budgets per tenant, local re-planning, the same guarantees
 as compress across many compactions."""
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from compact_helpers import arrivals, check_compaction, check_event_trees, origi
 
 from memforest_gpu import compress
 from memforest_gpu.config import CompactConfig, CompressConfig, PartitionConfig
-from memforest_gpu.engine.compact import compact
-from memforest_gpu.engine.compact_quotas import compaction_quotas
+from memforest_gpu.engine.compaction import compact
+from memforest_gpu.engine.compaction.quotas import compaction_quotas
 from memforest_gpu.engine.placement import place_new, positions
 from memforest_gpu.store.splice import append
 
-compact_mod = importlib.import_module("memforest_gpu.engine.compact")  # the module (the package exports the function)
+compact_mod = importlib.import_module("memforest_gpu.engine.compaction.replan")  # the module that runs it
 
 PAPER = CompressConfig.preset("paper")
 BUDGET = CompactConfig(max_nodes={"a": 50, "b": 80, "c": 40, "d": 1000}, low_water=0.8)

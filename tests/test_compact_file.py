@@ -15,7 +15,7 @@ from compact_helpers import arrivals, check_compaction, origin_tenants, same_sto
 
 from memforest_gpu.cli.commands import main as cli
 from memforest_gpu.config import CompactConfig, CompressConfig
-from memforest_gpu.engine.compact import compact
+from memforest_gpu.engine.compaction import compact
 from memforest_gpu.runs.compact import CompactingStore, compact_file
 from memforest_gpu.runs.compact_files import inbox_path
 from memforest_gpu.store.io import read_store, write_store

@@ -13,8 +13,8 @@ from extras import need
 
 from memforest_gpu import CompressConfig, MemoryStore, compress
 from memforest_gpu.config import MergeConfig
+from memforest_gpu.engine import dry_run
 from memforest_gpu.engine.constraints import constrain, group_codes, kept_mask
-from memforest_gpu.engine.dry_run import dry_run
 from memforest_gpu.engine.partition import partition_nodes
 
 

@@ -11,7 +11,7 @@ import torch.multiprocessing as mp
 
 from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig, compress, read_store, write_store
 from memforest_gpu.distributed import WorkItem, balance, compress_distributed, partition_tenant, sharded_kmeans
-from memforest_gpu.distributed.balance import cost, tenants_to_split
+from memforest_gpu.distributed.workload import cost, tenants_to_split
 from memforest_gpu.engine.partition import n_clusters, partition_nodes, tenant_streams, tenant_uniforms
 from memforest_gpu.kernels import kmeans
 from memforest_gpu.store.synthetic import synthetic_store

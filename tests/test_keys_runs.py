@@ -17,7 +17,7 @@ from memforest_gpu.adapters.m3agent import compress_video_graph, load_video_grap
 from memforest_gpu.api import compact_file, compress_file
 from memforest_gpu.config import CompactConfig, CompressConfig, MergeConfig, PartitionConfig
 from memforest_gpu.distributed import compress_distributed
-from memforest_gpu.engine.compact import compact
+from memforest_gpu.engine.compaction import compact
 from memforest_gpu.evaluation.methods import compress_with, parse_method
 from memforest_gpu.store.io import read_store, write_store
 from memforest_gpu.store.splice import append

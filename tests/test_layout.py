@@ -263,3 +263,29 @@ def test_the_kernels_are_one_package_however_the_project_is_installed(tmp_path):
     kernels = sorted(p.name for p in (ROOT / "kernels").glob("*.py"))
     assert {f"memforest_gpu/kernels/{n}" for n in kernels} <= names
     assert not any(n.startswith("kernels/") for n in names)  # never a top-level `kernels` (PyPI has one)
+
+
+def shadowed_modules(package) -> list[str]:
+    """Submodules of ``package`` (imported) that the package's attribute of the same name hides:
+    ``import pkg.name as m`` would give that attribute (a function, say), not the module."""
+    import importlib
+    import pkgutil
+    import types
+    names = [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
+             if not m.name.endswith("__main__")]
+    for n in names:
+        importlib.import_module(n)
+    return [n for n in names if not isinstance(getattr(importlib.import_module(n.rpartition(".")[0]),
+                                                       n.rpartition(".")[2], None), types.ModuleType)]
+
+
+def test_no_module_is_shadowed_by_a_name_its_package_exports(tmp_path, monkeypatch):
+    import memforest_gpu
+    assert shadowed_modules(memforest_gpu) == []
+    pkg = tmp_path / "shadowpkg"  # the check sees a package exporting a function named like its module
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from .run import run\n")
+    (pkg / "run.py").write_text("def run():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import shadowpkg
+    assert shadowed_modules(shadowpkg) == ["shadowpkg.run"]

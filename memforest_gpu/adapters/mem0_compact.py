@@ -8,7 +8,7 @@ What :func:`compact_mem0` does, in order:
 2. counts each tenant's memories (a tenant is a Mem0 scope: ``user_id`` / ``agent_id`` /
    ``run_id`` / ``actor_id``; memories with an ``expiration_date`` and procedural ones are
    left alone and not counted); tenants within budget are done with;
-3. compacts the tenants over budget with :func:`~memforest_gpu.engine.compact.compact`: their
+3. compacts the tenants over budget with :func:`~memforest_gpu.engine.compaction.compact`: their
    memories added since the last compaction are placed into their event trees, read from
    the state file (``state``: memory id -> tree, and each tenant's centres; a memory the file
    does not know is new), and only the trees that received memories or must shrink are
@@ -32,7 +32,7 @@ import os
 import numpy as np
 
 from ..config import CompactConfig, CompressConfig
-from ..engine.compact import compact
+from ..engine.compaction import compact
 from ..store.atomic import atomic_write_text
 from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_json
 from ..timer import StageTimer
@@ -82,7 +82,7 @@ def compact_mem0(memory, budget: CompactConfig, config: CompressConfig | None = 
     """Compact every tenant of ``scope`` over its budget (see the module docstring).
     ``state``: the state file (``None``: none; every compacted tenant is then partitioned in
     full). ``write_path`` as in :func:`~.mem0.compress_mem0`. The result's ``report`` is the
-    :class:`~memforest_gpu.engine.compact.CompactReport`. ``plan``: a dry run also plans its
+    :class:`~memforest_gpu.engine.compaction.CompactReport`. ``plan``: a dry run also plans its
     first round (``result.merges``, ``result.planned``: for a review page)."""
     check_write_path(write_path)
     scope = scope or Scope(all_tenants=True)

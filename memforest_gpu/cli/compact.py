@@ -8,7 +8,7 @@ import os
 import sys
 
 from ..config import CompactConfig
-from ..engine.compact import keys_bound, rule_differs
+from ..engine.compaction import keys_bound, rule_differs
 from ..mergers import get_merger
 from ..runs.compact import compact_file
 from ..runs.compact_files import inbox_path

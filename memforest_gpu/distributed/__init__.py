@@ -9,9 +9,9 @@ engine per GPU) and embedder; rank 0 gathers the rows and writes one output, ato
 The output equals the single-process ``memforest compress`` of the same store and seed
 (see :mod:`.runner` and :mod:`.kmeans` for the two caveats). NCCL on GPUs, gloo on CPU.
 """
-from .balance import WorkItem, balance, cost, tenants_to_split
 from .kmeans import partition_tenant, shard_range, sharded_kmeans
 from .runner import DistributedResult, compress_distributed
+from .workload import WorkItem, balance, cost, tenants_to_split
 
 __all__ = ["compress_distributed", "DistributedResult", "sharded_kmeans", "partition_tenant", "shard_range",
            "balance", "cost", "tenants_to_split", "WorkItem"]

@@ -4,7 +4,7 @@ Every rank holds the tenant's embeddings. The seeding is replicated (same per-te
 random stream, so every rank draws the same seeds); the Lloyd steps are sharded: rank r
 assigns a contiguous block of the tenant's time-ordered points, and the float64 centroid
 sums and counts are all-reduced. It is the package's one k-means
-(:func:`memforest_gpu.kernels.kmeans`) with :class:`ShardReduce` plugged in. Once labels
+(:func:`memforest_gpu.kernels.lloyd.kmeans`) with :class:`ShardReduce` plugged in. Once labels
 stop changing they are gathered and every rank finishes exactly like
 :func:`memforest_gpu.engine.partition.partition_nodes` (means, centre nodes, semantic + temporal
 reassignment), so all ranks agree on the trees.
@@ -22,7 +22,7 @@ import torch.distributed as dist
 from ..config import PartitionConfig
 from ..engine.partition import n_clusters, tenant_streams, tenant_uniforms
 from ..kernels import cluster_centres, kmeans, reassign_to_centres
-from ..kernels.kmeans import cluster_means, initial_centroids
+from ..kernels.lloyd import cluster_means, initial_centroids
 
 __all__ = ["sharded_kmeans", "partition_tenant", "shard_range", "ShardReduce"]
 
@@ -63,7 +63,7 @@ def shard_range(n: int, rank: int, world: int) -> tuple[int, int]:
 
 
 class ShardReduce:
-    """:func:`memforest_gpu.kernels.kmeans`'s reduction over ranks: this rank holds the points
+    """:func:`memforest_gpu.kernels.lloyd.kmeans`'s reduction over ranks: this rank holds the points
     [lo, hi) of the (single) problem, every rank also holds all of ``X``. Sums, counts and
     the "changed" flag are all-reduced; the farthest points for empty clusters are chosen
     over all shards (ties: lower global index); labels are gathered in rank order."""
@@ -95,7 +95,7 @@ class ShardReduce:
 def sharded_kmeans(X: torch.Tensor, k: int, *, stream: torch.Tensor, seed: int = 0, seeding: str = "batched",
                    uniforms: torch.Tensor | None = None, max_iter: int = 30, budget: int = 1 << 24, group=None):
     """k-means of one problem with Lloyd steps sharded over the ranks of ``group``: the one
-    :func:`memforest_gpu.kernels.kmeans`, with the seeding replicated (every rank draws the
+    :func:`memforest_gpu.kernels.lloyd.kmeans`, with the seeding replicated (every rank draws the
     same seeds from ``stream``) and :class:`ShardReduce` as its reduction. Every rank
     passes the whole ``X`` and gets the whole result.
 

@@ -40,8 +40,8 @@ from ..engine.quotas import Quotas, allocate, removal_target
 from ..mergers.embedders import MEAN_EMBEDDER
 from ..store.keys import NodeKeys
 from ..store.memory_store import MemoryStore
-from .balance import WorkItem, balance, tenants_to_split
 from .kmeans import _world, partition_tenant
+from .workload import WorkItem, balance, tenants_to_split
 
 __all__ = ["compress_distributed", "DistributedResult"]
 

@@ -1,4 +1,4 @@
-"""One compression, one module per stage: read :mod:`.compress` top to bottom.
+"""One compression, one module per stage: read :mod:`.compression` top to bottom.
 
     store ─setup_run()─▶ RunSetup: partition_nodes() ─▶ Partition, removal_quotas() ─▶ Quotas,
                                    build_trees() ─▶ TreeBatch
@@ -10,15 +10,14 @@ The stages are :mod:`.partition` (with :mod:`.two_level` and :mod:`.constraints`
 :mod:`.quotas`, :mod:`.trees` (with :mod:`.knn_graph` and :mod:`.graph_choice`), :mod:`.plan`
 (with :mod:`.candidates`, :mod:`.plan_knn`, :mod:`.plan_dense`, :mod:`.edges` and
 :mod:`.lengths`), :mod:`.merge_call`, :mod:`.apply`, :mod:`.node_table` and :mod:`.assemble`;
-:mod:`.setup` and :mod:`.round` hold a run's setup and one round, :mod:`.compress` runs the
-rounds, :mod:`.dry_run` plans the first round only and :mod:`.result` holds what both return.
-:mod:`.compact` (with :mod:`.placement`, :mod:`.compact_quotas`, :mod:`.compact_trees` and
-:mod:`.tree_record`) keeps tenants within a budget with the same stages; :mod:`.host_reads`
-counts the device reads of a run.
+:mod:`.setup` and :mod:`.round` hold a run's setup and one round, :mod:`.compression` runs the
+rounds (:func:`compress`) or plans the first round only (:func:`dry_run`), and :mod:`.result`
+holds what both return. :mod:`.tree_record` and :mod:`.placement` record a run's event trees
+and place new rows into them; the subpackage :mod:`.compaction` keeps tenants within a budget
+with the same stages; :mod:`.host_reads` counts the device reads of a run.
 """
-from .compact import CompactReport, CompactResult, compact
-from .compress import compress
-from .dry_run import dry_run
+from .compaction import CompactReport, CompactResult, compact
+from .compression import compress, dry_run
 from .lengths import DATE_TAG_TOKENS
 from .merge_record import MergeRecord
 from .node_table import merged_id

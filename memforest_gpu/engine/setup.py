@@ -1,6 +1,6 @@
 """What a run needs before its first round: the inputs checked, then partition, quotas and
-trees (or the ones a caller hands in). :func:`~.compress.compress` and
-:func:`~.dry_run.dry_run` start from the same :class:`RunSetup`."""
+trees (or the ones a caller hands in). :func:`~.compression.compress` and
+:func:`~memforest_gpu.engine.compression.dry_run` start from the same :class:`RunSetup`."""
 from __future__ import annotations
 
 from collections.abc import Callable

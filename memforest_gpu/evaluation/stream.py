@@ -3,7 +3,7 @@ within a budget after each session, questions asked at the end (docs/compaction.
 
 For each budget (a fraction of each tenant's final uncompressed size):
 
-- **stream** (MemForest): after every session, :func:`~memforest_gpu.engine.compact.compact`
+- **stream** (MemForest): after every session, :func:`~memforest_gpu.engine.compaction.compact`
   (new memories placed into the trees, only the trees that need it re-planned);
 - **full** (MemForest, a work reference): after every session, ``compress`` of the whole
   current store (old merged nodes included; every tenant partitioned and every tree built)
@@ -33,7 +33,7 @@ import torch
 from ..config import CompactConfig, CompressConfig
 from ..device import resolve_device
 from ..engine import compress
-from ..engine.compact import compact
+from ..engine.compaction import compact
 from ..engine.partition import partition_nodes
 from ..engine.quotas import Quotas, allocate_segments
 from ..mergers.extractive import ExtractiveMerger

@@ -1,7 +1,7 @@
 """``memforest compact STORE``: keep every tenant of a store file within its budget, in place.
 
 :func:`compact_file` folds the inbox (``STORE.inbox.jsonl``) into the store and compacts
-every tenant over its budget (:func:`~memforest_gpu.engine.compact.compact`), under the
+every tenant over its budget (:func:`~memforest_gpu.engine.compaction.compact`), under the
 store's lock (``STORE.lock``), with the merge journal (``STORE.journal.jsonl``), and writes
 the store atomically: a kill at any point leaves the previous store whole, and the next run
 replays the journaled merges (``--resume`` or not: the journal's records are keyed by their
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import CompactConfig, CompressConfig
-from ..engine.compact import CompactReport, compact
+from ..engine.compaction import CompactReport, compact
 from ..mergers import get_merger
 from ..mergers.embedders import MEAN_EMBEDDER
 from ..store.atomic import atomic_open, atomic_write_text, fsync_dir

@@ -7,9 +7,9 @@
     at the end: assemble() ─▶ MemoryStore, run_report() ─▶ CompressReport
 
 Each stage is a function in its own module; :func:`compress` only runs the rounds and puts
-the result together. :func:`~.dry_run.dry_run` takes the same setup and plans the first
-round only. The host reads a constant number of device values per round (the plan),
-whatever the number of trees, pairs and tenants (:mod:`.host_reads` counts them).
+the result together. :func:`dry_run` takes the same setup and plans the first round only.
+The host reads a constant number of device values per round (the plan), whatever the number
+of trees, pairs and tenants (:mod:`.host_reads` counts them).
 """
 from __future__ import annotations
 
@@ -27,14 +27,15 @@ from .keys import output_keys
 from .merge_call import with_fallback
 from .merge_record import MergeRecord
 from .partition import Partition
+from .plan import plan_round
 from .progress import progress_bar
 from .quotas import Quotas
-from .result import CompressReport, CompressResult
-from .round import Owed, merge_round
+from .result import CompressReport, CompressResult, DryRunResult
+from .round import Owed, merge_round, older_first, round_merges
 from .setup import RunSetup, setup_run
 from .tree_record import record_event_trees, with_centres
 
-__all__ = ["compress", "run_report", "Tally"]
+__all__ = ["compress", "dry_run", "run_report", "Tally"]
 
 
 @dataclass
@@ -166,3 +167,19 @@ def _tenant_rows(s: RunSetup, out: MemoryStore, shortfall: np.ndarray) -> list[d
             for name, n, o, r, d, f, sf, tr, k in zip(s.names, n_in.tolist(), n_out.tolist(), q.target.tolist(),
                                                       removed.tolist(), ratio.tolist(), shortfall.tolist(),
                                                       n_trees.tolist(), kept.tolist())]
+
+
+def dry_run(store: MemoryStore, config: CompressConfig | None = None, *, embedder=None, device=None,
+            partition: Partition | None = None, quotas: Quotas | None = None, budget: int = 1 << 24) -> DryRunResult:
+    """A dry run: partition, quotas and trees as :func:`compress` would build them,
+    and the
+    pairs of the first round. Merges nothing."""
+    s = setup_run(store, config, embedder=embedder, device=device, partition=partition, quotas=quotas, budget=budget)
+    owed = Owed.start(s.quotas)
+    with s.timer.stage("plan"):
+        p = plan_round(s.batch, owed.need(), owed.remaining, s.cfg, s.plan_cap,
+                       np.random.default_rng(s.cfg.merge.seed))
+    older, newer = older_first(s.table, p)
+    merges = round_merges(s.table, 1, older, newer, p.similarity)
+    return DryRunResult(merges, s.table.merge_pairs(older, newer), run_report(s, store, embedder=embedder),
+                        dict(zip(s.names, s.quotas.target.tolist())))

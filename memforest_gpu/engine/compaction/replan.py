@@ -8,8 +8,9 @@ trees that received memories or must shrink (docs/compaction.md).
       built with
       │           another config, or has doubled since (``repartition_growth``)
       ├─ quotas   exactly n - floor(low_water * budget) per tenant, over the trees with the most
-      │           excess (:mod:`.compact_quotas`)
-      ├─ compress those trees only: :func:`~.compress.compress` with the ready Partition and Quotas
+      │           excess (:mod:`.quotas`)
+      ├─ compress those trees only: :func:`~memforest_gpu.engine.compression.compress` with the
+      │           ready Partition and Quotas
       └─ splice   the result back in place of its members (each merged node takes its earliest
                   member's row), trees and centres recorded
 
@@ -23,23 +24,23 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..config import CompactConfig, CompressConfig
-from ..device import resolve_device
-from ..store.event_trees import EventTrees, TenantTrees
-from ..store.memory_store import MemoryStore
-from ..store.splice import splice
-from ..timer import StageTimer
-from .compact_quotas import compaction_quotas
-from .compact_trees import Trees, event_trees_of
-from .compress import compress
-from .constraints import check_rules
-from .dry_run import dry_run as first_round
-from .merge_record import MergeRecord
-from .partition import Partition
-from .placement import tree_radius
-from .quotas import Quotas
-from .result import CompressReport
-from .tree_record import first_rows, first_sources, rows_of_originals
+from ...config import CompactConfig, CompressConfig
+from ...device import resolve_device
+from ...store.event_trees import EventTrees, TenantTrees
+from ...store.memory_store import MemoryStore
+from ...store.splice import splice
+from ...timer import StageTimer
+from ..compression import compress
+from ..compression import dry_run as first_round
+from ..constraints import check_rules
+from ..merge_record import MergeRecord
+from ..partition import Partition
+from ..placement import tree_radius
+from ..quotas import Quotas
+from ..result import CompressReport
+from ..tree_record import first_rows, first_sources, rows_of_originals
+from .quotas import compaction_quotas
+from .trees import Trees, event_trees_of
 
 __all__ = ["compact", "CompactResult", "CompactReport", "check_keys_rule", "rule_differs", "keys_bound"]
 
@@ -95,9 +96,10 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
 
     ``config``: the compression (default ``CompressConfig()``); its partition fields are
     recorded with the trees. ``merger``, ``embedder``, ``device``, ``progress``, ``on_round``:
-    as in :func:`~.compress.compress`. ``dry_run``: place and plan, merge nothing (the
-    report says what would be removed where); with ``plan``, also the first round's pairs of
-    the re-planned trees (``result.planned``, as :func:`~.dry_run.dry_run` finds them).
+    as in :func:`~memforest_gpu.engine.compression.compress`. ``dry_run``: place and plan, merge
+    nothing (the report says what would be removed where); with ``plan``, also the first round's
+    pairs of the re-planned trees (``result.planned``, as
+    :func:`~memforest_gpu.engine.compression.dry_run` finds them).
     """
     cfg = config or CompressConfig()
     if not isinstance(store, MemoryStore):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .quotas import allocate_segments
+from ..quotas import allocate_segments
 
 __all__ = ["compaction_quotas", "EXCESS_SCALE"]
 
