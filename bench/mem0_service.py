@@ -90,8 +90,8 @@ def config(root: str, backend: str = "qdrant", servers=None) -> dict:
 def build(cfg: dict, memories: int, users: int, how: str) -> float:
     """The store, through Mem0's ``add(infer=False)`` one memory at a time (``how="mem0"``) or
     the batched write path (the same rows; embeddings in batches of 256)."""
-    from memforest_gpu.adapters.mem0 import close_memory, load_memory
-    from memforest_gpu.adapters.mem0_write import add_memories, add_payload
+    from memforest_gpu.adapters.mem0.inplace import close_memory, load_memory
+    from memforest_gpu.adapters.mem0.write import add_memories, add_payload
 
     m = load_memory(cfg, create=True, quiet=True)
     per = memories // users
@@ -112,8 +112,8 @@ def build(cfg: dict, memories: int, users: int, how: str) -> float:
 
 
 def snapshot(cfg: dict) -> dict:
-    from memforest_gpu.adapters.mem0 import close_memory, load_memory
-    from memforest_gpu.adapters.vectors import payload_json, read_points
+    from memforest_gpu.adapters.mem0.inplace import close_memory, load_memory
+    from memforest_gpu.adapters.mem0.vectors import payload_json, read_points
 
     m = load_memory(cfg, quiet=True)
     out = {p.id: payload_json(p.payload, sort_keys=True) for p in read_points(m, {})}
@@ -135,7 +135,7 @@ def _steps(seconds: dict, wall: float, added: int, deleted: int) -> None:
 
 def add_late(cfg: dict, a) -> tuple[int, float]:
     """``--late`` x ``--memories`` new memories through Mem0's add, spread over the users."""
-    from memforest_gpu.adapters.mem0 import close_memory, load_memory
+    from memforest_gpu.adapters.mem0.inplace import close_memory, load_memory
 
     m = load_memory(cfg, quiet=True)
     n = int(round(a.late * a.memories))

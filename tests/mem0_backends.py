@@ -6,8 +6,8 @@ import uuid
 import numpy as np
 from test_mem0_adapter import _config
 
-from memforest_gpu.adapters.mem0 import load_memory
-from memforest_gpu.adapters.vectors import payload_json, provider_of, read_points
+from memforest_gpu.adapters.mem0.inplace import load_memory
+from memforest_gpu.adapters.mem0.vectors import payload_json, provider_of, read_points
 
 BACKENDS = ["qdrant", "chroma", "chroma-http", "pgvector", "faiss"]
 SERVER_BACKENDS = ("chroma-http", "pgvector", "pgvector-fields")

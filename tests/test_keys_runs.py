@@ -161,7 +161,8 @@ def test_m3_agent_holds_text_and_keys_found_by_its_max(tmp_path):
 
 def test_mem0_keeps_one_vector_per_memory(monkeypatch):
     """A Mem0 memory holds one vector: compress_mem0 and compact_mem0 run without keys."""
-    from memforest_gpu.adapters import mem0, mem0_compact
+    from memforest_gpu.adapters.mem0 import compaction as mem0_compact
+    from memforest_gpu.adapters.mem0 import inplace as mem0
 
     assert mem0.single_vector(KEYED).merge.keys == 0 and mem0.single_vector(KEYED).merge.text_weight == 1.0
     assert mem0.single_vector(None) is None

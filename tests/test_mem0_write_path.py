@@ -32,9 +32,9 @@ from mem0_backends import BACKENDS, backend_config, open_store, snapshot  # noqa
 from test_mem0_adapter import FACTS, _fill  # noqa: E402
 
 from memforest_gpu import CompressConfig, MergeConfig  # noqa: E402
-from memforest_gpu.adapters.mem0 import Scope, close_memory, compress_mem0, restore_mem0  # noqa: E402
-from memforest_gpu.adapters.mem0_write import delete_memories  # noqa: E402
-from memforest_gpu.adapters.vectors import Point, payload_json, provider_of, read_ids, read_points, write_points  # noqa: E402
+from memforest_gpu.adapters.mem0.inplace import Scope, close_memory, compress_mem0, restore_mem0  # noqa: E402
+from memforest_gpu.adapters.mem0.vectors import Point, payload_json, provider_of, read_ids, read_points, write_points  # noqa: E402
+from memforest_gpu.adapters.mem0.write import delete_memories  # noqa: E402
 
 HALF = CompressConfig(merge=MergeConfig(ratio=0.5))
 COLS = "memory_id, old_memory, new_memory, event, created_at, updated_at, is_deleted, actor_id, role"
@@ -168,7 +168,7 @@ def test_batched_delete_cleans_entities_as_mem0_delete(request, tmp_path, backen
 def test_embedded_qdrant_batches_skip_the_disk_wait_and_sync_at_the_end(tmp_path):
     """Within a batch the collection's SQLite commits do not wait for the disk; afterwards its
     setting is back and what was written is on disk (a new process reads it)."""
-    from memforest_gpu.adapters.mem0_write import add_memories, add_payload, qdrant_local_batch
+    from memforest_gpu.adapters.mem0.write import add_memories, add_payload, qdrant_local_batch
 
     cfg = backend_config("qdrant", str(tmp_path))
     m = open_store(cfg, create=True)

@@ -11,7 +11,7 @@ need("qdrant_client")
 need("plotly")
 yaml = need("yaml")
 
-from memforest_gpu.adapters.mem0 import close_memory, load_memory  # noqa: E402
+from memforest_gpu.adapters.mem0.inplace import close_memory, load_memory  # noqa: E402
 from memforest_gpu.cli.adapters import main  # noqa: E402
 
 

@@ -1,10 +1,8 @@
 """Adapters to real memory systems.
 
-- :mod:`.mem0`: compress a Mem0 store in place (Qdrant, Chroma, pgvector or FAISS vector
-  store), with a backup first (:mod:`.backup`) and a restore that puts the scope back exactly
-  (:mod:`.restore`); :mod:`.mem0_client` opens Mem0 after :mod:`.mem0_check`'s checks,
-  :mod:`.vectors` (and :mod:`.vectors_pg`) reads and writes its vector store natively,
-  :mod:`.mem0_write` writes what Mem0's add and delete write, in batches.
+- :mod:`.mem0` (a subpackage): compress or compact a Mem0 store in place (Qdrant, Chroma,
+  pgvector or FAISS vector store), with a backup first and a restore that puts the scope back
+  exactly.
 - :mod:`.graph`: graph memories in our JSONL / Parquet format; :mod:`.m3agent`: M3-Agent's
   own pickled ``VideoGraph``; :mod:`.streammeco` (and :mod:`.m3_streammeco` for M3-Agent's
   graphs): the StreamMeCo pruning baseline.

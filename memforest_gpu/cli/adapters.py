@@ -1,5 +1,5 @@
 """``memforest mem0 compress|restore`` and ``memforest graph compress``: thin commands over
-:mod:`memforest_gpu.adapters.mem0` and :mod:`memforest_gpu.adapters.graph`.
+:mod:`memforest_gpu.adapters.mem0.inplace` and :mod:`memforest_gpu.adapters.graph`.
 
 Wire into ``memforest`` with ``add_parser(subparsers)`` and dispatch ``mem0`` / ``graph``
 to ``run(args)``; ``main(argv)`` runs them on their own.
@@ -17,9 +17,9 @@ import torch
 from ..adapters.graph import compress_graph, read_graph, write_graph
 from ..adapters.m3_streammeco import compress_video
 from ..adapters.m3agent import is_m3_agent_path, load_video_graph, save_video_graph
-from ..adapters.mem0 import Scope, close_memory, compress_mem0, format_plan, load_memory, restore_mem0
-from ..adapters.mem0_compact import compact_mem0
-from ..adapters.restore import open_for_restore
+from ..adapters.mem0.compaction import compact_mem0
+from ..adapters.mem0.inplace import Scope, close_memory, compress_mem0, format_plan, load_memory, restore_mem0
+from ..adapters.mem0.restore import open_for_restore
 from ..api import resolve_embedder
 from ..mergers import get_merger
 from ..mergers.embedders import get_embedder

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..store.atomic import atomic_open
+from ...store.atomic import atomic_open
 from .vectors import Point, payload_json
 
 __all__ = ["write_backup", "read_backup", "read_backup_header", "BACKUP_KEY"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ..jsonfile import loads_json
+from ...jsonfile import loads_json
 
 __all__ = ["load_config", "check_config"]
 

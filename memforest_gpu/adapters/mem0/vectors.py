@@ -6,7 +6,7 @@ Supported: Qdrant (embedded ``path=`` or a server; ``scroll(with_vectors=True)``
 Chroma (embedded persistent ``path=`` or a server, ``host``/``port``; ``collection.get(include=
 embeddings)`` paged by ``limit``/``offset``), pgvector (PostgreSQL; a server-side cursor,
 :mod:`.vectors_pg`) and FAISS (Mem0's docstore + ``reconstruct``). The Mem0 bookkeeping
-around writes (history, entities) is :mod:`.mem0_write`'s.
+around writes (history, entities) is :mod:`.write`'s.
 
 Chroma keeps no key order in a payload (each read may list the keys differently) and
 merges metadata on upsert, so a Chroma payload is compared by content

@@ -1,4 +1,4 @@
-"""Put a Mem0 scope back exactly as in a backup written by :func:`.mem0.compress_mem0`."""
+"""Put a Mem0 scope back exactly as in a backup written by :func:`.inplace.compress_mem0`."""
 from __future__ import annotations
 
 import time
@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import numpy as np
 
 from .backup import read_backup, read_backup_header
-from .mem0_client import entity_store, load_config, load_memory
-from .mem0_write import delete_memories, qdrant_local_batch
+from .client import entity_store, load_config, load_memory
 from .vectors import Point, delete_points, payloads_equal, provider_of, read_points, write_points
+from .write import delete_memories, qdrant_local_batch
 
 __all__ = ["restore_mem0", "open_for_restore", "VECTOR_ATOL"]
 
@@ -39,7 +39,7 @@ def open_for_restore(config, backup, *, quiet: bool = False):
 def restore_mem0(memory, backup) -> dict:
     """Put the backed-up scope back exactly: memories of the scope that are not in the
     backup are deleted as Mem0's ``delete`` does (its history records it; in batches,
-    :func:`~.mem0_write.delete_memories`), backed-up memories that
+    :func:`.write.delete_memories`), backed-up memories that
     are missing or changed are written back with their ids, vectors and payloads (a
     restored memory also gets an ADD in Mem0's history); the scope's entities in Mem0's
     entity store likewise. Payloads come back byte for byte (Chroma, which keeps no key

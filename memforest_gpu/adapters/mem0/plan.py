@@ -6,7 +6,7 @@ __all__ = ["format_plan"]
 
 def format_plan(res, *, width: int = 72, max_groups: int | None = 50) -> str:
     """Which memories merge, with previews: one block per merged memory of ``res`` (a
-    :class:`~.mem0.Mem0CompressResult`)."""
+    :class:`~.inplace.Mem0CompressResult`)."""
     def short(t):
         t = " ".join(str(t).split())
         return t if len(t) <= width else t[: width - 3] + "..."

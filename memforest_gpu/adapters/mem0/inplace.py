@@ -18,7 +18,7 @@ What :func:`compress_mem0` does, in order:
 4. writes a backup of the whole scope (Parquet: ids, vectors, payloads; :mod:`.backup`);
 5. adds every merged memory as Mem0's ``add(..., infer=False)`` does (payload, vector, an
    ADD row in Mem0's history), in batches through Mem0's own vector store and history
-   objects (:mod:`.mem0_write`; ``write_path="mem0"``: through ``Memory.add`` itself, one
+   objects (:mod:`.write`; ``write_path="mem0"``: through ``Memory.add`` itself, one
    at a time), with ``metadata.merged_from`` = the original ids, the newest original's
    ``created_at``, the scope ids, the shared ``actor_id``/``role`` and the other metadata of
    its originals (newer wins);
@@ -43,17 +43,17 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from ..config import CompressConfig
-from ..engine import CompressReport, compress
-from ..store.memory_store import MemoryStore
-from ..store.timeutil import parse_timestamp
-from ..timer import StageTimer
+from ...config import CompressConfig
+from ...engine import CompressReport, compress
+from ...store.memory_store import MemoryStore
+from ...store.timeutil import parse_timestamp
+from ...timer import StageTimer
 from .backup import write_backup
-from .mem0_client import Mem0Embedder, check_dimension, close_memory, entity_store, load_config, load_memory
-from .mem0_plan import format_plan
-from .mem0_write import add_memories, add_payload, delete_memories
+from .client import Mem0Embedder, check_dimension, close_memory, entity_store, load_config, load_memory
+from .plan import format_plan
 from .restore import restore_mem0
 from .vectors import Point, provider_of, read_ids, read_points
+from .write import add_memories, add_payload, delete_memories
 
 __all__ = ["Scope", "compress_mem0", "restore_mem0", "format_plan", "MergeGroup", "Mem0CompressResult", "tenant_of",
            "default_backup_path", "load_config", "load_memory", "close_memory", "entity_store", "Mem0Embedder",

@@ -14,7 +14,7 @@ What :func:`compact_mem0` does, in order:
    does not know is new), and only the trees that received memories or must shrink are
    re-planned; merged text is embedded with Mem0's own model;
 4. (dry run: stops here and returns the plan)
-5. writes it back as ``mem0 compress`` does (:func:`~.mem0.write_back`): a backup of the whole
+5. writes it back as ``mem0 compress`` does (:func:`~.inplace.write_back`): a backup of the whole
    scope, the merged memories added through Mem0 (``metadata.merged_from``: the originals),
    verified by reading them back from the vector store by id in batches, relinked to Mem0's
    entities, and only then the memories they replace deleted;
@@ -31,12 +31,12 @@ import os
 
 import numpy as np
 
-from ..config import CompactConfig, CompressConfig
-from ..engine.compaction import compact
-from ..store.atomic import atomic_write_text
-from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_json
-from ..timer import StageTimer
-from .mem0 import (
+from ...config import CompactConfig, CompressConfig
+from ...engine.compaction import compact
+from ...store.atomic import atomic_write_text
+from ...store.event_trees import EventTrees, event_trees_from_json, event_trees_json
+from ...timer import StageTimer
+from .inplace import (
     Mem0CompressResult,
     Mem0Embedder,
     Scope,
@@ -81,7 +81,7 @@ def compact_mem0(memory, budget: CompactConfig, config: CompressConfig | None = 
                  after_write=None, write_path: str = "batch", plan: bool = False) -> Mem0CompressResult:
     """Compact every tenant of ``scope`` over its budget (see the module docstring).
     ``state``: the state file (``None``: none; every compacted tenant is then partitioned in
-    full). ``write_path`` as in :func:`~.mem0.compress_mem0`. The result's ``report`` is the
+    full). ``write_path`` as in :func:`~.inplace.compress_mem0`. The result's ``report`` is the
     :class:`~memforest_gpu.engine.compaction.CompactReport`. ``plan``: a dry run also plans its
     first round (``result.merges``, ``result.planned``: for a review page)."""
     check_write_path(write_path)
