@@ -3,7 +3,7 @@
 The test suite's kernel, Triton and engine tests run with CUDA among their devices (and
 every ``gpu``-marked test); then each kernel runs on the device and on the CPU with the same
 inputs, the Triton kernel against ``backend="torch"`` on the same device, and ``compress``
-on the device against SPEC's invariants. Each record states the rule it was held to.
+on the device against the method's invariants. Each record states the rule it was held to.
 """
 from __future__ import annotations
 
@@ -219,7 +219,7 @@ def check_retrieval(ctx: Ctx) -> dict:
 
 
 def check_engine(ctx: Ctx) -> dict:
-    """compress() on the device: SPEC's invariants, and how much of the plan equals the CPU run."""
+    """compress() on the device: the method's invariants, and how much of the plan equals the CPU run."""
     from memforest_gpu import CompressConfig, MergeConfig, compress
     from memforest_gpu.engine.quotas import removal_target
     from memforest_gpu.store.synthetic import synthetic_store

@@ -32,7 +32,7 @@ def main(argv=None):
     ap.add_argument("--ratios", default="0.3,0.5,0.7")
     ap.add_argument("--knn", default="8,16,32")
     ap.add_argument("--one-tenant", action="store_true", help="every conversation in one tenant, one tree (alpha 0)")
-    ap.add_argument("--time-weight", type=float, default=None, help="override the preset's (0: SPEC's cosine edges)")
+    ap.add_argument("--time-weight", type=float, default=None, help="override the preset's (0: cosine edges)")
     ap.add_argument("--size-weight", type=float, default=None, help="override the preset's")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="runs/knn_graph.json")

@@ -14,7 +14,7 @@ __all__ = ["numpy_kmeans", "n_clusters"]
 
 
 def numpy_kmeans(X: np.ndarray, k: int, *, iters: int = 30, seed: int = 0) -> np.ndarray:
-    """Plain k-means as SPEC asks for it: k-means++ seeding (each step re-measures every
+    """Plain k-means as docs/method.md asks for it: k-means++ seeding (each step re-measures every
     point against the new centre), then Lloyd steps with the full (N, K) distance matrix
     until no label changes."""
     rng = np.random.default_rng(seed)

@@ -1,4 +1,5 @@
-"""Retrieval scoring: plain top-k and Anchor-Guided Propagation Retrieval (SPEC section 4)."""
+"""Retrieval scoring: plain top-k and Anchor-Guided Propagation Retrieval (docs/method.md
+section 4)."""
 from __future__ import annotations
 
 import math

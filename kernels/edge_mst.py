@@ -1,7 +1,7 @@
 """Maximum spanning forests of sparse graphs given as edge lists (batched Borůvka).
 
 Every graph of a batch is solved at once: vertex ids are global (each graph owns a range of
-them) and edges of different graphs never meet. The edges are sorted once by SPEC's order
+them) and edges of different graphs never meet. The edges are sorted once by the method's order
 (weight descending, then ``(min(u, v), max(u, v))`` ascending), so one Borůvka pass finds
 each component's best outgoing edge with a single scatter-min of sorted positions; hooking
 and pointer jumping join the components. A graph of m vertices is joined after
@@ -20,8 +20,8 @@ __all__ = ["edge_forest", "sort_edges"]
 
 
 def sort_edges(u: torch.Tensor, v: torch.Tensor, w: torch.Tensor, n: int, *, maximum: bool = True):
-    """Edges in SPEC's order, no-edges (-inf weight, or +inf for ``maximum=False``, NaN, loops)
-    last.
+    """Edges in the method's order (docs/method.md section 2), no-edges (-inf weight, or +inf for
+    ``maximum=False``, NaN, loops) last.
 
     Shape: u, v (E,) int64 in [0, n), w (E,) -> order (E,) int64, valid (E,) bool in that order
     """

@@ -6,7 +6,7 @@ is ever held in full.
 
 Seeding (``seeding=``, :mod:`.seeding`): ``"batched"`` (default, D^2 sampling in growing
 batches, O(log K) steps with no device read) or ``"k-means++"`` (one centre per step, exact
-to SPEC's wording).
+to the method's wording).
 
 A Lloyd step reads the device O(1) times (has any label changed; any empty cluster).
 Cluster sums are accumulated in float64 (``index_put_(accumulate=True)``, a cache-sized tile

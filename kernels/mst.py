@@ -5,7 +5,7 @@ component, its best outgoing edge with one masked row-max over the (B, m, m) wei
 matrix, then merges components with a tensor union-find (hooking + pointer jumping).
 The number of rounds is fixed by m, so the kernel never synchronises with the host.
 Edges are totally ordered by (weight descending, (min(i,j), max(i,j)) ascending), so
-the tree is unique and equals what Kruskal (or networkx) builds under SPEC's tie rule.
+the tree is unique and equals what Kruskal (or networkx) builds under the method's tie rule.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Semantic + temporal reassignment of points to cluster centres (SPEC section 1, step 3).
+"""Semantic + temporal reassignment of points to cluster centres (docs/method.md section 1, step 3).
 
 Points are laid out in time order inside each problem (column = position), so the
 temporal window of a point is simply the columns ``p - window .. p + window``.

@@ -6,7 +6,7 @@
   take O(log K) steps (28 for K = 1,000, about 50 for K = 50,000) with no device read,
   instead of K sequential steps;
 - :func:`kmeans_plus_plus` (``seeding="k-means++"``): the classic one-centre-per-step
-  k-means++, exact to SPEC's wording, K steps each reading the device a few times.
+  k-means++, exact to the method's wording, K steps each reading the device a few times.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Frozen, keyword-only configuration dataclasses, one per stage (defaults: SPEC.md)."""
+"""Frozen, keyword-only configuration dataclasses, one per stage (defaults: docs/method.md)."""
 from __future__ import annotations
 
 import math
@@ -72,7 +72,8 @@ def _check_regex(name: str, value: str):
 
 @dataclass(frozen=True, kw_only=True)
 class PartitionConfig:
-    """EventTree partitioning: k-means + semantic/temporal reassignment (SPEC section 1)."""
+    """EventTree partitioning: k-means + semantic/temporal reassignment (docs/method.md
+    section 1)."""
 
     alpha: float = 0.05  # clusters per node: K = max(1, min(N, floor(alpha * N))); 0 = one tree per tenant
     beta: float = 0.8  # weight of the semantic term; 1 - beta weights the temporal window
@@ -80,7 +81,7 @@ class PartitionConfig:
     max_iter: int = 30  # at most this many Lloyd steps
     seed: int = 0  # the k-means seeding's random stream (each tenant draws from (seed, its name))
     # "batched": D^2 sampling in growing batches (O(log K) steps, no device read);
-    # "k-means++": one centre per step (K steps), SPEC's wording, slower on large K
+    # "k-means++": one centre per step (K steps), the method's wording, slower on large K
     seeding: str = "batched"
     use_semantic: bool = True  # ablation: False drops the cos term from the reassignment
     use_temporal: bool = True  # ablation: False drops the window term from the reassignment
@@ -100,7 +101,7 @@ class PartitionConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class TreeConfig:
-    """Spanning tree per EventTree and the degree-adjusted edge score (SPEC section 2)."""
+    """Spanning tree per EventTree and the degree-adjusted edge score (docs/method.md section 2)."""
 
     eta: float = 0.99  # w' = eta * w - (1 - eta) * (deg_i + deg_j)
     degree_norm: str = "none"  # "max": divide deg_i + deg_j by its largest value in the tree
@@ -152,7 +153,7 @@ class TreeConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class MergeConfig:
-    """Progressive merging (SPEC section 3)."""
+    """Progressive merging (docs/method.md section 3)."""
 
     ratio: float = 0.5  # fraction of each tenant's nodes to remove, in (0, 1)
     schedule: str = "sequential"  # "sequential" | "matching"
@@ -204,7 +205,7 @@ class MergeConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class RetrievalConfig:
-    """Plain top-k or Anchor-Guided Propagation Retrieval (SPEC section 4)."""
+    """Plain top-k or Anchor-Guided Propagation Retrieval (docs/method.md section 4)."""
 
     k: int = 10  # results per query
     agpr: bool = False  # re-rank the L*k candidates with AGPR
@@ -240,7 +241,7 @@ class CompressConfig:
     @classmethod
     def preset(cls, name: str) -> CompressConfig:
         """The named preset (:data:`PRESETS`): ``"memforest"`` (the command line's default) or
-        ``"paper"`` (SPEC's values, the same as ``CompressConfig()``)."""
+        ``"paper"`` (the method's values, the same as ``CompressConfig()``)."""
         return preset(name)
 
 
@@ -285,7 +286,7 @@ class CompactConfig:
 
 
 #: Named configurations. ``CompressConfig()`` (and so ``compress(store)`` without a config)
-#: stays SPEC's values, the ``"paper"`` preset; the command line defaults to ``"memforest"``,
+#: stays the method's values, the ``"paper"`` preset; the command line defaults to ``"memforest"``,
 #: chosen by leave-one-conversation-out on the LoCoMo dev file (README, "Presets").
 PRESETS: dict[str, CompressConfig] = {
     "memforest": CompressConfig(
@@ -297,7 +298,7 @@ PRESETS: dict[str, CompressConfig] = {
         # (docs/merged-keys.md)
         merge=MergeConfig(schedule="matching", keys=-1, text_weight=0.5, vectors="int8"),
     ),
-    "paper": CompressConfig(),  # SPEC.md's values
+    "paper": CompressConfig(),  # the method's values (docs/method.md)
 }
 DEFAULT_PRESET = "memforest"  # what the command line uses when no --preset is given
 

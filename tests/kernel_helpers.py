@@ -3,7 +3,7 @@ every kernel is checked at, a fixture that pins one CPU thread for a test module
 plain Kruskal reference (also used by tests/test_engine.py).
 
 References are plain Python / numpy loops (and networkx for spanning trees) written from
-SPEC sections 1, 2 and 4, not from the kernels. Integer outputs are compared exactly.
+docs/method.md sections 1, 2 and 4, not from the kernels. Integer outputs are compared exactly.
 Inputs that must tie are built so the ties are exact in floating point (integer-valued
 vectors, multiples of 1/4, duplicated rows), which lets tie rules be checked exactly;
 continuous inputs are checked with the tolerances stated at each assertion.
@@ -38,7 +38,7 @@ def N(t):
 
 
 def kruskal_ref(W: np.ndarray, active: np.ndarray, maximum: bool = True) -> set:
-    """Plain Kruskal with SPEC's explicit order: weight desc (asc for minimum), then (i, j) asc
+    """Plain Kruskal with the method's explicit order: weight desc (asc for minimum), then (i, j) asc
     (the union-find of :func:`merge_reference.kruskal`, on every pair of active vertices)."""
     from merge_reference import kruskal
 

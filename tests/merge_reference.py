@@ -1,6 +1,6 @@
-"""A plain-Python reference of MemForest's whole merge order (SPEC sections 2-3).
+"""A plain-Python reference of MemForest's whole merge order (docs/method.md sections 2-3).
 
-Written from SPEC and the engine's documented conventions, not from its code paths:
+Written from docs/method.md and the engine's documented conventions, not from its code paths:
 lists, dicts and Python floats, numpy only to round to float32 where the engine stores
 float32. ``tests/test_merge_order.py`` compares it merge for merge with
 :func:`memforest_gpu.compress`; ``bench/versus_reference.py`` times it.

@@ -156,6 +156,6 @@ def test_every_config_flag_reaches_its_field_in_every_compress_command():
     for a, kmeans in parsed:
         assert config_from_args(a) == CompressConfig(partition=PartitionConfig(**part, kmeans=kmeans),
                                                      tree=want_tree, merge=want_merge)
-    # no flags: the default preset ("memforest"); --preset paper: SPEC's defaults
+    # no flags: the default preset ("memforest"); --preset paper: the method's defaults
     assert config_from_args(build_parser().parse_args(["compress", "a", "b"])) == CompressConfig.preset("memforest")
     assert config_from_args(build_parser().parse_args(["compress", "a", "b", "--preset", "paper"])) == CompressConfig()

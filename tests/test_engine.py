@@ -87,7 +87,7 @@ def test_compress_a_compressed_store(small_store):
 
 
 def test_defaults_and_bad_arguments(small_store):
-    res = compress(small_store.select_tenant("bob"), device=CPU)  # config=None: SPEC defaults
+    res = compress(small_store.select_tenant("bob"), device=CPU)  # config=None: the method's defaults
     check_invariants(small_store.select_tenant("bob"), res, 0.5)
     with pytest.raises(ValueError, match="CompressConfig"):
         compress(small_store, MergeConfig(ratio=0.5), device=CPU)

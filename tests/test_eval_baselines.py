@@ -1,4 +1,4 @@
-"""The baselines (SPEC "Baselines") and method specs: exact ratios, tenancy, coverage, known answers."""
+"""The baselines (docs/method.md "Baselines") and method specs: exact ratios, tenancy, coverage, known answers."""
 from __future__ import annotations
 
 from collections import Counter

@@ -59,7 +59,7 @@ def test_time_weight_merges_neighbours(schedule):
 
 def test_time_weight_zero_is_the_paper():
     """With the time term off, the engine makes the paper's merges: held against the
-    independent plain-Python reference of SPEC's merge order, merge for merge."""
+    independent plain-Python reference of the method's merge order, merge for merge."""
     from test_merge_order import compare
 
     from memforest_gpu.mergers.extractive import ExtractiveMerger

@@ -1,7 +1,7 @@
 """Kernel tests for sparse trees: the spanning forest over an edge list, and the
 nearest-neighbour candidates (exact blockwise and in cells).
 
-References are plain Python written from SPEC section 2 (Kruskal with the (weight desc,
+References are plain Python written from docs/method.md section 2 (Kruskal with the (weight desc,
 (min, max) asc) order, networkx) and brute force; integer outputs are compared exactly.
 Weights that must tie are multiples of 1/4 or dyadic dot products, exact in float32.
 """
@@ -24,7 +24,7 @@ def forest_pairs(u, v, owner) -> list[tuple[int, int]]:
 
 
 def kruskal_edges(u, v, w, n, maximum=True) -> set:
-    """SPEC's Kruskal on an edge list (parallel copies share a weight; -inf / +inf = no edge)."""
+    """Kruskal as docs/method.md orders it, on an edge list (parallel copies share a weight; -inf / +inf = no edge)."""
     bad = -np.inf if maximum else np.inf
     es = {(min(a, b), max(a, b)): x for a, b, x in zip(u.tolist(), v.tolist(), w.tolist()) if a != b and x != bad}
     sign = 1.0 if maximum else -1.0
@@ -36,7 +36,7 @@ def networkx_edges(u, v, w, n, maximum=True) -> set:
     es = {(min(a, b), max(a, b)): x for a, b, x in zip(u.tolist(), v.tolist(), w.tolist()) if a != b and x != bad}
     G = nx.Graph()
     G.add_nodes_from(range(n))
-    for (i, j) in sorted(es):  # inserted in (min, max) order: networkx's stable sort breaks ties as SPEC
+    for (i, j) in sorted(es):  # inserted in (min, max) order: networkx's stable sort breaks ties as docs/method.md
         G.add_edge(i, j, weight=es[(i, j)])
     f = nx.maximum_spanning_tree if maximum else nx.minimum_spanning_tree
     return {(min(a, b), max(a, b)) for a, b in f(G, algorithm="kruskal").edges()}

@@ -41,7 +41,7 @@ def test_dense_rank(device, C, dtype):
 
 
 def agpr_ref(s, t, valid, k, lam, gamma):
-    """SPEC section 4 on one query's candidate list (sorted by similarity, invalid ones last)."""
+    """docs/method.md section 4 on one query's candidate list (sorted by similarity, invalid ones last)."""
     C = len(s)
     A = min(max(1, math.floor(lam * k + 0.5)), C)
     live = [j for j in range(C) if valid[j]]

@@ -29,7 +29,7 @@ from memforest_gpu.kernels import (
 
 def networkx_ref(W: np.ndarray, active: np.ndarray, maximum: bool = True) -> set:
     """networkx Kruskal; edges are inserted in (min, max) ascending order so its stable sort
-    resolves equal weights exactly as SPEC does."""
+    resolves equal weights exactly as docs/method.md does."""
     m = W.shape[0]
     act = [i for i in range(m) if active[i]]
     G = nx.Graph()

@@ -289,3 +289,20 @@ def test_no_module_is_shadowed_by_a_name_its_package_exports(tmp_path, monkeypat
     monkeypatch.syspath_prepend(str(tmp_path))
     import shadowpkg
     assert shadowed_modules(shadowpkg) == ["shadowpkg.run"]
+
+
+def test_references_point_inside_the_repository():
+    """Code and docs cite docs/method.md (or another page of docs/), never a specification page
+    that a clone does not have (the dev data file's path is data, not a citation); a quoted
+    "SPEC" (a check that it is absent) is allowed."""
+    import re
+    cites = re.compile(r"\bSPEC\b|\.\./shared/[A-Z]+\.md")
+    found = []
+    for top in ("memforest_gpu", "kernels", "bench", "tests", "docs"):
+        for path in sorted((ROOT / top).rglob("*")):
+            if path.suffix not in (".py", ".md", ".sh") or path.name == "test_layout.py":
+                continue
+            for i, line in enumerate(path.read_text().splitlines(), 1):
+                if cites.search(line.replace('"SPEC"', "")):
+                    found.append(f"{path.relative_to(ROOT)}:{i}")
+    assert not found, f"references outside the repository: {found}"

@@ -1,4 +1,4 @@
-"""Named presets: "paper" is SPEC's CompressConfig(), "memforest" the command line's default;
+"""Named presets: "paper" is the method's CompressConfig(), "memforest" the command line's default;
 a flag given on the command line overrides only its own field."""
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_memforest_preset_values():
                                                                                            "matching")
     assert (c.tree.time_rule, c.tree.time_min_cos) == ("gated", 0.3)  # related neighbours only (issue 22)
     assert (c.merge.keys, c.merge.text_weight) == (-1, 0.5)  # merged nodes found by text and best source (issue 31)
-    # everything else is SPEC's
+    # everything else is the method's
     p = preset("paper")
     assert dataclasses.replace(c, partition=p.partition, tree=p.tree, merge=p.merge) == p
     assert c.partition == dataclasses.replace(p.partition, alpha=0.001)

@@ -1,4 +1,4 @@
-"""Tests for memforest_gpu.retrieval.retriever: plain top-k and AGPR (SPEC section 4), per tenant."""
+"""Tests for memforest_gpu.retrieval.retriever: plain top-k and AGPR (docs/method.md section 4), per tenant."""
 from __future__ import annotations
 
 import math
@@ -67,7 +67,7 @@ def ref_topk(store, q, tenant, k):
 
 
 def ref_agpr(store, q, tenant, k, L=4, lam=0.2, gamma=0.9):
-    """SPEC section 4, in plain Python on one tenant's nodes."""
+    """docs/method.md section 4, in plain Python on one tenant's nodes."""
     rows = rows_of(store, tenant)
     E = store.embeddings.numpy().astype(np.float64)[rows]
     ts = store.timestamps.numpy()[rows]
@@ -152,7 +152,7 @@ def test_default_config(store, queries):
 
 # --------------------------------------------------------------------------- AGPR
 @pytest.mark.parametrize("k, L, lam, gamma", [
-    (10, 4, 0.2, 0.9),  # SPEC defaults (k=10)
+    (10, 4, 0.2, 0.9),  # the method's defaults (k=10)
     (5, 4, 0.2, 0.5),  # temporal term strong enough to reorder
     (8, 2, 0.5, 0.3),
     (3, 3, 0.0, 0.7),  # lam 0: still one anchor

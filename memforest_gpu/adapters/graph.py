@@ -122,7 +122,7 @@ def fold_edges(source: list[str], target: list[str], weight: np.ndarray, merges:
 
 
 def graph_config(config: CompressConfig | None) -> CompressConfig:
-    """``config`` (default: SPEC's) with the graph default for the keep rule: text nodes that
+    """``config`` (default: the method's) with the graph default for the keep rule: text nodes that
     match :data:`GRAPH_KEEP_PATTERN` (M3-Agent's identity lines) never merge, unless
     ``config.merge.keep_pattern`` names another rule."""
     cfg = config or CompressConfig()

@@ -292,7 +292,7 @@ def _run(a) -> int:
 
 def _run_loo(a) -> int:
     """``--leave-one-out``: candidates from the ``--loo-*`` lists on the base config (the other
-    MemForest flags), compared per fold with SPEC's defaults and ToMe."""
+    MemForest flags), compared per fold with the method's defaults and ToMe."""
 
     if a.loo_select not in METRICS:
         raise ValueError(f"--loo-select must be one of {list(METRICS)}, got {a.loo_select!r}")

@@ -1,4 +1,4 @@
-"""EventTree partitioning of one large tenant across ranks (SPEC section 1, sharded).
+"""EventTree partitioning of one large tenant across ranks (docs/method.md section 1, sharded).
 
 Every rank holds the tenant's embeddings. The seeding is replicated (same per-tenant
 random stream, so every rank draws the same seeds); the Lloyd steps are sharded: rank r

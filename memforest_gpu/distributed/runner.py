@@ -1,6 +1,6 @@
 """Compress one store on all ranks of a torch.distributed group; every rank gets the result.
 
-Tenants never interact (SPEC: every stage runs per tenant, with per-tenant random
+Tenants never interact (docs/method.md: every stage runs per tenant, with per-tenant random
 streams), so a rank that compresses a subset of whole tenants produces exactly the rows
 the single-process run produces for them. Work is therefore handed out as
 

@@ -1,5 +1,5 @@
 """The candidate pairs of a round, as both planners hand them to :func:`~.plan.plan_round`,
-and the degree-adjusted score they are ranked by (SPEC section 2).
+and the degree-adjusted score they are ranked by (docs/method.md section 2).
 
 A candidate is a spanning-forest edge of a tree that plans this round: under ``sequential``
 the best edge of each tree, under ``matching`` every forest edge (the round's greedy

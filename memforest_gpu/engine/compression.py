@@ -1,4 +1,4 @@
-"""MemForest compression (SPEC sections 1-3): the stages wired together.
+"""MemForest compression (docs/method.md sections 1-3): the stages wired together.
 
     store ─setup_run()─▶ RunSetup (partition_nodes ─▶ Partition, removal_quotas ─▶ Quotas,
                                    build_trees ─▶ TreeBatch)
@@ -56,7 +56,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     """Compress ``store`` with MemForest.
 
     Args:
-        config: stage configs (defaults: SPEC).
+        config: stage configs (defaults: docs/method.md).
         merger: any :class:`~memforest_gpu.mergers.Merger`; default the extractive merger.
         embedder: re-embeds merged text (``None``: normalised mean of the two inputs).
         device: where the tensor work runs (``None``: CUDA when present).

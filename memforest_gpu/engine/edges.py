@@ -1,6 +1,7 @@
 """The weight of a tree edge: one elementwise function for every pair the planner scores.
 
-``w = cos`` (SPEC), or with the optional terms of :class:`~memforest_gpu.config.TreeConfig`:
+``w = cos`` (docs/method.md section 2), or with the optional terms of
+:class:`~memforest_gpu.config.TreeConfig`:
 ``(1 - time_weight) * cos + time_weight * [gap <= time_window] * g(cos)`` (gap: positions
 between the two nodes' spans; ``g`` by ``time_rule``: :func:`~.time_term.time_weighted`),
 minus ``size_weight * est / size_unit`` (est: the merged node's estimated length); a pair
@@ -83,6 +84,6 @@ def edge_weight(cos: torch.Tensor, a: Ends, b: Ends, tree: TreeConfig, cap: int 
         wt = wt + pen if kind == "min" else wt - pen
     if cap is not None and est is not None:
         # a pair whose merge would pass the cap is no edge: the tree spans the pairs that fit,
-        # so a full node drops out of its tree instead of blocking it (SPEC: "the next best edge")
+        # so a full node drops out of its tree instead of blocking it (docs/method.md: "the next best edge")
         wt = wt.masked_fill(est > cap, float("inf") if kind == "min" else float("-inf"))
     return wt, est

@@ -2,7 +2,7 @@
 
 Anything the merger cannot deliver (an exception, a wrong count, an empty text, a text over
 the node-token cap) is merged again by the extractive merger: never "keep one text, delete
-the other" (SPEC section 3). A merger marked ``fatal`` (a backend that is down as a whole)
+the other" (docs/method.md section 3). A merger marked ``fatal`` (a backend that is down as a whole)
 or the extractive merger itself failing stops the run instead.
 
 Cap policies (``MergeConfig.cap_policy``): ``"strict"`` keeps the extractive merger's text

@@ -1,6 +1,6 @@
 """The growing node table of one compression run: originals ``0..N-1``, merged nodes appended.
 
-One place for what a merge does to a node's bookkeeping (SPEC section 3), shared by the
+One place for what a merge does to a node's bookkeeping (docs/method.md section 3), shared by the
 engine and the merging baselines so both follow the same rules:
 
 - the pair goes to the merger older first: by timestamp, then by the earliest original inside;

@@ -1,4 +1,4 @@
-"""EventTree partitioning (SPEC section 1): k-means + semantic/temporal reassignment,
+"""EventTree partitioning (docs/method.md section 1): k-means + semantic/temporal reassignment,
 run for all tenants at once (tenants of similar size share one padded batch; tenants with
 K = 1 take a closed form, all together; no Python loop per tenant but over the few
 two-level ones)."""

@@ -1,4 +1,4 @@
-"""Placing new memories into existing event trees: compact's local step (SPEC section 1,
+"""Placing new memories into existing event trees: compact's local step (docs/method.md section 1,
 applied to the nodes that arrived since a tenant's last compaction).
 
 For every tenant of a compaction at once, trees given as global ids (``tree_start[tenant] +
@@ -8,7 +8,7 @@ local id``) with one centre row each:
 2. a tree's **radius** is the least cosine of one of its members to its centre;
 3. a new node **fits** tree ``t`` when ``cos(e, c_t) >= radius_t``. A node that fits some
    tree goes to the tree with the highest reassignment score
-   ``u = beta * cos(e, c_t) + (1 - beta) * [|pos - pos_c| <= window]`` (SPEC's rule; ties
+   ``u = beta * cos(e, c_t) + (1 - beta) * [|pos - pos_c| <= window]`` (the method's rule; ties
    within :data:`~memforest_gpu.kernels.reassign.TIE_TOL` to the lowest tree id: a new
    node has no k-means label to keep);
 4. the nodes that fit no tree are partitioned among themselves

@@ -1,4 +1,5 @@
-"""One round's choice of pairs, for every tree of every tenant at once (SPEC sections 2-3).
+"""One round's choice of pairs, for every tree of every tenant at once (docs/method.md
+sections 2-3).
 
 Edge weights (:func:`~.edges.edge_weight`: the cosine, optionally with the time and size
 terms and the node-token cap) -> spanning forest -> degree-adjusted score

@@ -1,4 +1,5 @@
-"""How many nodes each tree must lose: exact per-tenant totals, split by size (SPEC section 3).
+"""How many nodes each tree must lose: exact per-tenant totals, split by size
+(docs/method.md section 3).
 
 Every tenant loses exactly ``round(ratio * n_t)`` nodes (halves up), spread over its trees
 in proportion to their size by largest remainder (ties to the lower tree), none above

@@ -1,4 +1,4 @@
-"""The five baselines of SPEC ("Baselines"), under the engine's rules.
+"""The five baselines of docs/method.md ("Baselines"), under the engine's rules.
 
 Every baseline works per tenant (nothing crosses a tenant), removes exactly
 ``round(ratio * N_t)`` nodes of each tenant, and returns the engine's

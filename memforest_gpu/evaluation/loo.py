@@ -61,7 +61,7 @@ def candidate_grid(schedules=("sequential", "matching"), alphas=(0.05, 0.01, 0.0
                    size_weights=(0.0, 0.2), base: CompressConfig | None = None,
                    time_rules: tuple[str, ...] | None = None,
                    keys_rules: tuple[str, ...] | None = None) -> list[Candidate]:
-    """The product of the lists on ``base`` (default SPEC's), named
+    """The product of the lists on ``base`` (default: the method's, docs/method.md), named
     ``"{schedule} a={alpha} tw={time_weight} sw={size_weight}"``. ``time_rules`` (e.g.
     ``("scaled", "flat", "gated:0.3")``: a rule, and for ``gated`` its ``time_min_cos``) adds
     the time rule as a fifth list and to the names (``tw=0.5/scaled``); with time weight 0 the

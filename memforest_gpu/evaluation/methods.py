@@ -7,7 +7,8 @@ A method spec is ``NAME[:SCHEDULE]``:
   nodes name their entities, ``metadata["entities"]``: :mod:`memforest_gpu.adapters.streammeco`);
 - ``memforest`` and its ablations ``memforest-<ablation>`` (:data:`ABLATIONS`), each with
   an optional schedule: ``memforest:matching``, ``memforest-min-tree:sequential``;
-  ``memforest-paper`` runs SPEC's partition, tree and node-cap defaults whatever the base config.
+  ``memforest-paper`` runs the method's partition, tree and node-cap defaults whatever the base
+  config.
 
 :func:`compress_with` runs one on a store with a :class:`~memforest_gpu.config.CompressConfig`
 (its ``merge.ratio`` and ``merge.seed`` drive every method; MemForest also reads the rest; the
@@ -46,8 +47,8 @@ ABLATIONS: dict[str, Callable[[CompressConfig], CompressConfig]] = {
     "no-time-edges": lambda c: _replace(c, "tree", time_weight=0.0),  # cosine-only edges (the paper's tree)
     "no-size-edges": lambda c: _replace(c, "tree", size_weight=0.0),  # no size term on the edges (the paper's)
     "dense-graph": lambda c: _replace(c, "tree", graph="dense"),  # every pair of a tree, not nearest neighbours
-    # not ablations: the dense graph above (the reference of the knn graph), and SPEC's defaults for partition, tree and
-    # node cap, whatever the base config says
+    # not ablations: the dense graph above (the reference of the knn graph), and the method's defaults for
+    # partition, tree and node cap, whatever the base config says
     "paper": lambda c: dataclasses.replace(c, partition=PartitionConfig(seed=c.partition.seed), tree=TreeConfig(),
                                            merge=dataclasses.replace(c.merge, max_node_tokens=None)),
 }

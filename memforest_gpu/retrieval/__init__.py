@@ -1,4 +1,4 @@
-"""Search a memory store, per tenant: plain top-k or AGPR re-ranking (SPEC section 4).
+"""Search a memory store, per tenant: plain top-k or AGPR re-ranking (docs/method.md section 4).
 
 :mod:`.retriever` holds :class:`Retriever` and :func:`search` (exact torch search);
 :mod:`.index` finds the candidates with a faiss index instead (:class:`IndexedRetriever`),

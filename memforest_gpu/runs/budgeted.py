@@ -1,6 +1,6 @@
 """Compress a store bigger than memory: tenant groups that fit a memory budget, one at a time.
 
-Tenants never interact (SPEC), so compressing a subset of whole tenants gives exactly the
+Tenants never interact (docs/method.md), so compressing a subset of whole tenants gives exactly the
 rows the whole-store run gives for them. :func:`compress_budgeted` therefore
 
 1. scans only the tenant column (:func:`scan_tenants`) and packs groups of whole tenants
