@@ -188,22 +188,24 @@ class Retriever:
                 Qb = queries[qi]
                 for j, t in enumerate(ts.tolist()):
                     lo, hi = int(bounds[j]), int(bounds[j + 1])
-                    S[lo:hi, :int(self._size[t])] = self._scores(t, Qb[lo:hi])
+                    self._scores(t, Qb[lo:hi], out=S[lo:hi, :int(self._size[t])])
                 cc = min(c, n)
                 v, i = topk_rows(S, cc)  # (Qb, cc)
                 st = torch.as_tensor(self._start[codes[qs]], dtype=torch.int64, device=dev)[:, None]
                 sims[qi, :cc] = v
                 pos[qi, :cc] = torch.where(torch.isfinite(v), st + i, torch.full_like(i, -1))
 
-    def _scores(self, t: int, q: torch.Tensor) -> torch.Tensor:
-        """Tenant ``t``'s node scores by the store's rule (its text's cosine, or the keys' blend).
-        Shape: q (Q_t, D) -> (Q_t, n_t)"""
+    def _scores(self, t: int, q: torch.Tensor, out: torch.Tensor) -> None:
+        """Tenant ``t``'s node scores by the store's rule (its text's cosine, or the keys' blend),
+        written into ``out`` (a view of the padded block: the product writes there, no copy).
+        Shape: q (Q_t, D), out (Q_t, n_t)"""
         if self._layout is None:
-            return q.float() @ self._emb[slice(*self._segment(t))].float().T
+            torch.mm(q.float(), self._emb[slice(*self._segment(t))].float().T, out=out)
+            return
         A, n, column = self._layout.segment(t)
         s, e = self._segment(t)
         Sa = q.float() @ A.float().T  # (Q_t, n + m)
-        return blend(Sa[:, :n], Sa[:, n:], column[n:], self._layout.has[s:e], self._layout.w)
+        out.copy_(blend(Sa[:, :n], Sa[:, n:], column[n:], self._layout.has[s:e], self._layout.w))
 
     def _search_segment(self, t: int, q: torch.Tensor, c: int):
         """The ``c`` best nodes of tenant ``t`` by the store's rule (its text's cosine, or the keys'
