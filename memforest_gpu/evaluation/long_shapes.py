@@ -61,7 +61,8 @@ UPDATES = (
      "I now run {v} miles a week."),
     ("team", "Which team is {p} a fan of now?", ("Lakers", "Celtics", "Yankees", "Dodgers", "Packers", "Warriors"),
      "{p} is a fan of the {v}.", "{p} is now a fan of the {v}.", "I'm a fan of the {v}.", "I'm now a fan of the {v}."),
-    ("language", "Which language is {p} learning now?", ("Spanish", "French", "German", "Japanese", "Italian"),
+    ("language", "Which language is {p} learning now?",
+     ("Spanish", "French", "German", "Japanese", "Italian", "Korean"),
      "{p} is learning {v}.", "{p} is now learning {v}.", "I'm learning {v}.", "I'm now learning {v}."),
 )
 
