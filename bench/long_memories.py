@@ -46,9 +46,14 @@ def variant_config(spec: str, preset_name: str):
         stage, _, field = key.partition(".")
         old = getattr(getattr(cfg, stage), field)
         typed = value if isinstance(old, str) else (None if value == "None" else type(old)(float(value))
-                                                    if old is not None else int(value))
+                                                    if old is not None else _number(value))
         cfg = dataclasses.replace(cfg, **{stage: dataclasses.replace(getattr(cfg, stage), **{field: typed})})
     return name, parse_method(parts[0]), cfg
+
+
+def _number(value: str):
+    """``"3"`` -> 3, ``"0.8"`` -> 0.8."""
+    return int(value) if value.lstrip("-").isdigit() else float(value)
 
 
 def store_bytes(store) -> int:

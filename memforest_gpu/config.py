@@ -133,9 +133,14 @@ class TreeConfig:
     # rounds are several times cheaper (docs/knn-graph.md); 0: the knn graph for every tree of
     # more than knn + 1 nodes, and the knn planner for every tree
     knn_above: int = 64
+    # one-vector stores (engine/drift.py): a pair whose estimated merged vector would fall below this
+    # cosine to either input is merged only when its tree has no other pair left; None = no bound
+    drift_min_cos: float | None = None
 
     def __post_init__(self):
         _check_range("eta", self.eta, 0.0, 1.0)
+        if self.drift_min_cos is not None:
+            _check_range("drift_min_cos", self.drift_min_cos, -1.0, 1.0)
         _check_choice("degree_norm", self.degree_norm, DEGREE_NORMS)
         _check_choice("kind", self.kind, TREE_KINDS)
         _check_range("time_weight", self.time_weight, 0.0, 1.0)

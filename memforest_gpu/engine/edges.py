@@ -15,6 +15,7 @@ from typing import NamedTuple
 import torch
 
 from ..config import TreeConfig
+from .drift import drift_refused
 from .lengths import merged_length, utc_day
 from .time_term import time_weighted
 
@@ -81,6 +82,8 @@ def edge_weight(cos: torch.Tensor, a: Ends, b: Ends, tree: TreeConfig, cap: int 
     if sized and est is not None:  # the merged node's estimated length, in units of size_unit tokens
         pen = tree.size_weight * est.to(cos.dtype) / float(tree.size_unit)
         wt = wt + pen if kind == "min" else wt - pen
+    if tree.drift_min_cos is not None and kind != "random":  # one-vector stores (engine/drift.py)
+        wt = drift_refused(wt, cos, a.tok, b.tok, tree.drift_min_cos, kind)
     if cap is not None and est is not None:
         # a pair whose merge would pass the cap is no edge: the tree spans the pairs that fit,
         # so a full node drops out of its tree instead of blocking it (SPEC: "the next best edge")
