@@ -136,11 +136,16 @@ class TreeConfig:
     # one-vector stores (engine/drift.py): a pair whose estimated merged vector would fall below this
     # cosine to either input is merged only when its tree has no other pair left; None = no bound
     drift_min_cos: float | None = None
+    # long memories (engine/drift.py): a pair whose estimated merged length passes this many tokens is
+    # merged only when its tree has no other pair left (the ratio is still reached); None = no bound
+    length_last: int | None = None
 
     def __post_init__(self):
         _check_range("eta", self.eta, 0.0, 1.0)
         if self.drift_min_cos is not None:
             _check_range("drift_min_cos", self.drift_min_cos, -1.0, 1.0)
+        if self.length_last is not None:
+            _check_int("length_last", self.length_last, 1)
         _check_choice("degree_norm", self.degree_norm, DEGREE_NORMS)
         _check_choice("kind", self.kind, TREE_KINDS)
         _check_range("time_weight", self.time_weight, 0.0, 1.0)

@@ -64,3 +64,12 @@ def test_every_pair_refused_changes_nothing_and_reaches_the_ratio():
         assert len(res.store) == 20
         outs.append([list(s) for s in res.store.sources])
     assert outs[0] == outs[1]  # a uniform shift of every weight keeps every choice
+
+
+def test_length_last_merges_short_pairs_first_and_still_reaches_the_ratio():
+    def merged(bound, ratio=0.34):
+        cfg = CompressConfig(tree=TreeConfig(length_last=bound), merge=MergeConfig(ratio=ratio))
+        return sorted(tuple(sorted(s)) for s in compress(_store(), cfg).store.sources)
+    assert merged(None) == [("A", "B"), ("C",)]  # cosine 0.9 first
+    assert merged(50) == [("A",), ("B", "C")]  # A + B would hold 105 words
+    assert merged(50, ratio=0.67) == [("A", "B", "C")]  # the ratio is reached all the same

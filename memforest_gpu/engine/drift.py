@@ -17,12 +17,17 @@ with ``c = cos(v_a, v_b)``:
 edge weight can differ), so it is merged only when a tree has no other pair left for its quota and
 the asked ratio is still reached. Equal lengths pass at ``c >= 2 bound^2 - 1``; a short memory next
 to a much longer one needs ``c`` close to the bound itself. ``None`` (the default): no bound.
+
+The same way, ``TreeConfig.length_last`` (tokens) sends last the pairs whose estimated merged length
+(:func:`~.lengths.merged_length`) passes it: a node does not grow past what a context budget can
+show while any other pair is left, and the ratio is still reached (unlike the ``strict`` cap policy,
+which takes such pairs out of the tree).
 """
 from __future__ import annotations
 
 import torch
 
-__all__ = ["REFUSED", "merged_cosines", "drift_refused"]
+__all__ = ["REFUSED", "merged_cosines", "drift_refused", "sent_last"]
 
 REFUSED = 4.0  # weights (cosine, time bonus, size term) span less than this
 
@@ -46,3 +51,15 @@ def drift_refused(wt: torch.Tensor, cos: torch.Tensor, tok_a, tok_b, bound: floa
     ca, cb = merged_cosines(cos, tok_a, tok_b)
     over = torch.minimum(ca, cb) < bound
     return wt + REFUSED * over.to(wt.dtype) if kind == "min" else wt - REFUSED * over.to(wt.dtype)
+
+
+def sent_last(wt: torch.Tensor, cos: torch.Tensor, tok_a, tok_b, est, tree) -> torch.Tensor:
+    """``wt`` with the pairs over ``tree.drift_min_cos`` or ``tree.length_last`` sent last (each
+    bound when set; ``est`` the estimated merged lengths, needed by the length bound).
+    Shape: wt, cos, est (...) -> (...)"""
+    if tree.drift_min_cos is not None:
+        wt = drift_refused(wt, cos, tok_a, tok_b, tree.drift_min_cos, tree.kind)
+    if tree.length_last is not None and est is not None:
+        over = (est > tree.length_last).to(wt.dtype)
+        wt = wt + REFUSED * over if tree.kind == "min" else wt - REFUSED * over
+    return wt
