@@ -75,7 +75,7 @@ def score_fills(store, q, views, fills, budget, originals, ts, questions):
     for fill in fills:
         ctx = contexts(ranked, store, views, budget, fill=fill, q_emb=q.emb, questions=questions,
                        original_text=originals, original_ts=ts)
-        out[fill] = (ctx, score_contexts(ctx, q.answers, q.evidence))
+        out[fill] = (ctx, score_contexts(ctx, q.answers, q.evidence), ranked)
     return out
 
 
@@ -126,8 +126,8 @@ def run_shape(a, shape, emb, records, scores):
             out, rep = compressed(a, shape, name, ratio, spec, cfg0, store, emb)
             t_comp = time.perf_counter() - t0
             views = NodeViews.build(out, originals)
-            for fill, (ctx, sc) in score_fills(out, q, views, a.fills, a.budget, originals, ts, texts).items():
-                cause, lost = classify(base[0], ctx, out, q.answers, q.evidence, originals)
+            for fill, (ctx, sc, ranked) in score_fills(out, q, views, a.fills, a.budget, originals, ts, texts).items():
+                cause, lost = classify(base[0], ctx, out, q.answers, q.evidence, originals, ranked)
                 key = f"{shape}|{name}|{ratio:g}|{fill}"
                 for m, v in sc.items():
                     scores[f"{key}|{m}"] = v

@@ -32,13 +32,14 @@ def load(runs: list[str]) -> tuple[list[dict], dict]:
 def causes_table(records: list[dict], cell: str) -> str:
     variant, fill = cell.split(":")
     rows = ["| shape | ratio | reached | bytes % | words/node | AnsR@B / AnsR-c@B / EvR@B % | lost answers (points): "
-            "condensed | not found | too long | other | no evidence | all |", "|" + " --- |" * 11]
+            "condensed | crowded | not found | too long | other | no evidence | all |", "|" + " --- |" * 12]
     for r in records:
         if r["variant"] != variant or r["fill"] != fill:
             continue
         lost = r["lost"]
         cells = " | ".join(f"{lost[c]['answers']} ({lost[c]['points']:.1f})"
-                           for c in ("condensed", "not_found", "too_long", "other", "no_evidence", "all"))
+                           for c in ("condensed", "crowded", "not_found", "too_long", "other", "no_evidence", "all")
+                           if c in lost)
         kept = f"{r['ansr']:.1f} / {r['ansr_content']:.1f} / {r['evr']:.1f}"
         rows.append(f"| {r['shape']} | {r['ratio']:g} | {r['ratio_reached']:.3f} | {r['bytes_pct']:.0f} | "
                     f"{r['words_per_node']:.0f} | {kept} | {cells} |")

@@ -118,6 +118,8 @@ def test_classify_names_the_cause():
     assert cause.tolist() == ["condensed"] and lost.tolist() == [1.0]
     S.texts = ["Alice owns a boat named Wave. Bob likes tea."]
     assert classify(base, [[]], S, ans, ev, orig)[0].tolist() == ["not_found"]
+    assert classify(base, [[]], S, ans, ev, orig, np.array([[1, 0]]))[0].tolist() == ["not_found"]
+    assert classify(base, [[]], S, ans, ev, orig, np.array([[0, 1]]))[0].tolist() == ["crowded"]  # rank 0 < 1 node
     cut = [[(0, view_of("[1 May 2023] Bob likes tea. Alice owns a boat named Wave.", ["a", "b"],
                          {"b": 13, "a": 28}), 20)]]
     assert classify(base, cut, S, ans, ev, orig)[0].tolist() == ["too_long"]

@@ -9,12 +9,17 @@ cause, first that applies:
 2. ``condensed``: a lost token is in the original text of an evidence memory but no longer in the
    text of the merged node that holds it (the merge dropped it: the ``condense`` cap policy cutting
    a merge to the embedder's window, or a duplicate removed);
-3. ``not_found``: no node holding an evidence memory is in the context (the merged node ranks
+3. ``crowded``: no node holding an evidence memory is in the context, but one ranks within as many
+   nodes as the uncompressed context showed (it was found as well as the original was; longer
+   nodes ranked above it spent the budget) -- needs the ranked lists;
+4. ``not_found``: no node holding an evidence memory is in the context (the merged node ranks
    below what the budget reaches);
-4. ``too_long``: a node holding an evidence memory is in the context but was cut before every
+5. ``too_long``: a node holding an evidence memory is in the context but was cut before every
    evidence memory's text starts (a long merged node spent the budget before the part that matched);
-5. ``other``: the evidence was shown; the lost tokens came from other memories of the uncompressed
+6. ``other``: the evidence was shown; the lost tokens came from other memories of the uncompressed
    context that the compressed one crowded out.
+
+``crowded`` and ``too_long`` together are the merged nodes too long for the context budget.
 
 For a knowledge-update question (``updates[question id]`` gives ``old``, ``new`` and the new
 fact's id, :mod:`.long_shapes`) the same causes read: ``condensed`` = the new value lost in the
@@ -32,7 +37,7 @@ from .metrics import tokens
 
 __all__ = ["CAUSES", "shown_tokens", "classify", "lost_table", "update_reading"]
 
-CAUSES = ("condensed", "not_found", "too_long", "other", "no_evidence")
+CAUSES = ("condensed", "crowded", "not_found", "too_long", "other", "no_evidence")
 
 
 def shown_tokens(ctx) -> set[str]:
@@ -44,8 +49,9 @@ def shown_tokens(ctx) -> set[str]:
 
 
 def classify(base_ctxs, comp_ctxs, store, answers: Sequence[frozenset], evidence: Sequence[frozenset],
-             original_text: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
-    """(cause per question, AnsR@B lost per question): cause "" where nothing was lost.
+             original_text: dict[str, str], ranked: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(cause per question, AnsR@B lost per question): cause "" where nothing was lost;
+    ``ranked`` (Q, C) the compressed store's ranked nodes (without it, no ``crowded``).
     Shape: -> (Q,) object, (Q,) float64 (base minus compressed AnsR@B, 0 where not lost)"""
     holder = {s: j for j, src in enumerate(store.sources) for s in src}
     Q = len(answers)
@@ -73,7 +79,8 @@ def classify(base_ctxs, comp_ctxs, store, answers: Sequence[frozenset], evidence
             continue
         parts = [(v, cut) for j, v, cut in comp_ctxs[q] if j in nodes]
         if not parts:
-            cause[q] = "not_found"
+            row = [] if ranked is None else [int(x) for x in ranked[q][:len(base_ctxs[q])]]
+            cause[q] = "crowded" if nodes.intersection(row) else "not_found"
         elif all(cut is not None and min(p for s, p in v.starts.items() if s in ev) >= cut for v, cut in parts):
             cause[q] = "too_long"
         else:
