@@ -125,3 +125,20 @@ def test_classify_names_the_cause():
     assert classify(base, cut, S, ans, ev, orig)[0].tolist() == ["too_long"]
     reading = update_reading(comp, {"q": {"old": "tea", "new": "Wave"}}, ["q"])
     assert reading == {"questions": 1, "new_shown": 0, "stale": 1, "old_first": 0}
+
+
+def test_parts_fill_goes_breadth_first_and_shows_every_part_in_time():
+    store, out, q = _store_and_questions(ratio=0.75)
+    originals = dict(zip(store.ids, store.texts))
+    ts = dict(zip(store.ids, store.timestamps.tolist()))
+    views = NodeViews.build(out, originals)
+    ranked = ranked_candidates(Retriever(out), q.emb, q.tenants, EvalConfig(search_repeats=1), "plain")
+    kw = dict(q_emb=q.emb, original_text=originals, original_ts=ts)
+    small = contexts(ranked, out, views, 16, fill="parts", **kw)
+    for ctx in small:  # two parts of 7 tokens, from two nodes when there are two
+        assert len({j for j, _, _ in ctx}) == min(2, len(out)) and all(len(v.sources) <= 1 for _, v, _ in ctx)
+    assert np.nanmean(score_contexts(small, q.answers, q.evidence)["ansr"]) == 1.0
+    big = contexts(ranked, out, views, 10_000, fill="parts", **kw)
+    for ctx in big:  # every node's every source, once
+        shown = sorted(s for _, v, _ in ctx for s in v.sources)
+        assert shown == sorted(s for j in set(ranked[0].tolist()) - {-1} for s in out.sources[j])

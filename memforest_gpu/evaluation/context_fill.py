@@ -21,7 +21,14 @@ kept verbatim in the merged text and its date tag, so a cut drops the sources th
 - Nothing is dropped and nothing is added but date tags: the rendered node holds the merged
   text's sentences, reordered. Originals (one source) render as before.
 
-:func:`contexts` gives each question's context (nodes and where each was cut) under either fill;
+``fill="parts"`` goes further: each source's part is shown on its own, breadth first: the best
+part of every node in rank order, then the second best part of every node, and so on, until the
+budget is spent (the last part cut to fit). Under the same budget the context reaches as many
+nodes as an uncompressed store's would, each through the memory that matched, instead of showing
+the whole of the first long nodes. Originals are one part, so an uncompressed store gets the
+protocol's context under every fill.
+
+:func:`contexts` gives each question's context (what is shown of which node, and where it was cut);
 :func:`score_contexts` scores it exactly as :func:`~.metrics.score_ranked` scores ``@B``
 (``fill="plain"`` gives the same numbers: ``tests/test_long_memories.py``).
 """
@@ -40,9 +47,9 @@ from ..store.timeutil import DATE_TAG, format_date
 from .metrics import STOP_WORDS, NodeViews, tokens
 
 __all__ = ["View", "view_of", "stored_view", "matched_render", "source_scores", "contexts", "score_contexts",
-           "FILLS"]
+           "FILLS", "node_parts", "join_parts"]
 
-FILLS = ("plain", "matched")
+FILLS = ("plain", "matched", "parts")
 _WS = re.compile(r"\S+")
 
 
@@ -76,33 +83,47 @@ def stored_view(views: NodeViews, j: int) -> View:
                 views.content[j], views.content_tok[j], views.date_tok[j])
 
 
-def matched_render(text: str, timestamp: float, sources: Sequence[str], scores: dict[str, float],
-                   original_text: dict[str, str], original_ts: dict[str, float]) -> tuple[str, dict[str, int]]:
-    """A merged node rendered for one question (module doc): (rendered text, each source's start)."""
-    out: list[str] = []
-    pos, last = -1, None  # the first part's tag is the node's header (no second tag)
-    starts: dict[str, int] = {}
+def node_parts(text: str, timestamp: float, sources: Sequence[str], scores: dict[str, float],
+               original_text: dict[str, str], original_ts: dict[str, float]) -> list[tuple[str | None, str, list]]:
+    """A merged node's parts for one question, best match first (module doc): (source, its date
+    tag, its sentences); the sentences no source claims come last as ``(None, node's tag, ...)``."""
+    parts = []
     shown: set[str] = set()
-    order = sorted(sources, key=lambda s: (-scores.get(s, -math.inf), -original_ts.get(s, 0.0)))
-    for s in order:
+    for s in sorted(sources, key=lambda s: (-scores.get(s, -math.inf), -original_ts.get(s, 0.0))):
         sents = [x for x in split_sentences(original_text.get(s, "")) if x not in shown and x in text]
-        if not sents:
-            continue
-        tag = f"[{format_date(original_ts.get(s, timestamp))}]"
+        if sents:
+            parts.append((s, f"[{format_date(original_ts.get(s, timestamp))}]", sents))
+            shown.update(sents)
+    rest = [x for x in split_sentences(DATE_TAG.sub("\n", text)) if x not in shown]
+    if rest or not parts:
+        parts.append((None, parts[-1][1] if parts else f"[{format_date(timestamp)}]", rest))
+    return parts
+
+
+def join_parts(parts, sources: Sequence[str]) -> tuple[str, dict[str, int]]:
+    """Parts (:func:`node_parts`) written one after the other, a date tag where the date changes:
+    (rendered text, each of ``sources``' start; the end of the text for a source not shown)."""
+    out: list[str] = []
+    pos, last = -1, None  # the first part's tag is the header (no second tag)
+    starts: dict[str, int] = {}
+    for s, tag, sents in parts:
         if tag != last:
             out.append(tag)
             pos += 1 + len(tag)
             last = tag
-        starts[s] = pos + 1
+        if s is not None:
+            starts[s] = pos + 1
         for x in sents:
             out.append(x)
             pos += 1 + len(x)
-            shown.add(x)
-    if not out:
-        out.append(f"[{format_date(timestamp)}]")
-    out += [x for x in split_sentences(DATE_TAG.sub("\n", text)) if x not in shown]
     rendered = " ".join(out)
     return rendered, {s: starts.get(s, len(rendered)) for s in sources}
+
+
+def matched_render(text: str, timestamp: float, sources: Sequence[str], scores: dict[str, float],
+                   original_text: dict[str, str], original_ts: dict[str, float]) -> tuple[str, dict[str, int]]:
+    """A merged node rendered for one question (module doc): (rendered text, each source's start)."""
+    return join_parts(node_parts(text, timestamp, sources, scores, original_text, original_ts), sources)
 
 
 def source_scores(store, j: int, q_vec: torch.Tensor | None, question_tokens: frozenset,
@@ -125,34 +146,71 @@ def source_scores(store, j: int, q_vec: torch.Tensor | None, question_tokens: fr
 def contexts(ranked: np.ndarray, store, views: NodeViews, budget: int, *, fill: str = "plain",
              q_emb: torch.Tensor | None = None, questions: Sequence[str] = (), original_text=None,
              original_ts=None) -> list[list[tuple[int, View, int | None]]]:
-    """Each question's ``@B`` context: (node, its view, the character where it was cut or None
-    when shown whole), in rank order. ``fill="matched"`` renders merged nodes for the question
-    (needs ``q_emb`` (Q, D) or ``questions``' texts for a store without keys, ``original_text``
-    and ``original_ts``: id -> text / timestamp of the originals)."""
+    """Each question's ``@B`` context: (node, the view of what is shown of it, the character where
+    it was cut or None when shown whole), in the order shown. ``fill`` (:data:`FILLS`, module doc)
+    other than ``"plain"`` needs ``q_emb`` (Q, D) (or ``questions``' texts, for a store without
+    keys), ``original_text`` and ``original_ts`` (id -> text / timestamp of the originals)."""
     if fill not in FILLS:
         raise ValueError(f"fill must be one of {list(FILLS)}, got {fill!r}")
     out = []
     for q, row in enumerate(ranked):
-        used, ctx = 0, []
         qtok = frozenset(t for t in tokens(questions[q]) if t not in STOP_WORDS) if len(questions) else frozenset()
-        for j in (int(x) for x in row if x >= 0):
-            if used >= budget:
-                break
+        nodes = [int(x) for x in row if x >= 0]
+
+        def parts_of(j: int):
             v = stored_view(views, j)
-            if fill == "matched" and len(v.sources) > 1:
-                sc = source_scores(store, j, None if q_emb is None else q_emb[q], qtok, original_text)
-                rendered, starts = matched_render(store.texts[j], float(store.timestamps[j]), v.sources, sc,
-                                                  original_text, original_ts)
-                v = view_of(rendered, v.sources, starts)
-            n = len(v.ws_end)
-            if used + n <= budget:
-                ctx.append((j, v, None))
-                used += n
-                continue
-            ctx.append((j, v, int(v.ws_end[budget - used - 1])))
-            used = budget
-        out.append(ctx)
+            if fill == "plain" or len(v.sources) < 2:
+                return [v]
+            sc = source_scores(store, j, None if q_emb is None else q_emb[q], qtok, original_text)
+            parts = node_parts(store.texts[j], float(store.timestamps[j]), v.sources, sc, original_text, original_ts)
+            if fill == "matched":
+                return [view_of(*_with_sources(join_parts(parts, v.sources), v.sources))]
+            return [view_of(*_with_sources(join_parts([p], [p[0]] if p[0] else []), [p[0]] if p[0] else []))
+                    for p in parts]
+        out.append(_cut(_pieces(nodes, parts_of, budget), budget))
     return out
+
+
+def _with_sources(rendered_starts, sources):
+    rendered, starts = rendered_starts
+    return rendered, sources, starts
+
+
+def _pieces(nodes: list[int], parts_of, budget: int):
+    """(node, view) in the order shown: each node's first part in rank order, then each node's
+    second part, and so on (one part per node under "plain" and "matched": rank order)."""
+    memo: dict[int, list] = {}
+    r, used = 0, 0
+    while used < budget:
+        more = False
+        for j in nodes:
+            if j not in memo:
+                memo[j] = parts_of(j)
+            if r < len(memo[j]):
+                more = True
+                used += len(memo[j][r].ws_end)
+                yield j, memo[j][r]
+                if used >= budget:
+                    return
+        if not more:
+            return
+        r += 1
+
+
+def _cut(pieces, budget: int) -> list[tuple[int, View, int | None]]:
+    """The pieces that fit the budget, the last one cut to fit (EVAL.md's ``@B``)."""
+    used, ctx = 0, []
+    for j, v in pieces:
+        if used >= budget:
+            break
+        n = len(v.ws_end)
+        if used + n <= budget:
+            ctx.append((j, v, None))
+            used += n
+            continue
+        ctx.append((j, v, int(v.ws_end[budget - used - 1])))
+        used = budget
+    return ctx
 
 
 def score_contexts(ctxs, answers: Sequence[frozenset], evidence: Sequence[frozenset]) -> dict[str, np.ndarray]:

@@ -81,7 +81,8 @@ def classify(base_ctxs, comp_ctxs, store, answers: Sequence[frozenset], evidence
         if not parts:
             row = [] if ranked is None else [int(x) for x in ranked[q][:len(base_ctxs[q])]]
             cause[q] = "crowded" if nodes.intersection(row) else "not_found"
-        elif all(cut is not None and min(p for s, p in v.starts.items() if s in ev) >= cut for v, cut in parts):
+        elif not any(p < (len(v.rendered) if cut is None else cut) for v, cut in parts
+                     for s, p in v.starts.items() if s in ev):
             cause[q] = "too_long"
         else:
             cause[q] = "other"
