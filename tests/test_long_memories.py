@@ -142,3 +142,24 @@ def test_parts_fill_goes_breadth_first_and_shows_every_part_in_time():
     for ctx in big:  # every node's every source, once
         shown = sorted(s for _, v, _ in ctx for s in v.sources)
         assert shown == sorted(s for j in set(ranked[0].tolist()) - {-1} for s in out.sources[j])
+
+
+def test_ranked_fill_orders_parts_by_their_own_key_and_is_matched_without_keys():
+    import dataclasses
+    store, out, q = _store_and_questions(ratio=0.75)
+    originals = dict(zip(store.ids, store.texts))
+    ts = dict(zip(store.ids, store.timestamps.tolist()))
+    views = NodeViews.build(out, originals)
+    ranked = ranked_candidates(Retriever(out), q.emb, q.tenants, EvalConfig(search_repeats=1), "plain")
+    kw = dict(q_emb=q.emb, original_text=originals, original_ts=ts)
+    ctx = contexts(ranked, out, views, 10, fill="ranked", **kw)
+    assert np.nanmean(score_contexts(ctx, q.answers, q.evidence)["ansr"]) == 1.0
+    assert [c[0][1].sources for c in ctx] == [[e] for x in q.evidence for e in x]  # the evidence's part first
+    out.keys = None  # one vector per memory: a node is one piece, its parts ordered as under "matched"
+    views = NodeViews.build(out, originals)
+    ranked = ranked_candidates(Retriever(out), q.emb, q.tenants, EvalConfig(search_repeats=1), "plain")
+    qs = [x.question for x in q.questions]
+    a = contexts(ranked, out, views, 30, fill="ranked", questions=qs, **kw)
+    b = contexts(ranked, out, views, 30, fill="matched", questions=qs, **kw)
+    assert [[(j, v.rendered, c) for j, v, c in x] for x in a] == [[(j, v.rendered, c) for j, v, c in x] for x in b]
+    assert dataclasses.is_dataclass(a[0][0][1])

@@ -28,6 +28,11 @@ nodes as an uncompressed store's would, each through the memory that matched, in
 the whole of the first long nodes. Originals are one part, so an uncompressed store gets the
 protocol's context under every fill.
 
+``fill="ranked"`` orders the parts themselves by the store's rule with each part's own key in place
+of the node's best key (``w cos(q, text) + (1 - w) cos(q, key)``): a node's second source comes
+before another node's first when its key matches the question better. In a store without keys a
+node is one piece, as under ``"matched"`` (its parts share the text's score).
+
 :func:`contexts` gives each question's context (what is shown of which node, and where it was cut);
 :func:`score_contexts` scores it exactly as :func:`~.metrics.score_ranked` scores ``@B``
 (``fill="plain"`` gives the same numbers: ``tests/test_long_memories.py``).
@@ -49,7 +54,7 @@ from .metrics import STOP_WORDS, NodeViews, tokens
 __all__ = ["View", "view_of", "stored_view", "matched_render", "source_scores", "contexts", "score_contexts",
            "FILLS", "node_parts", "join_parts"]
 
-FILLS = ("plain", "matched", "parts")
+FILLS = ("plain", "matched", "parts", "ranked")
 _WS = re.compile(r"\S+")
 
 
@@ -163,12 +168,48 @@ def contexts(ranked: np.ndarray, store, views: NodeViews, budget: int, *, fill: 
                 return [v]
             sc = source_scores(store, j, None if q_emb is None else q_emb[q], qtok, original_text)
             parts = node_parts(store.texts[j], float(store.timestamps[j]), v.sources, sc, original_text, original_ts)
-            if fill == "matched":
+            if fill == "matched" or (fill == "ranked" and (store.keys is None or store.keys.counts[j] == 0)):
                 return [view_of(*_with_sources(join_parts(parts, v.sources), v.sources))]
             return [view_of(*_with_sources(join_parts([p], [p[0]] if p[0] else []), [p[0]] if p[0] else []))
                     for p in parts]
-        out.append(_cut(_pieces(nodes, parts_of, budget), budget))
+        if fill == "ranked":
+            out.append(_cut(_ranked_pieces(nodes, store, q_emb[q], parts_of), budget))
+        else:
+            out.append(_cut(_pieces(nodes, parts_of, budget), budget))
     return out
+
+
+def _rule_scores(store, j: int, q_vec: torch.Tensor, n_parts: int, sources: list) -> list[float]:
+    """Each part's score by the store's rule with the part's own key in place of the best key:
+    ``w cos(q, text) + (1 - w) cos(q, key of the part)``; the text's cosine for every part of a
+    node without keys (and for the part of no source)."""
+    q = q_vec.float().cpu()
+    t = float(torch.nn.functional.normalize(store.embeddings[j].float().cpu(), dim=0) @ q)
+    keys = store.keys
+    if keys is None or keys.counts[j] == 0:
+        return [t] * n_parts
+    w = float(keys.text_weight)
+    sc = source_scores(store, j, q, frozenset(), {})
+    return [w * t + (1 - w) * sc[s] if s in sc else t for s in sources]
+
+
+def _ranked_pieces(nodes: list[int], store, q_vec: torch.Tensor, parts_of):
+    """(node, view) in the order of the parts' own rule scores (:func:`_rule_scores`; ties: node
+    rank, then the part's place in its node). A part is never above its node's score, which the
+    ranked nodes have in falling order, so parts are yielded as soon as no later node can beat them."""
+    import heapq
+    heap: list = []
+    for r, j in enumerate(nodes):
+        parts = parts_of(j)
+        srcs = [v.sources[0] if len(v.sources) == 1 else None for v in parts]
+        sc = _rule_scores(store, j, q_vec, len(parts), srcs)
+        top = max(sc)
+        while heap and -heap[0][0] >= top:
+            yield heapq.heappop(heap)[3]
+        for i, (v, x) in enumerate(zip(parts, sc)):
+            heapq.heappush(heap, (-x, r, i, (j, v)))
+    while heap:
+        yield heapq.heappop(heap)[3]
 
 
 def _with_sources(rendered_starts, sources):
