@@ -36,7 +36,7 @@ TREE_KINDS = ("max", "min", "random")
 TIME_RULES = ("flat", "scaled", "gated")
 GRAPHS = ("knn", "dense")
 KMEANS_METHODS = ("exact", "two-level")
-CAP_POLICIES = ("condense", "strict")
+CAP_POLICIES = ("condense", "strict", "keep")
 
 
 def _check_range(name: str, value: float, lo: float, hi: float, *, lo_open=False, hi_open=False):
@@ -170,7 +170,8 @@ class MergeConfig:
     seed: int = 0  # drives only the "random" tree kind (ablation): its random edge weights
     # over the cap: "condense" (extractive text keeps its most informative sentences up to the
     # cap; no pair is excluded for its length) | "strict" (pairs whose merge would pass the cap
-    # are not merged: the ratio may fall short)
+    # are not merged: the ratio may fall short) | "keep" (no cap on the text: the embedder reads
+    # what fits its window, the keys find the rest; docs/long-memories.md)
     cap_policy: str = "condense"
     # nodes whose text matches this regular expression (RE2 syntax, found anywhere in the text:
     # anchor it with ^) never merge: they stay as they are, with their own sources, and the ratio

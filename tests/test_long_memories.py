@@ -163,3 +163,20 @@ def test_ranked_fill_orders_parts_by_their_own_key_and_is_matched_without_keys()
     b = contexts(ranked, out, views, 30, fill="matched", questions=qs, **kw)
     assert [[(j, v.rendered, c) for j, v, c in x] for x in a] == [[(j, v.rendered, c) for j, v, c in x] for x in b]
     assert dataclasses.is_dataclass(a[0][0][1])
+
+
+def test_keep_policy_keeps_every_sentence_and_reaches_the_ratio():
+    import dataclasses
+    emb = BagOfWordsEmbedder()  # a window of 256 tokens
+    nodes = [{"id": f"t:n{i}", "text": " ".join(f"w{i}x{k}." for k in range(150)), "timestamp": DAY0 + i, "tenant": "t"}
+             for i in range(6)]
+    from memforest_gpu.store.memory_store import MemoryStore
+    store = MemoryStore.from_records(nodes, embedder=emb)
+    spec = parse_method("memforest:matching")
+    cfg = preset("memforest")
+    for policy, whole in (("condense", False), ("keep", True)):
+        c = dataclasses.replace(cfg, merge=dataclasses.replace(cfg.merge, cap_policy=policy))
+        res = compress_with(spec, store, spec.config(c, ratio=0.5, seed=0), embedder=emb, device="cpu")
+        assert len(res.store) == 3
+        words = sum(len(t.split()) for t in res.store.texts)
+        assert (words >= 6 * 150) == whole, (policy, words)
