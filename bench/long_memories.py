@@ -64,17 +64,20 @@ def store_bytes(store) -> int:
     return text + rows * store.dim + ids
 
 
-def score_fills(store, q, views, fills, budget, originals, ts, questions):
-    """Per fill: (contexts, @B scores)."""
+def score_fills(store, q, views, fills, budget, originals, ts, questions, emb=None):
+    """Per fill (``FILL`` or ``FILL:keys``, the parts cut by the keys, evaluation/key_parts.py):
+    (contexts, @B scores, ranked)."""
     from memforest_gpu.evaluation.context_fill import contexts, score_contexts
     from memforest_gpu.evaluation.harness import EvalConfig, ranked_candidates
+    from memforest_gpu.evaluation.key_parts import key_split
     from memforest_gpu.retrieval.retriever import Retriever
 
     ranked = ranked_candidates(Retriever(store), q.emb, q.tenants, EvalConfig(search_repeats=1), "plain")
     out = {}
     for fill in fills:
-        ctx = contexts(ranked, store, views, budget, fill=fill, q_emb=q.emb, questions=questions,
-                       original_text=originals, original_ts=ts)
+        how, _, by = fill.partition(":")
+        ctx = contexts(ranked, store, views, budget, fill=how, q_emb=q.emb, questions=questions,
+                       original_text=originals, original_ts=ts, split=key_split(emb.embed) if by == "keys" else None)
         out[fill] = (ctx, score_contexts(ctx, q.answers, q.evidence), ranked)
     return out
 
@@ -126,7 +129,9 @@ def run_shape(a, shape, emb, records, scores):
             out, rep = compressed(a, shape, name, ratio, spec, cfg0, store, emb)
             t_comp = time.perf_counter() - t0
             views = NodeViews.build(out, originals)
-            for fill, (ctx, sc, ranked) in score_fills(out, q, views, a.fills, a.budget, originals, ts, texts).items():
+            fills = score_fills(out, q, views, a.fills, a.budget, originals, ts, texts, emb)
+            emb.flush()
+            for fill, (ctx, sc, ranked) in fills.items():
                 cause, lost = classify(base[0], ctx, out, q.answers, q.evidence, originals, ranked)
                 key = f"{shape}|{name}|{ratio:g}|{fill}"
                 for m, v in sc.items():

@@ -180,3 +180,24 @@ def test_keep_policy_keeps_every_sentence_and_reaches_the_ratio():
         assert len(res.store) == 3
         words = sum(len(t.split()) for t in res.store.texts)
         assert (words >= 6 * 150) == whole, (policy, words)
+
+
+def test_key_split_finds_the_sources_parts_without_the_originals():
+    from memforest_gpu.evaluation.context_fill import node_parts
+    from memforest_gpu.evaluation.key_parts import key_split
+    store, out, q = _store_and_questions(ratio=0.75)
+    originals = dict(zip(store.ids, store.texts))
+    ts = dict(zip(store.ids, store.timestamps.tolist()))
+    split = key_split(BagOfWordsEmbedder().embed)
+    for j in (j for j in range(len(out)) if len(out.sources[j]) > 1):  # originals are one part either way
+        src = list(out.sources[j])
+        want = node_parts(out.texts[j], float(out.timestamps[j]), src, {}, originals, ts)
+        got = split(out, j)
+        assert sorted(got) == sorted(want)
+    views = NodeViews.build(out, originals)
+    ranked = ranked_candidates(Retriever(out), q.emb, q.tenants, EvalConfig(search_repeats=1), "plain")
+    kw = dict(q_emb=q.emb, original_text=originals, original_ts=ts)
+    a = contexts(ranked, out, views, 10, fill="ranked", **kw)
+    b = contexts(ranked, out, views, 10, fill="ranked", split=split, **kw)
+    assert [[(j, v.rendered, v.sources, c) for j, v, c in x] for x in a] == \
+        [[(j, v.rendered, v.sources, c) for j, v, c in x] for x in b]

@@ -150,11 +150,14 @@ def source_scores(store, j: int, q_vec: torch.Tensor | None, question_tokens: fr
 
 def contexts(ranked: np.ndarray, store, views: NodeViews, budget: int, *, fill: str = "plain",
              q_emb: torch.Tensor | None = None, questions: Sequence[str] = (), original_text=None,
-             original_ts=None) -> list[list[tuple[int, View, int | None]]]:
+             original_ts=None, split=None) -> list[list[tuple[int, View, int | None]]]:
     """Each question's ``@B`` context: (node, the view of what is shown of it, the character where
     it was cut or None when shown whole), in the order shown. ``fill`` (:data:`FILLS`, module doc)
     other than ``"plain"`` needs ``q_emb`` (Q, D) (or ``questions``' texts, for a store without
-    keys), ``original_text`` and ``original_ts`` (id -> text / timestamp of the originals)."""
+    keys), ``original_text`` and ``original_ts`` (id -> text / timestamp of the originals).
+    ``split(store, j)``: cut a merged node into parts from what the store holds
+    (:func:`~.key_parts.key_split`) instead of the originals' texts; the originals then only say
+    which evidence a shown piece holds (as the protocol's strict EvR@B does)."""
     if fill not in FILLS:
         raise ValueError(f"fill must be one of {list(FILLS)}, got {fill!r}")
     out = []
@@ -162,21 +165,38 @@ def contexts(ranked: np.ndarray, store, views: NodeViews, budget: int, *, fill: 
         qtok = frozenset(t for t in tokens(questions[q]) if t not in STOP_WORDS) if len(questions) else frozenset()
         nodes = [int(x) for x in row if x >= 0]
 
-        def parts_of(j: int):
+        def parts_of(j: int) -> list[tuple[str | None, View]]:
             v = stored_view(views, j)
             if fill == "plain" or len(v.sources) < 2:
-                return [v]
+                return [(v.sources[0] if len(v.sources) == 1 else None, v)]
             sc = source_scores(store, j, None if q_emb is None else q_emb[q], qtok, original_text)
-            parts = node_parts(store.texts[j], float(store.timestamps[j]), v.sources, sc, original_text, original_ts)
+            if split is not None:
+                parts = sorted(split(store, j), key=lambda p: -sc.get(p[0], -math.inf))
+            else:
+                parts = node_parts(store.texts[j], float(store.timestamps[j]), v.sources, sc, original_text,
+                                   original_ts)
             if fill == "matched" or (fill == "ranked" and (store.keys is None or store.keys.counts[j] == 0)):
-                return [view_of(*_with_sources(join_parts(parts, v.sources), v.sources))]
-            return [view_of(*_with_sources(join_parts([p], [p[0]] if p[0] else []), [p[0]] if p[0] else []))
-                    for p in parts]
+                return [(None, _view(join_parts(parts, v.sources), v.sources, split, original_text))]
+            return [(p[0], _view(join_parts([p], [p[0]] if p[0] else []), [p[0]] if p[0] else [], split,
+                                 original_text, v.sources)) for p in parts]
         if fill == "ranked":
             out.append(_cut(_ranked_pieces(nodes, store, q_emb[q], parts_of), budget))
         else:
             out.append(_cut(_pieces(nodes, parts_of, budget), budget))
     return out
+
+
+def _view(rendered_starts, sources, split, original_text, node_sources=None) -> View:
+    """A piece's view: its sources as the parts say, or, when a ``split`` made the parts, the
+    node's sources whose text the piece holds verbatim (:func:`~.metrics.source_starts`)."""
+    rendered, starts = rendered_starts
+    if split is None:
+        return view_of(rendered, sources, starts)
+    from .metrics import source_starts
+    cand = list(node_sources or sources)
+    found = source_starts(rendered, cand + ["\0"], original_text)  # never the one-source shortcut
+    found = {s: p for s, p in found.items() if p < len(rendered) and s != "\0"}
+    return view_of(rendered, list(found), found)
 
 
 def _rule_scores(store, j: int, q_vec: torch.Tensor, n_parts: int, sources: list) -> list[float]:
@@ -201,12 +221,11 @@ def _ranked_pieces(nodes: list[int], store, q_vec: torch.Tensor, parts_of):
     heap: list = []
     for r, j in enumerate(nodes):
         parts = parts_of(j)
-        srcs = [v.sources[0] if len(v.sources) == 1 else None for v in parts]
-        sc = _rule_scores(store, j, q_vec, len(parts), srcs)
+        sc = _rule_scores(store, j, q_vec, len(parts), [label for label, _ in parts])
         top = max(sc)
         while heap and -heap[0][0] >= top:
             yield heapq.heappop(heap)[3]
-        for i, (v, x) in enumerate(zip(parts, sc)):
+        for i, ((_, v), x) in enumerate(zip(parts, sc)):
             heapq.heappush(heap, (-x, r, i, (j, v)))
     while heap:
         yield heapq.heappop(heap)[3]
@@ -229,8 +248,8 @@ def _pieces(nodes: list[int], parts_of, budget: int):
                 memo[j] = parts_of(j)
             if r < len(memo[j]):
                 more = True
-                used += len(memo[j][r].ws_end)
-                yield j, memo[j][r]
+                used += len(memo[j][r][1].ws_end)
+                yield j, memo[j][r][1]
                 if used >= budget:
                     return
         if not more:
