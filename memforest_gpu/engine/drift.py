@@ -1,4 +1,5 @@
-"""The drift bound of one-vector stores: pairs whose merged vector would leave a source behind go last.
+"""The drift bound of one-vector stores: a pair whose merged vector would leave an input behind
+goes last.
 
 A store searched by one vector per memory (``MergeConfig.keys = 0``: a Mem0 collection, a
 pgvector table) finds a merged node only through the embedding of its merged text. When a short
@@ -35,7 +36,7 @@ REFUSED = 4.0  # weights (cosine, time bonus, size term) span less than this
 def merged_cosines(cos: torch.Tensor, tok_a: torch.Tensor | None, tok_b: torch.Tensor | None):
     """(cos(m, v_a), cos(m, v_b)) of the estimated merged vector (module doc).
 
-    Shape: cos (...), tok_a / tok_b broadcastable to it (or None: equal weights) -> two (...) tensors
+    Shape: cos (...), tok_a / tok_b broadcastable to it (or None: equal weights) -> two (...)
     """
     if tok_a is None or tok_b is None:
         ta = tb = torch.ones_like(cos)

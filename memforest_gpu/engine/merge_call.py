@@ -8,7 +8,8 @@ or the extractive merger itself failing stops the run instead.
 Cap policies (``MergeConfig.cap_policy``): ``"strict"`` keeps the extractive merger's text
 whatever its length (the planner only pairs nodes whose merge fits) and replaces another
 merger's over-cap text by the extractive merge. ``"keep"`` keeps every text whole, whatever its
-length (the embedder reads what fits its window; keys find the rest). ``"condense"`` cuts every text over the cap
+length (the embedder reads what fits its window; keys find the rest). ``"condense"`` cuts every
+text over the cap
 to it with :meth:`ExtractiveMerger.condense`: the extractive merger's own text (not
 counted as a fallback; also when a journal wraps it) and the extractive replacement of
 another merger's over-cap or unusable text.

@@ -17,7 +17,8 @@ kept verbatim in the merged text and its date tag, so a cut drops the sources th
   first part's tag is the node's header (the protocol writes the node's date, then the merged
   text's first tag). Sentences of the merged text that no source claims (a sentence cut to
   fit the node cap) come last. A source with no sentence left (merged away as a duplicate, or
-  dropped by condensing) starts at the end of the rendered text, as in :func:`~.metrics.source_starts`.
+  dropped by condensing) starts at the end of the rendered text, as in
+  :func:`~.metrics.source_starts`.
 - Nothing is dropped and nothing is added but date tags: the rendered node holds the merged
   text's sentences, reordered. Originals (one source) render as before.
 
@@ -39,6 +40,7 @@ node is one piece, as under ``"matched"`` (its parts share the text's score).
 """
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from collections.abc import Sequence
@@ -49,7 +51,7 @@ import torch
 
 from ..mergers.extractive import split_sentences
 from ..store.timeutil import DATE_TAG, format_date
-from .metrics import STOP_WORDS, NodeViews, tokens
+from .metrics import STOP_WORDS, NodeViews, source_starts, tokens
 
 __all__ = ["View", "view_of", "stored_view", "matched_render", "source_scores", "contexts", "score_contexts",
            "FILLS", "node_parts", "join_parts"]
@@ -127,7 +129,8 @@ def join_parts(parts, sources: Sequence[str]) -> tuple[str, dict[str, int]]:
 
 def matched_render(text: str, timestamp: float, sources: Sequence[str], scores: dict[str, float],
                    original_text: dict[str, str], original_ts: dict[str, float]) -> tuple[str, dict[str, int]]:
-    """A merged node rendered for one question (module doc): (rendered text, each source's start)."""
+    """A merged node rendered for one question (module doc): (rendered text, each source's
+    start)."""
     return join_parts(node_parts(text, timestamp, sources, scores, original_text, original_ts), sources)
 
 
@@ -192,7 +195,6 @@ def _view(rendered_starts, sources, split, original_text, node_sources=None) -> 
     rendered, starts = rendered_starts
     if split is None:
         return view_of(rendered, sources, starts)
-    from .metrics import source_starts
     cand = list(node_sources or sources)
     found = source_starts(rendered, cand + ["\0"], original_text)  # never the one-source shortcut
     found = {s: p for s, p in found.items() if p < len(rendered) and s != "\0"}
@@ -216,8 +218,8 @@ def _rule_scores(store, j: int, q_vec: torch.Tensor, n_parts: int, sources: list
 def _ranked_pieces(nodes: list[int], store, q_vec: torch.Tensor, parts_of):
     """(node, view) in the order of the parts' own rule scores (:func:`_rule_scores`; ties: node
     rank, then the part's place in its node). A part is never above its node's score, which the
-    ranked nodes have in falling order, so parts are yielded as soon as no later node can beat them."""
-    import heapq
+    ranked nodes have in falling order, so parts are yielded as soon as no later node can beat
+    them."""
     heap: list = []
     for r, j in enumerate(nodes):
         parts = parts_of(j)

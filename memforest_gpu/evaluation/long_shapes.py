@@ -100,7 +100,8 @@ def regroup_sessions(turns: Benchmark) -> Benchmark:
 
 
 def _plan(tenant: str, sessions: list[int], speakers: list[str], seed: int) -> list[tuple]:
-    """The updates of one conversation: (speaker, attribute index, old, new, old session, new session)."""
+    """The updates of one conversation: (speaker, attribute index, old, new, old session, new
+    session)."""
     rng = random.Random(f"{seed}:{tenant}")
     half = max(1, len(sessions) // 2)
     out = []
