@@ -23,7 +23,7 @@ from long_memories_report import load  # noqa: E402
 
 
 def retention(scores, shape, cell, ratio, metric, mask) -> float:
-    v, f = cell.split(":")
+    v, f = cell.split(":", 1)
     x = scores[f"{shape}|{v}|{ratio:g}|{f}|{metric}"][mask]
     b = scores[f"{shape}|none|0|plain|{metric}"][mask]
     return 100 * np.nanmean(x) / np.nanmean(b)
@@ -63,8 +63,8 @@ def main(argv=None) -> int:
         for r in ratios:
             out = []
             for m in ("ansr", "ansr_content"):
-                x = np.concatenate([scores[f"{s}|{chosen_by[c].split(':')[0]}|{r:g}|{chosen_by[c].split(':')[1]}|{m}"]
-                                    [ten == c] for c in convs])
+                cells = {c: chosen_by[c].split(":", 1) for c in convs}
+                x = np.concatenate([scores[f"{s}|{cells[c][0]}|{r:g}|{cells[c][1]}|{m}"][ten == c] for c in convs])
                 b = np.concatenate([scores[f"{s}|none|0|plain|{m}"][ten == c] for c in convs])
                 out.append(100 * np.nanmean(x) / np.nanmean(b))
             line.append(f"{out[0]:.1f} / {out[1]:.1f}")

@@ -20,17 +20,21 @@ import numpy as np
 
 
 def load(runs: list[str]) -> tuple[list[dict], dict]:
-    records, scores = [], {}
+    records, scores, seen = [], {}, set()
     for r in runs:
         with open(os.path.join(r, "records.json")) as f:
-            records += json.load(f)
+            for rec in json.load(f):  # a cell made by several runs: the first run's
+                key = (rec["shape"], rec["variant"], rec["ratio"], rec["fill"])
+                if key not in seen:
+                    seen.add(key)
+                    records.append(rec)
         with np.load(os.path.join(r, "scores.npz"), allow_pickle=False) as z:
             scores.update({k: z[k] for k in z.files})
     return records, scores
 
 
 def causes_table(records: list[dict], cell: str) -> str:
-    variant, fill = cell.split(":")
+    variant, fill = cell.split(":", 1)
     rows = ["| shape | ratio | reached | bytes % | words/node | AnsR@B / AnsR-c@B / EvR@B % | lost answers (points): "
             "condensed | crowded | not found | too long | other | no evidence | all |", "|" + " --- |" * 12]
     for r in records:
@@ -49,7 +53,7 @@ def causes_table(records: list[dict], cell: str) -> str:
 def compare_table(records, scores, cells: list[str], against: str, metric: str, n: int) -> str:
     from memforest_gpu.evaluation.bootstrap import cluster_bootstrap, cluster_weights
 
-    v0, f0 = against.split(":")
+    v0, f0 = against.split(":", 1)
     shapes = list(dict.fromkeys(r["shape"] for r in records))
     ratios = sorted({r["ratio"] for r in records})
     rows = [f"| shape | ratio | {against} | " + " | ".join(cells) + " |", "|" + " --- |" * (3 + len(cells))]
@@ -71,7 +75,7 @@ def compare_table(records, scores, cells: list[str], against: str, metric: str, 
                 line = [f"{shape}" + ("" if name == "all" else f" cat. {name}"), f"{ratio:g}",
                         f"{100 * np.nanmean(ref[m]) / d:.1f}"]
                 for cell in cells:
-                    v, f = cell.split(":")
+                    v, f = cell.split(":", 1)
                     key = f"{shape}|{v}|{ratio:g}|{f}|{metric}"
                     if key not in scores:
                         line.append("-")
