@@ -36,7 +36,7 @@ TREE_KINDS = ("max", "min", "random")
 TIME_RULES = ("flat", "scaled", "gated")
 GRAPHS = ("knn", "dense")
 KMEANS_METHODS = ("exact", "two-level")
-CAP_POLICIES = ("condense", "strict")
+CAP_POLICIES = ("condense", "strict", "keep")
 
 
 def _check_range(name: str, value: float, lo: float, hi: float, *, lo_open=False, hi_open=False):
@@ -134,9 +134,19 @@ class TreeConfig:
     # rounds are several times cheaper (docs/knn-graph.md); 0: the knn graph for every tree of
     # more than knn + 1 nodes, and the knn planner for every tree
     knn_above: int = 64
+    # one-vector stores (engine/drift.py): a pair whose estimated merged vector would fall below this
+    # cosine to either input is merged only when its tree has no other pair left; None = no bound
+    drift_min_cos: float | None = None
+    # long memories (engine/drift.py): a pair whose estimated merged length passes this many tokens is
+    # merged only when its tree has no other pair left (the ratio is still reached); None = no bound
+    length_last: int | None = None
 
     def __post_init__(self):
         _check_range("eta", self.eta, 0.0, 1.0)
+        if self.drift_min_cos is not None:
+            _check_range("drift_min_cos", self.drift_min_cos, -1.0, 1.0)
+        if self.length_last is not None:
+            _check_int("length_last", self.length_last, 1)
         _check_choice("degree_norm", self.degree_norm, DEGREE_NORMS)
         _check_choice("kind", self.kind, TREE_KINDS)
         _check_range("time_weight", self.time_weight, 0.0, 1.0)
@@ -161,7 +171,8 @@ class MergeConfig:
     seed: int = 0  # drives only the "random" tree kind (ablation): its random edge weights
     # over the cap: "condense" (extractive text keeps its most informative sentences up to the
     # cap; no pair is excluded for its length) | "strict" (pairs whose merge would pass the cap
-    # are not merged: the ratio may fall short)
+    # are not merged: the ratio may fall short) | "keep" (no cap on the text: the embedder reads
+    # what fits its window, the keys find the rest; docs/long-memories.md)
     cap_policy: str = "condense"
     # nodes whose text matches this regular expression (RE2 syntax, found anywhere in the text:
     # anchor it with ^) never merge: they stay as they are, with their own sources, and the ratio

@@ -53,7 +53,7 @@ def cfg(policy, ratio=0.5, schedule="sequential", **tree):
 
 def test_default_is_condense_and_bad_policy_is_named():
     assert MergeConfig().cap_policy == "condense"
-    with pytest.raises(ValueError, match=r"cap_policy must be one of \['condense', 'strict'\], got 'loose'"):
+    with pytest.raises(ValueError, match=r"cap_policy must be one of \['condense', 'strict', 'keep'\], got 'loose'"):
         MergeConfig(cap_policy="loose")
     p = argparse.ArgumentParser()
     add_config_arguments(p)

@@ -131,7 +131,8 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
                         "of the store's; cosines stay float32) (default: float32)")
     g.add_argument("--cap-policy", default=None,
                    help=h("condense (a merge over the cap keeps its most informative sentences, so the ratio is "
-                        "reached) | strict (pairs over the cap are not merged; the ratio may fall short)",
+                        "reached) | strict (pairs over the cap are not merged; the ratio may fall short) | keep "
+                        "(no cap: the text is kept whole, the keys find what the embedder does not read)",
                         "cap_policy"))
     add_keys_arguments(p.add_argument_group("what merged nodes are searched by (kept in the store)"), h)
     g = p.add_argument_group("what may merge")

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import torch
 
 from ..config import TreeConfig
+from .drift import sent_last
 from .lengths import merged_length, utc_day
 from .time_term import time_weighted
 
@@ -77,11 +78,13 @@ def edge_weight(cos: torch.Tensor, a: Ends, b: Ends, tree: TreeConfig, cap: int 
         wt = time_weighted(cos, gap, tree)
     est = None
     sized = tree.size_weight > 0 and kind != "random"
-    if a.tok is not None and (sized or cap is not None):
+    if a.tok is not None and (sized or cap is not None or tree.length_last is not None):
         est = merged_length(a.tok, b.tok, a.day, b.day)
     if sized and est is not None:  # the merged node's estimated length, in units of size_unit tokens
         pen = tree.size_weight * est.to(cos.dtype) / float(tree.size_unit)
         wt = wt + pen if kind == "min" else wt - pen
+    if kind != "random":  # pairs sent last (engine/drift.py): drifting from an input, or too long for the context
+        wt = sent_last(wt, cos, a.tok, b.tok, est, tree)
     if cap is not None and est is not None:
         # a pair whose merge would pass the cap is no edge: the tree spans the pairs that fit,
         # so a full node drops out of its tree instead of blocking it (docs/method.md: "the next best edge")

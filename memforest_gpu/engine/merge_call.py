@@ -7,7 +7,9 @@ or the extractive merger itself failing stops the run instead.
 
 Cap policies (``MergeConfig.cap_policy``): ``"strict"`` keeps the extractive merger's text
 whatever its length (the planner only pairs nodes whose merge fits) and replaces another
-merger's over-cap text by the extractive merge. ``"condense"`` cuts every text over the cap
+merger's over-cap text by the extractive merge. ``"keep"`` keeps every text whole, whatever its
+length (the embedder reads what fits its window; keys find the rest). ``"condense"`` cuts every
+text over the cap
 to it with :meth:`ExtractiveMerger.condense`: the extractive merger's own text (not
 counted as a fallback; also when a journal wraps it) and the extractive replacement of
 another merger's over-cap or unusable text.
@@ -83,6 +85,8 @@ def merge_texts(merger, fallback, pairs: Sequence[MergePair], *, counter: Callab
         raise ValueError(f"cap_policy must be one of {list(CAP_POLICIES)}, got {cap_policy!r}")
     pairs = list(pairs)
     dropped = [0] * len(pairs)
+    if cap_policy == "keep":  # no cap on the text (docs/long-memories.md)
+        cap = None
     if cap_policy == "condense" and cap is not None and counter is not None:
         return _condensed(merger, fallback, pairs, counter, cap, dropped)
     texts, fb = _call(merger, fallback, pairs)

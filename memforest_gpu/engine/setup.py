@@ -88,8 +88,10 @@ def setup_run(store: MemoryStore, config: CompressConfig | None = None, *, embed
         elif len(quotas.per_tree) != n_trees or not np.array_equal(quotas.tree_size, tree_size):
             raise ValueError(f"quotas must be for the partition's {n_trees} trees of sizes "
                              f"{tree_size.tolist()[:8]}..., got {len(quotas.per_tree)} trees")
-        # the size term needs lengths too
-        cap, counter = cap_and_counter(cfg.merge.max_node_tokens, embedder, count=cfg.tree.size_weight > 0)
+        # the size term and the bounds of engine/drift.py need lengths too
+        t = cfg.tree
+        counted = t.size_weight > 0 or t.length_last is not None or t.drift_min_cos is not None
+        cap, counter = cap_and_counter(cfg.merge.max_node_tokens, embedder, count=counted)
         tokens = torch.as_tensor(count_column(counter, store.texts)).to(dev) if counter is not None else None
         batch = build_trees(partition.tree, tree_size, emb, ts, codes, tokens, dtype=getattr(torch, cfg.storage_dtype),
                             config=cfg.tree, cap=cap if cfg.merge.cap_policy == "strict" else None,

@@ -1,0 +1,312 @@
+"""Filling the context budget with the part of a merged node that matched (issue 38).
+
+EVAL.md's ``@B`` cut shows nodes in rank order, each rendered ``"[date] text"``, and cuts the
+last one to fit the budget. A merged node's text is its sources' sentences in time order, so a
+long merged node that ranks first because of one source can fill the budget with the sources
+before it, the one that matched cut off. ``fill="matched"`` renders each merged node *for the
+question*: its sources in the order of their match to the question, each with its sentences
+kept verbatim in the merged text and its date tag, so a cut drops the sources that matched least.
+
+- A source's match: the cosine of the question to the key that holds it (a store with keys,
+  docs/merged-keys.md: the source's own vector, or the centre of its cluster); in a store without
+  keys (one vector per memory), the share of the question's tokens (stop words out) found in the
+  source's original text. Ties go to the newer source, so of two equally matching values of a
+  changed fact the newest comes first (with its date).
+- A source's part: the sentences of its original text found verbatim in the merged text that
+  no earlier part showed, preceded by ``[date]`` when its date is not the one written last; the
+  first part's tag is the node's header (the protocol writes the node's date, then the merged
+  text's first tag). Sentences of the merged text that no source claims (a sentence cut to
+  fit the node cap) come last. A source with no sentence left (merged away as a duplicate, or
+  dropped by condensing) starts at the end of the rendered text, as in
+  :func:`~.metrics.source_starts`.
+- Nothing is dropped and nothing is added but date tags: the rendered node holds the merged
+  text's sentences, reordered. Originals (one source) render as before.
+
+``fill="parts"`` goes further: each source's part is shown on its own, breadth first: the best
+part of every node in rank order, then the second best part of every node, and so on, until the
+budget is spent (the last part cut to fit). Under the same budget the context reaches as many
+nodes as an uncompressed store's would, each through the memory that matched, instead of showing
+the whole of the first long nodes. Originals are one part, so an uncompressed store gets the
+protocol's context under every fill.
+
+``fill="ranked"`` orders the parts themselves by the store's rule with each part's own key in place
+of the node's best key (``w cos(q, text) + (1 - w) cos(q, key)``): a node's second source comes
+before another node's first when its key matches the question better. In a store without keys a
+node is one piece, as under ``"matched"`` (its parts share the text's score).
+
+:func:`contexts` gives each question's context (what is shown of which node, and where it was cut);
+:func:`score_contexts` scores it exactly as :func:`~.metrics.score_ranked` scores ``@B``
+(``fill="plain"`` gives the same numbers: ``tests/test_long_memories.py``).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..mergers.extractive import split_sentences
+from ..store.timeutil import DATE_TAG, format_date
+from .metrics import STOP_WORDS, NodeViews, source_starts, tokens
+
+__all__ = ["View", "view_of", "stored_view", "matched_render", "source_scores", "contexts", "score_contexts",
+           "FILLS", "node_parts", "join_parts"]
+
+FILLS = ("plain", "matched", "parts", "ranked")
+_WS = re.compile(r"\S+")
+
+
+@dataclass(frozen=True)
+class View:
+    """One rendered node, as :class:`~.metrics.NodeViews` holds it per node."""
+
+    rendered: str
+    ws_end: np.ndarray
+    tok: frozenset
+    sources: list
+    starts: dict
+    dates: list
+    content: str
+    content_tok: frozenset
+    date_tok: frozenset
+
+
+def view_of(rendered: str, sources: Sequence[str], starts: dict[str, int]) -> View:
+    """The :class:`View` of a rendered text whose sources start at ``starts``."""
+    dates = [(m.start(), " ".join(m.groups())) for m in DATE_TAG.finditer(rendered)]
+    content = DATE_TAG.sub(lambda m: " " * len(m.group()), rendered)
+    return View(rendered, np.fromiter((m.end() for m in _WS.finditer(rendered)), dtype=np.int64),
+                frozenset(tokens(rendered)), list(sources), starts, dates, content, frozenset(tokens(content)),
+                frozenset(t for _, d in dates for t in tokens(d)))
+
+
+def stored_view(views: NodeViews, j: int) -> View:
+    """Node ``j`` of ``views`` as a :class:`View` (no copy of its arrays)."""
+    return View(views.rendered[j], views.ws_end[j], views.tok[j], views.sources[j], views.starts[j], views.dates[j],
+                views.content[j], views.content_tok[j], views.date_tok[j])
+
+
+def node_parts(text: str, timestamp: float, sources: Sequence[str], scores: dict[str, float],
+               original_text: dict[str, str], original_ts: dict[str, float]) -> list[tuple[str | None, str, list]]:
+    """A merged node's parts for one question, best match first (module doc): (source, its date
+    tag, its sentences); the sentences no source claims come last as ``(None, node's tag, ...)``."""
+    parts = []
+    shown: set[str] = set()
+    for s in sorted(sources, key=lambda s: (-scores.get(s, -math.inf), -original_ts.get(s, 0.0))):
+        sents = [x for x in split_sentences(original_text.get(s, "")) if x not in shown and x in text]
+        if sents:
+            parts.append((s, f"[{format_date(original_ts.get(s, timestamp))}]", sents))
+            shown.update(sents)
+    rest = [x for x in split_sentences(DATE_TAG.sub("\n", text)) if x not in shown]
+    if rest or not parts:
+        parts.append((None, parts[-1][1] if parts else f"[{format_date(timestamp)}]", rest))
+    return parts
+
+
+def join_parts(parts, sources: Sequence[str]) -> tuple[str, dict[str, int]]:
+    """Parts (:func:`node_parts`) written one after the other, a date tag where the date changes:
+    (rendered text, each of ``sources``' start; the end of the text for a source not shown)."""
+    out: list[str] = []
+    pos, last = -1, None  # the first part's tag is the header (no second tag)
+    starts: dict[str, int] = {}
+    for s, tag, sents in parts:
+        if tag != last:
+            out.append(tag)
+            pos += 1 + len(tag)
+            last = tag
+        if s is not None:
+            starts[s] = pos + 1
+        for x in sents:
+            out.append(x)
+            pos += 1 + len(x)
+    rendered = " ".join(out)
+    return rendered, {s: starts.get(s, len(rendered)) for s in sources}
+
+
+def matched_render(text: str, timestamp: float, sources: Sequence[str], scores: dict[str, float],
+                   original_text: dict[str, str], original_ts: dict[str, float]) -> tuple[str, dict[str, int]]:
+    """A merged node rendered for one question (module doc): (rendered text, each source's
+    start)."""
+    return join_parts(node_parts(text, timestamp, sources, scores, original_text, original_ts), sources)
+
+
+def source_scores(store, j: int, q_vec: torch.Tensor | None, question_tokens: frozenset,
+                  original_text: dict[str, str]) -> dict[str, float]:
+    """Each source of node ``j``'s match to a question (module doc): its key's cosine, or the
+    share of the question's tokens in its text when the store has no keys."""
+    keys = store.keys
+    srcs = list(store.sources[j])
+    if keys is not None and q_vec is not None and keys.counts[j] > 0:
+        lo, hi = int(keys.offsets[j]), int(keys.offsets[j + 1])
+        cos = (keys.unit(torch.arange(lo, hi)) @ q_vec.float().cpu()).tolist()
+        out = {}
+        for c, members in zip(cos, keys.sources[lo:hi].to_pylist()):
+            out.update({s: c for s in members})
+        return out
+    n = max(1, len(question_tokens))
+    return {s: len(question_tokens & set(tokens(original_text.get(s, "")))) / n for s in srcs}
+
+
+def contexts(ranked: np.ndarray, store, views: NodeViews, budget: int, *, fill: str = "plain",
+             q_emb: torch.Tensor | None = None, questions: Sequence[str] = (), original_text=None,
+             original_ts=None, split=None) -> list[list[tuple[int, View, int | None]]]:
+    """Each question's ``@B`` context: (node, the view of what is shown of it, the character where
+    it was cut or None when shown whole), in the order shown. ``fill`` (:data:`FILLS`, module doc)
+    other than ``"plain"`` needs ``q_emb`` (Q, D) (or ``questions``' texts, for a store without
+    keys), ``original_text`` and ``original_ts`` (id -> text / timestamp of the originals).
+    ``split(store, j)``: cut a merged node into parts from what the store holds
+    (:func:`~.key_parts.key_split`) instead of the originals' texts; the originals then only say
+    which evidence a shown piece holds (as the protocol's strict EvR@B does)."""
+    if fill not in FILLS:
+        raise ValueError(f"fill must be one of {list(FILLS)}, got {fill!r}")
+    out = []
+    for q, row in enumerate(ranked):
+        qtok = frozenset(t for t in tokens(questions[q]) if t not in STOP_WORDS) if len(questions) else frozenset()
+        nodes = [int(x) for x in row if x >= 0]
+
+        def parts_of(j: int) -> list[tuple[str | None, View]]:
+            v = stored_view(views, j)
+            if fill == "plain" or len(v.sources) < 2:
+                return [(v.sources[0] if len(v.sources) == 1 else None, v)]
+            sc = source_scores(store, j, None if q_emb is None else q_emb[q], qtok, original_text)
+            if split is not None:
+                parts = sorted(split(store, j), key=lambda p: -sc.get(p[0], -math.inf))
+            else:
+                parts = node_parts(store.texts[j], float(store.timestamps[j]), v.sources, sc, original_text,
+                                   original_ts)
+            if fill == "matched" or (fill == "ranked" and (store.keys is None or store.keys.counts[j] == 0)):
+                return [(None, _view(join_parts(parts, v.sources), v.sources, split, original_text))]
+            return [(p[0], _view(join_parts([p], [p[0]] if p[0] else []), [p[0]] if p[0] else [], split,
+                                 original_text, v.sources)) for p in parts]
+        if fill == "ranked":
+            out.append(_cut(_ranked_pieces(nodes, store, q_emb[q], parts_of), budget))
+        else:
+            out.append(_cut(_pieces(nodes, parts_of, budget), budget))
+    return out
+
+
+def _view(rendered_starts, sources, split, original_text, node_sources=None) -> View:
+    """A piece's view: its sources as the parts say, or, when a ``split`` made the parts, the
+    node's sources whose text the piece holds verbatim (:func:`~.metrics.source_starts`)."""
+    rendered, starts = rendered_starts
+    if split is None:
+        return view_of(rendered, sources, starts)
+    cand = list(node_sources or sources)
+    found = source_starts(rendered, cand + ["\0"], original_text)  # never the one-source shortcut
+    found = {s: p for s, p in found.items() if p < len(rendered) and s != "\0"}
+    return view_of(rendered, list(found), found)
+
+
+def _rule_scores(store, j: int, q_vec: torch.Tensor, n_parts: int, sources: list) -> list[float]:
+    """Each part's score by the store's rule with the part's own key in place of the best key:
+    ``w cos(q, text) + (1 - w) cos(q, key of the part)``; the text's cosine for every part of a
+    node without keys (and for the part of no source)."""
+    q = q_vec.float().cpu()
+    t = float(torch.nn.functional.normalize(store.embeddings[j].float().cpu(), dim=0) @ q)
+    keys = store.keys
+    if keys is None or keys.counts[j] == 0:
+        return [t] * n_parts
+    w = float(keys.text_weight)
+    sc = source_scores(store, j, q, frozenset(), {})
+    return [w * t + (1 - w) * sc[s] if s in sc else t for s in sources]
+
+
+def _ranked_pieces(nodes: list[int], store, q_vec: torch.Tensor, parts_of):
+    """(node, view) in the order of the parts' own rule scores (:func:`_rule_scores`; ties: node
+    rank, then the part's place in its node). A part is never above its node's score, which the
+    ranked nodes have in falling order, so parts are yielded as soon as no later node can beat
+    them."""
+    heap: list = []
+    for r, j in enumerate(nodes):
+        parts = parts_of(j)
+        sc = _rule_scores(store, j, q_vec, len(parts), [label for label, _ in parts])
+        top = max(sc)
+        while heap and -heap[0][0] >= top:
+            yield heapq.heappop(heap)[3]
+        for i, ((_, v), x) in enumerate(zip(parts, sc)):
+            heapq.heappush(heap, (-x, r, i, (j, v)))
+    while heap:
+        yield heapq.heappop(heap)[3]
+
+
+def _with_sources(rendered_starts, sources):
+    rendered, starts = rendered_starts
+    return rendered, sources, starts
+
+
+def _pieces(nodes: list[int], parts_of, budget: int):
+    """(node, view) in the order shown: each node's first part in rank order, then each node's
+    second part, and so on (one part per node under "plain" and "matched": rank order)."""
+    memo: dict[int, list] = {}
+    r, used = 0, 0
+    while used < budget:
+        more = False
+        for j in nodes:
+            if j not in memo:
+                memo[j] = parts_of(j)
+            if r < len(memo[j]):
+                more = True
+                used += len(memo[j][r][1].ws_end)
+                yield j, memo[j][r][1]
+                if used >= budget:
+                    return
+        if not more:
+            return
+        r += 1
+
+
+def _cut(pieces, budget: int) -> list[tuple[int, View, int | None]]:
+    """The pieces that fit the budget, the last one cut to fit (EVAL.md's ``@B``)."""
+    used, ctx = 0, []
+    for j, v in pieces:
+        if used >= budget:
+            break
+        n = len(v.ws_end)
+        if used + n <= budget:
+            ctx.append((j, v, None))
+            used += n
+            continue
+        ctx.append((j, v, int(v.ws_end[budget - used - 1])))
+        used = budget
+    return ctx
+
+
+def score_contexts(ctxs, answers: Sequence[frozenset], evidence: Sequence[frozenset]) -> dict[str, np.ndarray]:
+    """``@B`` metrics of :func:`contexts`, as :func:`~.metrics.score_ranked` computes them:
+    {"ansr", "ansr_content", "evr", "ctx", "dates"} -> (Q,) float64."""
+    Q = len(ctxs)
+    out = {m: np.full(Q, np.nan) for m in ("ansr", "ansr_content", "evr", "ctx", "dates")}
+    for q, ctx in enumerate(ctxs):
+        ans, ev = answers[q], evidence[q]
+        tok, src, dates, content = set(), set(), set(), set()
+        used = 0
+        for _, v, cut in ctx:
+            if cut is None:
+                used += len(v.ws_end)
+                tok |= v.tok
+                src.update(v.sources)
+                dates.update(d for _, d in v.dates)
+                content |= v.content_tok
+                if ev and not ev.isdisjoint(v.sources):
+                    content |= v.date_tok
+                continue
+            used += int(np.searchsorted(v.ws_end, cut, side="right"))
+            tok.update(tokens(v.rendered[:cut]))
+            shown = {s for s, p in v.starts.items() if p < cut}
+            src.update(shown)
+            dates.update(d for p, d in v.dates if p < cut)
+            content.update(tokens(v.content[:cut]))
+            if ev and not ev.isdisjoint(shown):
+                content.update(t for p, d in v.dates if p < cut for t in tokens(d))
+        out["ctx"][q] = used
+        out["dates"][q] = len(dates)
+        if ans:
+            out["ansr"][q] = len(ans & tok) / len(ans)
+            out["ansr_content"][q] = len(ans & content) / len(ans)
+        if ev:
+            out["evr"][q] = len(ev & src) / len(ev)
+    return out
