@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from ..api import load_store_and_embedder
-from ..cli.flags import add_config_arguments, config_from_args, parse_options
+from ..cli.flags import add_config_arguments, config_flag_error, config_from_args, parse_options
 from ..cli.report import format_report
 from ..mergers import get_merger
 from ..runs.outputs import check_output
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (ValueError, OSError, ImportError) as e:
         where = f"[rank {rank}] " if world > 1 else ""
-        print(f"{where}memforest_gpu.distributed {args.cmd}: error: {e}", file=sys.stderr)
+        print(f"{where}memforest_gpu.distributed {args.cmd}: error: {config_flag_error(e)}", file=sys.stderr)
         return 2
     finally:
         if world > 1 and dist.is_initialized():

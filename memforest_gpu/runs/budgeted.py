@@ -32,9 +32,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine import CompressReport, compress
+from ..engine import compress
 from ..mergers import get_merger
 from ..mergers.embedders import MEAN_EMBEDDER
+from ..report import CompressReport
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format, read_store
 from .budget_files import _output_keys, _split_jsonl, _split_parquet, _write_output, _write_part
@@ -131,7 +132,7 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
     reports = [_read_state(p + ".json") for p in run.out_paths]
     time_format = "iso" if all(r.get("time_format") == "iso" for r in reports) else None
     _write_output(run.out_paths, dst, out_fmt, time_format, memory_budget)
-    report = _merged_report(reports, scan, config, time.perf_counter() - t0, time.perf_counter() - tw)
+    report = _merged_report(reports, scan, time.perf_counter() - t0, time.perf_counter() - tw)
     runner.finish()
     shutil.rmtree(run.work, ignore_errors=True)
     sizes = [{"tenants": len(g), "nodes": int(scan.sizes[g].sum())} for g in groups]
@@ -289,30 +290,13 @@ class _GroupRunner:
                 pass
 
 
-def _merged_report(reports: list[dict], scan: TenantScan, config, total: float, output_s: float):
-    """One :class:`~memforest_gpu.engine.CompressReport` from the groups' reports, tenants
-    in the in-memory run's order (first appearance in the input)."""
-
-    rank = {t: j for j, t in enumerate(scan.names)}
-    rows = sorted((row for r in reports for row in r["tenants"]), key=lambda row: rank[row["tenant"]])
-    seconds: dict[str, float] = {}
-    iters: dict[str, int] = {}
-    for r in reports:
-        for k, v in r["seconds"].items():
-            seconds[k] = seconds.get(k, 0.0) + v
-        for k, v in r.get("kmeans_iterations", {}).items():
-            iters[k] = max(iters.get(k, 0), v)
-    seconds["output"] = seconds.get("output", 0.0) + output_s
-    seconds["total"] = total
-    first = reports[0]
-    return CompressReport(
-        tenants=rows, nodes_in=sum(r["nodes_in"] for r in reports), nodes_out=sum(r["nodes_out"] for r in reports),
-        trees=sum(r["trees"] for r in reports), rounds=max(r["rounds"] for r in reports),
-        merges=sum(r["merges"] for r in reports), schedule=config.merge.schedule, merger=first["merger"],
-        embedder=first["embedder"], max_node_tokens=first["max_node_tokens"], seconds=seconds,
-        fallbacks=sum(r["fallbacks"] for r in reports),
-        moved_by_reassignment=sum(r["moved_by_reassignment"] for r in reports), kmeans_iterations=iters,
-        kept=sum(r.get("kept", 0) for r in reports))
+def _merged_report(reports: list[dict], scan: TenantScan, total: float, output_s: float) -> CompressReport:
+    """One report from the groups' reports (:meth:`~memforest_gpu.report.CompressReport.combine`),
+    tenants in the in-memory run's order (first appearance in the input)."""
+    report = CompressReport.combine([CompressReport.from_dict(r) for r in reports], order=scan.names)
+    report.seconds["output"] = report.seconds.get("output", 0.0) + output_s
+    report.seconds["total"] = total
+    return report
 
 
 def compress_file_budgeted(src, dst, config, *, memory_budget: int, embedder: str = "auto", merger="extractive",
