@@ -186,7 +186,7 @@ def _config(a):
                 changes[stage][name] = getattr(a, dest)
         cfg = replace(c, **{stage: replace(getattr(c, stage), **kw) for stage, kw in changes.items()})
     except ValueError as e:
-        raise ValueError(as_flag_error(str(e), a)) from None
+        raise ValueError(as_flag_error(e, a)) from None
     check_text_weight(a, cfg)
     return cfg
 
@@ -229,7 +229,7 @@ def run(a) -> int:
     try:
         return _run(a)
     except ValueError as e:
-        raise ValueError(as_flag_error(str(e), a)) from None
+        raise ValueError(as_flag_error(e, a)) from None
 
 
 def _run(a) -> int:

@@ -131,6 +131,10 @@ class JournaledMerger:
     def identity(self) -> dict:
         return merger_identity(self.inner)
 
+    def unwrap(self):
+        """The merger whose texts this journal records (the :class:`~memforest_gpu.mergers.Merger` hook)."""
+        return self.inner
+
     def _load(self) -> None:
         with open(self.path, "rb") as f:
             data = f.read()
