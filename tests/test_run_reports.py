@@ -12,7 +12,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from llm_helpers import trivial_pair
 
-from memforest_gpu import CompressConfig, MergeConfig, compress
+from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig, compress
 from memforest_gpu.api import compress_file, read_store
 from memforest_gpu.cli.commands import main
 from memforest_gpu.distributed import compress_distributed
@@ -120,10 +120,13 @@ def test_combine_adds_up_a_tenant_spread_over_parts_and_keeps_the_order():
 def test_distributed_report_keeps_the_partition_figures():
     """The split tenant's k-means (all ranks together) is counted: iterations and moved nodes."""
     st = _store()
-    whole = compress(st, CONFIG).report
-    res = compress_distributed(st, CONFIG, split_above=200)  # one rank, the split path
-    assert res.split == ["tenant-0"]
-    assert _figures(res.report) == _figures(whole)
+    one_tree = CompressConfig(partition=PartitionConfig(alpha=0.001), merge=CONFIG.merge)  # K = 1 for every tenant
+    for cfg in (CONFIG, one_tree):
+        whole = compress(st, cfg).report
+        res = compress_distributed(st, cfg, split_above=200)  # one rank, the split path
+        assert res.split == ["tenant-0"]
+        assert _figures(res.report) == _figures(whole)
+    assert whole.kmeans_iterations == {"K=1 closed form": 0}
 
 
 class _Echo(LLMMerger):

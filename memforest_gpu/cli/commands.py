@@ -13,8 +13,7 @@ from ..api import compress_file, dry_run_file, read_store, search_file
 from ..mergers import get_merger
 from ..report import MergerStats
 from ..runs.budget_groups import parse_size
-from ..runs.outputs import check_output
-from ..runs.paths import check_paths, output_files, reads, writes
+from ..runs.preflight import preflight
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
 from ..store.timeutil import format_date
@@ -23,7 +22,7 @@ from . import compact as compact_cli
 from . import eval as eval_cli
 from . import review as review_cli
 from .demo import run_demo
-from .flags import add_config_arguments, check_embedder_flag, config_flag_error, config_from_args, option_error
+from .flags import CLI_NAMES, add_config_arguments, check_embedder_flag, config_from_args, error_message, option_error
 from .parser import HelpFormatter, Parser  # noqa: F401 (HelpFormatter: re-exported)
 from .report import format_report
 
@@ -144,15 +143,10 @@ def _compress(a) -> int:
     if a.dry_run and a.report:
         raise ValueError("--report applies to a run that compresses, got --dry-run (a dry run prints its plan and "
                          "writes nothing): drop one of them")
-    outputs = [] if a.dry_run else output_files("OUTPUT", a.output, parts=budget is not None)
-    check_paths(reads("INPUT", a.input), outputs, writes("--report", a.report), review_cli.review_roles(a))
+    preflight(a.input, None if a.dry_run else a.output, format=a.format, out_format=a.out_format, report=a.report,
+              others=(review_cli.review_roles(a),), parts=budget is not None, names=CLI_NAMES)
     review_cli.check_review(a.review, [a.input])
     check_embedder_flag(a.embedder)
-    detect_format(a.input, a.format, flag="--format")
-    if not a.dry_run:
-        check_output(a.output, format=a.out_format, inputs=[a.input], format_flag="--out-format", what="OUTPUT")
-        if a.report:
-            check_output(a.report, inputs=[a.input, a.output], what="--report", needs_format=False)
     options = _merger_options(a)
     try:
         merger = get_merger(a.merger, **options)  # bad options fail before any work
@@ -330,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memforest {name}: {str(e) or 'interrupted'}", file=sys.stderr)
         return 130
     except (ValueError, OSError, ImportError, RuntimeError) as e:
-        print(f"memforest {name}: error: {config_flag_error(e)}", file=sys.stderr)
+        print(f"memforest {name}: error: {error_message(e)}", file=sys.stderr)
         return 2
 
 

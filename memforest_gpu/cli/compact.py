@@ -12,12 +12,12 @@ from ..engine.compact import keys_bound, rule_differs
 from ..mergers import get_merger
 from ..runs.compact import compact_file
 from ..runs.compact_files import inbox_path
-from ..runs.outputs import check_output
-from ..runs.paths import check_paths, store_files, writes
+from ..runs.preflight import check_store
 from ..store.atomic import atomic_write_text
-from ..store.io import detect_format, file_keys_rule
+from ..store.io import file_keys_rule
 from . import review as review_cli
 from .flags import (
+    CLI_NAMES,
     add_config_arguments,
     as_flag_error,
     check_embedder_flag,
@@ -110,11 +110,8 @@ def run(a) -> int:
     budget = budget_from_args(a)
     cfg = config_from_args(a)
     check_embedder_flag(a.embedder)
-    detect_format(a.store, None, flag=None)
+    check_store(a.store, dry_run=a.dry_run, report=a.report, others=(review_cli.review_roles(a),), names=CLI_NAMES)
     cfg = _store_keys_rule(a, cfg)
-    check_paths(store_files(a.store, dry_run=a.dry_run), writes("--report", a.report), review_cli.review_roles(a))
-    if a.report:
-        check_output(a.report, inputs=[a.store], what="--report", needs_format=False)
     review_cli.check_review(a.review, [a.store])
     try:
         merger = get_merger(a.merger, **parse_options(a.merger_option))

@@ -10,13 +10,19 @@ import json
 import os
 
 from ..config import DEFAULT_PRESET, PRESETS, ConfigError, preset
+from ..runs.driver import MergerFailedError
+from ..runs.journal import JournalExistsError
 from ..runs.loading import NoEmbeddingsError
+from ..runs.preflight import Names
 from ..store.codes import VECTOR_CODES
 
 __all__ = ["add_config_arguments", "config_from_args", "as_flag_error", "check_embedder_flag", "parse_options",
-           "FIELDS", "config_flag_error", "option_error", "check_number_lists", "refuse_ignored", "add_keys_arguments",
-           "keys_count", "check_text_weight"]
+           "FIELDS", "CLI_NAMES", "error_message", "option_error", "check_number_lists", "refuse_ignored",
+           "add_keys_arguments", "keys_count", "check_text_weight"]
 
+
+#: what the checks before a run (runs/preflight.py) call its options on the command line
+CLI_NAMES = Names(format="--format", out_format="--out-format", output="OUTPUT", report="--report")
 
 #: flag dest -> (stage, field) of CompressConfig; ``seed`` sets both the partition's and the merge's
 FIELDS = {
@@ -188,10 +194,11 @@ def as_flag_error(e: Exception, a: argparse.Namespace) -> str:
 
 
 def option_error(e: ValueError, names) -> str:
-    """A merger refusing one of the options the command passed it (``names``: ``merger`` and
-    the option names): its message names the flag. The mergers raise plain ValueErrors
-    that start with the option's name (``max_tokens must be ...``); a
-    :class:`~memforest_gpu.config.ConfigError` is named by its field."""
+    """An error of a part that takes a command's options as its parameters (a merger, the
+    evaluation; ``names``: those options) in the command's words: a
+    :class:`~memforest_gpu.config.ConfigError` is named by its field; the mergers and the
+    evaluation still raise plain ValueErrors that start with the parameter's name
+    (``max_tokens must be ...``), named by that prefix."""
     if isinstance(e, ConfigError):
         return e.named(_flag(e.field)) if e.field in names else str(e)
     msg = str(e)
@@ -199,13 +206,16 @@ def option_error(e: ValueError, names) -> str:
     return _flag(name) + msg[len(name):] if name else msg
 
 
-def config_flag_error(e: Exception) -> str:
-    """The message of an error raised past the command line (by the engine, on the data) in
-    its words: a config field's :class:`~memforest_gpu.config.ConfigError` names its flag
-    (``merge_within must ...`` -> ``--merge-within must ...``), a store without vectors read
-    with ``--embedder none`` says which values of the flag embed it."""
+def error_message(e: Exception) -> str:
+    """The message of an error raised past the command line (by the run, on the data) in its
+    words: a config field's :class:`~memforest_gpu.config.ConfigError` names its flag
+    (``merge_within must ...`` -> ``--merge-within must ...``); a journal left by an
+    interrupted run, or a merger that failed on every request, names ``--resume``; a store
+    without vectors read with ``--embedder none`` says which values of the flag embed it."""
     if isinstance(e, ConfigError) and e.field in FIELDS:
         return e.named("--" + e.field.replace("_", "-"))
+    if isinstance(e, (JournalExistsError, MergerFailedError)):
+        return e.message("--resume")
     if isinstance(e, NoEmbeddingsError):
         return (f"{e.path}: the store has no embeddings, so --embedder none cannot be used; pass --embedder auto "
                 "(all-MiniLM-L6-v2), default or PATH to embed it")

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from ..config import CompressConfig
 from ..device import resolve_device
 from ..engine import MergeRecord, compress
-from ..engine.partition import Partition
+from ..engine.partition import Partition, n_clusters
 from ..engine.quotas import Quotas, allocate, removal_target
 from ..mergers.embedders import MEAN_EMBEDDER
 from ..report import CompressReport, combine_iterations
@@ -155,7 +155,9 @@ def _work_items(store: MemoryStore, cfg: CompressConfig, names: list[str], sizes
         rows = torch.as_tensor(rows_of[t], dtype=torch.int64, device=store.device)
         tree, it, mv = partition_tenant(store.embeddings[rows], store.timestamps[rows], t, cfg.partition,
                                         group=group)
-        iterations.append({f"n<={sizes[t]}": it})  # the engine's key of a k-means bucket
+        # the engine's key: a k-means bucket, or the closed form of a tenant of one cluster
+        iterations.append({f"n<={sizes[t]}": it} if n_clusters(sizes[t], cfg.partition.alpha) >= 2
+                          else {"K=1 closed form": 0})
         moved += mv
         tree = tree.cpu().numpy()
         ids = np.unique(tree)  # the engine's tree order inside a tenant
