@@ -11,6 +11,7 @@ import os
 
 from ..config import DEFAULT_PRESET, PRESETS, ConfigError, preset
 from ..runs.driver import MergerFailedError
+from ..runs.errors import OptionError
 from ..runs.journal import JournalExistsError
 from ..runs.loading import NoEmbeddingsError
 from ..runs.preflight import Names
@@ -210,12 +211,15 @@ def error_message(e: Exception) -> str:
     """The message of an error raised past the command line (by the run, on the data) in its
     words: a config field's :class:`~memforest_gpu.config.ConfigError` names its flag
     (``merge_within must ...`` -> ``--merge-within must ...``); a journal left by an
-    interrupted run, or a merger that failed on every request, names ``--resume``; a store
+    interrupted run, or a merger that failed on every request, names ``--resume``; a run's
+    :class:`~memforest_gpu.runs.errors.OptionError` names its options as flags; a store
     without vectors read with ``--embedder none`` says which values of the flag embed it."""
     if isinstance(e, ConfigError) and e.field in FIELDS:
         return e.named("--" + e.field.replace("_", "-"))
     if isinstance(e, (JournalExistsError, MergerFailedError)):
         return e.message("--resume")
+    if isinstance(e, OptionError):
+        return e.for_command()
     if isinstance(e, NoEmbeddingsError):
         return (f"{e.path}: the store has no embeddings, so --embedder none cannot be used; pass --embedder auto "
                 "(all-MiniLM-L6-v2), default or PATH to embed it")

@@ -34,6 +34,7 @@ from ..store.splice import append, splice
 from ..timer import StageTimer
 from .compact_files import NoModel, PassThrough, inbox_path, memforest_layout, parquet_schema, placeless
 from .driver import resolve_merger
+from .errors import OptionError
 from .inbox import drop_rows, ids_in, read_inbox
 from .journal import JournaledMerger, journal_path, merger_identity
 from .loading import RunInterrupted, load_store_and_embedder, resolve_embedder
@@ -179,8 +180,8 @@ class _Run:
         name = name.decode("utf-8") if name else None
         emb = self.spec if not isinstance(self.spec, str) else resolve_embedder(self.spec, name, device=self.device)
         if emb is not None and emb.dim != self.pt.schema.field("embedding").type.list_size:
-            raise ValueError(f"--embedder's dimension must match the store's "
-                             f"({self.pt.schema.field('embedding').type.list_size}), got {emb.dim} from {emb.name!r}")
+            raise OptionError(f"{{embedder}}'s dimension must match the store's "
+                              f"({self.pt.schema.field('embedding').type.list_size}), got {emb.dim} from {emb.name!r}")
         return emb, None
 
     def _merger(self, emb):

@@ -88,7 +88,8 @@ class MergerRun:
         self.started = True
 
     def compress(self, store, emb, *, device=None, progress: bool = False) -> CompressResult:
-        """Compress ``store`` (its vectors reused for the output's) with the run's merger and journal."""
+        """Compress ``store`` (its vectors reused for the output's) with the run's merger and
+        journal."""
         if not self.started:
             self._start(emb)
         return compress(store, self.config, merger=self.journal or self.merger, embedder=emb, device=device,

@@ -144,7 +144,8 @@ class JournaledMerger:
         return merger_identity(self.inner)
 
     def unwrap(self):
-        """The merger whose texts this journal records (the :class:`~memforest_gpu.mergers.Merger` hook)."""
+        """The merger whose texts this journal records (the hook of
+        :class:`~memforest_gpu.mergers.Merger`)."""
         return self.inner
 
     def _load(self) -> None:

@@ -21,7 +21,8 @@ class RunInterrupted(KeyboardInterrupt):
 
 
 class NoEmbeddingsError(ValueError):
-    """A store file without vectors read with ``embedder="none"`` (no model to embed it); ``path``."""
+    """A store file without vectors read with ``embedder="none"`` (no model to embed it);
+    ``path``."""
 
     def __init__(self, path: str | Path):
         self.path = os.fspath(path)
@@ -34,7 +35,8 @@ class _Refused(Exception):
 
 
 class _NoEmbedder:
-    """``embedder="none"`` while reading: a file without vectors asks it to embed, and it refuses."""
+    """``embedder="none"`` while reading: a file without vectors asks it to embed, and it
+    refuses."""
 
     name = None
 

@@ -35,8 +35,9 @@ def compress_in_memory(src: str | Path, dst: str | Path, config: CompressConfig,
     that cannot be written stops the run with :class:`~memforest_gpu.runs.journal.JournalWriteError`
     (never a merger fallback).
 
-    Before anything is loaded, ``src`` and ``dst`` are checked (:func:`~memforest_gpu.runs.preflight.preflight`:
-    ``dst`` not ``src`` or a link to it, a known format, not a directory, a writable folder) and
+    Before anything is loaded, ``src`` and ``dst`` are checked
+    (:func:`~memforest_gpu.runs.preflight.preflight`: ``dst`` not ``src`` or a link to it, a
+    known format, not a directory, a writable folder) and
     ``dst``'s folder created; while the run writes ``dst`` it holds ``dst + ".lock"``
     (:class:`~memforest_gpu.runs.outputs.OutputLock`: a second run is refused). Ctrl-C raises
     :class:`RunInterrupted` whose message says how many merges are journaled.
