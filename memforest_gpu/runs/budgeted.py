@@ -176,43 +176,43 @@ class _Parts:
         _write_json(self.state_path, self.state)
 
 
-def _split_input(src: str, fmt: str, scan: TenantScan, groups: list[np.ndarray], run: _Parts, say) -> np.ndarray:
+def _split_input(src: str, fmt: str, scan: TenantScan, groups: list[np.ndarray], parts: _Parts, say) -> np.ndarray:
     """Split the input into one file per group (once: a resumed run reuses the split), recording
     which groups' vectors are all unit length. Returns the group of each input row (N,)."""
     tenant_group = np.empty(len(scan.names), dtype=np.int64)
     for g, codes in enumerate(groups):
         tenant_group[codes] = g
     row_group = tenant_group[scan.row_tenant]  # (N,)
-    if not run.state["split"] and not all(run.done):
+    if not parts.state["split"] and not all(parts.done):
         timer = StageTimer()
         if fmt == "parquet":
-            unit = _split_parquet(src, row_group, len(groups), run.in_paths)
+            unit = _split_parquet(src, row_group, len(groups), parts.in_paths)
         else:
-            unit = _split_jsonl(src, scan.header, row_group, len(groups), run.in_paths)
-        run.state["split"] = True
-        run.state["unit"] = unit.tolist()
-        run.save()
+            unit = _split_jsonl(src, scan.header, row_group, len(groups), parts.in_paths)
+        parts.state["split"] = True
+        parts.state["unit"] = unit.tolist()
+        parts.save()
         say(f"split the input into {len(groups)} group file(s) in {timer.finish()['total']:.1f}s")
-    elif not run.state.get("split"):
-        run.save()
+    elif not parts.state.get("split"):
+        parts.save()
     return row_group
 
 
-def _run_groups(runner, groups: list[np.ndarray], scan: TenantScan, row_group: np.ndarray, run: _Parts, fmt: str,
+def _run_groups(runner, groups: list[np.ndarray], scan: TenantScan, row_group: np.ndarray, parts: _Parts, fmt: str,
                 say) -> None:
     """Compress each group not done yet and write its part (keyed by input row)."""
-    unit = run.state.get("unit") or [True] * len(groups)
+    unit = parts.state.get("unit") or [True] * len(groups)
     # the in-memory run normalises every vector unless all are unit length already
     renormalise = [not all(unit) and u for u in unit]
     for g, codes in enumerate(groups):
-        if run.done[g]:
+        if parts.done[g]:
             continue
         n_g = int(scan.sizes[codes].sum())
         timer = StageTimer()
-        res, sub = runner.run(run.in_paths[g], fmt, renormalise[g])
+        res, sub = runner.run(parts.in_paths[g], fmt, renormalise[g])
         keys = _output_keys(sub, res.store, np.flatnonzero(row_group == g))
-        _write_part(res.store, keys, run.out_paths[g], res.report, sub.time_format)
-        os.unlink(run.in_paths[g])
+        _write_part(res.store, keys, parts.out_paths[g], res.report, sub.time_format)
+        os.unlink(parts.in_paths[g])
         say(f"group {g + 1}/{len(groups)}: {len(codes)} tenant(s), {n_g} nodes -> {res.report.nodes_out} "
             f"in {timer.finish()['total']:.1f}s")
         del res, sub
