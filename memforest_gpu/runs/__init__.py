@@ -15,9 +15,9 @@ from .compact import CompactFileResult, CompactingStore, compact_file
 from .driver import MergerFailedError
 from .journal import JournaledMerger, JournalExistsError, JournalWriteError, journal_path, run_fingerprint
 from .outputs import OutputLock, check_not_input, check_output
-from .preflight import check_store, preflight
+from .preflight import check_store
 
 __all__ = ["compact_file", "CompactingStore", "CompactFileResult", "compress_budgeted", "compress_file_budgeted",
            "BudgetedResult", "JournaledMerger", "JournalWriteError",
-           "journal_path", "run_fingerprint", "OutputLock", "check_output", "check_not_input", "preflight",
+           "journal_path", "run_fingerprint", "OutputLock", "check_output", "check_not_input",
            "check_store", "MergerFailedError", "JournalExistsError"]
