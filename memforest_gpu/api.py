@@ -17,6 +17,7 @@ from .engine import CompressResult
 from .retrieval.retriever import Retriever
 from .runs.budgeted import compress_file_budgeted
 from .runs.compact import compact_file
+from .runs.errors import OptionError
 from .runs.loading import RunInterrupted, load_store, load_store_and_embedder, resolve_embedder
 from .runs.single import compress_in_memory, dry_run_file
 from .store.io import detect_format, read_store, write_store
@@ -53,9 +54,9 @@ def search_file(path: str | Path, queries: Sequence[str], *, k: int = 10, agpr: 
     if emb is None:
         known = f"records {store.embedder!r}, which is not a local model directory" if store.embedder else \
             "does not record the model of its vectors"
-        raise ValueError(f"the query must be embedded by the model that made the store's vectors, and the store "
-                         f"{known}: pass --embedder PATH (or --embedder default if they are all-MiniLM-L6-v2)")
+        raise OptionError(f"the query must be embedded by the model that made the store's vectors, and the store "
+                          f"{known}: pass {{embedder=PATH}} (or {{embedder=default}} if they are all-MiniLM-L6-v2)")
     if emb.dim != store.dim:
-        raise ValueError(f"--embedder's dimension must match the store's ({store.dim}), got {emb.dim} "
-                         f"from {emb.name!r}")
+        raise OptionError(f"{{embedder}}'s dimension must match the store's ({store.dim}), got {emb.dim} "
+                          f"from {emb.name!r}")
     return Retriever(store).search(emb.embed(list(queries)), tenants=tenant, config=cfg).hits(store)

@@ -11,6 +11,7 @@ from .kernels.lloyd import SEEDINGS
 from .store.codes import VECTOR_CODES
 
 __all__ = [
+    "ConfigError",
     "PartitionConfig",
     "TreeConfig",
     "MergeConfig",
@@ -39,35 +40,51 @@ KMEANS_METHODS = ("exact", "two-level")
 CAP_POLICIES = ("condense", "strict", "keep")
 
 
+class ConfigError(ValueError):
+    """A configuration value refused: ``field`` names it, ``message`` says what it must be
+    (``ConfigError("alpha", "must be in [0.0, 1.0], got 2")`` reads ``alpha must be in [0.0,
+    1.0], got 2``). A ``ValueError``, so callers that catch those keep working; the command
+    line names the field by its flag with :meth:`named`, never by rewriting the text."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field} {message}")
+        self.field = field
+        self.message = message
+
+    def named(self, name: str) -> str:
+        """The message with the field called ``name`` (``--max-node-tokens must be ...``)."""
+        return f"{name} {self.message}"
+
+
 def _check_range(name: str, value: float, lo: float, hi: float, *, lo_open=False, hi_open=False):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
+        raise ConfigError(name, f"must be a finite number, got {value!r}")
     bad_lo = value <= lo if lo_open else value < lo
     bad_hi = value >= hi if hi_open else value > hi
     if bad_lo or bad_hi:
         rule = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
-        raise ValueError(f"{name} must be in {rule}, got {value!r}")
+        raise ConfigError(name, f"must be in {rule}, got {value!r}")
 
 
 def _check_int(name: str, value: int, lo: int):
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+        raise ConfigError(name, f"must be an integer >= {lo}, got {value!r}")
 
 
 def _check_choice(name: str, value: str, valid: tuple[str, ...]):
     if value not in valid:
-        raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
+        raise ConfigError(name, f"must be one of {list(valid)}, got {value!r}")
 
 
 def _check_regex(name: str, value: str):
     """A non-empty regular expression that Arrow's RE2 compiles (the engine matches with it)."""
     if not isinstance(value, str) or not value:
-        raise ValueError(f"{name} must be a non-empty regular expression, got {value!r}")
+        raise ConfigError(name, f"must be a non-empty regular expression, got {value!r}")
 
     try:
         pc.match_substring_regex(pa.array([""]), value)
     except pa.ArrowInvalid as e:
-        raise ValueError(f"{name} must be a regular expression in RE2 syntax, got {value!r}: {e}") from None
+        raise ConfigError(name, f"must be a regular expression in RE2 syntax, got {value!r}: {e}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,7 +228,7 @@ class MergeConfig:
         _check_range("text_weight", self.text_weight, 0.0, 1.0)
         _check_choice("vectors", self.vectors, VECTOR_CODES)
         if self.merge_within is not None and (not isinstance(self.merge_within, str) or not self.merge_within):
-            raise ValueError(f"merge_within must be 'timestamp' or a metadata key, got {self.merge_within!r}")
+            raise ConfigError("merge_within", f"must be 'timestamp' or a metadata key, got {self.merge_within!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,7 +264,7 @@ class CompressConfig:
         _check_choice("storage_dtype", self.storage_dtype, ("float32", "float16", "bfloat16"))
         for name, cls in (("partition", PartitionConfig), ("tree", TreeConfig), ("merge", MergeConfig)):
             if not isinstance(getattr(self, name), cls):
-                raise ValueError(f"{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
+                raise ConfigError(name, f"must be a {cls.__name__}, got {getattr(self, name)!r}")
 
     @classmethod
     def preset(cls, name: str) -> CompressConfig:
@@ -317,5 +334,5 @@ DEFAULT_PRESET = "memforest"  # what the command line uses when no --preset is g
 def preset(name: str) -> CompressConfig:
     """The :class:`CompressConfig` of a named preset; an unknown name lists the valid ones."""
     if name not in PRESETS:
-        raise ValueError(f"preset must be one of {list(PRESETS)}, got {name!r}")
+        raise ConfigError("preset", f"must be one of {list(PRESETS)}, got {name!r}")
     return PRESETS[name]

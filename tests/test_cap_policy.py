@@ -142,7 +142,7 @@ def test_condense_with_another_merger():
             return ["" if k == 1 else ("short." if k == 2 else (p.older.text + " " + p.newer.text) * 2)
                     for k, p in enumerate(pairs)]
 
-    class Journal:  # the shape of journal.JournaledMerger: the real merger is .inner
+    class Journal:  # the shape of journal.JournaledMerger: unwrap() (the Merger hook) gives the real merger
         name = "extractive"
 
         def __init__(self):
@@ -150,6 +150,9 @@ def test_condense_with_another_merger():
 
         def merge(self, pairs):
             return self.inner.merge(pairs)
+
+        def unwrap(self):
+            return self.inner
 
     ex = ExtractiveMerger()
     pairs = _pairs(n=4)

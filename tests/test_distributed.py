@@ -75,7 +75,7 @@ def _worker(rank, world, init_file, out_dir):
                               streams=tenant_streams([big], X.device))
         assert torch.equal(labels, ref[0])
         # the trees too (same grouping; the engine renumbers trees consecutively)
-        tree, _ = partition_tenant(one.embeddings, one.timestamps, big, pcfg)
+        tree, _, _ = partition_tenant(one.embeddings, one.timestamps, big, pcfg)
         codes = torch.zeros(n, dtype=torch.int64)
         part = partition_nodes(one.embeddings, one.timestamps, codes, [big], pcfg)
         assert torch.equal(torch.unique(tree, return_inverse=True)[1], part.tree)

@@ -98,13 +98,13 @@ def test_small_output_batches_keep_the_rows(stores, tmp_path):
 
 
 def test_interrupted_run_resumes_from_its_parts_and_journal(stores, tmp_path, monkeypatch, capsys):
-    import memforest_gpu.runs.budgeted as budgeted
+    import memforest_gpu.runs.driver as driver  # the compression of every group (runs.driver.MergerRun)
 
     src = stores["jsonl"]
     _run(src, str(tmp_path / "a.jsonl"), "--schedule", "matching")
     out = str(tmp_path / "b.jsonl")
     budget = _budget_for(300)
-    real = budgeted.compress
+    real = driver.compress
     calls = []
 
     def interrupted(*args, **kwargs):  # the second group stops after its first round
@@ -115,7 +115,7 @@ def test_interrupted_run_resumes_from_its_parts_and_journal(stores, tmp_path, mo
             kwargs["on_round"] = stop
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(budgeted, "compress", interrupted)
+    monkeypatch.setattr(driver, "compress", interrupted)
     assert main(["compress", src, out, "--embedder", "none", "--quiet", "--schedule", "matching",
                  "--memory-budget", str(budget)]) == 130
     err = capsys.readouterr().err
@@ -126,7 +126,7 @@ def test_interrupted_run_resumes_from_its_parts_and_journal(stores, tmp_path, mo
     assert main(["compress", src, out, "--embedder", "none", "--quiet", "--schedule", "matching",
                  "--memory-budget", str(budget)]) == 2
     assert "--resume" in capsys.readouterr().err
-    monkeypatch.setattr(budgeted, "compress", real)
+    monkeypatch.setattr(driver, "compress", real)
     calls.clear()
     assert main(["compress", src, out, "--embedder", "none", "--schedule", "matching",
                  "--memory-budget", str(budget), "--resume"]) == 0

@@ -89,7 +89,7 @@ def test_journal_refuses_without_resume_and_with_another_fingerprint(tmp_path):
     jm = JournaledMerger(Counting(), path, fingerprint={"fingerprint": "f1", "parts": {"config": 1, "merger": 1}})
     jm.merge(_pairs(1))
     jm.close()
-    with pytest.raises(ValueError, match="pass --resume .* or delete the file"):
+    with pytest.raises(ValueError, match="pass resume=True .* or delete the file"):
         JournaledMerger(Counting(), path, fingerprint={"fingerprint": "f1", "parts": {}})
     with pytest.raises(ValueError, match="another run \\(its config differ"):
         JournaledMerger(Counting(), path, fingerprint={"fingerprint": "f2", "parts": {"config": 2, "merger": 1}},
@@ -135,7 +135,7 @@ def test_crash_then_resume_equals_an_uninterrupted_run(store_file, tmp_path):
     with pytest.raises(Crash):
         _run(store_file, out, first)
     assert not out.exists() and os.path.exists(journal_path(out))
-    with pytest.raises(ValueError, match="--resume"):
+    with pytest.raises(ValueError, match="pass resume=True"):
         _run(store_file, out, Counting())
     second = Counting()
     _run(store_file, out, second, resume=True)

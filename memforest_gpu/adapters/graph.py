@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,6 +43,7 @@ from ..store.atomic import atomic_open
 from ..store.io import detect_format
 from ..store.jsonl import iter_jsonl_objects
 from ..store.memory_store import MemoryStore
+from ..timer import StageTimer
 from .streammeco import prune_report, streammeco_keep
 
 __all__ = ["MemoryGraph", "GraphCompressResult", "read_graph", "write_graph", "compress_graph", "graph_config",
@@ -148,8 +148,8 @@ def compress_graph(graph: MemoryGraph, config: CompressConfig | None = None, *, 
                         [f"{t}{_SEP}{ty}" for t, ty in zip(st.tenants, graph.types)],
                         st.sources, st.metadata, st.embedder, keys=st.keys)
     res = compress(keyed, graph_config(config), merger=merger, embedder=embedder, device=device, progress=progress)
-    for row in res.report.tenants:  # "video-1/episodic" in reports and logs
-        row["tenant"] = row["tenant"].replace(_SEP, "/")
+    res.report.tenants = [dataclasses.replace(row, tenant=row.tenant.replace(_SEP, "/"))  # "video-1/episodic"
+                          for row in res.report.tenants]
     res.merges = [dataclasses.replace(m, tenant=m.tenant.replace(_SEP, "/")) for m in res.merges]
     out = res.store
     # clip ids of every input node, then of every merged node, by replaying the log
@@ -195,18 +195,17 @@ def _streammeco(graph: MemoryGraph, cfg: CompressConfig) -> GraphCompressResult:
     protected = kept_mask(st.columns()["texts"], cfg.merge.keep_pattern) if cfg.merge.keep_pattern \
         else np.zeros(len(st), dtype=bool)
     group = group_codes(st, cfg.merge.merge_within) if cfg.merge.merge_within else None
-    t0 = time.perf_counter()
+    timer = StageTimer()
     keep, short = streammeco_keep(st.embeddings, scope, weight, linked, group, protected, ratio=cfg.merge.ratio,
                                   seed=cfg.merge.seed, max_iter=cfg.partition.max_iter,
                                   unit=np.unique(st.tenants, return_inverse=True)[1])
     rows = np.flatnonzero(keep).tolist()
     texts = st.take(rows)
     gone = set(st.ids) - set(texts.ids)
-    report = prune_report(keyed, keyed.take(rows), "streammeco", t0, protected,
+    report = prune_report(keyed, keyed.take(rows), "streammeco", timer, protected,
                           {str(s): v for s, v in short.items() if v})
     names = {str(c): f"{t}/{ty}" for c, t, ty in zip(scope.tolist(), st.tenants, graph.types)}
-    for r in report.tenants:  # "video-1/episodic" in reports
-        r["tenant"] = names[r["tenant"]]
+    report.tenants = [dataclasses.replace(r, tenant=names[r.tenant]) for r in report.tenants]  # "video-1/episodic"
     edges = [(s, t, w) for s, t, w in zip(graph.source, graph.target, graph.weight.tolist())
              if s not in gone and t not in gone]
     g = MemoryGraph(texts, [graph.types[j] for j in rows], [dict(e) for e in graph.entities],

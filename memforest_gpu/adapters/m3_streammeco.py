@@ -14,13 +14,12 @@ edges go, and ``text_nodes``, ``text_nodes_by_clip`` and ``event_sequence_by_cli
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ..config import CompressConfig
 from ..engine.constraints import group_codes, kept_mask
 from ..store.memory_store import MemoryStore
+from ..timer import StageTimer
 from .m3agent import VideoCompressResult, VideoGraph, _to_memory_graph, compress_video_graph, m3_config
 from .streammeco import StreamMeCoConfig, prune_report, streammeco_keep
 
@@ -52,7 +51,7 @@ def _entity_links(graph: VideoGraph, key_of: dict, ids: list[str]) -> tuple[np.n
 def prune_video_graph(graph: VideoGraph, config: CompressConfig | None = None, *, video: str = "video",
                       streammeco: StreamMeCoConfig | None = None) -> VideoCompressResult:
     """StreamMeCo on one M3-Agent graph (see the module docstring); ``graph`` is not modified."""
-    t0 = time.perf_counter()
+    timer = StageTimer()
     cfg = m3_config(config)
     mg, key_of = _to_memory_graph(graph, video, video)
     st = mg.texts
@@ -73,7 +72,7 @@ def prune_video_graph(graph: VideoGraph, config: CompressConfig | None = None, *
     typed = MemoryStore(st.ids, st.texts, st.embeddings, st.timestamps, [f"{video}/{ty}" for ty in mg.types],
                         st.sources, st.metadata, st.embedder)  # the report's rows: one per type
     rows = np.flatnonzero(keep).tolist()
-    report = prune_report(typed, typed.take(rows), "streammeco", t0, protected,
+    report = prune_report(typed, typed.take(rows), "streammeco", timer, protected,
                           {f"{video}/{mg.types[int(np.flatnonzero(scope == s)[0])]}": v
                            for s, v in short.items() if v})
     info = {"nodes_in": len(graph.nodes), "nodes_out": len(g.nodes), "edges_in": len(graph.edges),

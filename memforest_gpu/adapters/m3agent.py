@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config import CompressConfig
+from ..config import CompressConfig, ConfigError
 from ..engine import CompressReport
 from ..store.atomic import atomic_open
 from ..store.keys import NodeKeys
@@ -282,8 +282,8 @@ def m3_config(config: CompressConfig | None) -> CompressConfig:
     grouping is accepted)."""
     cfg = graph_config(config)
     if cfg.merge.merge_within not in (None, "timestamp"):
-        raise ValueError(f"merge_within must be 'timestamp' (the clip) for an M3-Agent graph, got "
-                         f"{cfg.merge.merge_within!r}: M3-Agent cuts its memory at any clip")
+        raise ConfigError("merge_within", f"must be 'timestamp' (the clip) for an M3-Agent graph, got "
+                                          f"{cfg.merge.merge_within!r}: M3-Agent cuts its memory at any clip")
     return dataclasses.replace(cfg, merge=dataclasses.replace(cfg.merge, merge_within="timestamp"))
 
 

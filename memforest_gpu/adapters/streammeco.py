@@ -29,7 +29,6 @@ types (any text node lets M3-Agent cut there).
 from __future__ import annotations
 
 import math
-import time
 import zlib
 from dataclasses import dataclass
 
@@ -41,6 +40,7 @@ from ..engine.constraints import group_codes, kept_mask
 from ..engine.quotas import allocate, removal_target
 from ..kernels import kmeans
 from ..store.memory_store import MemoryStore
+from ..timer import StageTimer
 
 __all__ = ["StreamMeCoConfig", "streammeco_keep", "streammeco", "entity_links", "prune_report"]
 
@@ -204,7 +204,7 @@ def streammeco(store: MemoryStore, config, *, config_smc: StreamMeCoConfig | Non
     """StreamMeCo on a store whose nodes name their entities (``metadata["entities"]``): the
     harness's baseline. Scopes are tenants; ``merge.keep_pattern`` protects nodes and
     ``merge.merge_within`` names the sampling groups."""
-    t0 = time.perf_counter()
+    timer = StageTimer()
     weights, linked = entity_links(store.metadata)
     if not linked.any():
         raise ValueError("streammeco needs entity links: node metadata 'entities' (a list of entity ids or a dict "
@@ -218,11 +218,11 @@ def streammeco(store: MemoryStore, config, *, config_smc: StreamMeCoConfig | Non
                                   max_iter=config.partition.max_iter)
     out = store.take(np.flatnonzero(keep).tolist())
     names = store.tenant_table
-    return CompressResult(out, prune_report(store, out, "streammeco", t0, protected,
+    return CompressResult(out, prune_report(store, out, "streammeco", timer, protected,
                                             {names[s]: v for s, v in short.items() if v}), [])
 
 
-def prune_report(store: MemoryStore, out: MemoryStore, name: str, t0: float, protected: np.ndarray,
+def prune_report(store: MemoryStore, out: MemoryStore, name: str, timer: StageTimer, protected: np.ndarray,
                  shortfall: dict) -> CompressReport:
     """The engine's report for a pruning run (no trees, merges or merger)."""
     n_in, n_out, n_kept = {}, {}, {}
@@ -236,4 +236,4 @@ def prune_report(store: MemoryStore, out: MemoryStore, name: str, t0: float, pro
              "shortfall": shortfall.get(t, 0), "trees": 0, "kept": n_kept[t]} for t, n in n_in.items()]
     return CompressReport(tenants=rows, nodes_in=len(store), nodes_out=len(out), trees=0, rounds=0, merges=0,
                           schedule=name, merger="none", embedder="none", max_node_tokens=None,
-                          seconds={"total": time.perf_counter() - t0}, kept=int(protected.sum()))
+                          seconds=timer.finish(), kept=int(protected.sum()))

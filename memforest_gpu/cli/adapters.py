@@ -25,12 +25,13 @@ from ..mergers import get_merger
 from ..mergers.embedders import get_embedder
 from ..runs.outputs import check_output
 from ..runs.paths import check_paths, reads, writes
+from ..runs.preflight import preflight
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
 from ..store.memory_store import MemoryStore
 from . import review as review_cli
 from .compact import add_budget_arguments, budget_from_args
-from .flags import add_config_arguments, check_embedder_flag, config_from_args, parse_options, refuse_ignored
+from .flags import CLI_NAMES, add_config_arguments, check_embedder_flag, config_from_args, parse_options, refuse_ignored
 from .parser import Parser
 from .report import format_report
 
@@ -261,10 +262,10 @@ def _mem0_restore(a) -> int:
 
 def _graph_compress(a) -> int:
 
-    check_paths(reads("INPUT", a.input), writes("OUTPUT", a.output), writes("--report", a.report),
-                review_cli.review_roles(a))
-    review_cli.check_review(a.review, [a.input])
     if is_m3_agent_path(a.input, a.format):
+        check_paths(reads("INPUT", a.input), writes("OUTPUT", a.output), writes("--report", a.report),
+                    review_cli.review_roles(a))
+        review_cli.check_review(a.review, [a.input])
         if a.review:
             raise ValueError("--review applies to graph files (JSONL or Parquet), got an M3-Agent pickle: convert it "
                              "or drop --review")
@@ -272,13 +273,12 @@ def _graph_compress(a) -> int:
         if a.report:
             check_output(a.report, inputs=[a.input], what="--report", needs_format=False)
         return _m3_compress(a)
+    preflight(a.input, a.output, format=a.format, out_format=a.out_format, report=a.report,
+              others=(review_cli.review_roles(a),), lock=False, journal=False, names=CLI_NAMES, kind="graph file")
+    review_cli.check_review(a.review, [a.input])
     refuse_ignored(a, {"m3_vectors": "auto"}, "applies only to an M3-Agent graph (a .pkl input or --format m3-agent)")
     cfg = _config(a)
     check_embedder_flag(a.embedder)
-    detect_format(a.input, a.format, flag="--format")
-    check_output(a.output, format=a.out_format, inputs=[a.input], format_flag="--out-format", what="OUTPUT")
-    if a.report:
-        check_output(a.report, inputs=[a.input, a.output], what="--report", needs_format=False)
     merger = _merger(a)
     load_emb = None if a.embedder == "none" else get_embedder("default" if a.embedder == "auto" else a.embedder,
                                                               device=a.device)

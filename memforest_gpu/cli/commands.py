@@ -11,9 +11,9 @@ import torch
 
 from ..api import compress_file, dry_run_file, read_store, search_file
 from ..mergers import get_merger
+from ..report import MergerStats
 from ..runs.budget_groups import parse_size
-from ..runs.outputs import check_output
-from ..runs.paths import check_paths, output_files, reads, writes
+from ..runs.preflight import preflight
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
 from ..store.timeutil import format_date
@@ -22,7 +22,7 @@ from . import compact as compact_cli
 from . import eval as eval_cli
 from . import review as review_cli
 from .demo import run_demo
-from .flags import add_config_arguments, as_flag_error, check_embedder_flag, config_flag_error, config_from_args
+from .flags import CLI_NAMES, add_config_arguments, check_embedder_flag, config_from_args, error_message, option_error
 from .parser import HelpFormatter, Parser  # noqa: F401 (HelpFormatter: re-exported)
 from .report import format_report
 
@@ -143,19 +143,15 @@ def _compress(a) -> int:
     if a.dry_run and a.report:
         raise ValueError("--report applies to a run that compresses, got --dry-run (a dry run prints its plan and "
                          "writes nothing): drop one of them")
-    outputs = [] if a.dry_run else output_files("OUTPUT", a.output, parts=budget is not None)
-    check_paths(reads("INPUT", a.input), outputs, writes("--report", a.report), review_cli.review_roles(a))
+    preflight(a.input, None if a.dry_run else a.output, format=a.format, out_format=a.out_format, report=a.report,
+              others=(review_cli.review_roles(a),), parts=budget is not None, names=CLI_NAMES)
     review_cli.check_review(a.review, [a.input])
     check_embedder_flag(a.embedder)
-    detect_format(a.input, a.format, flag="--format")
-    if not a.dry_run:
-        check_output(a.output, format=a.out_format, inputs=[a.input], format_flag="--out-format", what="OUTPUT")
-        if a.report:
-            check_output(a.report, inputs=[a.input, a.output], what="--report", needs_format=False)
+    options = _merger_options(a)
     try:
-        merger = get_merger(a.merger, **_merger_options(a))  # bad options fail before any work
+        merger = get_merger(a.merger, **options)  # bad options fail before any work
     except ValueError as e:
-        raise ValueError(as_flag_error(str(e), a)) from None
+        raise ValueError(option_error(e, ["merger", *options])) from None
     if a.dry_run:
         res = dry_run_file(a.input, cfg, embedder=a.embedder, device=a.device, format=a.format)
         print(_format_dry_run(res))
@@ -172,8 +168,8 @@ def _compress(a) -> int:
                         echo=None if a.quiet or budget is None else (
                             lambda line: print(line, file=sys.stderr, flush=True)))
     print(format_report(res.report, keep_pattern=a.keep_pattern))
-    stats = merger.summary() if hasattr(merger, "summary") else None
-    if stats:
+    stats = MergerStats.of(merger)
+    if stats is not None:
         print(_format_merger_stats(merger.name, stats, res.report))
     total = res.report.seconds.get("total", 0.0)
     if res.report.merges and total > 0:
@@ -181,8 +177,8 @@ def _compress(a) -> int:
               f"{res.report.merges / total:.1f} merges/s overall")
     print(f"wrote {a.output}")
     d = res.report.to_dict()
-    if stats:
-        d["merger_stats"] = stats
+    if stats is not None:
+        d["merger_stats"] = stats.to_dict()
     if a.report:
         atomic_write_text(a.report, json.dumps(d, indent=2, default=str))
     if a.review:
@@ -197,27 +193,27 @@ def _compress(a) -> int:
     return 0
 
 
-def _format_merger_stats(name: str, st: dict, report=None) -> str:
+def _format_merger_stats(name: str, st: MergerStats, report=None) -> str:
     """The merger's counters, reconciled with the engine's: the merges that kept the merger's
     text and those that fell back add up to the run's merges."""
-    reasons = ", ".join(f"{k}: {v}" for k, v in sorted(st["fallback_reasons"].items(), key=lambda kv: -kv[1]))
-    line = (f"merger {name}: {st['pairs']} merges in {st['calls']} calls; {st['accepted']} accepted, "
-            f"{st['retries']} retried ({st['retry_accepted']} accepted on retry), {st['fallbacks']} fell back to "
+    reasons = ", ".join(f"{k}: {v}" for k, v in sorted(st.fallback_reasons.items(), key=lambda kv: -kv[1]))
+    line = (f"merger {name}: {st.pairs} merges in {st.calls} calls; {st.accepted} accepted, "
+            f"{st.retries} retried ({st.retry_accepted} accepted on retry), {st.fallbacks} fell back to "
             f"the extractive merger" + (f" ({reasons})" if reasons else ""))
     if report is not None and report.merges:
         replaced = report.fallbacks  # texts the engine replaced after the merger (over the cap, unusable)
-        fell = min(report.merges, st["fallbacks"] + replaced)
+        fell = min(report.merges, st.fallbacks + replaced)
         line += (f"\nin all: {report.merges - fell} of {report.merges} merges kept the {name} merger's text, "
                  f"{fell} used the extractive merger"
                  + (f" ({replaced} replaced after the merger: over the node cap or unusable)" if replaced else ""))
-    line += f"\nmerger speed: {st['merges_per_s']:.2f} merges/s"
-    if st["completion_tokens"]:
-        line += (f", {st['completion_tokens_per_s']:.0f} generated tokens/s ({st['tokens_per_s']:.0f} tokens/s "
-                 f"prompt + generated; {st['prompt_tokens']} + {st['completion_tokens']} tokens)")
-    if st.get("http_retries"):
-        line += f"; {st['http_retries']} HTTP retries"
-    if st.get("replayed"):
-        line += f"\nresumed: {st['replayed']} merges replayed from the journal (not sent to the merger)"
+    line += f"\nmerger speed: {st.merges_per_s:.2f} merges/s"
+    if st.completion_tokens:
+        line += (f", {st.completion_tokens_per_s:.0f} generated tokens/s ({st.tokens_per_s:.0f} tokens/s "
+                 f"prompt + generated; {st.prompt_tokens} + {st.completion_tokens} tokens)")
+    if st.http_retries:
+        line += f"; {st.http_retries} HTTP retries"
+    if st.replayed:
+        line += f"\nresumed: {st.replayed} merges replayed from the journal (not sent to the merger)"
     return line
 
 
@@ -328,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memforest {name}: {str(e) or 'interrupted'}", file=sys.stderr)
         return 130
     except (ValueError, OSError, ImportError, RuntimeError) as e:
-        print(f"memforest {name}: error: {config_flag_error(str(e))}", file=sys.stderr)
+        print(f"memforest {name}: error: {error_message(e)}", file=sys.stderr)
         return 2
 
 

@@ -7,17 +7,24 @@ import json
 import os
 import sys
 
-from ..config import CompactConfig
+from ..config import CompactConfig, ConfigError
 from ..engine.compaction import keys_bound, rule_differs
 from ..mergers import get_merger
 from ..runs.compact import compact_file
 from ..runs.compact_files import inbox_path
-from ..runs.outputs import check_output
-from ..runs.paths import check_paths, store_files, writes
+from ..runs.preflight import check_store
 from ..store.atomic import atomic_write_text
-from ..store.io import detect_format, file_keys_rule
+from ..store.io import file_keys_rule
 from . import review as review_cli
-from .flags import add_config_arguments, as_flag_error, check_embedder_flag, config_from_args, parse_options
+from .flags import (
+    CLI_NAMES,
+    add_config_arguments,
+    as_flag_error,
+    check_embedder_flag,
+    config_from_args,
+    option_error,
+    parse_options,
+)
 
 __all__ = ["add_parser", "run", "format_compact", "add_budget_arguments", "budget_from_args"]
 
@@ -45,9 +52,10 @@ def budget_from_args(a):
     try:
         return CompactConfig(max_nodes=a.max_nodes, low_water=a.low_water, repartition_growth=a.repartition_growth,
                              repartition=a.repartition, slack=a.slack)
-    except ValueError as e:
-        msg = str(e).replace("max_nodes must", f"{getattr(a, 'budget_flag', '--max-nodes-per-tenant')} must")
-        raise ValueError(as_flag_error(msg, a)) from None
+    except ConfigError as e:
+        if e.field == "max_nodes":
+            raise ValueError(e.named(getattr(a, "budget_flag", "--max-nodes-per-tenant"))) from None
+        raise ValueError(as_flag_error(e, a)) from None
 
 
 def add_parser(subparsers) -> None:
@@ -102,16 +110,13 @@ def run(a) -> int:
     budget = budget_from_args(a)
     cfg = config_from_args(a)
     check_embedder_flag(a.embedder)
-    detect_format(a.store, None, flag=None)
+    check_store(a.store, dry_run=a.dry_run, report=a.report, others=(review_cli.review_roles(a),), names=CLI_NAMES)
     cfg = _store_keys_rule(a, cfg)
-    check_paths(store_files(a.store, dry_run=a.dry_run), writes("--report", a.report), review_cli.review_roles(a))
-    if a.report:
-        check_output(a.report, inputs=[a.store], what="--report", needs_format=False)
     review_cli.check_review(a.review, [a.store])
     try:
         merger = get_merger(a.merger, **parse_options(a.merger_option))
     except ValueError as e:
-        raise ValueError(as_flag_error(str(e), a)) from None
+        raise ValueError(option_error(e, ["merger"])) from None  # the options are --merger-option pairs
     res = compact_file(a.store, budget, cfg, embedder=a.embedder, merger=merger, device=a.device,
                        progress=not a.quiet and sys.stderr.isatty(), dry_run=a.dry_run,
                        replace_changed=a.replace_changed, review=bool(a.review))

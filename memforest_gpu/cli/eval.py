@@ -42,7 +42,7 @@ from ..mergers.embedders import SentenceTransformerEmbedder
 from ..store.atomic import atomic_write_text
 from . import eval_protocol as protocol
 from .eval_checks import RATIOS, add_stream_arguments, check_eval_args
-from .flags import FIELDS, add_keys_arguments, as_flag_error, check_text_weight
+from .flags import FIELDS, add_keys_arguments, as_flag_error, check_text_weight, option_error
 from .parser import Parser
 
 __all__ = ["add_parser", "run", "main"]
@@ -186,7 +186,7 @@ def _config(a):
                 changes[stage][name] = getattr(a, dest)
         cfg = replace(c, **{stage: replace(getattr(c, stage), **kw) for stage, kw in changes.items()})
     except ValueError as e:
-        raise ValueError(as_flag_error(str(e), a)) from None
+        raise ValueError(as_flag_error(e, a)) from None
     check_text_weight(a, cfg)
     return cfg
 
@@ -225,11 +225,13 @@ def _reference(a, methods: list[str], cfg) -> str | None:
 
 def run(a) -> int:
     """Run ``memforest eval`` from parsed arguments; returns the exit status. An error that
-    names a field by its option's name (``k must be ...``) names the flag (``-k must be ...``)."""
+    names a field by its option's name (``k must be ...``) names the flag (``-k must be ...``):
+    a :class:`~memforest_gpu.config.ConfigError` by its field; the evaluation's own checks
+    (plain ValueErrors, ``max_questions must ...``) by :func:`~.flags.option_error`."""
     try:
         return _run(a)
     except ValueError as e:
-        raise ValueError(as_flag_error(str(e), a)) from None
+        raise ValueError(option_error(e, vars(a))) from None
 
 
 def _run(a) -> int:

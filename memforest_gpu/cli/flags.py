@@ -8,15 +8,22 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 
-from ..config import DEFAULT_PRESET, PRESETS, preset
+from ..config import DEFAULT_PRESET, PRESETS, ConfigError, preset
+from ..runs.driver import MergerFailedError
+from ..runs.errors import OptionError
+from ..runs.journal import JournalExistsError
+from ..runs.loading import NoEmbeddingsError
+from ..runs.preflight import Names
 from ..store.codes import VECTOR_CODES
 
 __all__ = ["add_config_arguments", "config_from_args", "as_flag_error", "check_embedder_flag", "parse_options",
-           "FIELDS", "config_flag_error", "check_number_lists", "refuse_ignored", "add_keys_arguments", "keys_count",
-           "check_text_weight"]
+           "FIELDS", "CLI_NAMES", "error_message", "option_error", "check_number_lists", "refuse_ignored",
+           "add_keys_arguments", "keys_count", "check_text_weight"]
 
+
+#: what the checks before a run (runs/preflight.py) call its options on the command line
+CLI_NAMES = Names(format="--format", out_format="--out-format", output="OUTPUT", report="--report")
 
 #: flag dest -> (stage, field) of CompressConfig; ``seed`` sets both the partition's and the merge's
 FIELDS = {
@@ -162,8 +169,8 @@ def config_from_args(a: argparse.Namespace):
                                            for stage, kw in changes.items()})
         if getattr(a, "storage_dtype", None) is not None:
             cfg = dataclasses.replace(cfg, storage_dtype=a.storage_dtype)
-    except ValueError as e:
-        raise ValueError(as_flag_error(str(e), a)) from None
+    except ConfigError as e:
+        raise ValueError(as_flag_error(e, a)) from None
     check_text_weight(a, cfg)
     return cfg
 
@@ -178,22 +185,46 @@ def check_text_weight(a: argparse.Namespace, cfg) -> None:
                          f"nodes are searched by their text alone) with --text-weight {a.text_weight:g}")
 
 
-def as_flag_error(message: str, a: argparse.Namespace) -> str:
-    """``"degree_norm must be ..."`` -> ``"--degree-norm must be ..."`` when the message starts
-    with the name of one of the parsed options (the command line's words, not the API's)."""
-    m = re.match(r"(\w+) must", message)
-    if m and m.group(1) in vars(a):
-        return _flag(m.group(1)) + message[len(m.group(1)):]
-    return message
+def as_flag_error(e: Exception, a: argparse.Namespace) -> str:
+    """The message of ``e`` in the command line's words: a
+    :class:`~memforest_gpu.config.ConfigError` of a field that is one of the parsed options
+    names its flag (``degree_norm must be ...`` -> ``--degree-norm must be ...``); any other
+    error keeps its message."""
+    if isinstance(e, ConfigError) and e.field in vars(a):
+        return e.named(_flag(e.field))
+    return str(e)
 
 
-def config_flag_error(message: str) -> str:
-    """``"merge_within must ..."`` -> ``"--merge-within must ..."`` for a config field's message
-    raised past the command line (by the engine, on the data)."""
-    m = re.match(r"(\w+) must", message)
-    if m and m.group(1) in FIELDS:
-        return "--" + m.group(1).replace("_", "-") + message[len(m.group(1)):]
-    return message
+def option_error(e: ValueError, names) -> str:
+    """An error of a part that takes a command's options as its parameters (a merger, the
+    evaluation; ``names``: those options) in the command's words: a
+    :class:`~memforest_gpu.config.ConfigError` is named by its field; the mergers and the
+    evaluation still raise plain ValueErrors that start with the parameter's name
+    (``max_tokens must be ...``), named by that prefix."""
+    if isinstance(e, ConfigError):
+        return e.named(_flag(e.field)) if e.field in names else str(e)
+    msg = str(e)
+    name = next((n for n in names if msg.startswith(f"{n} must")), None)
+    return _flag(name) + msg[len(name):] if name else msg
+
+
+def error_message(e: Exception) -> str:
+    """The message of an error raised past the command line (by the run, on the data) in its
+    words: a config field's :class:`~memforest_gpu.config.ConfigError` names its flag
+    (``merge_within must ...`` -> ``--merge-within must ...``); a journal left by an
+    interrupted run, or a merger that failed on every request, names ``--resume``; a run's
+    :class:`~memforest_gpu.runs.errors.OptionError` names its options as flags; a store
+    without vectors read with ``--embedder none`` says which values of the flag embed it."""
+    if isinstance(e, ConfigError) and e.field in FIELDS:
+        return e.named("--" + e.field.replace("_", "-"))
+    if isinstance(e, (JournalExistsError, MergerFailedError)):
+        return e.message("--resume")
+    if isinstance(e, OptionError):
+        return e.for_command()
+    if isinstance(e, NoEmbeddingsError):
+        return (f"{e.path}: the store has no embeddings, so --embedder none cannot be used; pass --embedder auto "
+                "(all-MiniLM-L6-v2), default or PATH to embed it")
+    return str(e)
 
 
 def _flag(dest: str) -> str:

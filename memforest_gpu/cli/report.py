@@ -1,8 +1,8 @@
 """Human-readable summaries of a compression run."""
 from __future__ import annotations
 
-from ..engine import CompressReport
 from ..engine.setup import STAGES
+from ..report import CompressReport
 
 __all__ = ["format_report"]
 
@@ -12,15 +12,15 @@ def format_report(r: CompressReport, *, max_tenants: int = 20, keep_pattern: str
     ``keep_pattern``: the ``--keep-pattern`` given, noted when it matched no node."""
     lines = [f"{'tenant':<24} {'in':>8} {'out':>8} {'removed':>8} {'ratio':>6} {'trees':>6}  note"]
     for t in r.tenants[:max_tenants]:
-        note = "; ".join(([f"{t['kept']} kept (keep rule)"] if t.get("kept") else [])
-                         + ([f"short by {t['shortfall']} (tenant too small, groups too small or merges too long)"]
-                            if t["shortfall"] else []))
-        lines.append(f"{t['tenant'][:24]:<24} {t['nodes_in']:>8} {t['nodes_out']:>8} {t['removed']:>8} "
-                     f"{t['ratio']:>6.3f} {t['trees']:>6}  {note}")
+        note = "; ".join(([f"{t.kept} kept (keep rule)"] if t.kept else [])
+                         + ([f"short by {t.shortfall} (tenant too small, groups too small or merges too long)"]
+                            if t.shortfall else []))
+        lines.append(f"{t.tenant[:24]:<24} {t.nodes_in:>8} {t.nodes_out:>8} {t.removed:>8} "
+                     f"{t.ratio:>6.3f} {t.trees:>6}  {note}")
     if len(r.tenants) > max_tenants:
         rest = r.tenants[max_tenants:]
-        lines.append(f"... and {len(rest)} more tenants ({sum(t['nodes_in'] for t in rest)} nodes in, "
-                     f"{sum(t['nodes_out'] for t in rest)} out)")
+        lines.append(f"... and {len(rest)} more tenants ({sum(t.nodes_in for t in rest)} nodes in, "
+                     f"{sum(t.nodes_out for t in rest)} out)")
     lines.append(f"{'total':<24} {r.nodes_in:>8} {r.nodes_out:>8} {r.nodes_in - r.nodes_out:>8} "
                  f"{r.ratio_reached:>6.3f} {r.trees:>6}")
     if getattr(r, "kept", 0):

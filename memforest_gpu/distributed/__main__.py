@@ -14,11 +14,10 @@ import torch
 import torch.distributed as dist
 
 from ..api import load_store_and_embedder
-from ..cli.flags import add_config_arguments, config_from_args, parse_options
+from ..cli.flags import CLI_NAMES, add_config_arguments, config_from_args, error_message, parse_options
 from ..cli.report import format_report
 from ..mergers import get_merger
-from ..runs.outputs import check_output
-from ..runs.paths import check_paths, reads, writes
+from ..runs.preflight import preflight
 from ..store.atomic import atomic_write_text
 from ..store.io import write_store
 from .runner import compress_distributed
@@ -90,11 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         get_merger(args.merger, **options)  # bad names and options fail here, on every rank, before any work
 
         # the output never overwrites the input, and a bad target fails before any work
-        check_paths(reads("INPUT", args.input), writes("OUTPUT", args.output), writes("--report", args.report))
-        check_output(args.output, format=args.out_format, inputs=[args.input], format_flag="--out-format",
-                     what="OUTPUT")
-        if args.report:
-            check_output(args.report, inputs=[args.input, args.output], what="--report", needs_format=False)
+        preflight(args.input, args.output, format=args.format, out_format=args.out_format, report=args.report,
+                  lock=False, journal=False, names=CLI_NAMES)  # rank 0 writes OUTPUT whole at the end
         store, emb = load_store_and_embedder(args.input, embedder=args.embedder, device=device, format=args.format)
         res = compress_distributed(store, cfg, merger_factory=lambda: get_merger(args.merger, **options),
                                    embedder=emb, device=device, split_above=args.split_above,
@@ -117,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (ValueError, OSError, ImportError) as e:
         where = f"[rank {rank}] " if world > 1 else ""
-        print(f"{where}memforest_gpu.distributed {args.cmd}: error: {e}", file=sys.stderr)
+        print(f"{where}memforest_gpu.distributed {args.cmd}: error: {error_message(e)}", file=sys.stderr)
         return 2
     finally:
         if world > 1 and dist.is_initialized():

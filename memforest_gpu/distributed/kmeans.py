@@ -115,13 +115,13 @@ def sharded_kmeans(X: torch.Tensor, k: int, *, stream: torch.Tensor, seed: int =
 
 
 def partition_tenant(embeddings: torch.Tensor, timestamps: torch.Tensor, name: str, cfg: PartitionConfig, *,
-                     budget: int = 1 << 24, group=None) -> tuple[torch.Tensor, int]:
+                     budget: int = 1 << 24, group=None) -> tuple[torch.Tensor, int, int]:
     """The EventTrees of one tenant, computed by all ranks of ``group`` together; every
     rank gets the same answer. Trees are numbered by cluster id (the engine's tree order
     inside a tenant).
 
     Shape: embeddings (n, D) normalised, timestamps (n,) in store order -> tree (n,) int64,
-           iterations
+           k-means iterations, nodes the reassignment moved
     """
     n = embeddings.shape[0]
     dev = embeddings.device
@@ -140,4 +140,4 @@ def partition_tenant(embeddings: torch.Tensor, timestamps: torch.Tensor, name: s
                               use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal, budget=budget)[0]
     tree = torch.empty(n, dtype=torch.int64, device=dev)
     tree[order] = new
-    return tree, it
+    return tree, it, int((new != labels).sum())

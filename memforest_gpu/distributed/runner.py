@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -34,12 +32,14 @@ import torch.distributed as dist
 
 from ..config import CompressConfig
 from ..device import resolve_device
-from ..engine import CompressReport, MergeRecord, compress
-from ..engine.partition import Partition
+from ..engine import MergeRecord, compress
+from ..engine.partition import Partition, n_clusters
 from ..engine.quotas import Quotas, allocate, removal_target
 from ..mergers.embedders import MEAN_EMBEDDER
+from ..report import CompressReport, combine_iterations
 from ..store.keys import NodeKeys
 from ..store.memory_store import MemoryStore
+from ..timer import StageTimer
 from .kmeans import _world, partition_tenant
 from .workload import WorkItem, balance, tenants_to_split
 
@@ -103,7 +103,7 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
     """
     cfg = config or CompressConfig()
     rank, world = _world(group)
-    t0 = time.perf_counter()
+    timer = StageTimer()
     names, codes = store.tenant_index()
     codes = codes.cpu().numpy()
     counts = np.bincount(codes, minlength=len(names))
@@ -111,7 +111,7 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
     rows_of: dict[str, np.ndarray] = dict(zip(names, np.split(grouped, np.cumsum(counts)[:-1])))
     sizes = dict(zip(names, counts.tolist()))
     split = [t for t in tenants_to_split(sizes, world, split_above) if _splittable(cfg, sizes[t])]
-    items, tree_rows, quota = _work_items(store, cfg, names, sizes, rows_of, split, group)
+    items, tree_rows, quota, split_part = _work_items(store, cfg, names, sizes, rows_of, split, group)
     plan = balance(items, world)
     mine = plan[rank]
 
@@ -130,7 +130,7 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
         sub, part, q = _tree_work(store, mine_trees, tree_rows, quota, device)
         results.append(compress(sub, cfg, merger=merger, embedder=embedder, device=device, progress=progress,
                                 partition=part, quotas=q))
-    mine_info = _rank_info(store, results, bool(whole), rank, merger, t0)
+    mine_info = _rank_info(store, results, rank, timer)
     if world > 1:
         gathered: list | None = [None] * world if rank == 0 else None
         dist.gather_object(mine_info, gathered, dst=0, group=group)
@@ -138,20 +138,27 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
             return None
     else:
         gathered = [mine_info]
-    return _assemble(store, cfg, gathered, plan, split, sizes, time.perf_counter() - t0)
+    return _assemble(store, gathered, plan, split, names, split_part, timer.finish()["total"])
 
 
 def _work_items(store: MemoryStore, cfg: CompressConfig, names: list[str], sizes: dict[str, int],
                 rows_of: dict[str, np.ndarray], split: list[str], group):
     """The run's work items: every tenant not split whole, and each tree of a split tenant
     (its trees computed by all ranks together, its quota split over them). Returns (items,
-    rows of each (tenant, tree), quota of each (tenant, tree))."""
+    rows of each (tenant, tree), quota of each (tenant, tree), the split tenants' partition
+    figures as a report)."""
     items = [WorkItem(t, sizes[t]) for t in names if t not in split]
     tree_rows: dict[tuple[str, int], list[int]] = {}
     quota: dict[tuple[str, int], int] = {}
+    iterations, moved = [], 0
     for t in split:
         rows = torch.as_tensor(rows_of[t], dtype=torch.int64, device=store.device)
-        tree, _ = partition_tenant(store.embeddings[rows], store.timestamps[rows], t, cfg.partition, group=group)
+        tree, it, mv = partition_tenant(store.embeddings[rows], store.timestamps[rows], t, cfg.partition,
+                                        group=group)
+        # the engine's key: a k-means bucket, or the closed form of a tenant of one cluster
+        iterations.append({f"n<={sizes[t]}": it} if n_clusters(sizes[t], cfg.partition.alpha) >= 2
+                          else {"K=1 closed form": 0})
+        moved += mv
         tree = tree.cpu().numpy()
         ids = np.unique(tree)  # the engine's tree order inside a tenant
         size = np.array([(tree == c).sum() for c in ids], dtype=np.int64)
@@ -160,36 +167,33 @@ def _work_items(store: MemoryStore, cfg: CompressConfig, names: list[str], sizes
             tree_rows[(t, c)] = rows_of[t][tree == c].tolist()
             quota[(t, c)] = qq
             items.append(WorkItem(t, s, tree=c))
-    return items, tree_rows, quota
+    return items, tree_rows, quota, _partition_report(cfg, iterations, moved)
 
 
-def _rank_info(store: MemoryStore, results: list, whole: bool, rank: int, merger, t0: float) -> dict:
+def _partition_report(cfg: CompressConfig, iterations: list[dict], moved: int) -> CompressReport:
+    """The split tenants' partition (computed by all ranks together) as a report part: no
+    tenant rows, its k-means iterations and the nodes its reassignment moved."""
+    return CompressReport([], 0, 0, 0, 0, 0, cfg.merge.schedule, "none", MEAN_EMBEDDER, None,
+                          moved_by_reassignment=moved, kmeans_iterations=combine_iterations(iterations))
+
+
+def _rank_info(store: MemoryStore, results: list, rank: int, timer: StageTimer) -> dict:
     """What this rank sends to rank 0: its output rows (each with the input row of its
-    earliest original, the single-process output order), its merges and its report figures."""
-    outputs = [res.store for res in results]
-    merges: list[MergeRecord] = [m for res in results for m in res.merges]
-    reports: list[CompressReport] = [res.report for res in results]
+    earliest original, the single-process output order), its merges and its reports."""
     lens = np.fromiter(map(len, store.sources), dtype=np.int64, count=len(store))
     first_of = dict(zip(itertools.chain.from_iterable(store.sources), np.repeat(np.arange(len(store)), lens).tolist()))
     chunks = []
-    for out in outputs:
+    for out in (res.store for res in results):
         chunks.append({"first": [min(first_of[s] for s in src) for src in out.sources], "ids": out.ids,
                        "texts": out.texts, "emb": out.embeddings.detach().cpu(),
                        "ts": out.timestamps.detach().cpu(), "tenants": out.tenants,
                        "sources": out.sources, "metadata": out.metadata,
                        "keys": out.keys.to("cpu") if out.keys is not None else None})
-    return {"chunks": chunks, "merges": [(rank, m) for m in merges],
-            "trees": {row["tenant"]: row["trees"] for r in reports[:1] if whole for row in r.tenants},
-            "rows": {row["tenant"]: row for r in reports[:1] if whole for row in r.tenants},
-            "rounds": sum(r.rounds for r in reports), "fallbacks": sum(r.fallbacks for r in reports),
-            "condensed": sum(r.condensed for r in reports),
-            "condensed_tokens": sum(r.condensed_tokens for r in reports),
-            "seconds": time.perf_counter() - t0, "merger": getattr(merger, "name", None),
-            "embedder": reports[0].embedder if reports else None,
-            "max_node_tokens": reports[0].max_node_tokens if reports else None}
+    return {"chunks": chunks, "merges": [(rank, m) for res in results for m in res.merges],
+            "reports": [res.report for res in results], "seconds": timer.finish()["total"]}
 
 
-def _assemble(store, cfg, gathered, plan, split, sizes, seconds) -> DistributedResult:
+def _assemble(store, gathered, plan, split, names, split_part, seconds) -> DistributedResult:
     chunks = [c for g in gathered for c in g["chunks"]]
     first = np.array([f for c in chunks for f in c["first"]], dtype=np.int64)
     order = np.argsort(first, kind="stable").tolist()
@@ -206,30 +210,9 @@ def _assemble(store, cfg, gathered, plan, split, sizes, seconds) -> DistributedR
     out = MemoryStore(col("ids"), col("texts"), emb, ts, col("tenants"), [list(s) for s in col("sources")],
                       [dict(m) for m in col("metadata")], store.embedder,
                       keys=keys.take(np.asarray(order, dtype=np.int64)) if keys is not None else None)
-    per = dict.fromkeys(sizes, 0)
-    per.update(Counter(out.tenants))
-    n_items = Counter(it.tenant for p in plan for it in p)
-    trees = {t: n_items[t] for t in split}
-    rows: dict[str, dict] = {}
-    for g in gathered:
-        trees.update(g["trees"])
-        rows.update(g["rows"])
-    tenants = []
-    for t, n in sizes.items():  # a whole tenant: its run's target (the keep rule lowers it) and kept count
-        req = rows[t]["requested"] if t in rows else removal_target(n, cfg.merge.ratio)
-        kept = rows[t].get("kept", 0) if t in rows else 0
-        tenants.append({"tenant": t, "nodes_in": n, "nodes_out": per[t], "requested": req, "removed": n - per[t],
-                        "ratio": (n - per[t]) / n, "shortfall": req - (n - per[t]), "trees": trees[t], "kept": kept})
     merges = [m for g in gathered for m in g["merges"]]  # (rank, MergeRecord)
-    name = next((g["merger"] for g in gathered if g["merger"]), "extractive")
-    emb_name = next((g["embedder"] for g in gathered if g["embedder"]), MEAN_EMBEDDER)
-    cap = next((g["max_node_tokens"] for g in gathered if g["max_node_tokens"] is not None), None)
-    report = CompressReport(
-        tenants=tenants, nodes_in=len(store), nodes_out=len(out), trees=sum(trees.values()),
-        rounds=max(g["rounds"] for g in gathered),
-        merges=len(merges), schedule=cfg.merge.schedule, merger=name, embedder=emb_name, max_node_tokens=cap,
-        seconds={"total": seconds, **{f"rank{r}": g["seconds"] for r, g in enumerate(gathered)}},
-        fallbacks=sum(g["fallbacks"] for g in gathered), condensed=sum(g["condensed"] for g in gathered),
-        condensed_tokens=sum(g["condensed_tokens"] for g in gathered), kept=sum(t["kept"] for t in tenants))
+    parts = [r for g in gathered for r in g["reports"]] + [split_part]
+    report = CompressReport.combine(parts, order=names, seconds={
+        "total": seconds, **{f"rank{r}": g["seconds"] for r, g in enumerate(gathered)}})
     plan_d = [[{"tenant": it.tenant, "tree": it.tree, "nodes": it.size} for it in p] for p in plan]
     return DistributedResult(out, report, merges, plan_d, split)

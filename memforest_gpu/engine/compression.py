@@ -21,6 +21,7 @@ import torch
 
 from ..config import CompressConfig
 from ..mergers.embedders import MEAN_EMBEDDER
+from ..report import TenantRow
 from ..store.memory_store import MemoryStore
 from .assemble import assemble
 from .keys import output_keys
@@ -148,7 +149,7 @@ def run_report(s: RunSetup, store: MemoryStore, *, out: MemoryStore | None = Non
         condensed=tally.condensed, condensed_tokens=tally.condensed_tokens)
 
 
-def _tenant_rows(s: RunSetup, out: MemoryStore, shortfall: np.ndarray) -> list[dict]:
+def _tenant_rows(s: RunSetup, out: MemoryStore, shortfall: np.ndarray) -> list[TenantRow]:
     """One row per tenant: nodes in and out, the removal asked and made, trees, kept nodes."""
     q = s.quotas
     n_ten = len(s.names)
@@ -162,8 +163,7 @@ def _tenant_rows(s: RunSetup, out: MemoryStore, shortfall: np.ndarray) -> list[d
     removed = n_in - n_out
     ratio = np.divide(removed, n_in, out=np.zeros(n_ten), where=n_in > 0)
     kept = s.kept if s.kept is not None else np.zeros(n_ten, dtype=np.int64)
-    return [{"tenant": name, "nodes_in": n, "nodes_out": o, "requested": r, "removed": d, "ratio": f,
-             "shortfall": sf, "trees": tr, "kept": k}
+    return [TenantRow(name, n, o, r, d, f, sf, tr, k)
             for name, n, o, r, d, f, sf, tr, k in zip(s.names, n_in.tolist(), n_out.tolist(), q.target.tolist(),
                                                       removed.tolist(), ratio.tolist(), shortfall.tolist(),
                                                       n_trees.tolist(), kept.tolist())]

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 import torch
 
+from ..config import ConfigError
 from .partition import Partition
 
 __all__ = ["constrain", "kept_mask", "group_codes", "check_rules"]
@@ -39,16 +40,16 @@ def check_rules(store, keep_pattern: str | None, merge_within: str | None) -> No
         if absent == len(store):
             keys = _metadata_keys(store.columns()["metadata"])
             have = f"the nodes' metadata keys are {keys}" if keys else "no node has metadata"
-            raise ValueError(f"merge_within must be 'timestamp' or a metadata key some node has, got "
-                             f"{merge_within!r}: {have}")
+            raise ConfigError("merge_within", f"must be 'timestamp' or a metadata key some node has, got "
+                                              f"{merge_within!r}: {have}")
         if absent:
             log.warning("merge_within %r: %d of %d nodes have no value for it; they merge only among themselves",
                         merge_within, absent, len(store))
     if keep_pattern is not None:
         n = int(kept_mask(store.columns()["texts"], keep_pattern).sum())
         if n == len(store):
-            raise ValueError(f"keep_pattern must leave some node free to merge, got {keep_pattern!r}, which matches "
-                             f"all {n} nodes (nothing could be merged)")
+            raise ConfigError("keep_pattern", f"must leave some node free to merge, got {keep_pattern!r}, which "
+                                              f"matches all {n} nodes (nothing could be merged)")
 
 
 def _metadata_keys(meta, limit: int = 20) -> list[str]:

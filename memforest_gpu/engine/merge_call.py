@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..config import CAP_POLICIES
-from ..mergers.base import MergePair
+from ..mergers.base import MergePair, unwrap
 from ..mergers.extractive import ExtractiveMerger
 from ..mergers.word_count import count_words, count_words_arrow
 
@@ -108,7 +108,7 @@ def _condensed(merger, fallback, pairs: list[MergePair], counter: Callable, cap:
     full merges are condensed again here)."""
     texts, fb = _call(merger, fallback, pairs)
     redo = [j for j, c in enumerate(counter(texts)) if c > cap]
-    if not (merger is fallback or isinstance(getattr(merger, "inner", None), type(fallback))):
+    if not (merger is fallback or isinstance(unwrap(merger), type(fallback))):
         fb |= set(redo)
     if redo:
         fixed, lost = fallback.condense([pairs[j] for j in redo], cap, counter)

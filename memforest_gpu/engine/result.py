@@ -5,47 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..mergers.base import MergePair
+from ..report import CompressReport
 from ..store.memory_store import MemoryStore
 from .merge_record import MergeRecord
 
 __all__ = ["CompressReport", "CompressResult", "DryRunResult"]
-
-
-@dataclass
-class CompressReport:
-    """What a compression did. ``tenants`` has one dict per tenant."""
-
-    tenants: list[dict]
-    nodes_in: int
-    nodes_out: int
-    trees: int
-    rounds: int
-    merges: int
-    schedule: str
-    merger: str
-    embedder: str
-    max_node_tokens: int | None
-    seconds: dict = field(default_factory=dict)
-    fallbacks: int = 0
-    moved_by_reassignment: int = 0
-    kmeans_iterations: dict = field(default_factory=dict)
-    condensed: int = 0  # merges cut to the node cap (cap_policy "condense")
-    condensed_tokens: int = 0  # tokens those merges dropped, in all
-    kept: int = 0  # nodes the keep rule (MergeConfig.keep_pattern) held out of merging
-
-    @property
-    def ratio_reached(self) -> float:
-        return 1.0 - self.nodes_out / self.nodes_in if self.nodes_in else 0.0
-
-    @property
-    def shortfall(self) -> int:
-        return sum(t["shortfall"] for t in self.tenants)
-
-    def to_dict(self) -> dict:
-        d = dict(self.__dict__)
-        d["ratio_reached"] = self.ratio_reached
-        d["shortfall"] = self.shortfall
-        return d
 
 
 @dataclass

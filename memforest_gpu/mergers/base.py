@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 from ..store.checks import DEFAULT_TENANT
 
-__all__ = ["MemoryItem", "MergePair", "Merger"]
+__all__ = ["MemoryItem", "MergePair", "Merger", "unwrap"]
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,21 @@ class MergePair:
 
 @runtime_checkable
 class Merger(Protocol):
-    """``merge(pairs) -> texts``: ``len(texts) == len(pairs)``, each a non-empty string."""
+    """``merge(pairs) -> texts``: ``len(texts) == len(pairs)``, each a non-empty string.
+
+    A merger that wraps another without writing text itself (it records, replays or counts
+    the other's texts, as the run journal does) also has ``unwrap() -> the merger it wraps``;
+    :func:`unwrap` follows it to the merger whose texts these are."""
 
     name: str
 
     def merge(self, pairs: Sequence[MergePair]) -> list[str]:  # pragma: no cover - protocol
         ...
+
+
+def unwrap(merger):
+    """The merger that writes ``merger``'s texts: ``merger`` itself, or, past every wrapper
+    (an object with ``unwrap()``, see :class:`Merger`), the merger it wraps."""
+    while callable(getattr(merger, "unwrap", None)):
+        merger = merger.unwrap()
+    return merger

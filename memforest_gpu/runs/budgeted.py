@@ -26,23 +26,21 @@ import json
 import logging
 import os
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine import CompressReport, compress
 from ..mergers import get_merger
-from ..mergers.embedders import MEAN_EMBEDDER
+from ..report import CompressReport
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format, read_store
+from ..timer import StageTimer
 from .budget_files import _output_keys, _split_jsonl, _split_parquet, _write_output, _write_part
 from .budget_groups import TenantScan, format_size, group_capacity, node_bytes, pack_groups, parts_dir, scan_tenants
-from .journal import JournaledMerger, journal_path, merger_identity, run_fingerprint
+from .driver import MergerRun, run_locked
+from .journal import merger_identity
 from .loading import RunInterrupted, load_store_and_embedder
-from .outputs import OutputLock, check_output
-from .paths import check_paths, output_files, reads
 
 __all__ = ["compress_budgeted", "compress_file_budgeted", "BudgetedResult"]
 
@@ -97,45 +95,41 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
     is kept.
     """
 
-    t0 = time.perf_counter()
+    timer = StageTimer()
     say = echo or (lambda s: log.info("%s", s))
     fmt = detect_format(src, format)
     out_fmt = detect_format(dst, out_format)
     merger = merger if merger is not None else get_merger("extractive")
-    jpath = journal_path(dst)
-    if os.path.exists(jpath) and not resume:
-        raise ValueError(f"a merge journal of an interrupted run exists at {jpath!r}: pass --resume "
-                         "to continue that run, or delete the file to start over")
+    run = MergerRun(src, dst, config, merger, resume=resume)  # refuses a journal left without resume
     scan = scan_tenants(src, fmt)
     if not len(scan.row_tenant):
         raise ValueError(f"{src}: store must have at least one node, got 0 nodes")
     groups = _pack(scan, memory_budget, say)
     group_names = [[scan.names[t] for t in g.tolist()] for g in groups]
-    run = _Parts(dst, fmt, len(groups), _run_key(src, config, merger, embedder, group_names), resume, say)
-    row_group = _split_input(src, fmt, scan, groups, run, say)
-    if run.reused:
-        say(f"resuming: {run.reused} of {len(groups)} group(s) already done")
-    runner = _GroupRunner(src, config, embedder, merger, device, progress, resume, jpath)
+    parts = _Parts(dst, fmt, len(groups), _run_key(src, config, merger, embedder, group_names), resume, say)
+    row_group = _split_input(src, fmt, scan, groups, parts, say)
+    if parts.reused:
+        say(f"resuming: {parts.reused} of {len(groups)} group(s) already done")
+    runner = _GroupRunner(run, embedder, device, progress)
     try:
-        _run_groups(runner, groups, scan, row_group, run, fmt, say)
+        _run_groups(runner, groups, scan, row_group, parts, fmt, say)
     except KeyboardInterrupt:
-        n = runner.journaled()
-        finished = sum(os.path.exists(p + ".json") and os.path.exists(p) for p in run.out_paths)
-        raise RunInterrupted(f"interrupted; {finished} of {len(groups)} tenant groups are done in {run.work!r} and "
-                             f"{n} merges are journaled in {jpath!r}: rerun the same command with --resume to "
-                             "continue from them") from None
+        finished = sum(os.path.exists(p + ".json") and os.path.exists(p) for p in parts.out_paths)
+        raise RunInterrupted(f"interrupted; {finished} of {len(groups)} tenant groups are done in {parts.work!r} and "
+                             f"{run.journaled()} merges are journaled in {run.path!r}: rerun the same command with "
+                             "--resume to continue from them") from None
     finally:
-        runner.close()
+        run.close()
 
-    tw = time.perf_counter()
-    reports = [_read_state(p + ".json") for p in run.out_paths]
+    timer.lap("groups")
+    reports = [_read_state(p + ".json") for p in parts.out_paths]
     time_format = "iso" if all(r.get("time_format") == "iso" for r in reports) else None
-    _write_output(run.out_paths, dst, out_fmt, time_format, memory_budget)
-    report = _merged_report(reports, scan, config, time.perf_counter() - t0, time.perf_counter() - tw)
-    runner.finish()
-    shutil.rmtree(run.work, ignore_errors=True)
+    _write_output(parts.out_paths, dst, out_fmt, time_format, memory_budget)
+    report = _merged_report(reports, scan, timer)
+    run.finish()
+    shutil.rmtree(parts.work, ignore_errors=True)
     sizes = [{"tenants": len(g), "nodes": int(scan.sizes[g].sum())} for g in groups]
-    return BudgetedResult(report, sizes, run.reused)
+    return BudgetedResult(report, sizes, parts.reused)
 
 
 def _pack(scan: TenantScan, memory_budget: int, say) -> list[np.ndarray]:
@@ -182,57 +176,56 @@ class _Parts:
         _write_json(self.state_path, self.state)
 
 
-def _split_input(src: str, fmt: str, scan: TenantScan, groups: list[np.ndarray], run: _Parts, say) -> np.ndarray:
+def _split_input(src: str, fmt: str, scan: TenantScan, groups: list[np.ndarray], parts: _Parts, say) -> np.ndarray:
     """Split the input into one file per group (once: a resumed run reuses the split), recording
     which groups' vectors are all unit length. Returns the group of each input row (N,)."""
     tenant_group = np.empty(len(scan.names), dtype=np.int64)
     for g, codes in enumerate(groups):
         tenant_group[codes] = g
     row_group = tenant_group[scan.row_tenant]  # (N,)
-    if not run.state["split"] and not all(run.done):
-        ts = time.perf_counter()
+    if not parts.state["split"] and not all(parts.done):
+        timer = StageTimer()
         if fmt == "parquet":
-            unit = _split_parquet(src, row_group, len(groups), run.in_paths)
+            unit = _split_parquet(src, row_group, len(groups), parts.in_paths)
         else:
-            unit = _split_jsonl(src, scan.header, row_group, len(groups), run.in_paths)
-        run.state["split"] = True
-        run.state["unit"] = unit.tolist()
-        run.save()
-        say(f"split the input into {len(groups)} group file(s) in {time.perf_counter() - ts:.1f}s")
-    elif not run.state.get("split"):
-        run.save()
+            unit = _split_jsonl(src, scan.header, row_group, len(groups), parts.in_paths)
+        parts.state["split"] = True
+        parts.state["unit"] = unit.tolist()
+        parts.save()
+        say(f"split the input into {len(groups)} group file(s) in {timer.finish()['total']:.1f}s")
+    elif not parts.state.get("split"):
+        parts.save()
     return row_group
 
 
-def _run_groups(runner, groups: list[np.ndarray], scan: TenantScan, row_group: np.ndarray, run: _Parts, fmt: str,
+def _run_groups(runner, groups: list[np.ndarray], scan: TenantScan, row_group: np.ndarray, parts: _Parts, fmt: str,
                 say) -> None:
     """Compress each group not done yet and write its part (keyed by input row)."""
-    unit = run.state.get("unit") or [True] * len(groups)
+    unit = parts.state.get("unit") or [True] * len(groups)
     # the in-memory run normalises every vector unless all are unit length already
     renormalise = [not all(unit) and u for u in unit]
     for g, codes in enumerate(groups):
-        if run.done[g]:
+        if parts.done[g]:
             continue
         n_g = int(scan.sizes[codes].sum())
-        tg = time.perf_counter()
-        res, sub = runner.run(run.in_paths[g], fmt, renormalise[g])
+        timer = StageTimer()
+        res, sub = runner.run(parts.in_paths[g], fmt, renormalise[g])
         keys = _output_keys(sub, res.store, np.flatnonzero(row_group == g))
-        _write_part(res.store, keys, run.out_paths[g], res.report, sub.time_format)
-        os.unlink(run.in_paths[g])
+        _write_part(res.store, keys, parts.out_paths[g], res.report, sub.time_format)
+        os.unlink(parts.in_paths[g])
         say(f"group {g + 1}/{len(groups)}: {len(codes)} tenant(s), {n_g} nodes -> {res.report.nodes_out} "
-            f"in {time.perf_counter() - tg:.1f}s")
+            f"in {timer.finish()['total']:.1f}s")
         del res, sub
 
 
 class _GroupRunner:
-    """Loads each group's store and compresses it; one embedder and one journal for all."""
+    """Loads each group's store and compresses it with the run's merger and journal; one
+    embedder for all (resolved with the first group's store, as the in-memory run does)."""
 
-    def __init__(self, src, config, embedder, merger, device, progress, resume, jpath):
-        self.src, self.config, self.spec, self.merger = src, config, embedder, merger
-        self.device, self.progress, self.resume, self.jpath = device, progress, resume, jpath
+    def __init__(self, run: MergerRun, embedder, device, progress):
+        self.run_, self.spec, self.device, self.progress = run, embedder, device, progress
         self.emb = None
         self.label = None
-        self.journal = None
         self.loaded = False
 
     def _load(self, path: str, fmt: str):
@@ -250,69 +243,19 @@ class _GroupRunner:
         if renormalise:  # the whole store's vectors are normalised in memory: the same division here
             e = store.embeddings.double()
             store = dataclasses.replace(store, embeddings=(e / e.norm(dim=1)[:, None]).to(store.embeddings.dtype))
-        if self.journal is None:
-            fp = run_fingerprint(self.src, self.config, self.merger,
-                                 self.emb.name if self.emb is not None else MEAN_EMBEDDER)
-            self.journal = JournaledMerger(self.merger, self.jpath, fingerprint=fp, resume=self.resume)
-            load = getattr(self.merger, "load", None)
-            if callable(load):
-                load()
-        merger, journal = self.merger, self.journal
-
-        def stop_if_broken(rnd: int, merges: list) -> None:
-            err = getattr(merger, "fatal", None)
-            if err:
-                raise ValueError(f"the {merger.name} merger failed on every request of round {rnd}: {err}; "
-                                 f"stopped; the {journal.stats['journaled']} merges before it are journaled in "
-                                 f"{journal.path!r}, rerun with --resume once it is fixed")
-
-        res = compress(store, self.config, merger=journal, embedder=self.emb, device=self.device,
-                       progress=self.progress, on_round=stop_if_broken, copy=False)  # store: sources only after
-        return res, store
-
-    def journaled(self) -> int:
-        return len(self.journal.done) if self.journal is not None else 0
-
-    def close(self) -> None:
-        if self.journal is not None:
-            self.journal.close()
-
-    def finish(self) -> None:
-        if self.journal is not None:
-            self.journal.finish()
-            if isinstance(getattr(self.merger, "stats", None), dict):
-                self.merger.stats["replayed"] = self.journal.stats["replayed"]
-        else:
-            try:
-                os.unlink(self.jpath)
-            except FileNotFoundError:
-                pass
+        res = self.run_.compress(store, self.emb, device=self.device, progress=self.progress)
+        return res, store  # store: sources only after (its vectors are the output's)
 
 
-def _merged_report(reports: list[dict], scan: TenantScan, config, total: float, output_s: float):
-    """One :class:`~memforest_gpu.engine.CompressReport` from the groups' reports, tenants
-    in the in-memory run's order (first appearance in the input)."""
-
-    rank = {t: j for j, t in enumerate(scan.names)}
-    rows = sorted((row for r in reports for row in r["tenants"]), key=lambda row: rank[row["tenant"]])
-    seconds: dict[str, float] = {}
-    iters: dict[str, int] = {}
-    for r in reports:
-        for k, v in r["seconds"].items():
-            seconds[k] = seconds.get(k, 0.0) + v
-        for k, v in r.get("kmeans_iterations", {}).items():
-            iters[k] = max(iters.get(k, 0), v)
-    seconds["output"] = seconds.get("output", 0.0) + output_s
-    seconds["total"] = total
-    first = reports[0]
-    return CompressReport(
-        tenants=rows, nodes_in=sum(r["nodes_in"] for r in reports), nodes_out=sum(r["nodes_out"] for r in reports),
-        trees=sum(r["trees"] for r in reports), rounds=max(r["rounds"] for r in reports),
-        merges=sum(r["merges"] for r in reports), schedule=config.merge.schedule, merger=first["merger"],
-        embedder=first["embedder"], max_node_tokens=first["max_node_tokens"], seconds=seconds,
-        fallbacks=sum(r["fallbacks"] for r in reports),
-        moved_by_reassignment=sum(r["moved_by_reassignment"] for r in reports), kmeans_iterations=iters,
-        kept=sum(r.get("kept", 0) for r in reports))
+def _merged_report(reports: list[dict], scan: TenantScan, timer: StageTimer) -> CompressReport:
+    """One report from the groups' reports (:meth:`~memforest_gpu.report.CompressReport.combine`),
+    tenants in the in-memory run's order (first appearance in the input); the output's
+    seconds are the groups' and the final write's."""
+    report = CompressReport.combine([CompressReport.from_dict(r) for r in reports], order=scan.names)
+    timer.lap("write")
+    report.seconds["output"] = report.seconds.get("output", 0.0) + timer.seconds["write"]
+    report.seconds["total"] = timer.finish()["total"]
+    return report
 
 
 def compress_file_budgeted(src, dst, config, *, memory_budget: int, embedder: str = "auto", merger="extractive",
@@ -323,18 +266,10 @@ def compress_file_budgeted(src, dst, config, *, memory_budget: int, embedder: st
     the same
     checks before any work, the same lock (``OUT.lock``) and journal, the same output."""
 
-    src, dst = os.fspath(src), os.fspath(dst)
-    detect_format(src, format)
-    if not os.path.exists(src):
-        raise FileNotFoundError(f"memory store file not found: {src!r}")
-    check_paths(reads("INPUT", src), output_files("OUTPUT", dst, parts=True))
-    check_output(dst, format=out_format, inputs=[src], format_flag="out_format")
-    if isinstance(merger, str):
-        merger = get_merger(merger, **(merger_options or {}))
-    elif merger_options:
-        raise ValueError(f"merger_options must be empty when merger is an object, got {sorted(merger_options)}")
-    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
-    with OutputLock(dst):
+    def run(src: str, dst: str, merger) -> BudgetedResult:
         return compress_budgeted(src, dst, config, memory_budget=memory_budget, embedder=embedder, merger=merger,
                                  device=device, progress=progress, format=format, out_format=out_format,
                                  resume=resume, echo=echo)
+
+    return run_locked(src, dst, run, merger=merger, merger_options=merger_options, format=format,
+                      out_format=out_format, parts=True)

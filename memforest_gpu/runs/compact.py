@@ -25,7 +25,6 @@ import numpy as np
 
 from ..config import CompactConfig, CompressConfig
 from ..engine.compaction import CompactReport, compact
-from ..mergers import get_merger
 from ..mergers.embedders import MEAN_EMBEDDER
 from ..store.atomic import atomic_open, atomic_write_text, fsync_dir
 from ..store.io import detect_format, read_store, write_store
@@ -34,11 +33,13 @@ from ..store.parquet import PARQUET_EMBEDDER_KEY
 from ..store.splice import append, splice
 from ..timer import StageTimer
 from .compact_files import NoModel, PassThrough, inbox_path, memforest_layout, parquet_schema, placeless
+from .driver import resolve_merger
+from .errors import OptionError
 from .inbox import drop_rows, ids_in, read_inbox
 from .journal import JournaledMerger, journal_path, merger_identity
 from .loading import RunInterrupted, load_store_and_embedder, resolve_embedder
-from .outputs import OutputLock, check_output
-from .paths import check_paths, store_files
+from .outputs import OutputLock
+from .preflight import check_store
 
 __all__ = ["compact_file", "CompactFileResult", "CompactingStore", "compact_fingerprint"]
 
@@ -91,15 +92,9 @@ def compact_file(path, budget: CompactConfig, config: CompressConfig | None = No
     """
 
     path = os.fspath(path)
-    detect_format(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"memory store file not found: {path!r}")
-    check_paths(store_files(path, dry_run=dry_run))
-    if not dry_run:
-        check_output(path, what="STORE")  # its folder must take the lock, the journal and the new store
+    check_store(path, dry_run=dry_run)  # its folder must take the lock, the journal and the new store
     cfg = config or CompressConfig()
-    if isinstance(merger, str):
-        merger = get_merger(merger, **(merger_options or {}))
+    merger = resolve_merger(merger, merger_options)
     run = _Run(path, budget, cfg, embedder, merger, device, progress, dry_run, journal, replace_changed)
     run.review = review
     if dry_run:
@@ -185,8 +180,8 @@ class _Run:
         name = name.decode("utf-8") if name else None
         emb = self.spec if not isinstance(self.spec, str) else resolve_embedder(self.spec, name, device=self.device)
         if emb is not None and emb.dim != self.pt.schema.field("embedding").type.list_size:
-            raise ValueError(f"--embedder's dimension must match the store's "
-                             f"({self.pt.schema.field('embedding').type.list_size}), got {emb.dim} from {emb.name!r}")
+            raise OptionError(f"{{embedder}}'s dimension must match the store's "
+                              f"({self.pt.schema.field('embedding').type.list_size}), got {emb.dim} from {emb.name!r}")
         return emb, None
 
     def _merger(self, emb):

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..store.memory_store import MemoryStore
+from .errors import OptionError
 
 __all__ = ["Inbox", "read_inbox", "StoreIds", "ids_in", "drop_rows"]
 
@@ -118,9 +119,9 @@ class Inbox:
                 if not replace or i in held.merged:
                     rule = ("that node is a merged node, which nothing replaces (its originals would be lost): give "
                             "the record a new id" if i in held.merged else
-                            "pass --replace-changed to replace the store's node with it")
-                    raise ValueError(f"{self._where(j)}: text of record {i!r} must equal the text of the store's "
-                                     f"node {i!r} (the id is taken), got other text; {rule}")
+                            "pass {replace_changed} to replace the store's node with it")
+                    raise OptionError(f"{self._where(j)}: text of record {i!r} must equal the text of the store's "
+                                      f"node {i!r} (the id is taken), got other text; " + rule)
                 if held.tenant[i] != r["tenant"]:
                     raise ValueError(f"{self._where(j)}: tenant of record {i!r} must be the tenant of the node it "
                                      f"replaces ({held.tenant[i]!r}), got {r['tenant']!r}")
@@ -144,8 +145,8 @@ class Inbox:
         if getattr(embedder, "name", None) is None and getattr(embedder, "dim", 0) == 0:
             for j, r in enumerate(self.records):
                 if r.get("embedding") is None:
-                    raise ValueError(f"{self._where(j)}: record {r['id']!r} has no embedding, and the store records "
-                                     "no model to embed it: pass --embedder default or PATH, or give its embedding")
+                    raise OptionError(f"{self._where(j)}: record {r['id']!r} has no embedding, and the store records "
+                                      "no model to embed it: pass {embedder=default} or PATH, or give its embedding")
         try:
             st = MemoryStore.from_records(self.records, embedder=embedder)
         except ValueError as e:

@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from ..mergers.base import MergePair
 from ..store.atomic import fsync_dir
 
-__all__ = ["JournaledMerger", "JournalWriteError", "run_fingerprint", "journal_path", "JOURNAL_SUFFIX"]
+__all__ = ["JournaledMerger", "JournalWriteError", "JournalExistsError", "run_fingerprint", "journal_path",
+           "JOURNAL_SUFFIX"]
 
 #: what to do with a journal that cannot be read: it only saves work, so deleting it loses none of the data
 _REMEDY = ("the journal only saves work: delete it to start over (its merges are made again), or fix the line if "
@@ -46,6 +47,19 @@ _MAGIC = "memforest_journal"
 class JournalWriteError(RuntimeError):
     """The journal could not be written (disk full, folder gone, permissions...). Never a
     merger failure: the engine must not fall back and carry on without a journal."""
+
+
+class JournalExistsError(ValueError):
+    """A run found the journal of an interrupted run (``path``) and was not asked to resume it."""
+
+    def __init__(self, path: str):
+        self.path = path
+        super().__init__(self.message("resume=True"))
+
+    def message(self, resume: str) -> str:
+        """The message, naming the option that resumes the run ``resume``."""
+        return (f"a merge journal of an interrupted run exists at {self.path!r}: pass {resume} to continue that run, "
+                "or delete the file to start over")
 
 
 def journal_path(output: str | os.PathLike) -> str:
@@ -117,9 +131,7 @@ class JournaledMerger:
         self.write_error: JournalWriteError | None = None
         if os.path.exists(self.path):
             if not resume:
-                raise ValueError(
-                    f"a merge journal of an interrupted run exists at {self.path!r}: pass --resume "
-                    "to continue that run, or delete the file to start over")
+                raise JournalExistsError(self.path)
             self._load()
 
     @property
@@ -130,6 +142,11 @@ class JournaledMerger:
 
     def identity(self) -> dict:
         return merger_identity(self.inner)
+
+    def unwrap(self):
+        """The merger whose texts this journal records (the hook of
+        :class:`~memforest_gpu.mergers.Merger`)."""
+        return self.inner
 
     def _load(self) -> None:
         with open(self.path, "rb") as f:

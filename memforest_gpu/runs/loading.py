@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from pathlib import Path
 
 from ..mergers.embedders import SentenceTransformerEmbedder, get_embedder
 from ..store.io import read_store
 from ..store.memory_store import MemoryStore
 
-__all__ = ["load_store", "load_store_and_embedder", "resolve_embedder", "RunInterrupted"]
+__all__ = ["load_store", "load_store_and_embedder", "resolve_embedder", "RunInterrupted", "NoEmbeddingsError"]
 
 log = logging.getLogger("memforest_gpu")
 
@@ -17,6 +18,30 @@ log = logging.getLogger("memforest_gpu")
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C during a file run (compress, compact); the message says what was journaled and
     how to resume."""
+
+
+class NoEmbeddingsError(ValueError):
+    """A store file without vectors read with ``embedder="none"`` (no model to embed it);
+    ``path``."""
+
+    def __init__(self, path: str | Path):
+        self.path = os.fspath(path)
+        super().__init__(f"{self.path}: the store has no embeddings, so embedder 'none' cannot be used; pass "
+                         "embedder 'auto' (all-MiniLM-L6-v2), 'default' or a model directory to embed it")
+
+
+class _Refused(Exception):
+    """Raised by :class:`_NoEmbedder` (not a ValueError: it passes the reader's own wrapping)."""
+
+
+class _NoEmbedder:
+    """``embedder="none"`` while reading: a file without vectors asks it to embed, and it
+    refuses."""
+
+    name = None
+
+    def embed(self, texts):
+        raise _Refused
 
 
 def resolve_embedder(spec: str, store_embedder: str | None, *, device=None):
@@ -51,12 +76,9 @@ def load_store_and_embedder(path: str | Path, *, embedder: str = "auto", device=
     """
     if embedder == "none":
         try:
-            return read_store(path, format=format, embedder=None, device=device, tenants=tenants), None
-        except ValueError as e:
-            if "no embedder" in str(e):
-                raise ValueError(f"{path}: the store has no embeddings, so --embedder none cannot be used; "
-                                 "pass --embedder auto (all-MiniLM-L6-v2), default or PATH to embed it") from None
-            raise
+            return read_store(path, format=format, embedder=_NoEmbedder(), device=device, tenants=tenants), None
+        except _Refused:
+            raise NoEmbeddingsError(path) from None
     if embedder == "auto":
         reader = SentenceTransformerEmbedder(device=device)  # loads only if it embeds something
         store = read_store(path, format=format, embedder=reader, device=device, tenants=tenants)

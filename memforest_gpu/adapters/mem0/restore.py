@@ -1,11 +1,11 @@
 """Put a Mem0 scope back exactly as in a backup written by :func:`.inplace.compress_mem0`."""
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 
 import numpy as np
 
+from ...timer import StageTimer
 from .backup import read_backup, read_backup_header
 from .client import entity_store, load_config, load_memory
 from .vectors import Point, delete_points, payloads_equal, provider_of, read_points, write_points
@@ -47,7 +47,7 @@ def restore_mem0(memory, backup) -> dict:
     within ``VECTOR_ATOL``).
     Returns counts: removed, restored, rewritten, unchanged (memories), entities; and the
     wall time in ``seconds``."""
-    t0 = time.perf_counter()
+    timer = StageTimer()
     header, saved, saved_ents = read_backup(backup)
     provider = provider_of(memory)
     coll = memory.vector_store.collection_name
@@ -68,7 +68,7 @@ def restore_mem0(memory, backup) -> dict:
         ent = _put_back(memory, saved_ents, scope, es, lambda ids: delete_points(memory, ids, store=es), provider)
         ent.pop("missing")
         counts["entities"] = ent
-    return {**counts, "scope": scope, "count": len(saved), "seconds": time.perf_counter() - t0}
+    return {**counts, "scope": scope, "count": len(saved), "seconds": timer.finish()["total"]}
 
 
 def _put_back(memory, saved: list[Point], scope: dict, store, delete, provider: str) -> dict:
