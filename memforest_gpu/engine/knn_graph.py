@@ -57,7 +57,7 @@ def next_live(slot: torch.Tensor) -> torch.Tensor:
 def build_knn_graph(bk, vectors: NodeVectors, tree: TreeConfig, cap: int | None, *, budget: int = 1 << 24):
     """The knn graph of a bucket's trees (module docstring).
 
-    Shape: bk.slot (B, m) -> nbr (B, m, k+1) int32 slot (-1 = none; :data:`SLOT_DTYPE`), cs (B, m, k+1) cosines
+    Shape: bk.slot (B, m) -> nbr (B, m, k+1) int32 slot (-1 = none), cs (B, m, k+1) cosines
     """
     B, m = bk.slot.shape
     k, D = tree.knn, vectors.dim
