@@ -2,9 +2,11 @@
 streaming work should be on a device."""
 from __future__ import annotations
 
+import os
+
 import torch
 
-__all__ = ["row_blocks", "stream_rows"]
+__all__ = ["row_blocks", "stream_rows", "problem_blocks", "gather_bytes"]
 
 #: bytes of one block of streaming work (convert, scatter, gather) on the CPU: it stays in the
 #: cache between the steps of the block, and the allocator reuses it instead of mapping fresh
@@ -35,3 +37,33 @@ def row_blocks(n: int, step: int) -> list[slice]:
     if len(starts) > 1 and n - starts[-1] == 1:
         starts.pop()
     return [slice(a, b) for a, b in zip(starts, starts[1:] + [n])]
+
+
+#: the share of the machine's memory (host RAM, or the GPU's) one gathered block of problems may take
+GATHER_SHARE = 1 / 32
+#: and at most this many bytes on the CPU (k-means is bound by the products there, not by the block)
+CPU_GATHER_CAP = 256 << 20
+
+
+def gather_bytes(device: torch.device | str, memory_budget: int | None = None) -> int:
+    """Bytes one gathered block of padded problems (a bucket's (T, n, D) vectors) may take on
+    ``device``: a share (:data:`GATHER_SHARE`) of ``memory_budget`` when one is given, else of the
+    device's memory (on the CPU at most :data:`CPU_GATHER_CAP`). Results never depend on it."""
+    if memory_budget is not None:
+        return max(1, int(memory_budget * GATHER_SHARE))
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return int(torch.cuda.get_device_properties(dev).total_memory * GATHER_SHARE)
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        ram = 8 << 30
+    return min(CPU_GATHER_CAP, int(ram * GATHER_SHARE))
+
+
+def problem_blocks(count: int, problem_bytes: int, limit: int) -> list[slice]:
+    """Slices of ``count`` padded problems of ``problem_bytes`` bytes each, as many in a block as
+    fit in ``limit`` bytes (at least one). A problem's result never depends on its batch-mates,
+    so running a bucket a block at a time gives its results while bounding the gathered copy."""
+    step = max(1, int(limit) // max(1, int(problem_bytes)))
+    return [slice(a, min(count, a + step)) for a in range(0, count, step)]

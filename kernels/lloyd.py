@@ -97,24 +97,28 @@ def lloyd_step(X, valid, centroids, c_valid, *, budget: int = 1 << 24):
 
 def initial_centroids(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, seeding: str = "batched",
                       seed: int = 0, streams: torch.Tensor | None = None, uniforms: torch.Tensor | None = None,
-                      budget: int = 1 << 24) -> tuple[torch.Tensor, torch.Tensor]:
-    """Seeds as centroids. Shape: -> C (T, Kmax, D) float32, c_valid (T, Kmax)"""
+                      budget: int = 1 << 24, kmax: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeds as centroids (``kmax``: the columns, default ``k.max()``; the batched seeding's
+    steps follow it). Shape: -> C (T, Kmax, D) float32, c_valid (T, Kmax)"""
     if seeding not in SEEDINGS:
         raise ValueError(f"seeding must be one of {list(SEEDINGS)}, got {seeding!r}")
     if uniforms is not None and seeding != "k-means++":
         raise ValueError(f"uniforms are the k-means++ seeding's random numbers: pass seeding='k-means++', "
                          f"got seeding={seeding!r}")
     if seeding == "batched":
-        seeds = batched_d2_seeds(X, valid, k, seed=seed, streams=streams, budget=budget)
+        seeds = batched_d2_seeds(X, valid, k, seed=seed, streams=streams, budget=budget, kmax=kmax)
     else:
         seeds = kmeans_plus_plus(X, valid, k, seed=seed, uniforms=uniforms)
+        if kmax is not None and kmax > seeds.shape[1]:
+            seeds = torch.cat([seeds, seeds.new_full((seeds.shape[0], kmax - seeds.shape[1]), -1)], 1)
     rows = torch.arange(X.shape[0], device=X.device)
     return X[rows[:, None], seeds.clamp(min=0)].float(), seeds >= 0
 
 
 def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: int = 30, seed: int = 0,
            seeding: str = "batched", streams: torch.Tensor | None = None, uniforms: torch.Tensor | None = None,
-           init: tuple[torch.Tensor, torch.Tensor] | None = None, reduce=None, budget: int = 1 << 24, progress=None):
+           init: tuple[torch.Tensor, torch.Tensor] | None = None, reduce=None, budget: int = 1 << 24, progress=None,
+           kmax: int | None = None):
     """Batched k-means on padded problems.
 
     Each problem stops when none of its labels changes (later steps skip it, so a problem's
@@ -125,7 +129,9 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
 
     ``seeding`` / ``streams`` / ``uniforms``: see :func:`initial_centroids`; ``init``: ready
     centroids ``(C, c_valid)`` instead. ``reduce``: how shards combine (default
-    :class:`LocalReduce`, all points here).
+    :class:`LocalReduce`, all points here). ``kmax``: the centroids' columns (default
+    ``k.max()``): a block of a bucket's problems passes the bucket's, so that every product has
+    the shape (and so the rounding) it has when the bucket runs whole.
 
     Shape: X (T, n, D), valid (T, n), k (T,) -> labels (T, n), centroids (T, Kmax, D),
            c_valid (T, Kmax), iterations (int)
@@ -136,7 +142,7 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
     dev = X.device
     if init is None:
         C, c_valid = initial_centroids(X, valid, k, seeding=seeding, seed=seed, streams=streams,
-                                       uniforms=uniforms, budget=budget)
+                                       uniforms=uniforms, budget=budget, kmax=kmax)
     else:
         C, c_valid = init[0].float().clone(), init[1]
     Kmax = C.shape[1]

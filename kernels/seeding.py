@@ -58,7 +58,8 @@ def seeding_steps(kmax: int, growth: float | None = None) -> list[int]:
 
 
 def batched_d2_seeds(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, seed: int = 0,
-                     streams: torch.Tensor | None = None, budget: int = 1 << 24) -> torch.Tensor:
+                     streams: torch.Tensor | None = None, budget: int = 1 << 24,
+                     kmax: int | None = None) -> torch.Tensor:
     """D^2 seeding in growing batches, with no device read.
 
     Step s draws b_s new centres per problem (:func:`seeding_steps`: 1, then a quarter of
@@ -70,13 +71,15 @@ def batched_d2_seeds(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, s
     nothing else is left, lowest index first.
 
     Random numbers come from :func:`counter_uniform` keyed by ``streams`` (T,) (default: the
-    row index), so a problem's seeds depend only on its own points and key, on any device.
+    row index), so a problem's seeds depend only on its own points and key, on any device, and
+    on ``kmax`` (default ``k.max()``): the steps' sizes, and so the products' shapes, follow it,
+    so a block of a bucket's problems passes the bucket's to get the seeds the bucket gets.
 
     Shape: X (T, n, D), valid (T, n), k (T,) -> seeds (T, Kmax) int64 point indices (-1 = unused)
     """
     T, n, D = X.shape
     dev = X.device
-    Kmax = int(k.max()) if T else 0
+    Kmax = (int(k.max()) if T else 0) if kmax is None else int(kmax)
     seeds = torch.full((T, Kmax), -1, dtype=torch.int64, device=dev)
     if Kmax == 0 or n == 0:
         return seeds

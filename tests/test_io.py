@@ -325,13 +325,13 @@ def test_atomic_write_failure_keeps_old_file(tmp_path, monkeypatch, fmt):
     before = path.read_bytes()
 
     if fmt == "parquet":
-        real = pq.write_table
+        real = pq.ParquetWriter.write_table
 
-        def boom(table, where, **kw):
-            real(table.slice(0, 1), where, **kw)  # part of the data reaches the temp file
+        def boom(self, table, **kw):
+            real(self, table.slice(0, 1), **kw)  # part of the data reaches the temp file
             raise OSError("disk full (simulated)")
 
-        monkeypatch.setattr(pq, "write_table", boom)
+        monkeypatch.setattr(pq.ParquetWriter, "write_table", boom)
     else:
         import memforest_gpu.store.jsonl as jsonl_mod
 

@@ -107,7 +107,8 @@ def check_knn_graph(batch):
         if bk.graph != "knn":
             continue
         live = bk.slot >= 0
-        nbr = bk.nbr
+        assert bk.nbr.dtype == torch.int32  # the slots at their width
+        nbr = bk.nbr.long()
         k = nbr.shape[2] - 1
         assert (nbr[~live] == -1).all()
         own = torch.arange(bk.m)[None, :, None]

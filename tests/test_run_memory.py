@@ -11,7 +11,7 @@ from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig
 from memforest_gpu.engine import compress
 from memforest_gpu.engine.two_level import two_level_clusters
 from memforest_gpu.kernels import cluster_centres, reassign_to_centres
-from memforest_gpu.kernels.blocks import row_blocks
+from memforest_gpu.kernels.blocks import problem_blocks, row_blocks
 from memforest_gpu.store.memory_store import MemoryStore
 from memforest_gpu.store.synthetic import synthetic_store
 
@@ -108,3 +108,74 @@ def test_output_in_place_moves_rows_forward_only():
     pos = {i: p for p, i in enumerate(res.store.ids)}
     assert all(pos[i] <= r for r, i in enumerate(st.ids) if i in pos)
     assert np.all(np.diff([min(st.ids.index(s) for s in src) for src in res.store.sources]) > 0)
+
+
+def test_problem_blocks_cover_the_problems():
+    for count in range(7):
+        for limit in (0, 1, 10, 25, 1000):
+            blocks = problem_blocks(count, 10, limit)
+            assert [i for b in blocks for i in range(b.start, b.stop)] == list(range(count))
+            assert all(b.stop - b.start >= 1 for b in blocks)
+            assert all((b.stop - b.start) * 10 <= max(limit, 10) for b in blocks)
+
+
+@pytest.mark.parametrize("seeding", ["batched", "k-means++"])
+def test_two_level_in_blocks_of_cells_equals_the_whole_bucket(seeding):
+    """The cells of a bucket run a block at a time (down to one cell a block): the same labels,
+    centres, means, semantic search and iterations as the whole bucket at once."""
+    emb = _unit(4000, 16, seed=9)
+    want = two_level_clusters(emb, 160, name="t", seed=0, max_iter=10, seeding=seeding, block_bytes=1 << 40)
+    for limit in (1, 3 * 64 * 16 * 4):
+        got = two_level_clusters(emb, 160, name="t", seed=0, max_iter=10, seeding=seeding, block_bytes=limit)
+        for w, g in zip(want[:5], got[:5]):
+            assert torch.equal(w, g)
+        assert torch.equal(want[5][0], got[5][0]) and torch.equal(want[5][1], got[5][1]) and want[6] == got[6]
+
+
+@pytest.mark.parametrize("kmeans", ["exact", "two-level"])
+def test_partition_in_blocks_of_tenants_equals_the_whole_bucket(monkeypatch, kmeans):
+    """Many tenants of similar size (one bucket) clustered a few tenants at a time: the same trees."""
+    import memforest_gpu.engine.partition as part_mod
+    import memforest_gpu.engine.two_level as two_mod
+    from memforest_gpu.engine.partition import partition_nodes
+
+    st = synthetic_store(3000, tenants=12, dim=16, seed=10)
+    cfg = PartitionConfig(alpha=0.05, kmeans=kmeans, two_level_min_nodes=200)
+    names, codes = st.tenant_index()
+    want = partition_nodes(st.embeddings, st.timestamps, codes, names, cfg)
+    monkeypatch.setattr(part_mod, "gather_bytes", lambda dev: 1)
+    monkeypatch.setattr(two_mod, "gather_bytes", lambda dev: 1)
+    got = partition_nodes(st.embeddings, st.timestamps, codes, names, cfg)
+    for f in ("tree", "tree_tenant", "centre", "kmeans_tree"):
+        assert torch.equal(getattr(want, f), getattr(got, f)), f
+    assert want.iterations == got.iterations and want.moved == got.moved
+
+
+def _keyed_output():
+    """A compressed store with keys, event trees and merged rows."""
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.1), merge=MergeConfig(ratio=0.5, keys=-1))
+    return compress(_meta_store(), cfg).store
+
+
+@pytest.mark.parametrize("codes", ["float32", "int8"])
+def test_parquet_written_a_row_group_at_a_time_is_the_same_file(tmp_path, monkeypatch, codes):
+    """The streaming writer makes the bytes of one table written whole, row group by row group."""
+    import io
+
+    import memforest_gpu.store.parquet as pq_mod
+    from memforest_gpu.store.io import read_store, write_store
+
+    out = _keyed_output()
+    out.vector_codes = codes
+    assert out.keys is not None and out.event_trees is not None
+    monkeypatch.setattr(pq_mod, "ROW_GROUP_ROWS", 37)  # several row groups, a short last one
+    whole = io.BytesIO()
+    pq_mod.write_parquet(pq_mod.to_arrow_table(out), whole)
+    path = tmp_path / "out.parquet"
+    write_store(out, path)
+    assert path.read_bytes() == whole.getvalue()
+    import pyarrow.parquet as pq
+
+    assert pq.ParquetFile(path).metadata.num_row_groups == -(-len(out) // 37)
+    back = read_store(path)
+    assert back.ids == out.ids and back.sources == out.sources and back.keys is not None

@@ -164,7 +164,7 @@ def _fill_from_products(bk: Bucket, rows: torch.Tensor, stale: torch.Tensor, sim
     dev = rows.device
     where_p = torch.full((R, m), -1, dtype=torch.int64, device=dev)  # slot -> its merged node's row of sims
     where_p[inv, keep] = torch.arange(keep.shape[0], device=dev)
-    new = bk.nbr[rows]  # (R, m, k+1) targets after the round
+    new = bk.nbr[rows].long()  # (R, m, k+1) targets after the round
     i = torch.arange(m, device=dev).expand(R, m)
     pa = where_p.gather(1, new.clamp(min=0).view(R, -1)).view(R, m, c)  # the target is a merged node
     pb = where_p[..., None].expand(R, m, c)  # the slot itself is one

@@ -30,7 +30,11 @@ from ..kernels.knn import knn_cells, top_by_key
 from .edges import Ends, edge_weight, ends_of
 from .vectors import NodeVectors, compute_dtype, dot64, dot64_many, row_sims
 
-__all__ = ["build_knn_graph", "next_live", "merged_lists", "stale_entries", "tree_products_pay"]
+__all__ = ["build_knn_graph", "next_live", "merged_lists", "stale_entries", "tree_products_pay", "SLOT_DTYPE"]
+
+#: the graph's stored slot indices: a tree's slots fit in 32 bits (a half of the int64 table); every
+#: read widens them to int64 first, so the arithmetic on them is the same as on int64 storage
+SLOT_DTYPE = torch.int32
 
 
 def _ends_at(bk, rows: torch.Tensor, slots: torch.Tensor) -> Ends:
@@ -53,12 +57,12 @@ def next_live(slot: torch.Tensor) -> torch.Tensor:
 def build_knn_graph(bk, vectors: NodeVectors, tree: TreeConfig, cap: int | None, *, budget: int = 1 << 24):
     """The knn graph of a bucket's trees (module docstring).
 
-    Shape: bk.slot (B, m) -> nbr (B, m, k+1) int64 slot (-1 = none), cs (B, m, k+1) cosines
+    Shape: bk.slot (B, m) -> nbr (B, m, k+1) int32 slot (-1 = none), cs (B, m, k+1) cosines
     """
     B, m = bk.slot.shape
     k, D = tree.knn, vectors.dim
     dev = bk.slot.device
-    nbr = torch.full((B, m, k + 1), -1, dtype=torch.int64, device=dev)
+    nbr = torch.full((B, m, k + 1), -1, dtype=SLOT_DTYPE, device=dev)
     cs = torch.zeros(B, m, k + 1, dtype=compute_dtype(vectors.dtype), device=dev)
     c = min(m - 1, k + k // 2)  # candidates re-ranked by exact weight
     cells = m > tree.knn_cells_above
@@ -171,7 +175,7 @@ def merged_lists(bk, vectors: NodeVectors, r: torch.Tensor, r_np: np.ndarray, ke
     """
     k = tree.knn
     P = r.shape[0]
-    cand = torch.cat([bk.nbr[r, keep], bk.nbr[r, drop]], 1)  # (P, 2k+2)
+    cand = torch.cat([bk.nbr[r, keep], bk.nbr[r, drop]], 1).long()  # (P, 2k+2)
     cand = torch.where(cand >= 0, rd[inv[:, None], cand.clamp(min=0)], cand)
     cand = torch.where(cand == keep[:, None], torch.full_like(cand, -1), cand)
     cand = torch.sort(cand, dim=1).values
@@ -192,7 +196,7 @@ def merged_lists(bk, vectors: NodeVectors, r: torch.Tensor, r_np: np.ndarray, ke
             cos[sl] = dot64_many(E[sl], Y, vectors.dtype)  # (Pc, c)
     w, _ = edge_weight(cos, me, _ends_at(bk, r[:, None], cand.clamp(min=0)), tree, cap)
     top, _, j = top_by_key(w.masked_fill(cand < 0, float("-inf")), cand, k)
-    bk.nbr[r, keep, :k] = top
+    bk.nbr[r, keep, :k] = top.to(bk.nbr.dtype)
     bk.cs[r, keep, :k] = cos.gather(1, j)
     bk.nbr[r, drop] = -1
     return sims
@@ -217,7 +221,7 @@ def stale_entries(bk, rows: torch.Tensor, rd: torch.Tensor, merged: torch.Tensor
            ends of every entry (R, m, k+1) each
     """
     R, m = rd.shape
-    S = bk.nbr[rows]  # (R, m, k+1)
+    S = bk.nbr[rows].long()  # (R, m, k+1)
     k = S.shape[2] - 1
     slot = bk.slot[rows]  # (R, m)
     live = slot >= 0
@@ -231,7 +235,7 @@ def stale_entries(bk, rows: torch.Tensor, rd: torch.Tensor, merged: torch.Tensor
     stale_time = live & ((nxt != S[..., k]) | hit[..., k] | kept)
     new = torch.cat([new_list, torch.where(live, nxt, torch.full_like(nxt, -1))[..., None]], 2)
     new = torch.where(live[..., None], new, torch.full_like(new, -1))
-    bk.nbr[rows] = new
+    bk.nbr[rows] = new.to(bk.nbr.dtype)
     stale = torch.cat([stale_list, stale_time[..., None]], 2) & (new >= 0)
     node_b = torch.where(new >= 0, slot.gather(1, new.clamp(min=0).view(R, -1)).view(R, m, k + 1), -1)
     return stale, slot[..., None].expand(R, m, k + 1), node_b

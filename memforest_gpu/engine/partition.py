@@ -12,7 +12,7 @@ import torch
 
 from ..config import PartitionConfig
 from ..kernels import cluster_centres, kmeans, reassign_to_centres, size_buckets
-from ..kernels.blocks import row_blocks, stream_rows
+from ..kernels.blocks import gather_bytes, problem_blocks, row_blocks, stream_rows
 from ..kernels.rand import stream_keys
 from .two_level import two_level_clusters
 
@@ -201,31 +201,48 @@ def _exact_tenants(embeddings, order, sizes_t, sizes, k_all, exact, names, cfg, 
     if exact.any():
         keys = torch.zeros(len(sizes), dtype=torch.int64, device=dev)
         keys[torch.as_tensor(np.flatnonzero(exact), device=dev)] = tenant_stream_keys(names, np.flatnonzero(exact), dev)
+    limit = gather_bytes(dev)
     for bucket in size_buckets(torch.as_tensor(np.where(exact, sizes, 0))):
-        b_np = bucket.numpy()
-        bucket = bucket.to(dev)
-        n_b = int(sizes[b_np].max())
-        idx, val = _segment_index(order, starts_t[bucket], sizes_t[bucket], n_b)  # (Tb, n)
-        X = embeddings[idx.clamp(min=0)].mul_(val[:, :, None])  # (Tb, n, D)
-        ks = k_all[b_np]
-        k = torch.as_tensor(ks, dtype=torch.int64, device=dev)
-        # k-means++ (the exact, sequential seeding) draws from one numpy generator per tenant
-        u = tenant_uniforms([names[t] for t in b_np.tolist()], ks.tolist(), cfg.seed, dev) \
-            if cfg.seeding == "k-means++" else None
-        labels, means, c_valid, it = kmeans(X, val, k, max_iter=cfg.max_iter, seed=cfg.seed, seeding=cfg.seeding,
-                                            streams=keys[bucket], uniforms=u, budget=budget)
-        centre = cluster_centres(X, val, labels, means, c_valid)  # (Tb, K) column index
-        new = reassign_to_centres(X, val, labels, centre, beta=cfg.beta, window=cfg.window,
-                                  use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal, budget=budget)
-        lab.moved += ((new != labels) & val).sum()
-        lab.tree_local[idx[val]] = new[val]
-        lab.km_local[idx[val]] = labels[val]
-        t_i, k_i = (centre >= 0).nonzero(as_tuple=True)
-        lab.centres.append((bucket[t_i], k_i, idx[t_i, centre[t_i, k_i]]))
-        lab.kmax[b_np] = centre.shape[1]
-        lab.iters[f"n<={n_b}"] = it
-        if progress is not None:
-            progress(int(sizes[b_np].sum()))
+        n_b, k_b = int(sizes[bucket.numpy()].max()), int(k_all[bucket.numpy()].max())
+        # a block of the bucket's tenants at a time, padded to the bucket's nodes and clusters: the bucket's results
+        # (k-means++ seeding picks its dense or sparse step by the whole batch: its buckets run whole)
+        row = n_b * embeddings.shape[1] * embeddings.element_size()
+        for blk in problem_blocks(len(bucket), row, limit if cfg.seeding == "batched" else 1 << 62):
+            it = _exact_block(embeddings, order, starts_t, sizes_t, k_all, bucket[blk], (n_b, k_b), keys, names, cfg,
+                              budget, lab)
+            lab.iters[f"n<={n_b}"] = max(it, lab.iters.get(f"n<={n_b}", 0))
+            if progress is not None:
+                progress(int(sizes[bucket[blk].numpy()].sum()))
+
+
+def _exact_block(embeddings, order, starts_t, sizes_t, k_all, bucket, pad: tuple[int, int], keys, names, cfg,
+                 budget, lab: _Labels) -> int:
+    """Batched k-means and the reassignment of the tenants ``bucket`` (host codes), padded to
+    ``pad = (n_b, k_b)`` nodes and clusters (their bucket's); writes ``lab``. Returns the Lloyd
+    iterations run."""
+    dev = embeddings.device
+    n_b, k_b = pad
+    b_np = bucket.numpy()
+    bucket = bucket.to(dev)
+    idx, val = _segment_index(order, starts_t[bucket], sizes_t[bucket], n_b)  # (Tb, n)
+    X = embeddings[idx.clamp(min=0)].mul_(val[:, :, None])  # (Tb, n, D)
+    ks = k_all[b_np]
+    k = torch.as_tensor(ks, dtype=torch.int64, device=dev)
+    # k-means++ (the exact, sequential seeding) draws from one numpy generator per tenant
+    u = tenant_uniforms([names[t] for t in b_np.tolist()], ks.tolist(), cfg.seed, dev) \
+        if cfg.seeding == "k-means++" else None
+    labels, means, c_valid, it = kmeans(X, val, k, max_iter=cfg.max_iter, seed=cfg.seed, seeding=cfg.seeding,
+                                        streams=keys[bucket], uniforms=u, budget=budget, kmax=k_b)
+    centre = cluster_centres(X, val, labels, means, c_valid)  # (Tb, K) column index
+    new = reassign_to_centres(X, val, labels, centre, beta=cfg.beta, window=cfg.window,
+                              use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal, budget=budget)
+    lab.moved += ((new != labels) & val).sum()
+    lab.tree_local[idx[val]] = new[val]
+    lab.km_local[idx[val]] = labels[val]
+    t_i, k_i = (centre >= 0).nonzero(as_tuple=True)
+    lab.centres.append((bucket[t_i], k_i, idx[t_i, centre[t_i, k_i]]))
+    lab.kmax[b_np] = centre.shape[1]
+    return it
 
 
 def _global_trees(codes: torch.Tensor, lab: _Labels, n_ten: int) -> Partition:

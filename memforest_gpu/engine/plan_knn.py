@@ -127,7 +127,7 @@ def _bucket_edges(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap: int | N
     e = bk.ends(r)  # (B', m)
     live = bk.slot[r] >= 0
     if bk.graph == KNN:
-        v = bk.nbr[r]  # (B', m, k+1)
+        v = bk.nbr[r].long()  # (B', m, k+1)
         c = v.shape[2]
         u = torch.arange(m, device=dev)[None, :, None].expand(B, m, c)
         cos = bk.cs[r]

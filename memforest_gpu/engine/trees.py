@@ -38,7 +38,7 @@ class Bucket:
 
     Shape: trees (B,), slot (B, m) node row (-1 = empty), ts (B, m) float64, tok (B, m) int64
            or None, lo / hi (B, m) int64 first and last position of each slot's originals,
-           W (B, m, m) or None, nbr (B, m, k+1) int64 (-1 = none) or None, cs (B, m, k+1) or None
+           W (B, m, m) or None, nbr (B, m, k+1) int32 (-1 = none) or None, cs (B, m, k+1) or None
     """
 
     trees: torch.Tensor

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..kernels import best_match, cluster_centres, kmeans, pack_segments, size_buckets
+from ..kernels.blocks import gather_bytes, problem_blocks
 from ..kernels.rand import stream_keys
 from .quotas import allocate
 
@@ -34,7 +35,7 @@ def _streams(name: str, salts, dev) -> torch.Tensor:
 
 def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_iter: int,
                        sample_per_cell: int = 256, budget: int = 1 << 24, seeding: str = "batched",
-                       rows: torch.Tensor | None = None):
+                       rows: torch.Tensor | None = None, block_bytes: int | None = None):
     """k-means of one tenant through coarse cells.
 
     Returns ``labels`` (n,) cluster per point, ``centre`` (K',) point index of each
@@ -45,7 +46,8 @@ def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_ite
 
     ``rows``: the tenant's points as rows of ``X`` (point ``i`` is ``X[rows[i]]``), so that no
     (n, D) copy of them is made: only the sample, one tile of the coarse assignment and one
-    bucket of cells are gathered at a time.
+    bucket of cells are gathered at a time, in blocks of cells of at most ``block_bytes``
+    (default :func:`~memforest_gpu.kernels.blocks.gather_bytes`; results never depend on it).
 
     Shape: X (n, D) normalised, or X (N, D) with rows (n,) -> labels (n,), centre (K',), cell (n,),
            centre_cell (K',), means (K', D)
@@ -75,34 +77,15 @@ def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_ite
     centres, centre_cells, means_out, keep = [], [], [], []
     best_cos = torch.full((n,), float("-inf"), device=dev)
     best_lab = torch.full((n,), -1, dtype=torch.int64, device=dev)
+    cells = _CellRuns(labels, best_cos, best_lab, offsets, centres, keep, centre_cells, means_out)
+    # k-means++ seeding picks its dense or sparse step by the whole batch: its buckets run whole
+    limit = block_bytes if block_bytes is not None else gather_bytes(dev)
     for bucket in size_buckets(sizes):
-        nb = int(sizes[bucket].max())
-        idx, val = index[bucket][:, :nb], valid[bucket][:, :nb]
-        Xc = at(idx.clamp(min=0)).mul_(val[:, :, None])  # (Cb, nb, D)
-        kk = torch.as_tensor(kc[bucket.cpu().numpy()], dtype=torch.int64, device=dev)
-        ub = None
-        if seeding == "k-means++":
-            ub = np.zeros((int(kk.max()), len(bucket)))
-            for j, c in enumerate(bucket.tolist()):
-                ub[: kc[c], j] = _uniforms(seed, name, c + 1, int(kc[c]))
-            ub = torch.from_numpy(ub).to(dev)
-        lab, means, c_valid, it_b = kmeans(Xc, val, kk, max_iter=max_iter, seed=seed, seeding=seeding,
-                                           streams=_streams(name, (bucket + 1).tolist(), dev), uniforms=ub,
-                                           budget=budget)
-        it_cells = max(it_cells, it_b)
-        cen = cluster_centres(Xc, val, lab, means, c_valid)  # (Cb, Kb) column
-        off = torch.as_tensor(offsets[bucket.cpu().numpy()], dtype=torch.int64, device=dev)
-        labels[idx[val]] = (lab + off[:, None])[val]
-        # the reassignment's semantic search, restricted to the point's own cell
-        Cx = Xc[torch.arange(len(bucket), device=dev)[:, None], cen.clamp(min=0)]  # (Cb, Kb, D)
-        s1, j1 = best_match(Xc, Cx, cen >= 0, mode="dot", budget=budget)
-        best_cos[idx[val]] = s1[val]
-        best_lab[idx[val]] = (j1 + off[:, None])[val]
-        t_i, k_i = (cen >= 0).nonzero(as_tuple=True)
-        centres.append(idx[t_i, cen[t_i, k_i]])
-        keep.append(off[t_i] + k_i)
-        centre_cells.append(bucket[t_i])
-        means_out.append(means[t_i, k_i])
+        nb, kb = int(sizes[bucket].max()), int(kc[bucket.cpu().numpy()].max())
+        # a block of the bucket's cells at a time, padded to the bucket's points and clusters: the bucket's results
+        for blk in problem_blocks(len(bucket), nb * D * X.element_size(), limit if seeding == "batched" else 1 << 62):
+            it_cells = max(it_cells, _cell_kmeans(at, index, valid, bucket[blk], (nb, kb), kc, cells, name=name,
+                                                  seed=seed, max_iter=max_iter, seeding=seeding, budget=budget))
     gid = torch.cat(keep)  # global cluster ids that have a centre
     order = torch.argsort(gid)
     gid, centre = gid[order], torch.cat(centres)[order]
@@ -111,6 +94,50 @@ def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_ite
     remap[gid] = torch.arange(gid.shape[0], device=dev)
     return (remap[labels], centre, cell, torch.cat(centre_cells)[order], torch.cat(means_out)[order],
             (best_cos, remap[best_lab]), it_coarse + it_cells)
+
+
+class _CellRuns:
+    """What the cells' k-means write: labels and the semantic search per point, and per kept
+    cluster its centre, global id, cell and mean (one list entry per block of cells)."""
+
+    def __init__(self, labels, best_cos, best_lab, offsets, centres, keep, centre_cells, means_out):
+        self.labels, self.best_cos, self.best_lab, self.offsets = labels, best_cos, best_lab, offsets
+        self.centres, self.keep, self.centre_cells, self.means_out = centres, keep, centre_cells, means_out
+
+
+def _cell_kmeans(at, index, valid, bucket, pad: tuple[int, int], kc: np.ndarray, out: _CellRuns, *, name: str,
+                 seed: int, max_iter: int, seeding: str, budget: int) -> int:
+    """k-means of the cells ``bucket`` (their points gathered padded to ``pad = (nb, kb)``
+    points and clusters, the whole bucket's), with each point's best centre inside its cell;
+    writes ``out``. Returns the iterations run. Shape: index, valid (C, nc), bucket (Cb,) -> int"""
+    dev = index.device
+    nb, kb = pad
+    idx, val = index[bucket][:, :nb], valid[bucket][:, :nb]
+    Xc = at(idx.clamp(min=0)).mul_(val[:, :, None])  # (Cb, nb, D)
+    kk = torch.as_tensor(kc[bucket.cpu().numpy()], dtype=torch.int64, device=dev)
+    ub = None
+    if seeding == "k-means++":
+        ub = np.zeros((kb, len(bucket)))
+        for j, c in enumerate(bucket.tolist()):
+            ub[: kc[c], j] = _uniforms(seed, name, c + 1, int(kc[c]))
+        ub = torch.from_numpy(ub).to(dev)
+    lab, means, c_valid, it_b = kmeans(Xc, val, kk, max_iter=max_iter, seed=seed, seeding=seeding,
+                                       streams=_streams(name, (bucket + 1).tolist(), dev), uniforms=ub,
+                                       budget=budget, kmax=kb)
+    cen = cluster_centres(Xc, val, lab, means, c_valid)  # (Cb, Kb) column
+    off = torch.as_tensor(out.offsets[bucket.cpu().numpy()], dtype=torch.int64, device=dev)
+    out.labels[idx[val]] = (lab + off[:, None])[val]
+    # the reassignment's semantic search, restricted to the point's own cell
+    Cx = Xc[torch.arange(len(bucket), device=dev)[:, None], cen.clamp(min=0)]  # (Cb, Kb, D)
+    s1, j1 = best_match(Xc, Cx, cen >= 0, mode="dot", budget=budget)
+    out.best_cos[idx[val]] = s1[val]
+    out.best_lab[idx[val]] = (j1 + off[:, None])[val]
+    t_i, k_i = (cen >= 0).nonzero(as_tuple=True)
+    out.centres.append(idx[t_i, cen[t_i, k_i]])
+    out.keep.append(off[t_i] + k_i)
+    out.centre_cells.append(bucket[t_i])
+    out.means_out.append(means[t_i, k_i])
+    return it_b
 
 
 def _coarse_cells(X: torch.Tensor, rows: torch.Tensor | None, cmeans: torch.Tensor, cvalid: torch.Tensor,

@@ -172,11 +172,12 @@ def write_store(store: MemoryStore, path: str | os.PathLike, *, format: str | No
         time_format = store.time_format
     if time_format not in (None, "iso"):
         raise ValueError(f"time_format must be one of [None, 'iso'], got {time_format!r}")
-    if fmt == "parquet":
-        table = parquet.to_arrow_table(store)  # build before touching the disk
+    if fmt == "parquet":  # the first row group is built before touching the disk, the others as they are written
+        first = parquet.arrow_rows(store, 0, min(len(store), parquet.ROW_GROUP_ROWS))
     with atomic_open(path) as f:
         if fmt == "parquet":
-            parquet.write_parquet(table, f)
+            parquet.write_parquet_store(store, f, first=first)
+            first = None
         else:
             jsonl.write_jsonl(store, f, iso=time_format == "iso")
 

@@ -24,23 +24,29 @@ KEY_COLUMNS = ("keys", "key_sources", "keys_rule")
 DEFAULT_RULE = {"text_weight": 0.5, "max_keys": None}
 
 
-def keys_arrow(keys: NodeKeys, dim: int, codes: str = "float32") -> tuple[pa.Array, pa.Array, pa.Array]:
+def keys_arrow(keys: NodeKeys, dim: int, codes: str = "float32", *, rows: tuple[int, int] | None = None
+               ) -> tuple[pa.Array, pa.Array, pa.Array]:
     """The three columns (per node: a list of vectors, a list of id lists, the rule as JSON; null
     for a node without keys). ``codes``: the vectors as float32 or int8 codes (:mod:`.codes`).
+    ``rows``: only nodes ``lo:hi`` (a row group of a file written a piece at a time).
 
-    Shape: keys of N nodes -> (N,), (N,), (N,)
+    Shape: keys of N nodes -> (N,), (N,), (N,) (rows: (hi - lo,) each)
     """
-    counts = keys.counts
-    offs = pa.array(keys.offsets.astype(np.int32), type=pa.int32())
+    lo, hi = (0, len(keys)) if rows is None else rows
+    o = keys.offsets[lo:hi + 1]
+    k0, k1 = int(o[0]), int(o[-1])
+    counts = np.diff(o)
+    offs = pa.array((o - k0).astype(np.int32), type=pa.int32())
     mask = pa.array(counts == 0)
+    v = keys.vectors[k0:k1]
     if codes == "int8":  # codes made once (the engine's int8 keys) are written as they are
-        v = keys.vectors
         flat = pa.array((v.cpu().numpy() if v.dtype == torch.int8 else int8_codes(v)).reshape(-1), type=pa.int8())
     else:
-        flat = pa.array(np.ascontiguousarray(keys.unit().detach().cpu().numpy()).reshape(-1), type=pa.float32())
+        u = keys.unit() if rows is None else keys.unit(torch.arange(k0, k1, device=v.device))
+        flat = pa.array(np.ascontiguousarray(u.detach().cpu().numpy()).reshape(-1), type=pa.float32())
     inner = pa.FixedSizeListArray.from_arrays(flat, dim)
     kcol = pa.ListArray.from_arrays(offs, inner, mask=mask)
-    scol = pa.ListArray.from_arrays(offs, keys.sources.cast(pa.list_(pa.string())), mask=mask)
+    scol = pa.ListArray.from_arrays(offs, keys.sources.slice(k0, k1 - k0).cast(pa.list_(pa.string())), mask=mask)
     rule = keys_rule_json(keys)
     rcol = pa.DictionaryArray.from_arrays(pa.array(np.where(counts > 0, 0, -1).astype(np.int32), mask=counts == 0),
                                           pa.array([rule], type=pa.string())).cast(pa.string())
