@@ -18,7 +18,7 @@ import torch
 
 from ..kernels.blocks import row_blocks, stream_rows
 from .graph_choice import KNN
-from .knn_graph import merged_lists, stale_entries, tree_products_pay
+from .knn_graph import RoundPairs, SlotMoves, merged_lists, stale_entries, tree_products_pay
 from .plan import Plan
 from .trees import Bucket, TreeBatch
 from .vectors import compute_dtype, row_sims
@@ -56,28 +56,29 @@ def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor, new_rows: n
     stored = batch.vectors.append(np.asarray(new_rows), vectors)  # (P, D) in the storage dtype
     stale = []
     for b, bk in enumerate(batch.buckets):
-        lo, hi = int(plan.offsets[b]), int(plan.offsets[b + 1])
-        if lo == hi:
+        p0, p1 = int(plan.offsets[b]), int(plan.offsets[b + 1])  # the bucket's pairs in the plan
+        if p0 == p1:
             continue
         dev = bk.slot.device
-        r = plan.row[lo:hi]
-        sa, sb = plan.slot_a[lo:hi], plan.slot_b[lo:hi]
+        r = plan.row[p0:p1]
+        sa, sb = plan.slot_a[p0:p1], plan.slot_b[p0:p1]
         keep, drop = torch.minimum(sa, sb), torch.maximum(sa, sb)
-        E = stored[lo:hi].to(dev)  # (P_b, D)
+        merged_vecs = stored[p0:p1].to(dev)  # (P_b, D)
         ts = torch.maximum(bk.ts[r, keep], bk.ts[r, drop])
-        first = torch.minimum(bk.lo[r, keep], bk.lo[r, drop])
+        first = torch.minimum(bk.lo[r, keep], bk.lo[r, drop])  # span of positions (Bucket.lo / hi)
         last = torch.maximum(bk.hi[r, keep], bk.hi[r, drop])
-        bk.slot[r, keep] = torch.as_tensor(new_rows[lo:hi], dtype=torch.int64, device=dev)
+        bk.slot[r, keep] = torch.as_tensor(new_rows[p0:p1], dtype=torch.int64, device=dev)
         bk.slot[r, drop] = -1
         bk.ts[r, keep] = ts
         bk.lo[r, keep] = first
         bk.hi[r, keep] = last
         if bk.tok is not None and tokens is not None:
-            bk.tok[r, keep] = tokens[lo:hi].to(device=dev, dtype=bk.tok.dtype)
+            bk.tok[r, keep] = tokens[p0:p1].to(device=dev, dtype=bk.tok.dtype)
         if bk.graph == KNN:
-            stale.extend(_knn_round(batch, bk, plan.row_np[lo:hi], r, keep, drop, E))
+            stale.extend(_knn_round(batch, bk, RoundPairs(r, np.asarray(plan.row_np[p0:p1], dtype=np.int64),
+                                                          keep, drop, merged_vecs)))
         else:
-            sims = row_sims(batch.vectors, bk.slot, plan.row_np[lo:hi], E)  # (P_b, m), after all writes
+            sims = row_sims(batch.vectors, bk.slot, plan.row_np[p0:p1], merged_vecs)  # (P_b, m), after all writes
             bk.W[r, keep, :] = sims
             bk.W[r, :, keep] = sims
     if stale:
@@ -90,7 +91,7 @@ def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor, new_rows: n
 ROUND_BLOCK_BYTES = {"cpu": 256 << 20, "cuda": 2 << 30}
 
 
-def _knn_round(batch: TreeBatch, bk: Bucket, row_np: np.ndarray, r, keep, drop, E) -> list[_KnnRound]:
+def _knn_round(batch: TreeBatch, bk: Bucket, pairs: RoundPairs) -> list[_KnnRound]:
     """A knn bucket's merged lists, and its stale entries for :func:`_refresh`.
 
     The touched trees are taken in groups whose merged nodes' products with their trees
@@ -99,41 +100,29 @@ def _knn_round(batch: TreeBatch, bk: Bucket, row_np: np.ndarray, r, keep, drop, 
     Every tree's result is the same whatever the grouping.
     """
     dev = bk.slot.device
-    row_np = np.asarray(row_np, dtype=np.int64)
     m, c = bk.m, batch.tree.knn + 1
-    products = tree_products_pay(row_np, m, 2 * c)  # decided once for the bucket's round
-    rows, inv = np.unique(row_np, return_inverse=True)  # touched rows
-    inv = inv.reshape(-1)
-    counts = np.bincount(inv, minlength=len(rows))
-    pmax = int(counts.max())
+    products = tree_products_pay(pairs.row_np, m, 2 * c)  # decided once for the bucket's round
+    rows, touched = np.unique(pairs.row_np, return_inverse=True)  # touched rows; each pair's among them
+    touched = touched.reshape(-1)
+    counts = np.bincount(touched, minlength=len(rows))  # pairs per touched row
+    most = int(counts.max())  # the most pairs of one tree in the round
     per_row = m * c * 32 + (counts * m * 4 if products else 0)  # bytes a touched row holds for a while
     groups = _groups(np.broadcast_to(per_row, counts.shape), ROUND_BLOCK_BYTES.get(dev.type, 2 << 30))
-    order = np.argsort(inv, kind="stable") if len(groups) > 1 else None  # pairs grouped by row
+    order = np.argsort(touched, kind="stable") if len(groups) > 1 else None  # pairs grouped by row
     start = np.cumsum(counts) - counts
     parts = []
-    for lo, hi in groups:
+    for g0, g1 in groups:  # touched rows [g0, g1)
         if order is None:
-            sel, ri, kp, dp, Ep, rn, iv = None, r, keep, drop, E, row_np, inv
+            group = pairs._replace(touched=torch.as_tensor(touched, dtype=torch.int64, device=dev))
         else:
-            sel = order[start[lo]:start[hi - 1] + counts[hi - 1]]
-            st = torch.as_tensor(sel, dtype=torch.int64, device=dev)
-            ri, kp, dp, Ep, rn, iv = r[st], keep[st], drop[st], E[st], row_np[sel], inv[sel] - lo
-        rows_t = torch.as_tensor(rows[lo:hi], device=dev)
-        inv_t = torch.as_tensor(iv, dtype=torch.int64, device=dev)
-        R = hi - lo
-        rd = torch.arange(m, device=dev).repeat(R, 1)  # (R, m) slot -> slot after the round
-        rd[inv_t, dp] = kp
-        merged = torch.zeros(R, m, dtype=torch.bool, device=dev)
-        merged[inv_t, kp] = True
-        merged[inv_t, dp] = True
-        kept = torch.zeros_like(merged)
-        kept[inv_t, kp] = True
-        sims = merged_lists(bk, batch.vectors, ri, rn, kp, dp, Ep, rd, inv_t, batch.tree, batch.cap,
-                            products=products, pmax=pmax)
-        stale, node_a, node_b = stale_entries(bk, rows_t, rd, merged, kept)
+            sel = order[start[g0]:start[g1 - 1] + counts[g1 - 1]]
+            group = pairs.take(sel, touched[sel] - g0)
+        moves = SlotMoves.of(torch.as_tensor(rows[g0:g1], device=dev), group, m)
+        sims = merged_lists(bk, batch.vectors, group, moves, batch.tree, batch.cap, products=products, most=most)
+        stale, node_a, node_b = stale_entries(bk, moves)
         if sims is not None:
-            stale = _fill_from_products(bk, rows_t, stale, sims, inv_t, kp)
-        parts.append(_KnnRound(bk, rows_t, stale, node_a, node_b))
+            stale = _fill_from_products(bk, moves.rows, stale, sims, group)
+        parts.append(_KnnRound(bk, moves.rows, stale, node_a, node_b))
     return parts
 
 
@@ -154,12 +143,13 @@ def _groups(cost: np.ndarray, budget: int) -> list[tuple[int, int]]:
 
 
 def _fill_from_products(bk: Bucket, rows: torch.Tensor, stale: torch.Tensor, sims: torch.Tensor,
-                        inv: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+                        pairs: RoundPairs) -> torch.Tensor:
     """Write the new cosines of the stale entries that the merged nodes' products with their
     trees cover (an entry from or to a merged node), and return the entries still stale.
 
-    Shape: rows (R,), stale (R, m, k+1), sims (P, m), inv, keep (P,) -> (R, m, k+1) bool
+    Shape: rows (R,), stale (R, m, k+1), sims (P, m) -> (R, m, k+1) bool
     """
+    inv, keep = pairs.touched, pairs.keep
     R, m, c = stale.shape
     dev = rows.device
     where_p = torch.full((R, m), -1, dtype=torch.int64, device=dev)  # slot -> its merged node's row of sims

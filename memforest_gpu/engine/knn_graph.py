@@ -21,6 +21,8 @@ live slots, and the dropped slot's list is cleared. Nothing here reads the devic
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 
@@ -30,7 +32,8 @@ from ..kernels.knn import knn_cells, top_by_key
 from .edges import Ends, edge_weight, ends_of
 from .vectors import NodeVectors, compute_dtype, dot64, dot64_many, row_sims
 
-__all__ = ["build_knn_graph", "next_live", "merged_lists", "stale_entries", "tree_products_pay", "SLOT_DTYPE"]
+__all__ = ["build_knn_graph", "next_live", "merged_lists", "stale_entries", "tree_products_pay", "SLOT_DTYPE",
+           "RoundPairs", "SlotMoves"]
 
 #: the graph's stored slot indices: a tree's slots fit in 32 bits (a half of the int64 table); every
 #: read widens them to int64 first, so the arithmetic on them is the same as on int64 storage
@@ -154,9 +157,59 @@ def _rank(X: torch.Tensor, e: Ends, cand: torch.Tensor, k: int, tree: TreeConfig
     return nbr, cs
 
 
-def merged_lists(bk, vectors: NodeVectors, r: torch.Tensor, r_np: np.ndarray, keep: torch.Tensor,
-                 drop: torch.Tensor, E: torch.Tensor, rd: torch.Tensor, inv: torch.Tensor, tree: TreeConfig,
-                 cap: int | None, *, products: bool, pmax: int | None = None) -> torch.Tensor | None:
+class RoundPairs(NamedTuple):
+    """One knn bucket's merges in a round (or those of a group of its touched trees): the apply
+    side's counterpart of :class:`~.plan.Plan`.
+
+    Shape: row (P,) each pair's tree row in the bucket, row_np (P,) its host copy, keep / drop
+           (P,) the pair's lower / higher slot (the merged node takes ``keep``, ``drop``
+           empties), vectors (P, D) the merged nodes' vectors in the storage dtype, touched (P,)
+           each pair's index among the rows of its :class:`SlotMoves` (None until known)
+    """
+
+    row: torch.Tensor
+    row_np: np.ndarray
+    keep: torch.Tensor
+    drop: torch.Tensor
+    vectors: torch.Tensor
+    touched: torch.Tensor | None = None
+
+    def take(self, sel: np.ndarray, touched: np.ndarray) -> RoundPairs:
+        """The pairs ``sel`` (host indices), with their index among the group's touched rows."""
+        t = torch.as_tensor(sel, dtype=torch.int64, device=self.row.device)
+        return RoundPairs(self.row[t], self.row_np[sel], self.keep[t], self.drop[t], self.vectors[t],
+                          torch.as_tensor(touched, dtype=torch.int64, device=self.row.device))
+
+
+class SlotMoves(NamedTuple):
+    """Where the slots of a round's touched tree rows go.
+
+    Shape: rows (R,) the touched tree rows, after (R, m) each slot's slot after the round (a
+           dropped slot -> the slot it merged into), merged (R, m) bool the slots of this
+           round's pairs, kept (R, m) bool the slots the merged nodes took
+    """
+
+    rows: torch.Tensor
+    after: torch.Tensor
+    merged: torch.Tensor
+    kept: torch.Tensor
+
+    @classmethod
+    def of(cls, rows: torch.Tensor, pairs: RoundPairs, m: int) -> SlotMoves:
+        """The moves of ``pairs`` (whose ``touched`` index ``rows``)."""
+        R, dev, t = rows.shape[0], rows.device, pairs.touched
+        after = torch.arange(m, device=dev).repeat(R, 1)
+        after[t, pairs.drop] = pairs.keep
+        merged = torch.zeros(R, m, dtype=torch.bool, device=dev)
+        merged[t, pairs.keep] = True
+        merged[t, pairs.drop] = True
+        kept = torch.zeros_like(merged)
+        kept[t, pairs.keep] = True
+        return cls(rows, after, merged, kept)
+
+
+def merged_lists(bk, vectors: NodeVectors, pairs: RoundPairs, moves: SlotMoves, tree: TreeConfig,
+                 cap: int | None, *, products: bool, most: int | None = None) -> torch.Tensor | None:
     """Re-rank each merged slot's list from its two parents' lists; clear the dropped slot's.
     Call after the round's slot, span, time and token writes and after ``vectors.append``.
 
@@ -168,15 +221,14 @@ def merged_lists(bk, vectors: NodeVectors, r: torch.Tensor, r_np: np.ndarray, ke
     per round), returned so that the stale entries pointing at a merged node read their
     cosines from it; else each merged node against its candidates only (None is returned).
 
-    Shape: r, r_np (host), keep, drop, inv (P,) (inv: each pair's row of ``rd``), E (P, D) the
-           merged vectors in the storage dtype, rd (R, m): each touched row's slot -> its slot
-           after the round (a dropped slot -> the slot it merged into), pmax: the most pairs of a
-           tree in the round (default: in ``r_np``) -> (P, m) cosines or None
+    Shape: pairs (P,) each field, moves over the pairs' touched rows, most: the most pairs of a
+           tree in the round (default: counted in ``pairs.row_np``) -> (P, m) cosines or None
     """
+    r, keep, drop, E = pairs.row, pairs.keep, pairs.drop, pairs.vectors
     k = tree.knn
     P = r.shape[0]
     cand = torch.cat([bk.nbr[r, keep], bk.nbr[r, drop]], 1).long()  # (P, 2k+2)
-    cand = torch.where(cand >= 0, rd[inv[:, None], cand.clamp(min=0)], cand)
+    cand = torch.where(cand >= 0, moves.after[pairs.touched[:, None], cand.clamp(min=0)], cand)
     cand = torch.where(cand == keep[:, None], torch.full_like(cand, -1), cand)
     cand = torch.sort(cand, dim=1).values
     dup = torch.cat([torch.zeros_like(cand[:, :1], dtype=torch.bool), cand[:, 1:] == cand[:, :-1]], 1)
@@ -184,7 +236,7 @@ def merged_lists(bk, vectors: NodeVectors, r: torch.Tensor, r_np: np.ndarray, ke
     me = _ends_at(bk, r[:, None], keep[:, None])  # (P, 1)
     sims = None
     if products:
-        sims = row_sims(vectors, bk.slot, r_np, E, pmax=pmax)  # (P, m)
+        sims = row_sims(vectors, bk.slot, pairs.row_np, E, pmax=most)  # (P, m)
         cos = sims.gather(1, cand.clamp(min=0))
     else:
         cos = torch.zeros(cand.shape, dtype=bk.cs.dtype, device=cand.device)  # (P, c)
@@ -211,16 +263,15 @@ def tree_products_pay(r_np: np.ndarray, m: int, c: int) -> bool:
     return len(r_np) * c > trees * m
 
 
-def stale_entries(bk, rows: torch.Tensor, rd: torch.Tensor, merged: torch.Tensor, kept: torch.Tensor):
+def stale_entries(bk, moves: SlotMoves):
     """Point the touched rows' entries at the slots after the round, and say which entries
     need a new cosine: list entries of other slots that pointed at a merged pair, and time
-    entries whose next live slot changed or merged. Writes ``bk.nbr[rows]``.
+    entries whose next live slot changed or merged. Writes ``bk.nbr[moves.rows]``.
 
-    Shape: rows (R,), rd, merged, kept (R, m) (merged: slots of this round's pairs; kept:
-           the slots the merged nodes took) -> stale (R, m, k+1) bool, node rows of both
-           ends of every entry (R, m, k+1) each
+    Shape: -> stale (R, m, k+1) bool, node rows of both ends of every entry (R, m, k+1) each
     """
-    R, m = rd.shape
+    rows, after, merged, kept = moves
+    R, m = after.shape
     S = bk.nbr[rows].long()  # (R, m, k+1)
     k = S.shape[2] - 1
     slot = bk.slot[rows]  # (R, m)
@@ -230,7 +281,7 @@ def stale_entries(bk, rows: torch.Tensor, rd: torch.Tensor, merged: torch.Tensor
     nxt = next_live(slot)
     fresh = kept[..., None]  # a merged slot's own list was re-ranked already
     stale_list = live[..., None] & ~fresh & hit[..., :k]  # (R, m, k)
-    new_list = torch.where(stale_list, rd.gather(1, t.view(R, m, k + 1)[..., :k].reshape(R, -1)).view(R, m, k),
+    new_list = torch.where(stale_list, after.gather(1, t.view(R, m, k + 1)[..., :k].reshape(R, -1)).view(R, m, k),
                            S[..., :k])
     stale_time = live & ((nxt != S[..., k]) | hit[..., k] | kept)
     new = torch.cat([new_list, torch.where(live, nxt, torch.full_like(nxt, -1))[..., None]], 2)
