@@ -62,6 +62,7 @@ def ends_of(lo: torch.Tensor, hi: torch.Tensor, tok: torch.Tensor | None, ts: to
 
 def edge_weight(cos: torch.Tensor, a: Ends, b: Ends, tree: TreeConfig, cap: int | None = None):
     """The weight the spanning tree is built on, and the estimated merged length (or None).
+    ``tree`` is the tree stage's config (:class:`~memforest_gpu.config.TreeConfig`).
 
     ``tree.kind == "min"`` adds the size term instead (an ablation: the minimum spanning
     tree), with +inf for a pair over the cap; ``"random"`` callers pass random weights as

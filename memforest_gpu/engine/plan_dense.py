@@ -45,7 +45,7 @@ def dense_candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, ca
             continue
         r = torch.as_tensor(rows, dtype=torch.int64, device=dev)
         f = _scored_forest_sliced(bk, r, cfg, cap, rng)
-        B, E = f.u.shape
+        B, E = f.u.shape  # E: edges per tree of the forest (m - 1 slots, padded)
         if E == 0:
             continue
         slot = bk.slot[r]  # (B', m) node rows
@@ -95,11 +95,11 @@ def _scored_forest_sliced(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap:
 
 def _scored_forest(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap: int | None, rng) -> _ScoredForest:
     """The spanning forest of the rows ``r`` with its edges' degree-adjusted scores."""
-    Wt, W, est = _edge_weights(bk, r, cfg, cap, rng)
+    Wt, W, est = _edge_weights(bk, r, cfg, cap, rng)  # edge weights, cosines (Bucket.W), est. merged lengths
     B, m, _ = W.shape
     u, v, w, ok = spanning_forest(Wt, bk.slot[r] >= 0, maximum=(cfg.tree.kind != "min"))
     deg = tree_degrees(u, v, ok, m)  # (B', m)
-    E = u.shape[1]
+    E = u.shape[1]  # edges per tree (padded)
     tree_of = torch.arange(B, device=W.device)[:, None].expand(B, E)
     score = degree_adjusted(w.reshape(-1), (deg.gather(1, u) + deg.gather(1, v)).reshape(-1), ok.reshape(-1),
                             tree_of.reshape(-1), B, cfg.tree).view(B, E)

@@ -34,7 +34,9 @@ class Bucket:
 
     The candidate graph (:mod:`.graph_choice`) is the dense graph (``W``: the cosine matrix,
     kept current one row/column per merge) or the knn graph (``nbr`` / ``cs``: per slot its
-    ``knn`` best neighbours, then its next live slot in time; see :mod:`.knn_graph`).
+    ``knn`` best neighbours' slots and their cosines, then its next live slot in time; see
+    :mod:`.knn_graph`). ``lo`` / ``hi`` are positions in the tenant's time order (a node's
+    span), not offsets into a plan.
 
     Shape: trees (B,), slot (B, m) node row (-1 = empty), ts (B, m) float64, tok (B, m) int64
            or None, lo / hi (B, m) int64 first and last position of each slot's originals,
@@ -71,8 +73,9 @@ class Bucket:
 class TreeBatch:
     """Every tree of a run with at least two nodes, in buckets by size (largest first).
     ``bucket_of`` / ``row_of`` (T,) locate tree ``t`` (-1 for one-node trees); ``vectors``
-    holds every node's vector by node row; ``tree`` and ``cap`` are the settings the
-    knn graph is ranked by (kept for its updates)."""
+    holds every node's vector by node row; ``tree`` (a :class:`~memforest_gpu.config.TreeConfig`,
+    not a tree id) and ``cap`` are the settings the knn graph is ranked by (kept for its
+    updates)."""
 
     buckets: tuple[Bucket, ...]
     bucket_of: np.ndarray
@@ -101,7 +104,9 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
                 codes: torch.Tensor, tokens: torch.Tensor | None, *, dtype: torch.dtype | None = None,
                 config: TreeConfig | None = None, cap: int | None = None, budget: int = 1 << 24,
                 merges: int = 0) -> TreeBatch:
-    """Lay out every tree of ``tree`` (global tree id per node) as padded buckets.
+    """Lay out every tree of ``tree`` (global tree id per node: here ``tree`` is ids, as in a
+    :class:`~.partition.Partition`; a :class:`TreeBatch`'s ``tree`` is its config) as padded
+    buckets.
 
     ``dtype``: storage dtype of the vectors (default the embeddings'; float16 / bfloat16
     halve them, similarities are still accumulated in float64). ``config``: the tree stage's
