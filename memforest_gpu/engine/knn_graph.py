@@ -224,7 +224,7 @@ def merged_lists(bk, vectors: NodeVectors, pairs: RoundPairs, moves: SlotMoves, 
     Shape: pairs (P,) each field, moves over the pairs' touched rows, most: the most pairs of a
            tree in the round (default: counted in ``pairs.row_np``) -> (P, m) cosines or None
     """
-    r, keep, drop, E = pairs.row, pairs.keep, pairs.drop, pairs.vectors
+    r, keep, drop, merged_vecs = pairs.row, pairs.keep, pairs.drop, pairs.vectors
     k = tree.knn
     P = r.shape[0]
     cand = torch.cat([bk.nbr[r, keep], bk.nbr[r, drop]], 1).long()  # (P, 2k+2)
@@ -236,7 +236,7 @@ def merged_lists(bk, vectors: NodeVectors, pairs: RoundPairs, moves: SlotMoves, 
     me = _ends_at(bk, r[:, None], keep[:, None])  # (P, 1)
     sims = None
     if products:
-        sims = row_sims(vectors, bk.slot, pairs.row_np, E, pmax=most)  # (P, m)
+        sims = row_sims(vectors, bk.slot, pairs.row_np, merged_vecs, pmax=most)  # (P, m)
         cos = sims.gather(1, cand.clamp(min=0))
     else:
         cos = torch.zeros(cand.shape, dtype=bk.cs.dtype, device=cand.device)  # (P, c)
@@ -245,7 +245,7 @@ def merged_lists(bk, vectors: NodeVectors, pairs: RoundPairs, moves: SlotMoves, 
             sl = slice(p0, p0 + step)
             cd = cand[sl]
             Y = vectors.gather(torch.where(cd >= 0, bk.slot[r[sl, None], cd.clamp(min=0)], -1))  # (Pc, c, D)
-            cos[sl] = dot64_many(E[sl], Y, vectors.dtype)  # (Pc, c)
+            cos[sl] = dot64_many(merged_vecs[sl], Y, vectors.dtype)  # (Pc, c)
     w, _ = edge_weight(cos, me, _ends_at(bk, r[:, None], cand.clamp(min=0)), tree, cap)
     top, _, j = top_by_key(w.masked_fill(cand < 0, float("-inf")), cand, k)
     bk.nbr[r, keep, :k] = top.to(bk.nbr.dtype)

@@ -126,7 +126,7 @@ def row_sims(vectors: NodeVectors, slot: torch.Tensor, r: np.ndarray, E: torch.T
     cache-sized block on the CPU). ``r`` is a host array (the plan's host copy), so the
     grouping costs no device read.
 
-    Shape: slot (B, m) node rows, r (P,) host row of each pair, E (P, D) -> (P, m) in the
+    Shape: slot (B, m) node rows, r (P,) host row of each pair, E (P, D) new vectors -> (P, m) in
            vectors' dtype (float32 for half precision); pmax: the width of each tree's block of
            new vectors (at least the most pairs of a tree in ``r``; a caller splitting a round
            passes the round's, so the products have the same shapes whatever the split)
