@@ -138,7 +138,7 @@ class TreeConfig:
     # and long ones late; 0 = the paper
     size_weight: float = 0.0
     size_unit: int = 256  # tokens; its own field, so the node-token cap never changes the term
-    # the graph each tree's spanning tree is built on (engine/graph_choice.py): "knn" keeps per node
+    # the graph each tree's spanning tree is built on (engine/trees.py): "knn" keeps per node
     # its `knn` best neighbours by edge weight plus its next node in time (memory and work grow with
     # N; trees of at most knn + 1 nodes, or in a bucket of at most knn_above slots, keep the dense
     # graph) | "dense" keeps every pair, a padded (m, m) matrix per tree (the reference). The

@@ -8,7 +8,7 @@ import pytest
 from extras import need
 
 from memforest_gpu.cli import main
-from memforest_gpu.engine.merge_record import MergeRecord
+from memforest_gpu.engine.result import MergeRecord
 from memforest_gpu.review import Limits, groups_from_merges, groups_from_stores, load_columns, review_data
 from memforest_gpu.review.data import dropped_spans
 from memforest_gpu.review.page import embed_json

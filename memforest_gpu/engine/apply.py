@@ -17,10 +17,9 @@ import numpy as np
 import torch
 
 from ..kernels.blocks import row_blocks, stream_rows
-from .graph_choice import KNN
 from .knn_graph import RoundPairs, SlotMoves, merged_lists, stale_entries, tree_products_pay
 from .plan import Plan
-from .trees import Bucket, TreeBatch
+from .trees import KNN, Bucket, TreeBatch
 from .vectors import compute_dtype, row_sims
 
 __all__ = ["apply_round", "pair_means"]

@@ -26,14 +26,12 @@ from ..store.memory_store import MemoryStore
 from .assemble import assemble
 from .keys import output_keys
 from .merge_call import with_fallback
-from .merge_record import MergeRecord
 from .partition import Partition
 from .plan import plan_round
-from .progress import progress_bar
 from .quotas import Quotas
-from .result import CompressReport, CompressResult, DryRunResult
+from .result import CompressReport, CompressResult, DryRunResult, MergeRecord
 from .round import Owed, merge_round, older_first, round_merges
-from .setup import RunSetup, setup_run
+from .setup import RunSetup, progress_bar, setup_run
 from .tree_record import record_event_trees, with_centres
 
 __all__ = ["compress", "dry_run", "run_report", "Tally"]

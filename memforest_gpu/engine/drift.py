@@ -20,7 +20,7 @@ the asked ratio is still reached. Equal lengths pass at ``c >= 2 bound^2 - 1``; 
 to a much longer one needs ``c`` close to the bound itself. ``None`` (the default): no bound.
 
 The same way, ``TreeConfig.length_last`` (tokens) sends last the pairs whose estimated merged length
-(:func:`~.lengths.merged_length`) passes it: a node does not grow past what a context budget can
+(:func:`~.edges.merged_length`) passes it: a node does not grow past what a context budget can
 show while any other pair is left, and the ratio is still reached (unlike the ``strict`` cap policy,
 which takes such pairs out of the tree).
 """

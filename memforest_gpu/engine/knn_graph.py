@@ -1,4 +1,4 @@
-"""The knn candidate graph of big trees (:mod:`.graph_choice`: which buckets keep it).
+"""The knn candidate graph of big trees (:mod:`.trees`: which buckets keep it).
 
 Each slot keeps the ``k = knn`` neighbours with the best edge weights
 (:func:`~.edges.edge_weight`) and, in a last column, its next live slot in time, each with

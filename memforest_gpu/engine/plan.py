@@ -6,7 +6,7 @@ terms and the node-token cap) -> spanning forest -> degree-adjusted score
 ``w' = eta*w - (1-eta)*(deg_i+deg_j)`` -> :class:`~.candidates.Candidates`: the best edge of
 each tree (``sequential``) or every forest edge (``matching``, then ONE greedy matching over
 the candidates of every bucket). The knn planner (:mod:`.plan_knn`) and the dense planner
-(:mod:`.plan_dense`) make the candidates of their buckets (:mod:`.graph_choice` says which).
+(:mod:`.plan_dense`) make the candidates of their buckets (:mod:`.trees` says which).
 
 The chosen pairs are copied to the host once: :class:`Plan` holds both the device tensors
 (for ``apply_round``) and their host copy (for the merger's texts and the bookkeeping). Two
@@ -24,10 +24,9 @@ import torch
 from ..config import CompressConfig
 from ..kernels import greedy_matching
 from .candidates import Candidates
-from .graph_choice import knn_planned
 from .plan_dense import dense_candidates
 from .plan_knn import knn_candidates
-from .trees import TreeBatch
+from .trees import TreeBatch, knn_planned
 
 __all__ = ["Plan", "plan_round"]
 

@@ -1,5 +1,5 @@
 """The dense planner: candidate pairs of the trees of dense buckets, one padded (B', m, m)
-matrix per bucket (:mod:`.graph_choice`).
+matrix per bucket (:mod:`.trees`).
 
 Per bucket: edge weights (:func:`~.edges.edge_weight` on the cosine matrix) -> the spanning
 forest of every tree at once (:func:`~memforest_gpu.kernels.spanning_forest`) -> tree degrees

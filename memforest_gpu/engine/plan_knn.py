@@ -1,5 +1,5 @@
 """The knn planner: candidate pairs of the trees of knn buckets, on edge lists of many
-trees at once (:mod:`.graph_choice`).
+trees at once (:mod:`.trees`).
 
 The trees that plan this round contribute their edges a block of rows at a time (at most
 :data:`EDGE_BLOCK` edges, so the round's peak memory is one block's edge list): a knn bucket
@@ -27,8 +27,7 @@ from ..config import CompressConfig
 from ..kernels import best_edge_per_tree, edge_forest
 from .candidates import Candidates, degree_adjusted
 from .edges import Ends, edge_weight
-from .graph_choice import KNN
-from .trees import Bucket, TreeBatch
+from .trees import KNN, Bucket, TreeBatch
 
 __all__ = ["knn_candidates", "Vertices"]
 

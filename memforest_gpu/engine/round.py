@@ -15,10 +15,10 @@ import torch
 
 from .apply import apply_round, pair_means
 from .merge_call import merge_texts
-from .merge_record import MergeRecord
 from .node_table import NodeTable
 from .plan import Plan, plan_round
 from .quotas import Quotas, redistribute
+from .result import MergeRecord
 from .setup import RunSetup
 
 __all__ = ["Owed", "Round", "merge_round", "older_first", "round_merges"]

@@ -4,10 +4,12 @@ trees (or the ones a caller hands in). :func:`~.compression.compress` and
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from ..config import CompressConfig
 from ..device import resolve_device
@@ -17,11 +19,10 @@ from .constraints import check_rules, constrain
 from .merge_call import cap_and_counter, count_column
 from .node_table import NodeTable
 from .partition import Partition, partition_nodes
-from .progress import progress_bar
 from .quotas import Quotas, removal_quotas
 from .trees import TreeBatch, build_trees
 
-__all__ = ["RunSetup", "setup_run", "STAGES"]
+__all__ = ["RunSetup", "setup_run", "STAGES", "progress_bar"]
 
 #: the stages a run's timer books, in order (``report.seconds`` adds ``total``)
 STAGES = ("partition", "setup", "plan", "merge", "embed", "apply", "output")
@@ -122,3 +123,17 @@ def _check_partition(part: Partition, n: int, n_tenants: int) -> None:
                          f"got {int(part.tree.min())}..{int(part.tree.max())}")
     if T and (bool((tt[1:] < tt[:-1]).any()) or int(tt.min()) < 0 or int(tt.max()) >= n_tenants):
         raise ValueError(f"partition.tree_tenant must be sorted tenant codes in [0, {n_tenants})")
+
+
+# The progress bars of a run.
+@contextmanager
+def progress_bar(show: bool, total: int, desc: str, *, unit: str):
+    """A tqdm bar of ``total`` ``unit`` while the block runs, or ``None`` when not ``show``."""
+    if not show:
+        yield None
+        return
+    bar = tqdm(total=total, desc=desc, unit=unit, leave=False)
+    try:
+        yield bar
+    finally:
+        bar.close()

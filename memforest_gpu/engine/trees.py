@@ -3,7 +3,7 @@
 :func:`build_trees` lays out every tree of every tenant once. Trees of similar size share a
 :class:`Bucket` of B trees padded to m slots: node rows, timestamps, token counts, each
 slot's span of positions, and the candidate graph the spanning tree is built on (the dense
-or the knn graph, :mod:`.graph_choice`), kept current one row per merge. Vectors are read
+or the knn graph, :mod:`.trees`), kept current one row per merge. Vectors are read
 by node row from :class:`~.vectors.NodeVectors`. Slots are in time order inside a tree, so
 a slot index is a stable tie key. :func:`~memforest_gpu.engine.apply.apply_round` updates these
 tensors in
@@ -20,19 +20,18 @@ import torch
 from ..config import TreeConfig
 from ..kernels import size_buckets
 from .edges import Ends, ends_of
-from .graph_choice import DENSE, KNN, bucket_graph
 from .knn_graph import build_knn_graph
 from .partition import time_order
 from .vectors import NodeVectors, compute_dtype
 
-__all__ = ["Bucket", "TreeBatch", "build_trees"]
+__all__ = ["Bucket", "TreeBatch", "build_trees", "DENSE", "KNN", "bucket_graph", "knn_planned"]
 
 
 @dataclass(frozen=True)
 class Bucket:
     """B trees padded to m slots. Tensors are updated in place by ``apply_round``.
 
-    The candidate graph (:mod:`.graph_choice`) is the dense graph (``W``: the cosine matrix,
+    The candidate graph (:mod:`.trees`) is the dense graph (``W``: the cosine matrix,
     kept current one row/column per merge) or the knn graph (``nbr`` / ``cs``: per slot its
     ``knn`` best neighbours' slots and their cosines, then its next live slot in time; see
     :mod:`.knn_graph`). ``lo`` / ``hi`` are positions in the tenant's time order (a node's
@@ -154,3 +153,37 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
         bucket_of[ids] = b
         row_of[ids] = np.arange(len(ids))
     return TreeBatch(tuple(buckets), bucket_of, row_of, vectors, config, cap)
+
+
+# Which candidate graph a bucket of trees keeps, and which planner plans its trees.
+#
+# The spanning tree of a tree is built on one of two graphs (``TreeConfig.graph``):
+#
+# - ``"dense"``: every pair, the padded (m, m) cosine matrix of each tree (``Bucket.W``);
+# - ``"knn"``: per node its ``knn`` best neighbours by edge weight and its next node in time
+#   (``Bucket.nbr`` / ``Bucket.cs``, :mod:`.knn_graph`).
+#
+# Under ``graph="knn"`` a bucket of trees padded to ``m`` slots still keeps the dense graph
+# when its trees have at most ``knn + 1`` nodes (the knn graph would hold every pair) or
+# when ``m <= knn_above`` (a small tree's matrix costs about what its lists do, and its
+# rounds are several times cheaper). The ablation kinds ``"min"`` and ``"random"`` always
+# keep the dense graph.
+#
+# Two planners build the round's spanning forests: the dense planner (:mod:`.plan_dense`)
+# on each dense bucket's matrices, the knn planner (:mod:`.plan_knn`) on one edge list of
+# every knn bucket. With ``knn_above = 0`` the knn planner plans the dense buckets too
+# (their every pair as edges); both planners make the same plan on the same edges.
+DENSE, KNN = "dense", "knn"
+
+
+def bucket_graph(tree: TreeConfig | None, m: int) -> str:
+    """The graph a bucket of trees padded to ``m`` slots keeps: ``"knn"`` or ``"dense"``
+    (``tree=None``: dense)."""
+    if tree is not None and tree.graph == KNN and tree.kind == "max" and m - 1 > tree.knn and m > tree.knn_above:
+        return KNN
+    return DENSE
+
+
+def knn_planned(graph: str, tree: TreeConfig) -> bool:
+    """Whether the trees of a bucket keeping ``graph`` are planned by the knn planner."""
+    return graph == KNN or (tree.graph == KNN and tree.kind == "max" and tree.knn_above == 0)

@@ -31,7 +31,7 @@ import torch
 
 from ..config import CompressConfig
 from ..engine import CompressReport, CompressResult
-from ..engine.lengths import DATE_TAG_TOKENS, merged_length, utc_day
+from ..engine.edges import DATE_TAG_TOKENS, merged_length, utc_day
 from ..engine.merge_call import cap_and_counter, merge_texts, with_fallback
 from ..engine.node_table import NodeTable
 from ..engine.quotas import removal_target
