@@ -61,6 +61,15 @@ def stores(a) -> tuple:
     return read_store(src), read_store(dst)
 
 
+def random_queries(store, n: int) -> tuple[list[str], torch.Tensor]:
+    """``n`` random unit queries, each for a random tenant of ``store`` (seeded).
+    Shape: -> tenants (n,), queries (n, D)"""
+    names = store.tenant_names()
+    ten = [names[i] for i in np.random.default_rng(0).integers(0, len(names), n)]
+    q = torch.nn.functional.normalize(torch.randn(n, store.dim, generator=torch.Generator().manual_seed(0)), dim=1)
+    return ten, q
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--input")
@@ -77,10 +86,7 @@ def main(argv=None):
     inp, out = stores(a)
     text = dataclasses.replace(out)
     text.keys = None
-    names = inp.tenant_names()
-    ten = [names[i] for i in np.random.default_rng(0).integers(0, len(names), a.queries)]
-    q = torch.nn.functional.normalize(torch.randn(a.queries, inp.dim, generator=torch.Generator().manual_seed(0)),
-                                      dim=1)
+    ten, q = random_queries(inp, a.queries)
     rs = {"uncompressed": Retriever(inp), "compressed": Retriever(out), "compressed, text only": Retriever(text)}
     sizes = np.bincount(inp.tenant_codes_np)
     macs = float(sum(sizes[inp.tenant_names().index(t)] for t in ten)) * inp.dim  # the uncompressed search

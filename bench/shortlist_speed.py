@@ -7,7 +7,7 @@ run, interleaved, with the uncompressed store, the compressed store's exact rule
 alone (:class:`~memforest_gpu.retrieval.retriever.Retriever`); prints queries/s and the share of
 the exact rule's top 10 that the two-stage search finds (docs/merged-keys.md, "Search speed").
 
-    python bench/shortlist_speed.py --nodes 50000 --tenants 50 --shortlists 20,40
+    python bench/shortlist_speed.py --nodes 50000 --tenants 50 --shortlists 20,40   # or --input IN --output OUT
 """
 from __future__ import annotations
 
@@ -15,19 +15,15 @@ import argparse
 import dataclasses
 import os
 import sys
-import tempfile
-import time
 
 import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import print_hardware  # noqa: E402
+from search_speed import _timed, random_queries, stores  # noqa: E402
 
 from memforest_gpu import RetrievalConfig, Retriever  # noqa: E402
-from memforest_gpu.cli.commands import main as cli  # noqa: E402
-from memforest_gpu.store.io import read_store, write_store  # noqa: E402
-from memforest_gpu.store.synthetic import synthetic_store  # noqa: E402
 
 
 class TwoStage:
@@ -81,32 +77,23 @@ class TwoStage:
         return v, node.gather(1, o)
 
 
-def _timed(f) -> float:
-    t = time.perf_counter()
-    f()
-    return time.perf_counter() - t
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--input", help="an uncompressed store (with --output: its compression); default synthetic")
+    ap.add_argument("--output")
     ap.add_argument("--nodes", type=int, default=50_000)
     ap.add_argument("--tenants", type=int, default=50)
+    ap.add_argument("--ratio", type=float, default=0.5)
+    ap.add_argument("--preset", default="memforest")
     ap.add_argument("--queries", type=int, default=4096)
     ap.add_argument("--shortlists", default="20,40")
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args(argv)
     print_hardware()
-    tmp = tempfile.mkdtemp(prefix="shortlist_speed_")
-    src, dst = os.path.join(tmp, "in.parquet"), os.path.join(tmp, "out.parquet")
-    write_store(synthetic_store(a.nodes, tenants=a.tenants, seed=0), src)
-    assert cli(["compress", src, dst, "--ratio", "0.5", "--embedder", "none", "--quiet"]) == 0
-    inp, out = read_store(src), read_store(dst)
+    inp, out = stores(a)  # the stores and queries of bench/search_speed.py
     text = dataclasses.replace(out)
     text.keys = None
-    names = inp.tenant_names()
-    ten = [names[i] for i in np.random.default_rng(0).integers(0, len(names), a.queries)]
-    q = torch.nn.functional.normalize(torch.randn(a.queries, inp.dim, generator=torch.Generator().manual_seed(0)),
-                                      dim=1)
+    ten, q = random_queries(inp, a.queries)
     ru, rc, rt = Retriever(inp), Retriever(out), Retriever(text)
     two = TwoStage(rc)
     ms = [int(x) for x in a.shortlists.split(",")]
