@@ -150,3 +150,11 @@ def test_memforest_search_budget_prints_the_pieces(tmp_path, monkeypatch, capsys
     with pytest.raises(SystemExit):
         main(["search", str(path), query, "--budget", "12", "--fill", "parts"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_rule_order_interleaves_parts_and_keeps_agprs_node_order():
+    from memforest_gpu.retrieval.context import in_rule_order
+    nodes = [[(0.9, "a1"), (0.5, "a2")], [(0.8, "b1"), (0.7, "b2")], [(0.95, "c1")]]  # c: promoted by AGPR
+    assert list(in_rule_order(nodes[:2])) == ["a1", "b1", "b2", "a2"]
+    assert list(in_rule_order(nodes, across=False)) == ["a1", "a2", "b1", "b2", "c1"]
+    assert list(in_rule_order(nodes)) == ["a1", "c1", "b1", "b2", "a2"]  # across: sorted by score

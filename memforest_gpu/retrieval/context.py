@@ -130,7 +130,7 @@ def in_rule_order(nodes_parts: Iterable[list[tuple[float, object]]], *, across: 
     ``across=False`` keeps the nodes' order and orders only each node's own parts (AGPR)."""
     heap: list = []
     for r, parts in enumerate(nodes_parts):
-        top = max(s for s, _ in parts) if across else float("inf")
+        top = max(s for s, _ in parts) if across else float("-inf")  # AGPR: flush before each node
         while heap and -heap[0][0] >= top:
             yield heapq.heappop(heap)[3]
         for i, (s, item) in enumerate(parts):
