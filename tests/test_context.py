@@ -102,14 +102,14 @@ def test_the_evaluations_ranked_fill_is_the_products_context():
     originals = dict(zip(store.ids, store.texts))
     views = NodeViews.build(out, originals)
     assert out.keys is not None and (out.keys.counts > 1).any()
-    for kind, across in (("plain", True), ("agpr", False)):
+    for kind in ("plain", "agpr"):
         ranked = ranked_candidates(Retriever(out), q.emb, q.tenants, EvalConfig(search_repeats=1), kind)
         res = Retriever(out).search(q.emb, tenants=q.tenants, config=EvalConfig().ranking(kind))
         assert np.array_equal(res.index.numpy(), ranked)
         for budget in (5, 9, 40):
             ev = contexts(ranked, out, views, budget, fill="ranked", q_emb=q.emb, original_text=originals,
-                          split=key_split(emb.embed), across=across)
-            prod = context(out, res, q.emb, budget=budget, embedder=emb, agpr=not across)
+                          split=key_split(emb.embed))
+            prod = context(out, res, q.emb, budget=budget, embedder=emb)
             assert [[(j, v.rendered if c is None else v.rendered[:c]) for j, v, c in x] for x in ev] == \
                 [[(p.node, p.text) for p in x] for x in prod]
             got = score_contexts(ev, q.answers, q.evidence)["ansr"]
@@ -152,9 +152,15 @@ def test_memforest_search_budget_prints_the_pieces(tmp_path, monkeypatch, capsys
     assert "invalid choice" in capsys.readouterr().err
 
 
-def test_rule_order_interleaves_parts_and_keeps_agprs_node_order():
+def test_rule_order_interleaves_parts_lazily_and_sorts_in_a_node_agpr_moved_down():
     from memforest_gpu.retrieval.context import in_rule_order
-    nodes = [[(0.9, "a1"), (0.5, "a2")], [(0.8, "b1"), (0.7, "b2")], [(0.95, "c1")]]  # c: promoted by AGPR
-    assert list(in_rule_order(nodes[:2])) == ["a1", "b1", "b2", "a2"]
-    assert list(in_rule_order(nodes, across=False)) == ["a1", "a2", "b1", "b2", "c1"]
-    assert list(in_rule_order(nodes)) == ["a1", "c1", "b1", "b2", "a2"]  # across: sorted by score
+
+    def nodes():
+        yield [(0.9, "a1"), (0.5, "a2")]
+        yield [(0.8, "b1"), (0.7, "b2")]
+        read.append("c")
+        yield [(0.95, "c1")]  # ranked third (by AGPR) though it scores highest
+    read: list = []
+    it = in_rule_order(nodes())
+    assert next(it) == "a1" and read == []  # nothing after b is read to show a1
+    assert list(it) == ["c1", "b1", "b2", "a2"]

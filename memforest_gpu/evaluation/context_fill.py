@@ -156,7 +156,7 @@ def source_scores(store, j: int, q_vec: torch.Tensor | None, question_tokens: fr
 
 def contexts(ranked: np.ndarray, store, views: NodeViews, budget: int, *, fill: str = "plain",
              q_emb: torch.Tensor | None = None, questions: Sequence[str] = (), original_text=None,
-             original_ts=None, split=None, across: bool = True) -> list[list[tuple[int, View, int | None]]]:
+             original_ts=None, split=None) -> list[list[tuple[int, View, int | None]]]:
     """Each question's ``@B`` context: (node, the view of what is shown of it, the character where
     it was cut or None when shown whole), in the order shown. ``fill`` (:data:`FILLS`, module doc)
     other than ``"plain"`` needs ``q_emb`` (Q, D) (or ``questions``' texts, for a store without
@@ -165,8 +165,7 @@ def contexts(ranked: np.ndarray, store, views: NodeViews, budget: int, *, fill: 
     (:func:`~.key_parts.key_split`) instead of the originals' texts; the originals then only say
     which evidence a shown piece holds (as the protocol's strict EvR@B does). ``fill="ranked"`` with
     :func:`~.key_parts.key_split` is the product's context
-    (:func:`memforest_gpu.retrieval.context.ranked_pieces`), scored here. ``across=False``: the
-    ranked list is AGPR's, whose node order is kept (only a node's own parts are reordered)."""
+    (:func:`memforest_gpu.retrieval.context.ranked_pieces`), scored here."""
     if fill not in FILLS:
         raise ValueError(f"fill must be one of {list(FILLS)}, got {fill!r}")
     out = []
@@ -190,12 +189,12 @@ def contexts(ranked: np.ndarray, store, views: NodeViews, budget: int, *, fill: 
             return [(p[0], _view(join_parts([p], [p[0]] if p[0] else []), [p[0]] if p[0] else [], split,
                                  original_text, v.sources)) for p in parts]
         if fill == "ranked" and getattr(split, "embed", None) is not None:  # the product's context
-            pieces = ranked_pieces(store, nodes, q_emb[q], split.embed, across=across, memo=memo)
+            pieces = ranked_pieces(store, nodes, q_emb[q], split.embed, memo=memo)
             out.append(_cut(((p.node, _piece_view(p, views, original_text)) for p in pieces), budget))
         elif fill == "ranked":
             scored = ([(x, (j, v)) for x, (_, v) in zip(_rule_scores(store, j, q_emb[q], [lb for lb, _ in ps]), ps)]
                       for j, ps in ((j, parts_of(j)) for j in nodes))
-            out.append(_cut(in_rule_order(scored, across=across), budget))
+            out.append(_cut(in_rule_order(scored), budget))
         else:
             out.append(_cut(_pieces(nodes, parts_of, budget), budget))
     return out

@@ -157,7 +157,7 @@ def _score_store(store: MemoryStore, q: _Questions, cfg: EvalConfig, originals: 
             if embedder is None:
                 raise ValueError("fill='ranked' needs the embedder of the store's vectors (it cuts merged nodes)")
             ctx = contexts(ranked, store, views, cfg.budget, fill="ranked", q_emb=q.emb, original_text=originals,
-                           split=key_split(embedder.embed), across=kind == "plain")
+                           split=key_split(embedder.embed))
             out.update({(kind, "B", m): v for m, v in score_contexts(ctx, q.answers, q.evidence).items()})
         qa_ctx += [[views.rendered[j] for j in row[:cfg.k] if j >= 0] for row in ranked.tolist()]
     if qa is not None:

@@ -15,8 +15,10 @@ without keys, and every node of a store without keys is one piece, its whole tex
 ``"[date] text"`` (``fill="plain"``: every hit so, in rank order, as the evaluation's ``@B`` cut).
 
 Pieces are shown until ``budget`` whitespace tokens are used (the token count of the evaluation's
-``@B`` cut, docs/evaluation.md); only the last piece is cut, to its first tokens that fit. Under
-AGPR the hits keep AGPR's order and only a node's own parts are ordered by their rule score.
+``@B`` cut, docs/evaluation.md); only the last piece is cut, to its first tokens that fit. AGPR's
+hits are read in AGPR's order by the same rule (a part waits only for a later node that could beat
+it), which keeps more answers on the dev file than AGPR's order of whole nodes
+(docs/long-memories.md).
 
 >>> res = Retriever(store).search(q_emb, tenants="alice", config=RetrievalConfig(k=40))
 >>> ctx = context(store, res, q_emb, budget=256, embedder=embedder)   # per query: [Piece, ...]
@@ -123,14 +125,14 @@ def part_scores(store, j: int, q_vec: torch.Tensor) -> tuple[float, dict[int, fl
     return t, {lo + i: w * t + (1 - w) * c for i, c in enumerate(cos)}
 
 
-def in_rule_order(nodes_parts: Iterable[list[tuple[float, object]]], *, across: bool = True) -> Iterator:
+def in_rule_order(nodes_parts: Iterable[list[tuple[float, object]]]) -> Iterator:
     """The items of each ranked node's (score, item) parts, highest score first (ties: node rank,
-    then the part's place). A part never scores above its node, whose score falls with the rank,
-    so a part is yielded as soon as no later node can beat it (nodes are read lazily).
-    ``across=False`` keeps the nodes' order and orders only each node's own parts (AGPR)."""
+    then the part's place). A part never scores above its node, whose score falls with the rank
+    under top-k, so a part is yielded as soon as no later node can beat it (nodes are read lazily;
+    a later node that scores higher, as AGPR may rank one, is sorted in among the waiting parts)."""
     heap: list = []
     for r, parts in enumerate(nodes_parts):
-        top = max(s for s, _ in parts) if across else float("-inf")  # AGPR: flush before each node
+        top = max(s for s, _ in parts)
         while heap and -heap[0][0] >= top:
             yield heapq.heappop(heap)[3]
         for i, (s, item) in enumerate(parts):
@@ -140,7 +142,7 @@ def in_rule_order(nodes_parts: Iterable[list[tuple[float, object]]], *, across: 
 
 
 def ranked_pieces(store, nodes: Sequence[int], q_vec: torch.Tensor, embed: Callable | None, *,
-                  across: bool = True, memo: dict | None = None) -> Iterator[Piece]:
+                  memo: dict | None = None) -> Iterator[Piece]:
     """The whole pieces of the ranked ``nodes`` (store rows) in the order shown (module doc).
     ``memo``: node -> its parts, kept between queries (the parts do not depend on the query)."""
     memo = {} if memo is None else memo
@@ -162,7 +164,7 @@ def ranked_pieces(store, nodes: Sequence[int], q_vec: torch.Tensor, embed: Calla
                                  " ".join([tag, *sents]), s)))
         return sorted(out, key=lambda p: -p[0])  # stable: text order on ties
 
-    yield from in_rule_order((scored(j) for j in nodes), across=across)
+    yield from in_rule_order(scored(j) for j in nodes)
 
 
 def fit(items: Iterable, budget: int, n_tokens: Callable) -> list[tuple[object, int | None]]:
@@ -188,16 +190,14 @@ def _cut_text(text: str, n: int) -> str:
     return text if n >= len(ends) else text[:ends[n - 1]]
 
 
-def context(store, result, queries: torch.Tensor, *, budget: int, fill: str | None = None, embedder=None,
-            agpr: bool | None = None) -> list[list[Piece]]:
+def context(store, result, queries: torch.Tensor, *, budget: int, fill: str | None = None,
+            embedder=None) -> list[list[Piece]]:
     """Per query, the pieces shown in ``budget`` whitespace tokens (module doc), from a
     :class:`~.retriever.SearchResult` of ``store`` and the (Q, D) query vectors that made it.
     ``fill``: ``"ranked"`` | ``"plain"`` (None: :func:`default_fill`); ``embedder`` (the model of
-    the store's vectors) is needed for ``"ranked"`` on a store with keys. ``agpr``: whether the
-    result is AGPR's (default: what the result says)."""
+    the store's vectors) is needed for ``"ranked"`` on a store with keys."""
     fill = default_fill(store) if fill is None else fill
     check_fill(fill, budget, store, embedder)
-    agpr = bool(getattr(result, "agpr", False)) if agpr is None else agpr
     idx = result.index.cpu().tolist()
     sc = result.score.cpu().tolist()
     q_all = torch.as_tensor(queries).float().cpu()
@@ -214,7 +214,7 @@ def context(store, result, queries: torch.Tensor, *, budget: int, fill: str | No
                                              f"[{format_date(float(store.timestamps[j]))}] {store.texts[j]}", s)
                                        for j, s in zip(row, sc[q]) if j >= 0)
         else:
-            pieces = ranked_pieces(store, nodes, q_all[q], embed, across=not agpr, memo=memo)
+            pieces = ranked_pieces(store, nodes, q_all[q], embed, memo=memo)
         out.append([p if n is None else Piece(p.node, p.id, p.sources, _cut_text(p.text, n), p.score, True)
                     for p, n in fit(pieces, budget, lambda p: len(_WS.findall(p.text)))])
     return out

@@ -21,12 +21,11 @@ __all__ = ["Retriever", "SearchResult", "search"]
 class SearchResult:
     """index (Q, k) store row per hit (-1 = none), score (Q, k) final score, similarity (Q, k)
     the node's similarity: its cosine, or for a node with keys the store's blend of its text's and
-    best key's cosines (:mod:`memforest_gpu.store.keys`); ``agpr``: the hits are in AGPR's order."""
+    best key's cosines (:mod:`memforest_gpu.store.keys`)."""
 
     index: torch.Tensor
     score: torch.Tensor
     similarity: torch.Tensor
-    agpr: bool = False
 
     def context(self, store: MemoryStore, queries: torch.Tensor, *, budget: int, fill: str | None = None,
                 embedder=None) -> list[list[dict]]:
@@ -261,7 +260,7 @@ class Retriever:
         index[:, :kk] = torch.where(pos >= 0, self._rows[pos.clamp(min=0)], torch.full_like(pos, -1))
         score[:, :kk] = v.float()
         simil[:, :kk] = s_sel.float()
-        return SearchResult(index, score, simil, agpr=bool(cfg.agpr))
+        return SearchResult(index, score, simil)
 
 
 CONTEXT_DEPTH = 40  # hits read to fill a budget when k is not given: the evaluation's @B depth (L x k)
