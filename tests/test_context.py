@@ -164,3 +164,24 @@ def test_rule_order_interleaves_parts_lazily_and_sorts_in_a_node_agpr_moved_down
     it = in_rule_order(nodes())
     assert next(it) == "a1" and read == []  # nothing after b is read to show a1
     assert list(it) == ["c1", "b1", "b2", "a2"]
+
+
+def test_a_store_without_keys_keeps_the_hits_order_under_either_fill():
+    """AGPR may rank a node above one that scores higher: without keys, no fill re-sorts them."""
+    from memforest_gpu.retrieval.retriever import SearchResult
+    store, out, q = _store_and_questions(ratio=0.75)
+    emb = BagOfWordsEmbedder()
+    originals = dict(zip(store.ids, store.texts))
+    for s in (store, out):
+        bare = s.take(np.arange(len(s)))
+        bare.keys = None
+        top = Retriever(bare).search(q.emb, tenants=q.tenants, config=RetrievalConfig(k=6))
+        res = SearchResult(top.index.flip(1), top.score.flip(1), top.similarity.flip(1))  # worst first
+        a = context(bare, res, q.emb, budget=30, fill="ranked", embedder=emb)
+        b = context(bare, res, q.emb, budget=30, fill="plain")
+        assert [[(p.node, p.text) for p in x] for x in a] == [[(p.node, p.text) for p in x] for x in b]
+        assert [[p.node for p in x] for x in b] == [[j for j in row if j >= 0][:len(x)] for x, row in
+                                                    zip(b, res.index.tolist())]
+        ev = contexts(res.index.numpy(), bare, NodeViews.build(bare, originals), 30, fill="ranked", q_emb=q.emb,
+                      original_text=originals, split=key_split(emb.embed))
+        assert [[j for j, _, _ in x] for x in ev] == [[p.node for p in x] for x in b]

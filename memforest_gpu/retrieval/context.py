@@ -143,8 +143,9 @@ def in_rule_order(nodes_parts: Iterable[list[tuple[float, object]]]) -> Iterator
 
 def ranked_pieces(store, nodes: Sequence[int], q_vec: torch.Tensor, embed: Callable | None, *,
                   memo: dict | None = None) -> Iterator[Piece]:
-    """The whole pieces of the ranked ``nodes`` (store rows) in the order shown (module doc).
-    ``memo``: node -> its parts, kept between queries (the parts do not depend on the query)."""
+    """The whole pieces of the ranked ``nodes`` (store rows) in the order shown (module doc; a store
+    without keys: its hits whole, in their order). ``memo``: node -> its parts, kept between queries
+    (the parts do not depend on the query)."""
     memo = {} if memo is None else memo
     ts = store.timestamps
 
@@ -164,6 +165,9 @@ def ranked_pieces(store, nodes: Sequence[int], q_vec: torch.Tensor, embed: Calla
                                  " ".join([tag, *sents]), s)))
         return sorted(out, key=lambda p: -p[0])  # stable: text order on ties
 
+    if not has_keys(store):  # whole nodes in the hits' order (AGPR's too), as fill="plain"
+        yield from (scored(j)[0][1] for j in nodes)
+        return
     yield from in_rule_order(scored(j) for j in nodes)
 
 
