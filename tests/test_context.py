@@ -60,6 +60,7 @@ def test_the_piece_that_matched_comes_first_though_the_node_begins_with_other_so
     for ctx in (ranked, plain):
         assert sum(len(p.text.split()) for p in ctx) == 12  # the budget, the last piece cut to fit
         assert all(not p.cut for p in ctx[:-1])
+    assert context(out, res, q, budget=np.int64(12), embedder=emb)[0] == ranked  # numpy's integers too
     big = context(out, res, q, budget=10_000, embedder=emb)[0]  # every sentence once, nothing cut
     shown = " ".join(p.text for p in big)
     assert all(shown.count(t) == 1 for t, _ in ORIGINALS.values()) and not any(p.cut for p in big)

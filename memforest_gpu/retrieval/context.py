@@ -26,6 +26,7 @@ it), which keeps more answers on the dev file than AGPR's order of whole nodes
 from __future__ import annotations
 
 import heapq
+import numbers
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -46,8 +47,9 @@ _WS = re.compile(r"\S+")
 class Piece:
     """What the context shows of one node: ``node`` (store row), ``id`` (the node's id),
     ``sources`` (the original ids the piece stands for: its key's, or the node's when whole),
-    ``text`` (as shown, with its date tag; cut when ``cut``), ``score`` (the store's rule with the
-    piece's key; a whole node's: its hit's score)."""
+    ``text`` (as shown, with its date tag; cut when ``cut``), ``score`` (under ``"ranked"``: the
+    store's rule with the piece's key, a whole node's similarity; under ``"plain"``: the hit's
+    score, AGPR's under AGPR)."""
 
     node: int
     id: str
@@ -76,7 +78,7 @@ def check_fill(fill: str, budget, store, embedder) -> None:
     with keys without the embedder that gives its sentences to keys."""
     if fill not in FILLS:
         raise ValueError(f"fill must be one of {list(FILLS)}, got {fill!r}")
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1:
         raise ValueError(f"budget must be an integer >= 1 (whitespace tokens), got {budget!r}")
     if fill == "ranked" and embedder is None and has_keys(store):
         raise ValueError("fill='ranked' on a store with keys needs the embedder of the store's vectors (it gives "
