@@ -31,7 +31,15 @@ from ..store.io import detect_format
 from ..store.memory_store import MemoryStore
 from . import review as review_cli
 from .compact import add_budget_arguments, budget_from_args
-from .flags import CLI_NAMES, add_config_arguments, check_embedder_flag, config_from_args, parse_options, refuse_ignored
+from .flags import (
+    CLI_NAMES,
+    add_config_arguments,
+    check_embedder_flag,
+    config_from_args,
+    interrupted_message,
+    parse_options,
+    refuse_ignored,
+)
 from .parser import Parser
 from .report import format_report
 
@@ -372,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memforest {args.cmd} {args.sub}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        print(f"memforest {args.cmd} {args.sub}: {str(e) or 'interrupted'}", file=sys.stderr)
+        print(f"memforest {args.cmd} {args.sub}: {interrupted_message(e)}", file=sys.stderr)
         return 130
 
 

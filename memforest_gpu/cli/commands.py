@@ -22,7 +22,15 @@ from . import compact as compact_cli
 from . import eval as eval_cli
 from . import review as review_cli
 from .demo import run_demo
-from .flags import CLI_NAMES, add_config_arguments, check_embedder_flag, config_from_args, error_message, option_error
+from .flags import (
+    CLI_NAMES,
+    add_config_arguments,
+    check_embedder_flag,
+    config_from_args,
+    error_message,
+    interrupted_message,
+    option_error,
+)
 from .parser import HelpFormatter, Parser  # noqa: F401 (HelpFormatter: re-exported)
 from .report import format_report
 
@@ -321,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `memforest ... | head`
         return 0
     except KeyboardInterrupt as e:  # Ctrl-C: one line (what is kept, how to resume), no traceback
-        print(f"memforest {name}: {str(e) or 'interrupted'}", file=sys.stderr)
+        print(f"memforest {name}: {interrupted_message(e)}", file=sys.stderr)
         return 130
     except (ValueError, OSError, ImportError, RuntimeError) as e:
         print(f"memforest {name}: error: {error_message(e)}", file=sys.stderr)

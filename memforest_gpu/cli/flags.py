@@ -10,16 +10,17 @@ import json
 import os
 
 from ..config import DEFAULT_PRESET, PRESETS, ConfigError, preset
+from ..distributed.ranks import RankFailedError
 from ..runs.driver import MergerFailedError
 from ..runs.errors import OptionError
-from ..runs.journal import JournalExistsError
-from ..runs.loading import NoEmbeddingsError
+from ..runs.journal import JournalExistsError, JournalWriteError
+from ..runs.loading import NoEmbeddingsError, RunInterrupted
 from ..runs.preflight import Names
 from ..store.codes import VECTOR_CODES
 
 __all__ = ["add_config_arguments", "config_from_args", "as_flag_error", "check_embedder_flag", "parse_options",
-           "FIELDS", "CLI_NAMES", "error_message", "option_error", "check_number_lists", "refuse_ignored",
-           "add_keys_arguments", "keys_count", "check_text_weight"]
+           "FIELDS", "CLI_NAMES", "error_message", "interrupted_message", "option_error", "check_number_lists",
+           "refuse_ignored", "add_keys_arguments", "keys_count", "check_text_weight"]
 
 
 #: what the checks before a run (runs/preflight.py) call its options on the command line
@@ -212,19 +213,30 @@ def error_message(e: Exception) -> str:
     """The message of an error raised past the command line (by the run, on the data) in its
     words: a config field's :class:`~memforest_gpu.config.ConfigError` names its flag
     (``merge_within must ...`` -> ``--merge-within must ...``); a journal left by an
-    interrupted run, or a merger that failed on every request, names ``--resume``; a run's
+    interrupted run, a merger that failed on every request or a journal that cannot be
+    written names ``--resume`` (another rank's error too); a run's
     :class:`~memforest_gpu.runs.errors.OptionError` names its options as flags; a store
     without vectors read with ``--embedder none`` says which values of the flag embed it."""
     if isinstance(e, ConfigError) and e.field in FIELDS:
         return e.named("--" + e.field.replace("_", "-"))
-    if isinstance(e, (JournalExistsError, MergerFailedError)):
+    if isinstance(e, (JournalExistsError, MergerFailedError, JournalWriteError)):
         return e.message("--resume")
+    if isinstance(e, RankFailedError):
+        return f"rank {e.rank} failed: {error_message(e.error)}"
     if isinstance(e, OptionError):
         return e.for_command()
     if isinstance(e, NoEmbeddingsError):
         return (f"{e.path}: the store has no embeddings, so --embedder none cannot be used; pass --embedder auto "
                 "(all-MiniLM-L6-v2), default or PATH to embed it")
     return str(e)
+
+
+def interrupted_message(e: KeyboardInterrupt) -> str:
+    """What a command prints for Ctrl-C: what the run kept and, when it can be resumed, the
+    flag that resumes it."""
+    if isinstance(e, RunInterrupted):
+        return e.message("rerun the same command with --resume")
+    return str(e) or "interrupted"
 
 
 def _flag(dest: str) -> str:

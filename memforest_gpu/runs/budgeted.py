@@ -116,8 +116,7 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
     except KeyboardInterrupt:
         finished = sum(os.path.exists(p + ".json") and os.path.exists(p) for p in parts.out_paths)
         raise RunInterrupted(f"interrupted; {finished} of {len(groups)} tenant groups are done in {parts.work!r} and "
-                             f"{run.journaled()} merges are journaled in {run.path!r}: rerun the same command with "
-                             "--resume to continue from them") from None
+                             f"{run.journaled()} merges are journaled in {run.path!r}", resumable=True) from None
     finally:
         run.close()
 

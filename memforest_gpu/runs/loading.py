@@ -16,8 +16,16 @@ log = logging.getLogger("memforest_gpu")
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a file run (compress, compact); the message says what was journaled and
-    how to resume."""
+    """Ctrl-C during a file run (compress, compact): ``what`` was kept; ``resumable``: the
+    message says how to continue (``resume=True``; a command names its flag, :meth:`message`)."""
+
+    def __init__(self, what: str, *, resumable: bool = False):
+        self.what, self.resumable = what, resumable
+        super().__init__(self.message("call again with resume=True"))
+
+    def message(self, resume: str) -> str:
+        """The message, saying ``resume`` (how to resume) when the run can be resumed."""
+        return f"{self.what}: {resume} to continue from them" if self.resumable else self.what
 
 
 class NoEmbeddingsError(ValueError):
