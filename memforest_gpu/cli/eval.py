@@ -39,10 +39,11 @@ from ..evaluation.report import load_result, write_outputs
 from ..evaluation.stream_report import run_cli
 from ..mergers import get_merger
 from ..mergers.embedders import SentenceTransformerEmbedder
+from ..runs.errors import OPTION_WORDS
 from ..store.atomic import atomic_write_text
 from . import eval_protocol as protocol
 from .eval_checks import RATIOS, add_stream_arguments, check_eval_args
-from .flags import FIELDS, add_keys_arguments, as_flag_error, check_text_weight, option_error
+from .flags import FIELDS, add_keys_arguments, as_flag_error, check_text_weight, error_message, option_error
 from .parser import Parser
 
 __all__ = ["add_parser", "run", "main"]
@@ -225,9 +226,9 @@ def _reference(a, methods: list[str], cfg) -> str | None:
 
 def run(a) -> int:
     """Run ``memforest eval`` from parsed arguments; returns the exit status. An error that
-    names a field by its option's name (``k must be ...``) names the flag (``-k must be ...``):
-    a :class:`~memforest_gpu.config.ConfigError` by its field; the evaluation's own checks
-    (plain ValueErrors, ``max_questions must ...``) by :func:`~.flags.option_error`."""
+    names one of its options (a :class:`~memforest_gpu.config.ConfigError` of the config or of
+    the evaluation's own checks: ``k must be ...``) names the flag (``-k must be ...``,
+    :func:`~.flags.option_error`)."""
     try:
         return _run(a)
     except ValueError as e:
@@ -383,9 +384,10 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
     try:
-        return run(a)
+        with OPTION_WORDS.as_command():  # warnings name the options as flags
+            return run(a)
     except (ValueError, OSError, ImportError) as e:
-        print(f"memforest eval: error: {e}", file=sys.stderr)
+        print(f"memforest eval: error: {error_message(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("memforest eval: interrupted; the vectors of finished cells are in the embedding cache, a rerun "

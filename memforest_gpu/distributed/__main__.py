@@ -22,7 +22,8 @@ from ..cli.flags import (
     parse_options,
 )
 from ..cli.report import format_report
-from ..mergers import get_merger
+from ..mergers import MissingOptionError, get_merger
+from ..runs.errors import OPTION_WORDS
 from ..runs.preflight import preflight
 from ..store.atomic import atomic_write_text
 from .files import compress_file_distributed
@@ -73,6 +74,11 @@ def _pin_gpu() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with OPTION_WORDS.as_command():  # warnings name the options as flags
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if not args.no_pin_gpu and args.device != "cpu":
         _pin_gpu()
@@ -94,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config_from_args(args)
         options = parse_options(args.merger_option)
-        merger = get_merger(args.merger, **options)  # bad names and options fail here, on every rank, before any work
+        try:
+            merger = get_merger(args.merger, **options)  # bad names and options fail here, on every rank
+        except MissingOptionError as e:  # this command takes a merger's options as --merger-option pairs
+            raise ValueError(e.message(f"--merger-option {e.missing[0]}=...")) from None
 
         # the output never overwrites the input, and a bad target fails before any work
         preflight(args.input, args.output, format=args.format, out_format=args.out_format, report=args.report,

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..mergers.embedders import SentenceTransformerEmbedder, get_embedder
 from ..store.io import read_store
 from ..store.memory_store import MemoryStore
+from .errors import OPTION_WORDS  # noqa: F401 (the logger's filter writes {embedder=PATH} in the caller's words)
 
 __all__ = ["load_store", "load_store_and_embedder", "resolve_embedder", "RunInterrupted", "NoEmbeddingsError"]
 
@@ -63,7 +64,7 @@ def resolve_embedder(spec: str, store_embedder: str | None, *, device=None):
 
 def _warn_mean(store_embedder: str | None) -> None:
     log.warning("the model behind this store's vectors is %s; merged nodes get the normalised mean of "
-                "their inputs' vectors (pass --embedder PATH, the model that made them, to re-embed merged "
+                "their inputs' vectors (pass {embedder=PATH}, the model that made them, to re-embed merged "
                 "text instead)", repr(store_embedder) if store_embedder else "not recorded")
 
 
