@@ -1,22 +1,21 @@
 """No message is read for a name: the mergers' and the evaluation's errors carry their option's
 name (``ConfigError.field``, ``OptionError``'s placeholders), the Python API's messages and
 warnings name parameters (``resume=True``, ``memory_budget``), and only the command line
-writes flags."""
+writes flags. (Each test imports what it reads, so that on a tree without these types each
+fails on its own assertion.)"""
 import logging
 
 import numpy as np
 import pytest
 
 from memforest_gpu.cli.commands import main
-from memforest_gpu.cli.flags import error_message, interrupted_message, option_error
+from memforest_gpu.cli.flags import error_message, option_error
 from memforest_gpu.config import ConfigError
 from memforest_gpu.evaluation.benchmark import load_benchmark
-from memforest_gpu.mergers import MissingOptionError, get_merger
+from memforest_gpu.mergers import get_merger
 from memforest_gpu.runs.budget_groups import TenantScan, node_bytes
 from memforest_gpu.runs.budgeted import _pack
-from memforest_gpu.runs.errors import OPTION_WORDS, OptionError
-from memforest_gpu.runs.journal import JournalWriteError
-from memforest_gpu.runs.loading import RunInterrupted
+from memforest_gpu.runs.errors import OptionError
 
 
 def test_merger_and_evaluation_errors_carry_their_option():
@@ -31,6 +30,8 @@ def test_merger_and_evaluation_errors_carry_their_option():
     assert option_error(ValueError("max_tokens must be x"), ["max_tokens"]) == "max_tokens must be x"
     assert option_error(ValueError("contexts must have one entry per question"), ["contexts"]) == \
         "contexts must have one entry per question"
+
+    from memforest_gpu.mergers import MissingOptionError
 
     with pytest.raises(MissingOptionError) as e:
         get_merger("openai")
@@ -51,6 +52,10 @@ def test_evaluation_option_errors_name_parameters_in_python_and_flags_on_the_com
 
 
 def test_run_errors_name_resume_true_and_the_command_its_flag():
+    from memforest_gpu.cli.flags import interrupted_message
+    from memforest_gpu.runs.journal import JournalWriteError
+    from memforest_gpu.runs.loading import RunInterrupted
+
     stop = RunInterrupted("interrupted; 3 merges are journaled in 'o.journal.jsonl'", resumable=True)
     assert "resume=True" in str(stop) and "--" not in str(stop)
     assert interrupted_message(stop) == ("interrupted; 3 merges are journaled in 'o.journal.jsonl': rerun the same "
@@ -62,6 +67,8 @@ def test_run_errors_name_resume_true_and_the_command_its_flag():
 
 
 def test_a_warning_names_the_parameter_in_python_and_the_flag_in_a_command(caplog):
+    from memforest_gpu.runs.errors import OPTION_WORDS
+
     scan = TenantScan(["big", "small"], np.array([400, 10]), np.zeros(410, dtype=np.int64), 8)
     budget = 2 * 100 * node_bytes(8)  # a group capacity of 100 nodes: "big" is over it
     with caplog.at_level(logging.WARNING, logger="memforest_gpu"):
