@@ -227,10 +227,8 @@ def _reference(a, methods: list[str], cfg) -> str | None:
 
 
 def run(a) -> int:
-    """Run ``memforest eval`` from parsed arguments; returns the exit status. An error that
-    names one of its options (a :class:`~memforest_gpu.config.ConfigError` of the config or of
-    the evaluation's own checks: ``k must be ...``) names the flag (``-k must be ...``,
-    :func:`~.flags.option_error`)."""
+    """Run ``memforest eval`` from parsed arguments; returns the exit status. An error that names
+    an option (a ``ConfigError``'s field: ``k must be ...``) names its flag (``-k must be ...``)."""
     try:
         return _run(a)
     except ValueError as e:
