@@ -127,7 +127,7 @@ class TreeConfig:
     # gap = positions between two nodes' spans (1 for neighbouring turns); 0 = the paper (cosine only)
     time_weight: float = 0.0
     time_window: int = 1  # in positions, as the partition's window
-    # g, what a neighbour's bonus needs (engine/time_term.py): "gated" g = [cos >= time_min_cos] (the bonus
+    # g, what a neighbour's bonus needs (engine/edges.py time_weighted): "gated" g = [cos >= time_min_cos] (the bonus
     # only for neighbours that are related) | "scaled" g = max(cos, 0) (time multiplies meaning) | "flat" g = 1
     # (a 0/1 bonus whatever the neighbours say)
     time_rule: str = "gated"

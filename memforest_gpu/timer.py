@@ -43,6 +43,10 @@ class StageTimer:
         self.add(name, now - self._last)
         self._last = now
 
+    def elapsed(self) -> float:
+        """The wall seconds since the timer started (a progress line's clock; finishes nothing)."""
+        return time.perf_counter() - self._start
+
     def finish(self) -> dict[str, float]:
         """The seconds per stage with ``total``: the wall time since the timer started."""
         self.seconds["total"] = time.perf_counter() - self._start

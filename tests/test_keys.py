@@ -1,4 +1,4 @@
-"""Keys of merged nodes (store/keys.py, store/merged_keys.py, engine/keys.py): what they hold,
+"""Keys of merged nodes (store/keys.py, store/merged_keys.py, engine/assemble.py output_keys): what they hold,
 how they are made by every run, and how they travel in files."""
 from __future__ import annotations
 

@@ -168,7 +168,10 @@ def test_parse_size(text, value):
 def test_parse_size_errors_name_value_and_rule(text, rule):
     with pytest.raises(ValueError) as e:
         parse_size(text)
-    assert rule in str(e.value) and repr(text) in str(e.value) and "--memory-budget" in str(e.value)
+    assert rule in str(e.value) and repr(text) in str(e.value) and str(e.value).startswith("memory_budget must")
+    with pytest.raises(ValueError) as e:  # the command names its flag
+        parse_size(text, flag="--memory-budget")
+    assert rule in str(e.value) and str(e.value).startswith("--memory-budget must")
 
 
 def test_cli_refuses_a_bad_budget_before_any_work(stores, tmp_path, capsys):

@@ -209,7 +209,7 @@ def test_time_and_size_terms(seed, schedule):
     rng = np.random.default_rng(3000 + seed)
     sizes = rng.integers(10, 61, size=2).tolist()
     store = random_store(seed, sizes, 16, long_share=0.2)
-    for rule in ("gated", "scaled", "flat") if tw > 0 else ("gated",):  # every time rule (engine/time_term.py)
+    for rule in ("gated", "scaled", "flat") if tw > 0 else ("gated",):  # every time rule (edges.time_weighted)
         ref = compare(store, config(ratio=0.5, schedule=schedule, alpha=0.1, cap=cap, time_weight=tw, time_rule=rule,
                                     time_min_cos=0.6, size_weight=sw, degree_norm=("none", "max")[seed % 2]),
                       ExtractiveMerger)

@@ -1,4 +1,4 @@
-"""The local-time term on tree edges (engine/time_term.py, issue 22): the bonus for neighbours
+"""The local-time term on tree edges (engine/edges.py time_weighted, issue 22): the bonus for neighbours
 in time needs meaning too, so a store whose topics are interleaved at random in time still
 merges memories of one topic."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 from memforest_gpu.config import TreeConfig, preset
 from memforest_gpu.engine import compress
-from memforest_gpu.engine.time_term import time_weighted
+from memforest_gpu.engine.edges import time_weighted
 from memforest_gpu.store.memory_store import MemoryStore
 
 

@@ -23,6 +23,7 @@ from ..adapters.mem0.restore import open_for_restore
 from ..api import resolve_embedder
 from ..mergers import get_merger
 from ..mergers.embedders import get_embedder
+from ..runs.errors import OPTION_WORDS
 from ..runs.outputs import check_output
 from ..runs.paths import check_paths, reads, writes
 from ..runs.preflight import preflight
@@ -31,7 +32,16 @@ from ..store.io import detect_format
 from ..store.memory_store import MemoryStore
 from . import review as review_cli
 from .compact import add_budget_arguments, budget_from_args
-from .flags import CLI_NAMES, add_config_arguments, check_embedder_flag, config_from_args, parse_options, refuse_ignored
+from .flags import (
+    CLI_NAMES,
+    add_config_arguments,
+    check_embedder_flag,
+    config_from_args,
+    error_message,
+    interrupted_message,
+    parse_options,
+    refuse_ignored,
+)
 from .parser import Parser
 from .report import format_report
 
@@ -361,6 +371,11 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with OPTION_WORDS.as_command():  # warnings name the options as flags
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     ap = Parser(prog="memforest")
     ap.add_argument("-v", "--verbose", action="store_true")
     add_parser(ap.add_subparsers(dest="cmd", required=True))
@@ -369,10 +384,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args)
     except (ValueError, FileNotFoundError, ImportError, RuntimeError) as e:
-        print(f"memforest {args.cmd} {args.sub}: error: {e}", file=sys.stderr)
+        print(f"memforest {args.cmd} {args.sub}: error: {error_message(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        print(f"memforest {args.cmd} {args.sub}: {str(e) or 'interrupted'}", file=sys.stderr)
+        print(f"memforest {args.cmd} {args.sub}: {interrupted_message(e)}", file=sys.stderr)
         return 130
 
 

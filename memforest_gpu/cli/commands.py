@@ -13,6 +13,7 @@ from ..api import compress_file, dry_run_file, read_store, search_file
 from ..mergers import get_merger
 from ..report import MergerStats
 from ..runs.budget_groups import parse_size
+from ..runs.errors import OPTION_WORDS
 from ..runs.preflight import preflight
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
@@ -22,7 +23,15 @@ from . import compact as compact_cli
 from . import eval as eval_cli
 from . import review as review_cli
 from .demo import run_demo
-from .flags import CLI_NAMES, add_config_arguments, check_embedder_flag, config_from_args, error_message, option_error
+from .flags import (
+    CLI_NAMES,
+    add_config_arguments,
+    check_embedder_flag,
+    config_from_args,
+    error_message,
+    interrupted_message,
+    option_error,
+)
 from .parser import HelpFormatter, Parser  # noqa: F401 (HelpFormatter: re-exported)
 from .report import format_report
 
@@ -146,7 +155,7 @@ def _compress(a) -> int:
     cfg = config_from_args(a)
     budget = None
     if a.memory_budget is not None:
-        budget = parse_size(a.memory_budget)
+        budget = parse_size(a.memory_budget, flag="--memory-budget")
         if a.dry_run:
             raise ValueError("--memory-budget cannot be combined with --dry-run (a dry run plans the first round "
                              "of the whole store): drop one of them")
@@ -329,6 +338,11 @@ def _demo(a) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with OPTION_WORDS.as_command():  # warnings name the options as flags
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
     name = " ".join(x for x in (args.cmd, getattr(args, "sub", None)) if x)
@@ -340,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `memforest ... | head`
         return 0
     except KeyboardInterrupt as e:  # Ctrl-C: one line (what is kept, how to resume), no traceback
-        print(f"memforest {name}: {str(e) or 'interrupted'}", file=sys.stderr)
+        print(f"memforest {name}: {interrupted_message(e)}", file=sys.stderr)
         return 130
     except (ValueError, OSError, ImportError, RuntimeError) as e:
         print(f"memforest {name}: error: {error_message(e)}", file=sys.stderr)

@@ -9,7 +9,7 @@ import sys
 
 from ..config import CompactConfig, ConfigError
 from ..engine.compaction import keys_bound, rule_differs
-from ..mergers import get_merger
+from ..mergers import MissingOptionError, get_merger
 from ..runs.compact import compact_file
 from ..runs.compact_files import inbox_path
 from ..runs.preflight import check_store
@@ -115,6 +115,8 @@ def run(a) -> int:
     review_cli.check_review(a.review, [a.store])
     try:
         merger = get_merger(a.merger, **parse_options(a.merger_option))
+    except MissingOptionError as e:
+        raise ValueError(e.message(f"--merger-option {e.missing[0]}=...")) from None
     except ValueError as e:
         raise ValueError(option_error(e, ["merger"])) from None  # the options are --merger-option pairs
     res = compact_file(a.store, budget, cfg, embedder=a.embedder, merger=merger, device=a.device,

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import textwrap
-import time
 from importlib import resources
 
 from ..config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
@@ -12,6 +11,7 @@ from ..mergers.embedders import SentenceTransformerEmbedder
 from ..retrieval.retriever import Retriever
 from ..store.io import read_store, write_store
 from ..store.timeutil import format_date
+from ..timer import StageTimer
 
 __all__ = ["run_demo", "sample_path", "demo_config", "DEMO_QUERY"]
 
@@ -48,10 +48,10 @@ def run_demo(*, ratio: float = 0.5, out_dir: str | None = None, device=None, pri
     """Embed the sample, compress it at ``ratio``, print before/after statistics, a few
     merges side by side and one query answered from both stores. Returns the numbers."""
     config = demo_config(ratio)  # a bad ratio fails before the model loads
-    t0 = time.perf_counter()
-    embedder = SentenceTransformerEmbedder(device=device)
-    store = read_store(sample_path(), embedder=embedder, device=device)
-    t_embed = time.perf_counter() - t0
+    timer = StageTimer()
+    with timer.stage("embed"):
+        embedder = SentenceTransformerEmbedder(device=device)
+        store = read_store(sample_path(), embedder=embedder, device=device)
     res = compress(store, config, embedder=embedder, device=device)
     out, rep = res.store, res.report
     p = print_fn
@@ -66,7 +66,7 @@ def run_demo(*, ratio: float = 0.5, out_dir: str | None = None, device=None, pri
         p(f"{name:<8} {len(b):>7} {len(a):>6} {sum(len(t.split()) for t in b) / len(b):>18.1f} "
           f"{sum(len(t.split()) for t, _ in a) / len(a):>6.1f} {max(k for _, k in a):>17}")
     p(f"\nremoved {rep.nodes_in - rep.nodes_out} of {rep.nodes_in} nodes (ratio {rep.ratio_reached:.3f}) in "
-      f"{rep.rounds} rounds over {rep.trees} event trees; embedding {t_embed:.1f}s, compression "
+      f"{rep.rounds} rounds over {rep.trees} event trees; embedding {timer.seconds['embed']:.1f}s, compression "
       f"{rep.seconds['total']:.1f}s; every original id is kept in some node's `sources`.\n")
 
     p("A few merges, side by side (the most similar pair merged in each user's store):")

@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import sys
-import time
 from dataclasses import replace
 
 import torch
@@ -39,10 +38,12 @@ from ..evaluation.report import load_result, write_outputs
 from ..evaluation.stream_report import run_cli
 from ..mergers import get_merger
 from ..mergers.embedders import SentenceTransformerEmbedder
+from ..runs.errors import OPTION_WORDS
 from ..store.atomic import atomic_write_text
+from ..timer import StageTimer
 from . import eval_protocol as protocol
 from .eval_checks import RATIOS, add_stream_arguments, check_eval_args
-from .flags import FIELDS, add_keys_arguments, as_flag_error, check_text_weight, option_error
+from .flags import FIELDS, add_keys_arguments, as_flag_error, check_text_weight, error_message, option_error
 from .parser import Parser
 
 __all__ = ["add_parser", "run", "main"]
@@ -226,10 +227,8 @@ def _reference(a, methods: list[str], cfg) -> str | None:
 
 
 def run(a) -> int:
-    """Run ``memforest eval`` from parsed arguments; returns the exit status. An error that
-    names a field by its option's name (``k must be ...``) names the flag (``-k must be ...``):
-    a :class:`~memforest_gpu.config.ConfigError` by its field; the evaluation's own checks
-    (plain ValueErrors, ``max_questions must ...``) by :func:`~.flags.option_error`."""
+    """Run ``memforest eval`` from parsed arguments; returns the exit status. An error that names
+    an option (a ``ConfigError``'s field: ``k must be ...``) names its flag (``-k must be ...``)."""
     try:
         return _run(a)
     except ValueError as e:
@@ -280,7 +279,7 @@ def _run(a) -> int:
     emb = CachedEmbedder(inner, a.cache or os.path.join(a.out, ".cache"))
     if a.threads:
         torch.set_num_threads(a.threads)
-    t0 = time.perf_counter()
+    timer = StageTimer()
     res = run_grid(bench, methods, ratios, seeds, embedder=emb, merger=get_merger(a.merger), base_config=cfg,
                    eval_config=ecfg, device=a.device, progress=not a.quiet and sys.stderr.isatty(), qa=qa)
     emb.flush()
@@ -288,7 +287,7 @@ def _run(a) -> int:
         return 1
     res.meta["preset"] = a.preset or DEFAULT_PRESET
     paths = write_outputs(res, a.out, bootstrap=a.bootstrap, reference=_reference(a, methods, cfg))
-    print(f"{len(methods)} methods x {len(ratios)} ratios x {len(seeds)} seeds in {time.perf_counter() - t0:.0f}s "
+    print(f"{len(methods)} methods x {len(ratios)} ratios x {len(seeds)} seeds in {timer.elapsed():.0f}s "
           f"(embedding cache: {emb.hits} hits, {emb.misses} new)")
     print("\n".join(f"wrote {p}" for p in paths.values()))
     return 0
@@ -303,7 +302,7 @@ def _run_loo(a) -> int:
     if a.loo_from:
         cs = load_scores([x for x in a.loo_from.split(",") if x])
         return _loo_report(a, cs, [c.name for c in cs.candidates
-                                   if not c.method and not c.compare_only and c.name != "paper"], 0.0)
+                                   if not c.method and not c.compare_only and c.name != "paper"], None)
     os.makedirs(a.out, exist_ok=True)
     ratios, seeds = _floats(a.ratios), _ints(a.seeds)
     rules = tuple(x.strip() for x in a.loo_time_rules.split(",") if x.strip())
@@ -319,7 +318,7 @@ def _run_loo(a) -> int:
                                                      device=a.device), a.cache or os.path.join(a.out, ".cache"))
     if a.threads:
         torch.set_num_threads(a.threads)
-    t0 = time.perf_counter()
+    timer = StageTimer()
     ecfg = EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma, search_repeats=1)
     done = [0]
 
@@ -328,12 +327,12 @@ def _run_loo(a) -> int:
         emb.flush()
         if not a.quiet:
             print(f"[{done[0]}/{(len(cands) + len(extra)) * len(shapes)}] {c.name} on {res.meta.get('benchmark')} "
-                  f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
+                  f"({timer.elapsed():.0f}s)", file=sys.stderr, flush=True)
 
     cs = score_candidates(bench, cands + extra, ratios, seeds, embedder=emb, merger=get_merger(a.merger),
                           device=a.device, eval_config=ecfg, on_candidate=tick)
     save_scores(cs, os.path.join(a.out, "loo_scores.npz"))
-    return _loo_report(a, cs, [c.name for c in cands], t0)
+    return _loo_report(a, cs, [c.name for c in cands], timer)
 
 
 def _compare_rules(a) -> list:
@@ -350,7 +349,7 @@ def _compare_rules(a) -> list:
     return out
 
 
-def _loo_report(a, cs, names: list[str], t0: float) -> int:
+def _loo_report(a, cs, names: list[str], timer: StageTimer | None) -> int:
     """Select per fold among ``names``, write loo.md / loo.json, print the preset rule's pick."""
 
     paper = paper_candidate(_config(a).merge.vectors)
@@ -367,9 +366,9 @@ def _loo_report(a, cs, names: list[str], t0: float) -> int:
         {"select": a.loo_select, "ratios": ratios, "seeds": seeds, "shapes": shapes, "choice": choice,
          "compare": list(compare),
          "candidates": {c.name: {"method": c.label, "config": dataclasses_dict(c.config)} for c in cs.candidates},
-         "folds": folds, "seconds": time.perf_counter() - t0 if t0 else None}, indent=1))
+         "folds": folds, "seconds": timer.elapsed() if timer else None}, indent=1))
     print(f"{len(cs.candidates)} candidates x {len(ratios)} ratios x {len(seeds)} seeds"
-          + (f" in {time.perf_counter() - t0:.0f}s" if t0 else "") + f"; preset rule picks {choice!r}")
+          + (f" in {timer.elapsed():.0f}s" if timer else "") + f"; preset rule picks {choice!r}")
     print(f"wrote {os.path.join(a.out, 'loo.md')}\nwrote {os.path.join(a.out, 'loo.json')}")
     return 0
 
@@ -385,9 +384,10 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
     try:
-        return run(a)
+        with OPTION_WORDS.as_command():  # warnings name the options as flags
+            return run(a)
     except (ValueError, OSError, ImportError) as e:
-        print(f"memforest eval: error: {e}", file=sys.stderr)
+        print(f"memforest eval: error: {error_message(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("memforest eval: interrupted; the vectors of finished cells are in the embedding cache, a rerun "

@@ -10,16 +10,18 @@ import json
 import os
 
 from ..config import DEFAULT_PRESET, PRESETS, ConfigError, preset
+from ..distributed.ranks import RankFailedError
+from ..mergers import MissingOptionError
 from ..runs.driver import MergerFailedError
-from ..runs.errors import OptionError
-from ..runs.journal import JournalExistsError
-from ..runs.loading import NoEmbeddingsError
+from ..runs.errors import OptionText
+from ..runs.journal import JournalExistsError, JournalWriteError
+from ..runs.loading import NoEmbeddingsError, RunInterrupted
 from ..runs.preflight import Names
 from ..store.codes import VECTOR_CODES
 
 __all__ = ["add_config_arguments", "config_from_args", "as_flag_error", "check_embedder_flag", "parse_options",
-           "FIELDS", "CLI_NAMES", "error_message", "option_error", "check_number_lists", "refuse_ignored",
-           "add_keys_arguments", "keys_count", "check_text_weight"]
+           "FIELDS", "CLI_NAMES", "error_message", "interrupted_message", "option_error", "check_number_lists",
+           "refuse_ignored", "add_keys_arguments", "keys_count", "check_text_weight"]
 
 
 #: what the checks before a run (runs/preflight.py) call its options on the command line
@@ -198,33 +200,44 @@ def as_flag_error(e: Exception, a: argparse.Namespace) -> str:
 def option_error(e: ValueError, names) -> str:
     """An error of a part that takes a command's options as its parameters (a merger, the
     evaluation; ``names``: those options) in the command's words: a
-    :class:`~memforest_gpu.config.ConfigError` is named by its field; the mergers and the
-    evaluation still raise plain ValueErrors that start with the parameter's name
-    (``max_tokens must be ...``), named by that prefix."""
-    if isinstance(e, ConfigError):
-        return e.named(_flag(e.field)) if e.field in names else str(e)
-    msg = str(e)
-    name = next((n for n in names if msg.startswith(f"{n} must")), None)
-    return _flag(name) + msg[len(name):] if name else msg
+    :class:`~memforest_gpu.config.ConfigError` whose field is one of ``names`` is named by
+    that option's flag (``max_tokens must ...`` -> ``--max-tokens must ...``); any other
+    error's text is left as it is (no message is read for a name)."""
+    if isinstance(e, ConfigError) and e.field in names:
+        return e.named(_flag(e.field))
+    return error_message(e)
 
 
 def error_message(e: Exception) -> str:
     """The message of an error raised past the command line (by the run, on the data) in its
     words: a config field's :class:`~memforest_gpu.config.ConfigError` names its flag
     (``merge_within must ...`` -> ``--merge-within must ...``); a journal left by an
-    interrupted run, or a merger that failed on every request, names ``--resume``; a run's
-    :class:`~memforest_gpu.runs.errors.OptionError` names its options as flags; a store
+    interrupted run, a merger that failed on every request or a journal that cannot be
+    written names ``--resume`` (another rank's error too); a run's
+    :class:`~memforest_gpu.runs.errors.OptionText` names its options as flags; a store
     without vectors read with ``--embedder none`` says which values of the flag embed it."""
     if isinstance(e, ConfigError) and e.field in FIELDS:
         return e.named("--" + e.field.replace("_", "-"))
-    if isinstance(e, (JournalExistsError, MergerFailedError)):
+    if isinstance(e, (JournalExistsError, MergerFailedError, JournalWriteError)):
         return e.message("--resume")
-    if isinstance(e, OptionError):
+    if isinstance(e, RankFailedError):
+        return f"rank {e.rank} failed: {error_message(e.error)}"
+    if isinstance(e, OptionText):
         return e.for_command()
+    if isinstance(e, MissingOptionError):
+        return e.message(f"{_flag(e.missing[0])} ...")
     if isinstance(e, NoEmbeddingsError):
         return (f"{e.path}: the store has no embeddings, so --embedder none cannot be used; pass --embedder auto "
                 "(all-MiniLM-L6-v2), default or PATH to embed it")
     return str(e)
+
+
+def interrupted_message(e: KeyboardInterrupt) -> str:
+    """What a command prints for Ctrl-C: what the run kept and, when it can be resumed, the
+    flag that resumes it."""
+    if isinstance(e, RunInterrupted):
+        return e.message("rerun the same command with --resume")
+    return str(e) or "interrupted"
 
 
 def _flag(dest: str) -> str:

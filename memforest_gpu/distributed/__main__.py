@@ -13,14 +13,20 @@ import sys
 import torch
 import torch.distributed as dist
 
-from ..api import load_store_and_embedder
-from ..cli.flags import CLI_NAMES, add_config_arguments, config_from_args, error_message, parse_options
+from ..cli.flags import (
+    CLI_NAMES,
+    add_config_arguments,
+    config_from_args,
+    error_message,
+    interrupted_message,
+    parse_options,
+)
 from ..cli.report import format_report
-from ..mergers import get_merger
+from ..mergers import MissingOptionError, get_merger
+from ..runs.errors import OPTION_WORDS
 from ..runs.preflight import preflight
 from ..store.atomic import atomic_write_text
-from ..store.io import write_store
-from .runner import compress_distributed
+from .files import compress_file_distributed
 
 __all__ = ["main", "build_parser"]
 
@@ -47,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--format", default=None, help="input format: parquet | jsonl (default: from the suffix)")
     c.add_argument("--out-format", default=None, help="output format (default: from the suffix)")
     c.add_argument("--report", default=None, help="also write the run report (with the per-rank plan) as JSON")
+    c.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run from each rank's OUTPUT.rankR.journal.jsonl without redoing "
+                        "its merges (same input, options and number of ranks)")
     c.add_argument("--quiet", action="store_true", help="no progress bars")
     return ap
 
@@ -65,6 +74,11 @@ def _pin_gpu() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with OPTION_WORDS.as_command():  # warnings name the options as flags
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if not args.no_pin_gpu and args.device != "cpu":
         _pin_gpu()
@@ -86,18 +100,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config_from_args(args)
         options = parse_options(args.merger_option)
-        get_merger(args.merger, **options)  # bad names and options fail here, on every rank, before any work
+        try:
+            merger = get_merger(args.merger, **options)  # bad names and options fail here, on every rank
+        except MissingOptionError as e:  # this command takes a merger's options as --merger-option pairs
+            raise ValueError(e.message(f"--merger-option {e.missing[0]}=...")) from None
 
         # the output never overwrites the input, and a bad target fails before any work
         preflight(args.input, args.output, format=args.format, out_format=args.out_format, report=args.report,
                   lock=False, journal=False, names=CLI_NAMES)  # rank 0 writes OUTPUT whole at the end
-        store, emb = load_store_and_embedder(args.input, embedder=args.embedder, device=device, format=args.format)
-        res = compress_distributed(store, cfg, merger_factory=lambda: get_merger(args.merger, **options),
-                                   embedder=emb, device=device, split_above=args.split_above,
-                                   progress=not args.quiet and rank == 0 and sys.stderr.isatty())
+        res = compress_file_distributed(args.input, args.output, cfg, merger=merger, embedder=args.embedder,
+                                        device=device, split_above=args.split_above, format=args.format,
+                                        out_format=args.out_format, resume=args.resume,
+                                        progress=not args.quiet and rank == 0 and sys.stderr.isatty())
         if rank == 0:
-            write_store(res.store, args.output, format=args.out_format)
             print(format_report(res.report))
+            if res.replayed:
+                print(f"resumed: {res.replayed} merges replayed from the ranks' journals (not sent to the mergers)")
             if res.split:
                 print(f"trees of {len(res.split)} tenant(s) spread over ranks: {', '.join(res.split[:5])}"
                       + (" ..." if len(res.split) > 5 else ""))
@@ -111,10 +129,14 @@ def main(argv: list[str] | None = None) -> int:
         if world > 1:
             dist.barrier()
         return 0
-    except (ValueError, OSError, ImportError) as e:
+    except (ValueError, OSError, ImportError, RuntimeError) as e:
         where = f"[rank {rank}] " if world > 1 else ""
         print(f"{where}memforest_gpu.distributed {args.cmd}: error: {error_message(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # Ctrl-C: what this rank kept, how to resume, no traceback
+        where = f"[rank {rank}] " if world > 1 else ""
+        print(f"{where}memforest_gpu.distributed {args.cmd}: {interrupted_message(e)}", file=sys.stderr)
+        return 130
     finally:
         if world > 1 and dist.is_initialized():
             dist.destroy_process_group()

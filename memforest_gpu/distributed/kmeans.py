@@ -23,14 +23,9 @@ from ..config import PartitionConfig
 from ..engine.partition import n_clusters, tenant_streams, tenant_uniforms
 from ..kernels import cluster_centres, kmeans, reassign_to_centres
 from ..kernels.lloyd import cluster_means, initial_centroids
+from .ranks import world_of
 
 __all__ = ["sharded_kmeans", "partition_tenant", "shard_range", "ShardReduce"]
-
-
-def _world(group=None) -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(group), dist.get_world_size(group)
-    return 0, 1
 
 
 def _comm_device(x: torch.Tensor) -> torch.device:
@@ -40,7 +35,7 @@ def _comm_device(x: torch.Tensor) -> torch.device:
 
 
 def _all_reduce(t: torch.Tensor, op=None, group=None) -> torch.Tensor:
-    if _world(group)[1] == 1:
+    if world_of(group)[1] == 1:
         return t
     c = t.to(_comm_device(t))
     dist.all_reduce(c, op=op or dist.ReduceOp.SUM, group=group)
@@ -49,7 +44,7 @@ def _all_reduce(t: torch.Tensor, op=None, group=None) -> torch.Tensor:
 
 def _all_gather_cat(t: torch.Tensor, group=None) -> torch.Tensor:
     """Concatenate every rank's tensor along dim 0 (sizes may differ), in rank order."""
-    rank, world = _world(group)
+    rank, world = world_of(group)
     if world == 1:
         return t
     out: list = [None] * world
@@ -70,7 +65,7 @@ class ShardReduce:
 
     def __init__(self, X: torch.Tensor, lo: int, group=None):
         self.X, self.lo, self.group = X, lo, group
-        self.world = _world(group)[1]
+        self.world = world_of(group)[1]
 
     def sum(self, t: torch.Tensor) -> torch.Tensor:
         return _all_reduce(t, group=self.group)
@@ -103,7 +98,7 @@ def sharded_kmeans(X: torch.Tensor, k: int, *, stream: torch.Tensor, seed: int =
     """
     n, D = X.shape
     dev = X.device
-    rank, world = _world(group)
+    rank, world = world_of(group)
     kk = torch.tensor([k], dtype=torch.int64, device=dev)
     init = initial_centroids(X[None], torch.ones(1, n, dtype=torch.bool, device=dev), kk, seeding=seeding,
                              seed=seed, streams=stream, uniforms=None if uniforms is None else uniforms.reshape(-1, 1),

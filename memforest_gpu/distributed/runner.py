@@ -32,15 +32,17 @@ import torch.distributed as dist
 
 from ..config import CompressConfig
 from ..device import resolve_device
-from ..engine import MergeRecord, compress
+from ..engine import MergeRecord
 from ..engine.partition import Partition, n_clusters
 from ..engine.quotas import Quotas, allocate, removal_target
 from ..mergers.embedders import MEAN_EMBEDDER
 from ..report import CompressReport, combine_iterations
+from ..runs.driver import MergerRun
 from ..store.keys import NodeKeys
 from ..store.memory_store import MemoryStore
 from ..timer import StageTimer
-from .kmeans import _world, partition_tenant
+from .kmeans import partition_tenant
+from .ranks import all_ranks, world_of
 from .workload import WorkItem, balance, tenants_to_split
 
 __all__ = ["compress_distributed", "DistributedResult"]
@@ -54,6 +56,7 @@ class DistributedResult:
     merges: list[tuple[int, MergeRecord]]  # every rank's merge log: (rank, record)
     plan: list[list[dict]] = field(default_factory=list)  # per rank: the work items it did
     split: list[str] = field(default_factory=list)  # tenants whose trees were spread over ranks
+    replayed: int = 0  # merges every rank took from its journal (a resumed run), not from its merger
 
 
 def _tree_work(store: MemoryStore, keys: list[tuple[str, int]], tree_rows: dict, quota: dict, device):
@@ -91,8 +94,8 @@ def _splittable(cfg: CompressConfig, n: int) -> bool:
 
 def compress_distributed(store: MemoryStore, config: CompressConfig | None = None, *,
                          merger_factory: Callable[[], object] | None = None, embedder=None, device=None,
-                         split_above: int | None = None, group=None,
-                         progress: bool = False) -> DistributedResult | None:
+                         split_above: int | None = None, group=None, progress: bool = False,
+                         run: MergerRun | None = None) -> DistributedResult | None:
     """Compress ``store`` with every rank of ``group`` (all ranks pass the same store and
     config; each its own merger, from ``merger_factory``, and embedder). Without an
     initialised process group this is a one-rank run of the same code. Returns the result
@@ -100,9 +103,15 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
 
     ``split_above``: tenants with more nodes than this have their trees spread over ranks;
     ``None``: tenants whose n^2 cost alone exceeds total / world_size.
+
+    ``run``: this rank's merger behind its journal (:class:`~memforest_gpu.runs.driver.MergerRun`,
+    made by :func:`~.files.compress_file_distributed`; ``merger_factory`` is then unused). As in
+    a single run, a merger that failed on every request of a round stops the run
+    (:class:`~memforest_gpu.runs.driver.MergerFailedError`); a rank's failure stops every
+    rank (:class:`~.ranks.RankFailedError` on the others).
     """
     cfg = config or CompressConfig()
-    rank, world = _world(group)
+    rank, world = world_of(group)
     timer = StageTimer()
     names, codes = store.tenant_index()
     codes = codes.cpu().numpy()
@@ -115,22 +124,13 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
     plan = balance(items, world)
     mine = plan[rank]
 
-    merger = merger_factory() if merger_factory is not None and mine else None
-    load = getattr(merger, "load", None)
-    if callable(load):
-        load()  # a model that cannot load fails here, not as fallbacks inside the engine
-    whole = [rows_of[it.tenant] for it in mine if it.tree is None]
-    whole = np.sort(np.concatenate(whole)).tolist() if whole else []
-    mine_trees = [(it.tenant, it.tree) for it in mine if it.tree is not None]
-    results = []
-    if whole:
-        results.append(compress(store.take(whole), cfg, merger=merger, embedder=embedder, device=device,
-                                progress=progress))
-    if mine_trees:
-        sub, part, q = _tree_work(store, mine_trees, tree_rows, quota, device)
-        results.append(compress(sub, cfg, merger=merger, embedder=embedder, device=device, progress=progress,
-                                partition=part, quotas=q))
+    if run is None:
+        run = MergerRun(None, None, cfg, merger_factory() if merger_factory is not None and mine else None,
+                        journal=False)
+    results = all_ranks(lambda: _compress_mine(store, cfg, mine, rows_of, (tree_rows, quota), run, embedder,
+                                               device, progress), group)
     mine_info = _rank_info(store, results, rank, timer)
+    mine_info["replayed"] = run.replayed()
     if world > 1:
         gathered: list | None = [None] * world if rank == 0 else None
         dist.gather_object(mine_info, gathered, dst=0, group=group)
@@ -139,6 +139,23 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
     else:
         gathered = [mine_info]
     return _assemble(store, gathered, plan, split, names, split_part, timer.finish()["total"])
+
+
+def _compress_mine(store, cfg, mine: list[WorkItem], rows_of, trees, run: MergerRun, embedder, device,
+                   progress) -> list:
+    """This rank's work: its whole tenants with one ``compress`` call, its trees of split
+    tenants (``trees``: rows and quota of each (tenant, tree)) with another."""
+    tree_rows, quota = trees
+    whole = [rows_of[it.tenant] for it in mine if it.tree is None]
+    whole = np.sort(np.concatenate(whole)).tolist() if whole else []
+    mine_trees = [(it.tenant, it.tree) for it in mine if it.tree is not None]
+    results = []
+    if whole:
+        results.append(run.compress(store.take(whole), embedder, device=device, progress=progress))
+    if mine_trees:
+        sub, part, q = _tree_work(store, mine_trees, tree_rows, quota, device)
+        results.append(run.compress(sub, embedder, device=device, progress=progress, partition=part, quotas=q))
+    return results
 
 
 def _work_items(store: MemoryStore, cfg: CompressConfig, names: list[str], sizes: dict[str, int],
@@ -211,8 +228,9 @@ def _assemble(store, gathered, plan, split, names, split_part, seconds) -> Distr
                       [dict(m) for m in col("metadata")], store.embedder,
                       keys=keys.take(np.asarray(order, dtype=np.int64)) if keys is not None else None)
     merges = [m for g in gathered for m in g["merges"]]  # (rank, MergeRecord)
+    replayed = sum(g["replayed"] for g in gathered)
     parts = [r for g in gathered for r in g["reports"]] + [split_part]
     report = CompressReport.combine(parts, order=names, seconds={
         "total": seconds, **{f"rank{r}": g["seconds"] for r, g in enumerate(gathered)}})
     plan_d = [[{"tenant": it.tenant, "tree": it.tree, "nodes": it.size} for it in p] for p in plan]
-    return DistributedResult(out, report, merges, plan_d, split)
+    return DistributedResult(out, report, merges, plan_d, split, replayed)

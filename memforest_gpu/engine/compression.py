@@ -23,8 +23,7 @@ from ..config import CompressConfig
 from ..mergers.embedders import MEAN_EMBEDDER
 from ..report import TenantRow
 from ..store.memory_store import MemoryStore
-from .assemble import assemble
-from .keys import output_keys
+from .assemble import assemble, output_keys
 from .merge_call import with_fallback
 from .partition import Partition
 from .plan import plan_round

@@ -29,7 +29,7 @@ from .candidates import Candidates, degree_adjusted
 from .edges import Ends, edge_weight
 from .trees import KNN, Bucket, TreeBatch
 
-__all__ = ["knn_candidates", "Vertices"]
+__all__ = ["knn_candidates", "Vertices", "Edges", "BlockRows"]
 
 
 class Vertices(NamedTuple):
@@ -48,6 +48,36 @@ class Vertices(NamedTuple):
     first: torch.Tensor
     knn: torch.Tensor
     ends: Ends
+
+
+class Edges(NamedTuple):
+    """A block's candidate edges, flat over its rows. Shape: every field (E,): ``u``, ``v``
+    (vertex ends), ``w`` (edge weight, -inf: no edge), ``cos`` (the ends' cosine)."""
+
+    u: torch.Tensor
+    v: torch.Tensor
+    w: torch.Tensor
+    cos: torch.Tensor
+
+    def cat(self, more: Edges) -> Edges:
+        """These edges followed by ``more``."""
+        return Edges(*(torch.cat([a, b]) for a, b in zip(self, more)))
+
+    def forest(self, n: int, size: int, **kw):
+        """:func:`~memforest_gpu.kernels.edge_forest` of these edges over ``n`` vertices in rows
+        of ``size``."""
+        return edge_forest(self.u, self.v, self.w, n, size=size, **kw)
+
+
+class BlockRows(NamedTuple):
+    """What joining a block's pieces reads: its vertices ``vert`` (rows of ``size`` slots), the
+    round's ``batch`` (the vectors), ``cfg`` and the node ``cap`` (edge weights)."""
+
+    vert: Vertices
+    size: int
+    batch: TreeBatch
+    cfg: CompressConfig
+    cap: int
 
 
 class _Block(NamedTuple):
@@ -96,12 +126,13 @@ def _block_candidates(blk: _Block, batch: TreeBatch, cfg: CompressConfig, cap: i
     local = _Block(blk.b, blk.bk, blk.r, 0)
     u, v, w, cos = _bucket_edges(blk.bk, blk.r, cfg, cap)
     first = torch.arange(B, device=dev)[:, None] * m  # (B', 1) first vertex of each row
-    u, v, w, cos = ((first + u).reshape(-1), (first + v).reshape(-1), w.reshape(-1), cos.reshape(-1))
+    edges = Edges((first + u).reshape(-1), (first + v).reshape(-1), w.reshape(-1), cos.reshape(-1))
     vert = _vertices([local], dev)
     if cap is not None and blk.bk.graph == KNN:  # pairs over the cap are no edges
-        u, v, w, cos, owner = _join_pieces(u, v, w, cos, n, m, vert, batch, cfg, cap)
+        edges, owner = _join_pieces(edges, BlockRows(vert, m, batch, cfg, cap))
     else:
-        owner = edge_forest(u, v, w, n, size=m)  # (n,) the forest edge each vertex owns, or -1
+        owner = edges.forest(n, m)  # (n,) the forest edge each vertex owns, or -1
+    u, v, w, cos = edges
     ok = owner >= 0
     e = owner.clamp(min=0)
     a, bb = torch.minimum(u[e], v[e]), torch.maximum(u[e], v[e])  # (n,) ends, a < bb
@@ -161,41 +192,43 @@ def _vertices(blocks: list[_Block], dev) -> Vertices:
     return Vertices(**{k: torch.cat(x) for k, x in cols.items()}, ends=Ends.cat(ends))
 
 
-def _join_pieces(u, v, w, cos, n: int, size: int, vert: Vertices, batch: TreeBatch, cfg: CompressConfig, cap: int,
-                 *, budget: int = 1 << 24):
+def _join_pieces(edges: Edges, rows: BlockRows, *, budget: int = 1 << 24) -> tuple[Edges, torch.Tensor]:
     """Under a strict cap, pairs over it are no edges, so the lists can leave a tree in pieces
     that some pair that fits would join. Borůvka over the pieces: every vertex of a knn
     bucket outside its tree's largest piece gets its best edge (exact weight) to another
     piece, the edges join the list, and the forest is rebuilt, until no piece joins another
     (a few host reads, only in this mode). Returns the extended edge list and the forest."""
-    dev = u.device
+    vert, size = rows.vert, rows.size
+    n = vert.node.shape[0]
+    dev = edges.u.device
     live = (vert.node >= 0) & vert.knn
     queried = -1
     for _ in range(max(1, (size - 1).bit_length())):
-        owner, comp = edge_forest(u, v, w, n, size=size, components=True)
+        owner, comp = edges.forest(n, size, components=True)
         csize = torch.bincount(comp[live], minlength=n)  # (n,) piece sizes at their roots
         key = csize[comp] * n + (n - 1 - comp)  # the largest piece of a row, ties to the lowest root
         top = torch.full((n,), -1, dtype=torch.int64, device=dev).scatter_reduce(
             0, vert.first, torch.where(live, key, -1), "amax")
         q = torch.nonzero(live & (key != top[vert.first])).flatten()  # host read
         if q.shape[0] == 0 or q.shape[0] == queried:
-            return u, v, w, cos, owner
+            return edges, owner
         queried = q.shape[0]
-        j = _best_outside(q, comp, live, vert, batch, cfg, cap, budget)  # (Q,) best other vertex or -1
+        j = _best_outside(q, comp, live, rows, budget)  # (Q,) best other vertex or -1
         jc = j.clamp(min=0)
-        c = batch.vectors.dot_rows(vert.node[q], vert.node[jc])
-        wq, _ = edge_weight(c, vert.ends.at(q), vert.ends.at(jc), cfg.tree, cap)
+        c = rows.batch.vectors.dot_rows(vert.node[q], vert.node[jc])
+        wq, _ = edge_weight(c, vert.ends.at(q), vert.ends.at(jc), rows.cfg.tree, rows.cap)
         wq = torch.where(j >= 0, wq, torch.full_like(wq, float("-inf")))
-        u, v, w, cos = torch.cat([u, q]), torch.cat([v, jc]), torch.cat([w, wq]), torch.cat([cos, c])
-    return u, v, w, cos, edge_forest(u, v, w, n, size=size)
+        edges = edges.cat(Edges(q, jc, wq, c))
+    return edges, edges.forest(n, size)
 
 
-def _best_outside(q, comp, live, vert: Vertices, batch: TreeBatch, cfg: CompressConfig, cap: int, budget: int):
+def _best_outside(q, comp, live, rows: BlockRows, budget: int):
     """For each query vertex, the vertex of its row in another piece with the best edge weight
     (float32 cosines; the caller recomputes the chosen edge exactly), -1 for none.
     Shape: q (Q,) -> (Q,) global vertex ids"""
+    vert = rows.vert
     M = int(vert.m.max())
-    vec = batch.vectors
+    vec = rows.batch.vectors
     out = torch.full_like(q, -1)
     step = max(1, budget // max(1, M * vec.dim))
     col = torch.arange(M, device=q.device)
@@ -206,7 +239,7 @@ def _best_outside(q, comp, live, vert: Vertices, batch: TreeBatch, cfg: Compress
         ids = torch.where(inrow, ids, qc[:, None])
         X = vec.gather(vert.node[ids]).float()  # (Qc, M, D)
         s = torch.bmm(X, vec.gather(vert.node[qc]).float()[:, :, None])[..., 0]  # (Qc, M)
-        wt, _ = edge_weight(s, vert.ends.at(qc[:, None]), vert.ends.at(ids), cfg.tree, cap)
+        wt, _ = edge_weight(s, vert.ends.at(qc[:, None]), vert.ends.at(ids), rows.cfg.tree, rows.cap)
         bad = ~inrow | ~live[ids] | (comp[ids] == comp[qc][:, None])
         wt = wt.masked_fill(bad, float("-inf"))
         best, arg = wt.max(1)

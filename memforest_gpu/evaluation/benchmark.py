@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import os
 
+from ..config import ConfigError
+from ..runs.errors import OptionError
 from ..store.atomic import atomic_open
 from ..store.checks import DEFAULT_TENANT
 from ..store.io import read_store
@@ -71,11 +73,11 @@ def load_benchmark(path: str, *, nodes: str | None = None, turns_per_node: int =
     (and count) the questions whose context the contexts file lacks."""
     path = os.fspath(path)
     if skip_missing_contexts and not (os.path.isfile(path) and path.endswith(".csv")):
-        raise ValueError(f"--skip-missing-contexts is for PersonaMem's questions .csv, got {path!r}")
+        raise OptionError(f"{{skip_missing_contexts}} is for PersonaMem's questions .csv, got {path!r}")
     if os.path.isfile(path):
         return _load_file(path, nodes, turns_per_node, contexts, skip_missing_contexts)
     if nodes not in (None, "turns") or turns_per_node != 1 or contexts is not None:
-        raise ValueError(f"--nodes, --turns-per-node and --contexts need a published benchmark file (LoCoMo or "
+        raise OptionError(f"{{nodes}}, {{turns_per_node}} and {{contexts}} need a published benchmark file (LoCoMo or "
                          f"LongMemEval .json, PersonaMem .csv), got {path!r}")
     if not os.path.isdir(path):
         raise FileNotFoundError(f"benchmark not found: {path!r}")
@@ -100,19 +102,19 @@ def _load_file(path: str, nodes: str | None, turns_per_node: int, contexts: str 
     """A published file, by its suffix and (for .json) its keys."""
     if path.endswith(".json"):
         if contexts is not None:
-            raise ValueError(f"--contexts is for PersonaMem's questions .csv, got a .json benchmark {path!r}")
+            raise OptionError(f"{{contexts}} is for PersonaMem's questions .csv, got a .json benchmark {path!r}")
         if is_longmemeval(path):
             if turns_per_node != 1:
-                raise ValueError(f"--turns-per-node is for LoCoMo turns, got LongMemEval file {path!r}")
+                raise OptionError(f"{{turns_per_node}} is for LoCoMo turns, got LongMemEval file {path!r}")
             return load_longmemeval(path, nodes=nodes or "turns")
         return load_locomo(path, turns_per_node=turns_per_node, nodes=nodes or "turns")
     if path.endswith(".csv"):
         if turns_per_node != 1:
-            raise ValueError(f"--turns-per-node is for LoCoMo turns, got PersonaMem file {path!r}")
+            raise OptionError(f"{{turns_per_node}} is for LoCoMo turns, got PersonaMem file {path!r}")
         if nodes not in (None, *PERSONAMEM_SHAPES):
-            raise ValueError(f"nodes must be one of {list(PERSONAMEM_SHAPES)} for PersonaMem, got {nodes!r}")
+            raise ConfigError("nodes", f"must be one of {list(PERSONAMEM_SHAPES)} for PersonaMem, got {nodes!r}")
         return load_personamem(path, contexts=contexts, skip_missing_contexts=skip_missing_contexts)
-    raise ValueError(f"benchmark must be a folder with nodes + {QUESTION_FILE}, a LoCoMo or LongMemEval .json file "
+    raise ConfigError("benchmark", f"must be a folder with nodes + {QUESTION_FILE}, a LoCoMo or LongMemEval .json file "
                      f"or a PersonaMem questions .csv, got {path!r}")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..config import ConfigError
 from ..store.checks import DEFAULT_TENANT
 from ..store.memory_store import MemoryStore
 
@@ -73,14 +74,14 @@ class Benchmark:
             known = {str(n.get("tenant", "default")) for n in self.nodes}
             missing = sorted(keep - known)
             if missing:
-                raise ValueError(f"tenants must be tenants of benchmark {self.name!r}, got unknown {missing[:5]}")
+                raise ConfigError("tenants", f"must be tenants of benchmark {self.name!r}, got unknown {missing[:5]}")
             nodes = [n for n in self.nodes if str(n.get("tenant", "default")) in keep]
             questions = [q for q in self.questions if q.tenant in keep]
         else:
             nodes, questions = self.nodes, self.questions
         if max_questions is not None:
             if isinstance(max_questions, bool) or not isinstance(max_questions, int) or max_questions < 1:
-                raise ValueError(f"max_questions must be an integer >= 1, got {max_questions!r}")
+                raise ConfigError("max_questions", f"must be an integer >= 1, got {max_questions!r}")
             Q = len(questions)
             if max_questions < Q:
                 questions = [questions[i * Q // max_questions] for i in range(max_questions)]

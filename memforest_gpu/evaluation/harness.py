@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..config import CompressConfig, RetrievalConfig
+from ..config import CompressConfig, ConfigError, RetrievalConfig
 from ..device import resolve_device
 from ..engine.partition import n_clusters
 from ..kernels.agpr import n_anchors
@@ -66,9 +66,9 @@ class EvalConfig:
         if self.fill not in FILLS:
             raise ValueError(f"fill must be one of {list(FILLS)}, got {self.fill!r}")
         if self.budget < 1:
-            raise ValueError(f"budget must be an integer >= 1, got {self.budget!r}")
+            raise ConfigError("budget", f"must be an integer >= 1, got {self.budget!r}")
         if self.search_repeats < 1:
-            raise ValueError(f"search_repeats must be an integer >= 1, got {self.search_repeats!r}")
+            raise ConfigError("search_repeats", f"must be an integer >= 1, got {self.search_repeats!r}")
 
     def retrieval(self, retriever: str) -> RetrievalConfig:
         """The top-k config a user would run (used for the timed searches)."""

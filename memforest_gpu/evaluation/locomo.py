@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import re
 
+from ..config import ConfigError
 from .dataset import Benchmark, Question
 from .locomo_checks import check_locomo, parse_locomo_date, read_locomo_json
 
@@ -68,11 +69,11 @@ def load_locomo(path: str, *, categories=CATEGORIES, turns_per_node: int = 1, no
     ``nodes`` (:data:`NODE_SHAPES`); ``turns_per_node`` consecutive turns per node (turns
     only; 1: one node per turn). See the module docstring."""
     if nodes not in NODE_SHAPES:
-        raise ValueError(f"nodes must be one of {list(NODE_SHAPES)}, got {nodes!r}")
+        raise ConfigError("nodes", f"must be one of {list(NODE_SHAPES)}, got {nodes!r}")
     if isinstance(turns_per_node, bool) or not isinstance(turns_per_node, int) or turns_per_node < 1:
-        raise ValueError(f"turns_per_node must be an integer >= 1, got {turns_per_node!r}")
+        raise ConfigError("turns_per_node", f"must be an integer >= 1, got {turns_per_node!r}")
     if nodes == "facts" and turns_per_node != 1:
-        raise ValueError(f"turns_per_node must be 1 with nodes='facts', got {turns_per_node!r}")
+        raise ConfigError("turns_per_node", f"must be 1 with nodes='facts', got {turns_per_node!r}")
     data = check_locomo(read_locomo_json(path), path, nodes=nodes, categories=categories)  # before any work
     out: list[dict] = []
     questions: list[Question] = []

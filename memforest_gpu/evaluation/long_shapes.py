@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import random
 
+from ..config import ConfigError
 from .dataset import Benchmark, Question
 from .locomo import _windows, load_locomo
 
@@ -70,7 +71,7 @@ UPDATES = (
 def load_shape(path: str, name: str, *, seed: int = 0) -> Benchmark:
     """The benchmark of shape ``name`` (:data:`SHAPES`) built from LoCoMo's JSON at ``path``."""
     if name not in SHAPES:
-        raise ValueError(f"shape must be one of {list(SHAPES)}, got {name!r}")
+        raise ConfigError("shape", f"must be one of {list(SHAPES)}, got {name!r}")
     if name in ("turns", "facts"):
         return load_locomo(path, nodes=name)
     if name in ("w4", "w8"):

@@ -34,6 +34,7 @@ import os
 import re
 from datetime import UTC, datetime
 
+from ..config import ConfigError
 from ..jsonfile import read_json
 from .dataset import Benchmark, Question
 
@@ -83,7 +84,7 @@ def load_longmemeval(path: str, *, nodes: str = "turns") -> Benchmark:
     """Read a LongMemEval file into a :class:`Benchmark` of the node shape ``nodes``
     (:data:`NODE_SHAPES`). See the module docstring."""
     if nodes not in NODE_SHAPES:
-        raise ValueError(f"nodes must be one of {list(NODE_SHAPES)} for LongMemEval, got {nodes!r}")
+        raise ConfigError("nodes", f"must be one of {list(NODE_SHAPES)} for LongMemEval, got {nodes!r}")
     data = _read(path)
     if not isinstance(data, list) or not data:
         got = f"an object with keys {sorted(data)[:6]}" if isinstance(data, dict) else _shown(data)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+from ..config import CompressConfig, ConfigError, MergeConfig, PartitionConfig, TreeConfig
 from ..store.atomic import atomic_open
 from .harness import EvalConfig, cell_key, run_grid
 
@@ -358,5 +358,5 @@ def load_scores(paths: list[str]) -> CandidateScores:
                 out.candidates.append(c)
                 out.scores[c.name] = cs.scores[c.name]
     if out is None:
-        raise ValueError("paths must name at least one score file, got none")
+        raise ConfigError("paths", "must name at least one score file, got none")
     return out

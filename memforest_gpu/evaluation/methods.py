@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..adapters.streammeco import streammeco
-from ..config import SCHEDULES, CompressConfig, PartitionConfig, TreeConfig
+from ..config import SCHEDULES, CompressConfig, ConfigError, PartitionConfig, TreeConfig
 from ..engine import CompressResult, compress
 from ..store.memory_store import MemoryStore
 from ..store.merged_keys import derive_keys
@@ -91,7 +91,7 @@ def parse_method(spec: str) -> MethodSpec:
     valid ones."""
     name, _, schedule = spec.strip().partition(":")
     if name not in METHOD_NAMES:
-        raise ValueError(f"method must be one of {list(METHOD_NAMES)} (memforest variants take ':SCHEDULE'), "
+        raise ConfigError("method", f"must be one of {list(METHOD_NAMES)} (memforest variants take ':SCHEDULE'), "
                          f"got {spec!r}")
     if name.startswith("memforest"):
         schedule = schedule or "sequential"

@@ -51,6 +51,7 @@ import json
 import os
 import re
 
+from ..runs.errors import OptionError, OptionNotFoundError
 from .dataset import Benchmark, Question
 
 __all__ = ["load_personamem", "contexts_path_for", "NODE_SHAPES", "DAY0", "QUESTION_TYPES", "question_type"]
@@ -151,7 +152,7 @@ def load_personamem(path: str, *, contexts: str | None = None, roles=_ROLES,
     :func:`contexts_path_for`) into a :class:`Benchmark`. See the module docstring."""
     contexts = contexts or contexts_path_for(path)
     if not os.path.exists(contexts):
-        raise FileNotFoundError(f"PersonaMem contexts not found: {contexts!r} (give --contexts PATH)")
+        raise OptionNotFoundError(f"PersonaMem contexts not found: {contexts!r} (give {{contexts=PATH}})")
     ctx, ctx_line = _read_contexts(contexts)
     skipped: list[str] = []
     unknown_types: set[str] = set()
@@ -171,10 +172,10 @@ def load_personamem(path: str, *, contexts: str | None = None, roles=_ROLES,
         missing = [row["shared_context_id"] for _, row in rows if row["shared_context_id"] not in ctx]
         if missing and not skip_missing_contexts:
             row_n = next(n for n, row in rows if row["shared_context_id"] not in ctx)
-            raise ValueError(f"{path}: row {row_n}: shared_context_id must be a context of {contexts}, got "
-                             f"{missing[0]!r} ({len(missing)} of {len(rows)} questions name one of "
-                             f"{len(set(missing))} contexts the file lacks; --skip-missing-contexts evaluates the "
-                             "others and counts these as skipped)")
+            raise OptionError(f"{path}: row {row_n}: shared_context_id must be a context of {contexts}, got "
+                              f"{missing[0]!r} ({len(missing)} of {len(rows)} questions name one of "
+                              f"{len(set(missing))} contexts the file lacks; {{skip_missing_contexts}} evaluates "
+                              "the others and counts these as skipped)")
         for row_n, row in rows:
             where = f"{path}: row {row_n}"
             cid = row["shared_context_id"]

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..config import ConfigError
 from .dataset import Question
 from .qa_cache import ReplyCache, reply_key
 from .qa_client import make_models
@@ -66,9 +67,9 @@ class QAConfig:
         for name in ("answer_max_tokens", "judge_max_tokens"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+                raise ConfigError(name, f"must be an integer >= 1, got {v!r}")
         if not isinstance(self.answer_model, str) or not self.answer_model.strip():
-            raise ValueError(f"answer_model must be a model spec, got {self.answer_model!r}")
+            raise ConfigError("answer_model", f"must be a model spec, got {self.answer_model!r}")
 
 
 def _clean(reply: str | None) -> str | None:

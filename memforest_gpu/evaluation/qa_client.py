@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 from collections import Counter
 
+from ..config import ConfigError
 from ..mergers import get_merger
 
 __all__ = ["QAModel", "make_models", "parse_spec", "BACKENDS"]
@@ -32,13 +33,13 @@ BACKENDS = ("openai", "vllm", "transformers")
 def parse_spec(spec: str) -> tuple[str, str]:
     """``"vllm:/m"`` -> ("vllm", "/m"); ``"gpt-4o-mini"`` -> ("openai", "gpt-4o-mini")."""
     if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"model must be NAME (an OpenAI-compatible server's model), openai:NAME, vllm:PATH or "
+        raise ConfigError("model", f"must be NAME (an OpenAI-compatible server's model), openai:NAME, vllm:PATH or "
                          f"transformers:PATH, got {spec!r}")
     kind, sep, rest = spec.partition(":")
     if sep and kind in BACKENDS:
         if not rest.strip():
             where = "a served model's name" if kind == "openai" else "a model directory or .gguf file"
-            raise ValueError(f"model must be {kind}:{'NAME' if kind == 'openai' else 'PATH'} ({where}), got "
+            raise ConfigError("model", f"must be {kind}:{'NAME' if kind == 'openai' else 'PATH'} ({where}), got "
                              f"{spec!r}")
         return kind, rest
     return "openai", spec
@@ -111,7 +112,7 @@ def make_models(answer: str, judge: str | None, *, base_url: str | None = None, 
     """The answerer and the judge (None without a judge spec); see the module docstring."""
     for name, v in (("answer_max_tokens", answer_max_tokens), ("judge_max_tokens", judge_max_tokens)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            raise ConfigError(name, f"must be an integer >= 1, got {v!r}")
     options = dict(options or {})
     a = QAModel(_backend(answer, base_url=base_url, max_tokens=answer_max_tokens, options=options), "answer", answer)
     if judge is None:

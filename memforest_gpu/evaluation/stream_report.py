@@ -12,6 +12,7 @@ from collections import defaultdict
 
 import torch
 
+from ..config import ConfigError
 from ..mergers import get_merger
 from ..mergers.embedders import SentenceTransformerEmbedder
 from ..store.atomic import atomic_write_text
@@ -128,7 +129,7 @@ def run_cli(a, config, methods: list[str]) -> int:
     budgets = tuple(float(x) for x in a.budgets.split(",") if x.strip())
     for b in budgets:
         if not 0 < b < 1:
-            raise ValueError(f"--budgets must be fractions in (0, 1), got {b!r}")
+            raise ConfigError("budgets", f"must be fractions in (0, 1), got {b!r}")  # the command names its flag
     scfg = StreamConfig(budgets=budgets, low_water=a.low_water, full_reference=not a.no_full_reference,
                         rerun=a.rerun)
 

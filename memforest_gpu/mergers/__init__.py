@@ -20,10 +20,12 @@ text (and counts its tokens for the node cap).
 """
 import inspect
 
+from ..config import ConfigError
 from .base import MemoryItem, MergePair, Merger
 from .extractive import ExtractiveMerger
 
-__all__ = ["MemoryItem", "MergePair", "Merger", "ExtractiveMerger", "get_merger", "merger_class", "MERGERS"]
+__all__ = ["MemoryItem", "MergePair", "Merger", "ExtractiveMerger", "get_merger", "merger_class", "MERGERS",
+           "MissingOptionError"]
 
 MERGERS = ("extractive", "transformers", "vllm", "openai")
 
@@ -44,7 +46,21 @@ def merger_class(name: str) -> type:
         from .openai_compat import OpenAIMerger
 
         return OpenAIMerger
-    raise ValueError(f"merger must be one of {list(MERGERS)}, got {name!r}")
+    raise ConfigError("merger", f"must be one of {list(MERGERS)}, got {name!r}")
+
+
+class MissingOptionError(ValueError):
+    """A merger built without options it needs: ``merger`` (its name) and ``missing`` (the
+    options' names). The message shows how to pass the first one: ``model=...`` in Python, a
+    command names its flag (:meth:`message`)."""
+
+    def __init__(self, merger: str, missing: list[str]):
+        self.merger, self.missing = merger, list(missing)
+        super().__init__(self.message(f"{self.missing[0]}=..."))
+
+    def message(self, example: str) -> str:
+        """The message, with ``example`` showing how to pass the first missing option."""
+        return f"merger {self.merger!r} needs {', '.join(self.missing)} (e.g. {example}), got none"
 
 
 def get_merger(name: str = "extractive", **options) -> Merger:
@@ -63,6 +79,5 @@ def get_merger(name: str = "extractive", **options) -> Merger:
     required = [p.name for p in params.values() if p.name != "self" and p.default is inspect.Parameter.empty]
     missing = [p for p in required if p not in options]
     if missing:
-        raise ValueError(f"merger {name!r} needs {', '.join(missing)} (e.g. --{missing[0].replace('_', '-')} ...), "
-                         "got none")
+        raise MissingOptionError(name, missing)
     return cls(**options)

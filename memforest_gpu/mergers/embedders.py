@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from ..config import ConfigError
 from ..device import resolve_device
 from .word_count import count_words
 
@@ -66,7 +67,7 @@ class SentenceTransformerEmbedder:
     def __init__(self, model: str | None = None, *, device: str | torch.device | None = None,
                  batch_size: int = 64, allow_download: bool = False, cache: bool = True):
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+            raise ConfigError("batch_size", f"must be >= 1, got {batch_size!r}")
         self.model_path = str(model) if model is not None else default_model_path()
         self.device = resolve_device(device)
         self.batch_size = batch_size

@@ -46,6 +46,7 @@ from collections.abc import Callable, Sequence
 from datetime import date
 from functools import lru_cache
 
+from ..config import ConfigError
 from ..store.timeutil import DATE_TAG, MONTHS, format_date
 from .base import MergePair
 from .parallel import map_parts, spare_cores
@@ -221,9 +222,9 @@ class ExtractiveMerger:
                  parallel_above: int = 4096) -> None:
         value = near_duplicate
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-            raise ValueError(f"near_duplicate must be in (0, 1], got {value!r}")
+            raise ConfigError("near_duplicate", f"must be in (0, 1], got {value!r}")
         if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int) or processes < 0):
-            raise ValueError(f"processes must be an integer >= 0 or None, got {processes!r}")
+            raise ConfigError("processes", f"must be an integer >= 0 or None, got {processes!r}")
         self.near_duplicate = float(value)
         self.processes = spare_cores() if processes is None else processes
         self.parallel_above = parallel_above
@@ -243,7 +244,7 @@ class ExtractiveMerger:
         full merge's count minus the text's; 0 for a merge that fits: :meth:`merge`'s text).
         ``counter`` counts tokens of a list of texts (the embedder's tokenizer)."""
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
-            raise ValueError(f"cap must be an integer >= 1, got {cap!r}")
+            raise ConfigError("cap", f"must be an integer >= 1, got {cap!r}")
         pairs = list(pairs)
         out = self.merge(pairs)
         full = counter(out)

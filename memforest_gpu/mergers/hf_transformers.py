@@ -18,6 +18,7 @@ import os
 
 import torch
 
+from ..config import ConfigError
 from ..device import resolve_device
 from .llm import LLMMerger, render_chat
 
@@ -40,22 +41,23 @@ class TransformersMerger(LLMMerger):
             raise ImportError(f"the transformers merger needs the 'transformers' package: {_EXTRA}")
         model = os.fspath(model) if model is not None else None
         if not model:
-            raise ValueError(f"model must be a local model directory or .gguf file, got {model!r}")
+            raise ConfigError("model", f"must be a local model directory or .gguf file, got {model!r}")
         given = model
         if not allow_download and model.lower().endswith(".gguf") and not os.path.isfile(model):
-            raise ValueError(f"model must be a local model directory or .gguf file, got {given!r} (no such file)")
+            raise ConfigError("model", f"must be a local model directory or .gguf file, got {given!r} (no such file)")
         if gguf_file is None and model.lower().endswith(".gguf"):
             model, gguf_file = os.path.dirname(model) or ".", os.path.basename(model)
         if gguf_file is not None and importlib.util.find_spec("gguf") is None:
             raise ImportError(f"loading a GGUF file needs the 'gguf' package: {_EXTRA}")
         if not allow_download and not os.path.isdir(model):
-            raise ValueError(f"model must be a local directory (or .gguf file) when downloads are off, got {given!r}")
+            raise ConfigError("model", "must be a local directory (or .gguf file) when downloads are off, "
+                                       f"got {given!r}")
         if gguf_file is not None and not allow_download and not os.path.isfile(os.path.join(model, gguf_file)):
-            raise ValueError(f"gguf_file must exist in {model!r}, got {gguf_file!r}")
+            raise ConfigError("gguf_file", f"must exist in {model!r}, got {gguf_file!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+            raise ConfigError("batch_size", f"must be an integer >= 1, got {batch_size!r}")
         if dtype not in ("auto", "float32", "float16", "bfloat16"):
-            raise ValueError(f"dtype must be one of ['auto', 'float32', 'float16', 'bfloat16'], got {dtype!r}")
+            raise ConfigError("dtype", f"must be one of ['auto', 'float32', 'float16', 'bfloat16'], got {dtype!r}")
         self.model = model
         self.gguf_file = gguf_file
         self.device = device
@@ -88,7 +90,7 @@ class TransformersMerger(LLMMerger):
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         if not getattr(tok, "chat_template", None):
-            raise ValueError(f"model must have a chat template (an instruct/chat model), {self.model!r} has none")
+            raise ConfigError("model", f"must have a chat template (an instruct/chat model), {self.model!r} has none")
         mdl = AutoModelForCausalLM.from_pretrained(self.model, dtype=dtype, **kw).to(dev).eval()
         self.tokenizer_, self.model_, self.device_ = tok, mdl, dev
 

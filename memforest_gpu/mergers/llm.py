@@ -26,6 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
+from ..config import ConfigError
 from .base import MergePair
 from .extractive import ExtractiveMerger
 from .prompt import PROMPT_VERSION, build_messages
@@ -44,9 +45,9 @@ class LLMMerger:
 
     def __init__(self, *, slack: int = 12, max_tokens: int = 256):
         if isinstance(slack, bool) or not isinstance(slack, int) or slack < 0:
-            raise ValueError(f"slack must be an integer >= 0, got {slack!r}")
+            raise ConfigError("slack", f"must be an integer >= 0, got {slack!r}")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+            raise ConfigError("max_tokens", f"must be an integer >= 1, got {max_tokens!r}")
         self.slack = slack
         self.max_tokens = max_tokens
         self.fallback = ExtractiveMerger()

@@ -26,6 +26,7 @@ import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+from ..config import ConfigError
 from .llm import LLMMerger
 
 __all__ = ["OpenAIMerger"]
@@ -43,16 +44,17 @@ class OpenAIMerger(LLMMerger):
                  max_tokens: int = 256, temperature: float = 0.0, seed: int | None = None, slack: int = 12):
         super().__init__(slack=slack, max_tokens=max_tokens)
         if not isinstance(model, str) or not model:
-            raise ValueError(f"model must be a non-empty model name, got {model!r}")
+            raise ConfigError("model", f"must be a non-empty model name, got {model!r}")
         url = urllib.parse.urlsplit(str(base_url))
         if url.scheme not in ("http", "https") or not url.netloc:
-            raise ValueError(f"base_url must be an http(s) URL such as 'http://127.0.0.1:8000/v1', got {base_url!r}")
+            raise ConfigError("base_url", "must be an http(s) URL such as 'http://127.0.0.1:8000/v1', "
+                                          f"got {base_url!r}")
         for name, v, lo in (("max_concurrency", max_concurrency, 1), ("max_retries", max_retries, 0)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+                raise ConfigError(name, f"must be an integer >= {lo}, got {v!r}")
         for name, v in (("timeout", timeout), ("backoff", backoff), ("temperature", temperature)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (name == "timeout" and v == 0):
-                raise ValueError(f"{name} must be a number {'> 0' if name == 'timeout' else '>= 0'}, got {v!r}")
+                raise ConfigError(name, f"must be a number {'> 0' if name == 'timeout' else '>= 0'}, got {v!r}")
         if api_key_env != "OPENAI_API_KEY" and not os.environ.get(api_key_env):
             raise ValueError(f"api_key_env names the environment variable holding the API key; "
                              f"{api_key_env!r} is not set")

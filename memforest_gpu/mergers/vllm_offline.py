@@ -42,6 +42,7 @@ import os
 
 import torch
 
+from ..config import ConfigError
 from .llm import LLMMerger, render_chat
 
 __all__ = ["VLLMMerger", "free_memory_utilization", "engine_kwargs", "torchrun_world"]
@@ -93,7 +94,7 @@ def engine_kwargs(*, dtype: str, tensor_parallel_size: int, gpu_memory_utilizati
     if run is not None:
         world, local = run
         if world % tensor_parallel_size:
-            raise ValueError(f"tensor_parallel_size must divide the torchrun world size ({world}), "
+            raise ConfigError("tensor_parallel_size", f"must divide the torchrun world size ({world}), "
                              f"got {tensor_parallel_size}")
         if device_count is None:
             device_count = torch.cuda.device_count()
@@ -124,21 +125,21 @@ class VLLMMerger(LLMMerger):
         if importlib.util.find_spec("vllm") is None:
             raise ImportError(f"the vllm merger needs the 'vllm' package: {_EXTRA}")
         if not isinstance(model, str) or not model:
-            raise ValueError(f"model must be a model directory or name, got {model!r}")
+            raise ConfigError("model", f"must be a model directory or name, got {model!r}")
         if model.lower().endswith(".gguf"):
-            raise ValueError("model must be a model directory or hub name (safetensors): GGUF in vLLM needs the "
+            raise ConfigError("model", "must be a model directory or hub name (safetensors): GGUF in vLLM needs the "
                              "vllm-gguf-plugin package and a tokenizer; use the transformers merger for GGUF, "
                              f"got {model!r}")
         if isinstance(tensor_parallel_size, bool) or not isinstance(tensor_parallel_size, int) \
                 or tensor_parallel_size < 1:
-            raise ValueError(f"tensor_parallel_size must be an integer >= 1, got {tensor_parallel_size!r}")
+            raise ConfigError("tensor_parallel_size", f"must be an integer >= 1, got {tensor_parallel_size!r}")
         if gpu_memory_utilization is not None and (
                 isinstance(gpu_memory_utilization, bool) or not isinstance(gpu_memory_utilization, (int, float))
                 or not 0 < gpu_memory_utilization <= 1):
-            raise ValueError(f"gpu_memory_utilization must be in (0, 1] or None, got {gpu_memory_utilization!r}")
+            raise ConfigError("gpu_memory_utilization", f"must be in (0, 1] or None, got {gpu_memory_utilization!r}")
         if isinstance(memory_reserve_gib, bool) or not isinstance(memory_reserve_gib, (int, float)) \
                 or memory_reserve_gib < 0:
-            raise ValueError(f"memory_reserve_gib must be a number >= 0, got {memory_reserve_gib!r}")
+            raise ConfigError("memory_reserve_gib", f"must be a number >= 0, got {memory_reserve_gib!r}")
         self.model = model
         self.dtype = dtype
         self.tensor_parallel_size = tensor_parallel_size

@@ -46,7 +46,7 @@ KEY = "__key"
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-def parse_size(text: str | int, *, flag: str = "--memory-budget") -> int:
+def parse_size(text: str | int, *, flag: str = "memory_budget") -> int:
     """``"4G"``, ``"512M"``, ``"1.5G"``, ``"64KiB"`` or a byte count -> bytes (powers of 1024).
 
     Raises ``ValueError`` naming ``flag``, the value and the rule."""

@@ -39,6 +39,7 @@ from ..timer import StageTimer
 from .budget_files import _output_keys, _split_jsonl, _split_parquet, _write_output, _write_part
 from .budget_groups import TenantScan, format_size, group_capacity, node_bytes, pack_groups, parts_dir, scan_tenants
 from .driver import MergerRun, run_locked
+from .errors import OPTION_WORDS  # noqa: F401 (the logger's filter writes {memory_budget} in the caller's words)
 from .journal import merger_identity
 from .loading import RunInterrupted, load_store_and_embedder
 
@@ -116,8 +117,7 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
     except KeyboardInterrupt:
         finished = sum(os.path.exists(p + ".json") and os.path.exists(p) for p in parts.out_paths)
         raise RunInterrupted(f"interrupted; {finished} of {len(groups)} tenant groups are done in {parts.work!r} and "
-                             f"{run.journaled()} merges are journaled in {run.path!r}: rerun the same command with "
-                             "--resume to continue from them") from None
+                             f"{run.journaled()} merges are journaled in {run.path!r}", resumable=True) from None
     finally:
         run.close()
 
@@ -139,7 +139,7 @@ def _pack(scan: TenantScan, memory_budget: int, say) -> list[np.ndarray]:
     groups, over = pack_groups(scan.sizes, per_node, cap)
     for t, need in over[:5]:
         log.warning("tenant %r has %d nodes, about %s of working set: %s over the group capacity of "
-                    "--memory-budget %s; it is compressed alone", scan.names[t], int(scan.sizes[t]),
+                    "{memory_budget} %s; it is compressed alone", scan.names[t], int(scan.sizes[t]),
                     format_size(need), format_size(need - cap), format_size(memory_budget))
     if len(over) > 5:
         log.warning("... and %d more tenants over the group capacity, each compressed alone", len(over) - 5)

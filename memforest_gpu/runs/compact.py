@@ -323,7 +323,12 @@ class CompactingStore:
             return {}
         if self._pass_through():
             return PassThrough(self.path).tenant_counts()
-        st = read_store(self.path, embedder=NoModel())
+        try:
+            st = read_store(self.path, embedder=NoModel())
+        except ValueError as e:  # the reader names the file; NoModel's message names an option
+            if isinstance(e.__cause__, OptionError):
+                raise OptionError(f"{self.path}: {e.__cause__.template}") from None
+            raise
         return dict(zip(st.tenant_table, np.bincount(st.tenant_codes_np).tolist()))
 
     def _only_tenant(self, counts: dict) -> str:

@@ -31,6 +31,7 @@ from ..store.parquet import (
     to_arrow_table,
     vector_codes_of,
 )
+from .errors import OptionError
 from .inbox import StoreIds
 
 __all__ = ["INBOX_SUFFIX", "inbox_path", "PassThrough", "memforest_layout", "parquet_schema", "placeless", "NoModel"]
@@ -225,5 +226,5 @@ class NoModel:
     dim = 0
 
     def embed(self, texts):
-        raise ValueError("inbox records without embeddings need a model: the store records none, pass "
-                         "--embedder default or PATH")
+        raise OptionError("inbox records without embeddings need a model: the store records none, pass "
+                          "{embedder=default} or {embedder=PATH}")

@@ -10,7 +10,8 @@ the ``--memory-budget`` run (:mod:`.budgeted`):
    (:class:`MergerFailedError`);
 3. the report of the run's parts: :meth:`~memforest_gpu.report.CompressReport.combine`.
 
-The distributed run (:mod:`memforest_gpu.distributed`) shares 1 (its command) and 3.
+The distributed run (:mod:`memforest_gpu.distributed.files`) shares all three: its preflight,
+one :class:`MergerRun` per rank (each rank its own journal) and the combined report.
 """
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ class MergerFailedError(ValueError):
     def __init__(self, merger: str, round: int, error: str, journaled: int = 0, path: str | None = None):
         self.merger, self.round, self.error, self.journaled, self.path = merger, round, error, journaled, path
         super().__init__(self.message("resume=True"))
+
+    def __reduce__(self):  # travels between ranks (memforest_gpu.distributed.ranks)
+        return type(self), (self.merger, self.round, self.error, self.journaled, self.path)
 
     def message(self, resume: str) -> str:
         """The message, naming the option that resumes the run ``resume``."""
@@ -66,34 +70,44 @@ def run_locked(src, dst, run: Callable, *, merger="extractive", merger_options: 
 
 
 class MergerRun:
-    """A run's merger and its journal (``journal``: kept at ``dst + ".journal.jsonl"``). A
-    journal left by an interrupted run is refused unless ``resume``
-    (:class:`~.journal.JournalExistsError`, before anything is loaded)."""
+    """A run's merger and its journal (``journal``: kept at ``dst + ".journal.jsonl"``; rank
+    ``rank`` of a distributed run keeps ``OUT.rankR.journal.jsonl``, with ``more`` in its
+    fingerprint, see :func:`~.journal.run_fingerprint`). A journal left by an interrupted run
+    is refused unless ``resume`` (:class:`~.journal.JournalExistsError`, before anything is
+    loaded). ``merger`` ``None``: the engine's default (the extractive merger)."""
 
-    def __init__(self, src: str, dst: str, config, merger, *, journal: bool = True, resume: bool = False):
-        self.src, self.config, self.merger, self.resume = src, config, merger, resume
-        self.path = journal_path(dst) if journal else None
+    def __init__(self, src: str | None, dst: str | None, config, merger, *, journal: bool = True,
+                 resume: bool = False, rank: int | None = None, more: dict | None = None):
+        self.src, self.config, self.merger, self.resume, self.more = src, config, merger, resume, more or {}
+        self.path = journal_path(dst, rank) if journal else None
         if self.path is not None and os.path.exists(self.path) and not resume:
             raise JournalExistsError(self.path)
         self.journal: JournaledMerger | None = None
         self.started = False
 
-    def _start(self, emb) -> None:
-        if self.path is not None:
-            fp = run_fingerprint(self.src, self.config, self.merger, emb.name if emb is not None else MEAN_EMBEDDER)
+    def open(self, emb) -> None:
+        """Open the journal now (its fingerprint names the embedder ``emb``): a journal of
+        another run is refused here. :meth:`compress` opens it when this was not called."""
+        if self.path is not None and self.journal is None:
+            fp = run_fingerprint(self.src, self.config, self.merger, emb.name if emb is not None else MEAN_EMBEDDER,
+                                 **self.more)
             self.journal = JournaledMerger(self.merger, self.path, fingerprint=fp, resume=self.resume)
+
+    def _start(self, emb) -> None:
+        self.open(emb)
         load = getattr(self.merger, "load", None)
         if callable(load):
             load()  # a model that cannot load fails here, not as fallbacks inside the engine
         self.started = True
 
-    def compress(self, store, emb, *, device=None, progress: bool = False) -> CompressResult:
+    def compress(self, store, emb, *, device=None, progress: bool = False, **engine) -> CompressResult:
         """Compress ``store`` (its vectors reused for the output's) with the run's merger and
-        journal."""
+        journal; ``engine``: more arguments of :func:`~memforest_gpu.engine.compress` (a
+        distributed rank's ``partition`` and ``quotas``)."""
         if not self.started:
             self._start(emb)
         return compress(store, self.config, merger=self.journal or self.merger, embedder=emb, device=device,
-                        progress=progress, on_round=self._stop_if_broken, copy=False)
+                        progress=progress, on_round=self._stop_if_broken, copy=False, **engine)
 
     def _stop_if_broken(self, rnd: int, merges: list) -> None:
         err = getattr(self.merger, "fatal", None)
@@ -104,6 +118,10 @@ class MergerRun:
     def journaled(self) -> int:
         """The merges the journal holds: resumed with, plus appended since."""
         return len(self.journal.done) if self.journal is not None else 0
+
+    def replayed(self) -> int:
+        """The merges taken from the journal so far (not sent to the merger)."""
+        return self.journal.stats["replayed"] if self.journal is not None else 0
 
     def close(self) -> None:
         if self.journal is not None:

@@ -1,19 +1,25 @@
 """Errors of a run that say what to pass, in the caller's words.
 
 A run's message that names an option (``pass {embedder=default} or {embedder=PATH}``) is an
-:class:`OptionError`: the Python API reads ``pass embedder=default or embedder=PATH``, a
-command (:meth:`OptionError.for_command`, called in ``cli/``) ``pass --embedder default or
---embedder PATH``. The flags are written only by the command line.
+:class:`OptionError` (:class:`OptionNotFoundError` for a missing file): the Python API reads
+``pass embedder=default or embedder=PATH``, a command (:meth:`OptionText.for_command`, called
+in ``cli/``) ``pass --embedder default or --embedder PATH``. A warning logged with such
+placeholders is written the same way by :data:`OPTION_WORDS`, the ``memforest_gpu`` logger's
+filter, which a command switches to flags while it runs. The flags are written only by the
+command line.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
 
-__all__ = ["OptionError", "render_options"]
+__all__ = ["OptionText", "OptionError", "OptionNotFoundError", "render_options", "OptionWords", "OPTION_WORDS"]
 
 #: the options a run's message may name (only these are read as placeholders: a path or an id
 #: in the message that holds braces is left as it is)
-OPTIONS = ("embedder", "replace_changed", "resume")
+OPTIONS = ("embedder", "replace_changed", "resume", "memory_budget", "nodes", "turns_per_node", "contexts",
+           "skip_missing_contexts", "config")
 _OPTION = re.compile(r"\{(" + "|".join(OPTIONS) + r")(?:=([^{}]*))?\}")
 
 
@@ -32,9 +38,9 @@ def render_options(template: str, *, command: bool = False) -> str:
     return _OPTION.sub(one, template)
 
 
-class OptionError(ValueError):
-    """A ``ValueError`` whose message names the run's options (see the module docstring);
-    ``template`` holds them as ``{name}`` or ``{name=value}``."""
+class OptionText:
+    """An error whose message names the run's options (see the module docstring); ``template``
+    holds them as ``{name}`` or ``{name=value}``."""
 
     def __init__(self, template: str):
         self.template = template
@@ -43,3 +49,39 @@ class OptionError(ValueError):
     def for_command(self) -> str:
         """The message with the options written as flags."""
         return render_options(self.template, command=True)
+
+
+class OptionError(OptionText, ValueError):
+    """A ``ValueError`` whose message names the run's options."""
+
+
+class OptionNotFoundError(OptionText, FileNotFoundError):
+    """A file not found, whose message names the option that gives it."""
+
+
+class OptionWords(logging.Filter):
+    """Writes a log record's option placeholders as the Python API's parameters, or (``command``)
+    as flags."""
+
+    def __init__(self):
+        super().__init__()
+        self.command = False
+
+    @contextlib.contextmanager
+    def as_command(self):
+        """Flags while a command runs (its ``main``), the API's words again after it."""
+        old, self.command = self.command, True
+        try:
+            yield
+        finally:
+            self.command = old
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and "{" in record.msg:
+            record.msg = render_options(record.msg, command=self.command)
+        return True
+
+
+#: the filter of the ``memforest_gpu`` logger; a command runs ``with OPTION_WORDS.as_command():``
+OPTION_WORDS = OptionWords()
+logging.getLogger("memforest_gpu").addFilter(OPTION_WORDS)

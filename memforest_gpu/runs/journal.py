@@ -45,8 +45,21 @@ _MAGIC = "memforest_journal"
 
 
 class JournalWriteError(RuntimeError):
-    """The journal could not be written (disk full, folder gone, permissions...). Never a
-    merger failure: the engine must not fall back and carry on without a journal."""
+    """The journal at ``path`` could not be written (``reason``: disk full, folder gone,
+    permissions...). Never a merger failure: the engine must not fall back and carry on
+    without a journal."""
+
+    def __init__(self, path: str, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(self.message("resume=True"))
+
+    def __reduce__(self):  # travels between ranks (memforest_gpu.distributed.ranks)
+        return type(self), (self.path, self.reason)
+
+    def message(self, resume: str) -> str:
+        """The message, naming the option that resumes the run ``resume``."""
+        return (f"cannot write the merge journal {self.path!r}: {self.reason}; stopped before writing the output "
+                f"(the merges journaled before this one are kept: fix the problem and rerun with {resume})")
 
 
 class JournalExistsError(ValueError):
@@ -56,15 +69,19 @@ class JournalExistsError(ValueError):
         self.path = path
         super().__init__(self.message("resume=True"))
 
+    def __reduce__(self):  # travels between ranks (memforest_gpu.distributed.ranks)
+        return type(self), (self.path,)
+
     def message(self, resume: str) -> str:
         """The message, naming the option that resumes the run ``resume``."""
         return (f"a merge journal of an interrupted run exists at {self.path!r}: pass {resume} to continue that run, "
                 "or delete the file to start over")
 
 
-def journal_path(output: str | os.PathLike) -> str:
-    """Where the journal of a run writing ``output`` lives: beside it."""
-    return os.fspath(output) + JOURNAL_SUFFIX
+def journal_path(output: str | os.PathLike, rank: int | None = None) -> str:
+    """Where the journal of a run writing ``output`` lives: beside it (``OUT.journal.jsonl``);
+    rank ``rank`` of a distributed run keeps its own (``OUT.rank1.journal.jsonl``)."""
+    return os.fspath(output) + ("" if rank is None else f".rank{rank}") + JOURNAL_SUFFIX
 
 
 def _file_digest(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -85,10 +102,12 @@ def merger_identity(merger) -> dict:
     return {"name": getattr(merger, "name", cls.__name__), "repr": desc}
 
 
-def run_fingerprint(input_path, config, merger, embedder: str | None) -> dict:
-    """The parts a journal must match to be resumed, with their hash under ``"fingerprint"``."""
+def run_fingerprint(input_path, config, merger, embedder: str | None, **more) -> dict:
+    """The parts a journal must match to be resumed, with their hash under ``"fingerprint"``;
+    ``more``: what else the run's merges depend on (a distributed run: its ``ranks`` and
+    ``split_above``, which decide what each rank's journal holds)."""
     parts = {"input_sha256": _file_digest(input_path), "config": dataclasses.asdict(config),
-             "merger": merger_identity(merger), "embedder": embedder}
+             "merger": merger_identity(merger), "embedder": embedder, **more}
     blob = json.dumps(parts, sort_keys=True, default=str)
     return {"fingerprint": hashlib.sha256(blob.encode("utf-8")).hexdigest(),
             "parts": json.loads(json.dumps(parts, default=str))}
@@ -223,10 +242,7 @@ class JournaledMerger:
                 try:
                     self._append(recs)
                 except OSError as e:
-                    self.write_error = JournalWriteError(
-                        f"cannot write the merge journal {self.path!r}: {e.strerror or e}; stopped before "
-                        "writing the output (the merges journaled before this one are kept: fix the problem "
-                        "and rerun with --resume)")
+                    self.write_error = JournalWriteError(self.path, str(e.strerror or e))
                     raise self.write_error from e
                 self.done.update((r["k"], r["text"]) for r in recs)
         return out

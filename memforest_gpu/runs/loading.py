@@ -9,6 +9,7 @@ from pathlib import Path
 from ..mergers.embedders import SentenceTransformerEmbedder, get_embedder
 from ..store.io import read_store
 from ..store.memory_store import MemoryStore
+from .errors import OPTION_WORDS  # noqa: F401 (the logger's filter writes {embedder=PATH} in the caller's words)
 
 __all__ = ["load_store", "load_store_and_embedder", "resolve_embedder", "RunInterrupted", "NoEmbeddingsError"]
 
@@ -16,8 +17,16 @@ log = logging.getLogger("memforest_gpu")
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a file run (compress, compact); the message says what was journaled and
-    how to resume."""
+    """Ctrl-C during a file run (compress, compact): ``what`` was kept; ``resumable``: the
+    message says how to continue (``resume=True``; a command names its flag, :meth:`message`)."""
+
+    def __init__(self, what: str, *, resumable: bool = False):
+        self.what, self.resumable = what, resumable
+        super().__init__(self.message("call again with resume=True"))
+
+    def message(self, resume: str) -> str:
+        """The message, saying ``resume`` (how to resume) when the run can be resumed."""
+        return f"{self.what}: {resume} to continue from them" if self.resumable else self.what
 
 
 class NoEmbeddingsError(ValueError):
@@ -55,7 +64,7 @@ def resolve_embedder(spec: str, store_embedder: str | None, *, device=None):
 
 def _warn_mean(store_embedder: str | None) -> None:
     log.warning("the model behind this store's vectors is %s; merged nodes get the normalised mean of "
-                "their inputs' vectors (pass --embedder PATH, the model that made them, to re-embed merged "
+                "their inputs' vectors (pass {embedder=PATH}, the model that made them, to re-embed merged "
                 "text instead)", repr(store_embedder) if store_embedder else "not recorded")
 
 

@@ -63,8 +63,7 @@ def _compress_locked(src, dst, config, *, embedder, merger, device, progress, fo
             raise RunInterrupted("interrupted; nothing was written") from None
         n = run.journaled()
         if n:
-            raise RunInterrupted(f"interrupted; {n} merges are journaled in {run.path!r}: rerun the same "
-                                 "command with --resume to continue from them") from None
+            raise RunInterrupted(f"interrupted; {n} merges are journaled in {run.path!r}", resumable=True) from None
         raise RunInterrupted("interrupted before any merge was journaled; nothing was written") from None
     finally:
         run.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from ...jsonfile import loads_json
+from ...runs.errors import OptionError
 
 __all__ = ["load_config", "check_config"]
 
@@ -51,14 +52,14 @@ def load_config(path: str | os.PathLike) -> dict:
     if not os.path.exists(path):
         raise FileNotFoundError(f"Mem0 config not found: {path!r}")
     if os.path.isdir(path):
-        raise ValueError(f"--config must be a Mem0 config file (YAML or JSON), got the folder {path!r}")
+        raise OptionError(f"{{config}} must be a Mem0 config file (YAML or JSON), got the folder {path!r}")
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except UnicodeDecodeError as e:
         raise ValueError(f"{path} must be UTF-8 text, got a byte that is not ({e.reason} at byte {e.start})") from None
     except OSError as e:
-        raise ValueError(f"--config must be a readable file, cannot read {path!r}: {e.strerror or e}") from None
+        raise OptionError(f"{{config}} must be a readable file, cannot read {path!r}: {e.strerror or e}") from None
     cfg = _parse(path, text)
     if isinstance(cfg, dict) and isinstance(cfg.get("mem0"), dict):
         cfg = cfg["mem0"]
