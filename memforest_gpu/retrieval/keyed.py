@@ -5,9 +5,10 @@ A node with keys scores ``w * cos(q, text) + (1 - w) * max_k cos(q, key_k)``, an
 the node's score is the best of its **blended rows** ``w t + (1 - w) k``, one per key
 (docs/merged-keys.md, "Search speed"). :class:`KeyedLayout` puts every tenant's rows in one
 matrix: a node without keys is one row (its text's vector), a node with keys one blended row per
-key, each row knowing the column of its node inside the tenant's segment. A search scores a segment's rows in the one batched
-product it makes for texts alone, and takes each node's best row with one ``scatter_reduce``: as
-many rows as the uncompressed store had memories (every source a key), not texts and keys both.
+key, each row knowing the column of its node inside the tenant's segment. A search scores a
+segment's rows in the one batched product it makes for texts alone, and takes each node's best row
+with one ``scatter_reduce``: as many rows as the uncompressed store had memories (every source a
+key), not texts and keys both.
 """
 from __future__ import annotations
 
