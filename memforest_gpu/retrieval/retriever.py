@@ -64,6 +64,7 @@ class Retriever:
     # tenants with more rows than this are searched one segment (a view) at a time, by one matrix product
     # for all their queries; smaller ones are gathered into padded groups (a gather costs what the product does)
     large = 256
+    shared = 2  # a tenant whose queries x rows pass large * shared is searched by one product too
     budget = 1 << 25  # most elements of gathered (Q_b, n, D) segments held at a time
 
     def __init__(self, store: MemoryStore):
@@ -128,7 +129,7 @@ class Retriever:
         sims = torch.full((Q, c), float("-inf"), device=dev)
         pos = torch.full((Q, c), -1, dtype=torch.int64, device=dev)
         n_q = self._size[codes]  # (Q,)
-        big = n_q > self.large
+        big = self._is_big(codes, n_q)
         self._big_candidates(codes, queries, c, np.flatnonzero(big), sims, pos)
         lay = self._layout
         A = self._emb if lay is None else lay.matrix  # rows scored: nodes, or nodes and keys
@@ -159,6 +160,14 @@ class Retriever:
                 sims[qi, :cc] = v
                 pos[qi, :cc] = torch.where(torch.isfinite(v), st[:, None] + j, torch.full_like(j, -1))
         return sims, pos
+
+    def _is_big(self, codes: np.ndarray, n_q: np.ndarray) -> np.ndarray:
+        """Which queries are searched by their tenant's own product (a view of its segment): those
+        of a tenant with more than ``large`` rows, or whose queries in this batch times its rows
+        pass ``large * shared`` (one product for them all costs less than gathering the segment
+        once per query). Shape: codes (Q,), n_q (Q,) rows of each query's tenant -> (Q,) bool"""
+        per_tenant = np.bincount(codes, minlength=len(self._size))[codes]  # (Q,) queries of the tenant
+        return (n_q > self.large) | (per_tenant * n_q > self.large * self.shared)
 
     def _big_candidates(self, codes: np.ndarray, queries: torch.Tensor, c: int, bq: np.ndarray, sims, pos) -> None:
         """The candidates of the queries ``bq`` of big tenants, written into ``sims`` / ``pos``: the
