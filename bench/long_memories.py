@@ -5,7 +5,8 @@ ratio and variant (``NAME=METHOD[;stage.field=value...]``, e.g. ``nocap=memfores
 merge.max_node_tokens=100000``; ``preset`` is ``memforest:matching`` under ``--preset``), compress
 once, rank with the store's own rule (plain top-k), fill the ``@B`` context both ways
 (``--fills plain,matched``: the protocol's cut, or each merged node rendered for the question,
-``evaluation/context_fill.py``) and write per question AnsR@B, AnsR-c@B, EvR@B and the cause of
+``evaluation/context_fill.py``; ``ranked:keys``: the context ``memforest search --budget`` gives,
+``memforest_gpu/retrieval/context.py``) and write per question AnsR@B, AnsR-c@B, EvR@B and the cause of
 each lost answer (``evaluation/lost_answers.py``), plus the store's bytes (UTF-8 text, int8 text
 vectors and keys, key ids) against the uncompressed store's (text and float32 vectors).
 

@@ -7,7 +7,8 @@ Prints Markdown: per shape and ratio the retention (AnsR@B / AnsR-c@B / EvR@B, %
 reached, bytes against the uncompressed store, and the lost answers by cause (answers / points of the
 uncompressed mean); then each ``--compare`` cell minus ``--against`` in retention points of
 ``--metric`` with its 95% cluster bootstrap interval (conversations, then questions; 2,000
-resamples; ``*`` beyond the noise), overall and per category of 20 questions or more.
+resamples; ``*`` beyond the noise), overall and per category of 20 questions or more; and each
+``--retention`` cell's retention with its own interval (the same resamples).
 """
 from __future__ import annotations
 
@@ -89,6 +90,37 @@ def compare_table(records, scores, cells: list[str], against: str, metric: str, 
     return "\n".join(rows)
 
 
+def retention_table(records, scores, cells: list[str], metric: str, n: int) -> str:
+    """Each cell's retention (% of the uncompressed store's mean) with its own 95% cluster bootstrap
+    interval: conversations, then questions, resampled; the ratio of the two stores' sums over the
+    same draws (questions where both are defined)."""
+    from memforest_gpu.evaluation.bootstrap import cluster_weights
+
+    shapes = list(dict.fromkeys(r["shape"] for r in records))
+    ratios = sorted({r["ratio"] for r in records})
+    rows = ["| shape | ratio | " + " | ".join(cells) + " |", "|" + " --- |" * (2 + len(cells))]
+    for shape in shapes:
+        tenants = scores[f"{shape}|tenants"]
+        base = scores[f"{shape}|none|0|plain|{metric}"]
+        _, codes = np.unique(tenants, return_inverse=True)
+        w = cluster_weights(codes, n, np.random.default_rng(0))  # (n, Q)
+        for ratio in ratios:
+            line = [shape, f"{ratio:g}"]
+            for cell in cells:
+                v, f = cell.split(":", 1)
+                key = f"{shape}|{v}|{ratio:g}|{f}|{metric}"
+                if key not in scores:
+                    line.append("-")
+                    continue
+                x = scores[key]
+                ok = ~(np.isnan(x) | np.isnan(base))
+                stats = (w[:, ok] @ x[ok]) / (w[:, ok] @ base[ok])
+                lo, hi = np.quantile(stats, [0.025, 0.975])
+                line.append(f"{100 * x[ok].sum() / base[ok].sum():.1f} [{100 * lo:.1f}, {100 * hi:.1f}]")
+            rows.append("| " + " | ".join(line) + " |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", required=True, help="OUT folders of bench/long_memories.py, comma-separated")
@@ -96,6 +128,7 @@ def main(argv=None) -> int:
     p.add_argument("--compare", default="", help="VARIANT:FILL cells to compare")
     p.add_argument("--against", default="preset:plain")
     p.add_argument("--metric", default="ansr", help="ansr | ansr_content | evr")
+    p.add_argument("--retention", default="", help="VARIANT:FILL cells whose retention gets its own interval")
     p.add_argument("--bootstrap", type=int, default=2000)
     a = p.parse_args(argv)
     records, scores = load(a.runs.split(","))
@@ -105,6 +138,9 @@ def main(argv=None) -> int:
     if a.compare:
         print(f"\n### {a.metric}@B retention, minus {a.against} (points, 95% cluster bootstrap)\n")
         print(compare_table(records, scores, a.compare.split(","), a.against, a.metric, a.bootstrap))
+    if a.retention:
+        print(f"\n### {a.metric}@B retention, % with its 95% cluster bootstrap interval\n")
+        print(retention_table(records, scores, a.retention.split(","), a.metric, a.bootstrap))
     return 0
 
 

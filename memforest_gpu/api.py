@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .config import CompressConfig, RetrievalConfig
 from .engine import CompressResult
-from .retrieval.retriever import Retriever
+from .retrieval.context import FILLS
+from .retrieval.retriever import CONTEXT_DEPTH, Retriever
 from .runs.budgeted import compress_file_budgeted
 from .runs.compact import compact_file
 from .runs.errors import OptionError
@@ -41,14 +42,25 @@ def compress_file(src: str | Path, dst: str | Path, config: CompressConfig, *, m
     return compress_file_budgeted(src, dst, config, memory_budget=memory_budget, echo=echo, **options)
 
 
-def search_file(path: str | Path, queries: Sequence[str], *, k: int = 10, agpr: bool = False,
-                tenant: str | None = None, embedder: str = "auto", device=None) -> list[list[dict]]:
-    """The ``k`` best memories of the store file ``path`` for each query (plain top-k, or
-    AGPR), as dicts (id, text, timestamp, tenant, score, sources, ...). The queries are
+def search_file(path: str | Path, queries: Sequence[str], *, k: int | None = None, agpr: bool = False,
+                tenant: str | None = None, embedder: str = "auto", device=None, budget: int | None = None,
+                fill: str | None = None) -> list[list[dict]]:
+    """The ``k`` best memories (default 10) of the store file ``path`` for each query (plain top-k,
+    or AGPR), as dicts (id, text, timestamp, tenant, score, sources, ...). The queries are
     embedded with the model of the store's vectors (``embedder``: ``auto`` takes the one
     the store records; ``default``: all-MiniLM-L6-v2; or a local model folder). ``tenant``
-    limits the search to one tenant (needed when the store holds several)."""
-    cfg = RetrievalConfig(k=k, agpr=agpr)
+    limits the search to one tenant (needed when the store holds several). With ``budget``: the
+    context instead, pieces (id, sources, text with its date tag, score, cut) filling ``budget``
+    whitespace tokens from the best ``k`` hits (default 40), by ``fill`` (``ranked``: the parts of
+    merged nodes that matched first, the default for a store with keys; ``plain``: whole nodes in
+    rank order; :mod:`memforest_gpu.retrieval.context`)."""
+    if budget is None and fill is not None:
+        raise OptionError(f"{{fill}} needs {{budget}} (whitespace tokens of context), got fill {fill!r}")
+    if fill is not None and fill not in FILLS:
+        raise OptionError(f"{{fill}} must be one of {', '.join(FILLS)}, got {fill!r}")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+        raise OptionError(f"{{budget}} must be an integer >= 1 (whitespace tokens), got {budget!r}")
+    cfg = RetrievalConfig(k=k if k is not None else 10 if budget is None else CONTEXT_DEPTH, agpr=agpr)
     detect_format(os.fspath(path), None, flag=None)
     store, emb = load_store_and_embedder(path, embedder=embedder, device=device, tenants=tenant, warn=False)
     if emb is None:
@@ -59,4 +71,8 @@ def search_file(path: str | Path, queries: Sequence[str], *, k: int = 10, agpr: 
     if emb.dim != store.dim:
         raise OptionError(f"{{embedder}}'s dimension must match the store's ({store.dim}), got {emb.dim} "
                           f"from {emb.name!r}")
-    return Retriever(store).search(emb.embed(list(queries)), tenants=tenant, config=cfg).hits(store)
+    qe = emb.embed(list(queries))
+    res = Retriever(store).search(qe, tenants=tenant, config=cfg)
+    if budget is None:
+        return res.hits(store)
+    return res.context(store, qe, budget=budget, fill=fill, embedder=emb)

@@ -29,6 +29,27 @@ from .report import format_report
 __all__ = ["main", "build_parser"]
 
 
+def _add_search_parser(sub) -> None:
+    """``memforest search``: hits, or with ``--budget`` the context (retrieval/context.py)."""
+    s = sub.add_parser("search", help="search a store", description="Search a memory store with a text query.")
+    s.add_argument("store", help="the store to search (.parquet or .jsonl)")
+    s.add_argument("query", help="the query text")
+    s.add_argument("-k", type=int, default=None, help="hits to show (default 10; with --budget: hits read, 40)")
+    s.add_argument("--agpr", action="store_true", help="anchor-guided propagation re-ranking")
+    s.add_argument("--tenant", default=None,
+                   help="search only this tenant's memories (needed when the store has several tenants)")
+    s.add_argument("--json", action="store_true", help="print the hits as JSON")
+    s.add_argument("--budget", type=int, default=None, metavar="B",
+                   help="show the context instead: pieces filling B whitespace tokens (256: the evaluation's @B)")
+    s.add_argument("--fill", default=None, choices=("ranked", "plain"),
+                   help="with --budget: ranked (the part of a merged node that matched first; the default for a "
+                        "store with keys) | plain (whole nodes in rank order)")
+    s.add_argument("--embedder", default="auto",
+                   help="auto: the store's recorded model (all-MiniLM-L6-v2 for a store without vectors) | "
+                        "default (all-MiniLM-L6-v2) | PATH: the model of the store's vectors")
+    s.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = Parser(prog="memforest", description="Compress and search LLM-agent memory stores.")
     ap.add_argument("-v", "--verbose", action="store_true", help="log more")
@@ -77,18 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no progress bars (they are shown only when stderr is a terminal)")
     review_cli.add_review_argument(c)
 
-    s = sub.add_parser("search", help="search a store", description="Search a memory store with a text query.")
-    s.add_argument("store", help="the store to search (.parquet or .jsonl)")
-    s.add_argument("query", help="the query text")
-    s.add_argument("-k", type=int, default=10, help="hits to show")
-    s.add_argument("--agpr", action="store_true", help="anchor-guided propagation re-ranking")
-    s.add_argument("--tenant", default=None,
-                   help="search only this tenant's memories (needed when the store has several tenants)")
-    s.add_argument("--json", action="store_true", help="print the hits as JSON")
-    s.add_argument("--embedder", default="auto",
-                   help="auto: the store's recorded model (all-MiniLM-L6-v2 for a store without vectors) | "
-                        "default (all-MiniLM-L6-v2) | PATH: the model of the store's vectors")
-    s.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
+    _add_search_parser(sub)
 
     i = sub.add_parser("info", help="counts, tenants, dimension, time span",
                        description="Counts, tenants, dimension and time span of a store (embeds nothing).")
@@ -250,12 +260,21 @@ def _search(a) -> int:
     check_embedder_flag(a.embedder, allowed=("auto", "default"))
     if not a.query.strip():
         raise ValueError(f"QUERY must be a text to search for, got {a.query!r}")
-    if a.k < 1:
+    if a.k is not None and a.k < 1:
         raise ValueError(f"-k must be an integer >= 1, got {a.k}")
+    if a.budget is not None and a.budget < 1:
+        raise ValueError(f"--budget must be an integer >= 1 (whitespace tokens), got {a.budget}")
+    if a.fill is not None and a.budget is None:
+        raise ValueError(f"--fill {a.fill} needs --budget B (the whitespace tokens of context to fill)")
     hits = search_file(a.store, [a.query], k=a.k, agpr=a.agpr, tenant=a.tenant, embedder=a.embedder,
-                       device=a.device)[0]
+                       device=a.device, budget=a.budget, fill=a.fill)[0]
     if a.json:
         print(json.dumps(hits, ensure_ascii=False, indent=2))  # JSON escapes the C0 control characters itself
+        return 0
+    if a.budget is not None:  # pieces: their text holds their date tag
+        for r, p in enumerate(hits, 1):
+            print(f"{r:>2}. ({p['score']:.3f}) {printable(p['text'])}{' [cut]' if p['cut'] else ''}  "
+                  f"<- {printable(p['id'])}")
         return 0
     for r, h in enumerate(hits, 1):
         print(f"{r:>2}. [{format_date(h['timestamp'])}] ({h['score']:.3f}) {printable(h['text'])}")

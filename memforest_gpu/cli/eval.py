@@ -84,6 +84,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("retrieval and cuts")
     g.add_argument("-k", "--k", type=int, default=10, help="nodes at the @k cut")
     g.add_argument("--budget", type=int, default=256, help="whitespace tokens at the @B cut")
+    g.add_argument("--fill", default="plain", choices=("plain", "ranked"),
+                   help="@B context: plain (whole nodes: the protocol) | ranked (memforest search --budget's pieces)")
     g.add_argument("--L", type=int, default=4, help="AGPR candidate multiplier")
     g.add_argument("--lam", type=float, default=0.2, help="AGPR anchor fraction")
     g.add_argument("--gamma", type=float, default=0.9, help="AGPR similarity weight")
@@ -263,7 +265,7 @@ def _run(a) -> int:
         return run_cli(a, cfg, _methods(spec, cfg.merge.schedule))
     methods = _methods(a.methods, cfg.merge.schedule)
     ratios, seeds = _floats(a.ratios), _ints(a.seeds)
-    ecfg = EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma)
+    ecfg = EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma, fill=a.fill)
     if not ratios or not seeds:
         raise ValueError(f"ratios and seeds must be non-empty, got {a.ratios!r} and {a.seeds!r}")
     for r in ratios:

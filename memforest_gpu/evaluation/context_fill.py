@@ -32,7 +32,10 @@ protocol's context under every fill.
 ``fill="ranked"`` orders the parts themselves by the store's rule with each part's own key in place
 of the node's best key (``w cos(q, text) + (1 - w) cos(q, key)``): a node's second source comes
 before another node's first when its key matches the question better. In a store without keys a
-node is one piece, as under ``"matched"`` (its parts share the text's score).
+node is one piece, as under ``"matched"`` (its parts share the text's score). The rule scores, the
+order and the budget's cut are the product's (:mod:`memforest_gpu.retrieval.context`); with the
+parts cut by the keys (``split=key_split(...)``, :mod:`.key_parts`) the whole context is the
+product's, scored here.
 
 :func:`contexts` gives each question's context (what is shown of which node, and where it was cut);
 :func:`score_contexts` scores it exactly as :func:`~.metrics.score_ranked` scores ``@B``
@@ -40,7 +43,6 @@ node is one piece, as under ``"matched"`` (its parts share the text's score).
 """
 from __future__ import annotations
 
-import heapq
 import math
 import re
 from collections.abc import Sequence
@@ -50,6 +52,7 @@ import numpy as np
 import torch
 
 from ..mergers.extractive import split_sentences
+from ..retrieval.context import fit, in_rule_order, part_scores, ranked_pieces
 from ..store.timeutil import DATE_TAG, format_date
 from .metrics import STOP_WORDS, NodeViews, source_starts, tokens
 
@@ -160,10 +163,13 @@ def contexts(ranked: np.ndarray, store, views: NodeViews, budget: int, *, fill: 
     keys), ``original_text`` and ``original_ts`` (id -> text / timestamp of the originals).
     ``split(store, j)``: cut a merged node into parts from what the store holds
     (:func:`~.key_parts.key_split`) instead of the originals' texts; the originals then only say
-    which evidence a shown piece holds (as the protocol's strict EvR@B does)."""
+    which evidence a shown piece holds (as the protocol's strict EvR@B does). ``fill="ranked"`` with
+    :func:`~.key_parts.key_split` is the product's context
+    (:func:`memforest_gpu.retrieval.context.ranked_pieces`), scored here."""
     if fill not in FILLS:
         raise ValueError(f"fill must be one of {list(FILLS)}, got {fill!r}")
     out = []
+    memo: dict = {}
     for q, row in enumerate(ranked):
         qtok = frozenset(t for t in tokens(questions[q]) if t not in STOP_WORDS) if len(questions) else frozenset()
         nodes = [int(x) for x in row if x >= 0]
@@ -182,11 +188,24 @@ def contexts(ranked: np.ndarray, store, views: NodeViews, budget: int, *, fill: 
                 return [(None, _view(join_parts(parts, v.sources), v.sources, split, original_text))]
             return [(p[0], _view(join_parts([p], [p[0]] if p[0] else []), [p[0]] if p[0] else [], split,
                                  original_text, v.sources)) for p in parts]
-        if fill == "ranked":
-            out.append(_cut(_ranked_pieces(nodes, store, q_emb[q], parts_of), budget))
+        if fill == "ranked" and getattr(split, "embed", None) is not None:  # the product's context
+            pieces = ranked_pieces(store, nodes, q_emb[q], split.embed, memo=memo)
+            out.append(_cut(((p.node, _piece_view(p, views, original_text)) for p in pieces), budget))
+        elif fill == "ranked":
+            scored = ([(x, (j, v)) for x, (_, v) in zip(_rule_scores(store, j, q_emb[q], [lb for lb, _ in ps]), ps)]
+                      for j, ps in ((j, parts_of(j)) for j in nodes))
+            out.append(_cut(in_rule_order(scored), budget))
         else:
             out.append(_cut(_pieces(nodes, parts_of, budget), budget))
     return out
+
+
+def _piece_view(p, views: NodeViews, original_text) -> View:
+    """A product piece (:class:`~memforest_gpu.retrieval.context.Piece`) as a :class:`View`: a whole
+    node's stored view, or a part's, whose sources are the node's whose text it holds verbatim."""
+    if p.text == views.rendered[p.node]:
+        return stored_view(views, p.node)
+    return _view((p.text, {}), [], True, original_text, views.sources[p.node])
 
 
 def _view(rendered_starts, sources, split, original_text, node_sources=None) -> View:
@@ -201,41 +220,13 @@ def _view(rendered_starts, sources, split, original_text, node_sources=None) -> 
     return view_of(rendered, list(found), found)
 
 
-def _rule_scores(store, j: int, q_vec: torch.Tensor, n_parts: int, sources: list) -> list[float]:
-    """Each part's score by the store's rule with the part's own key in place of the best key:
-    ``w cos(q, text) + (1 - w) cos(q, key of the part)``; the text's cosine for every part of a
-    node without keys (and for the part of no source)."""
-    q = q_vec.float().cpu()
-    t = float(torch.nn.functional.normalize(store.embeddings[j].float().cpu(), dim=0) @ q)
-    keys = store.keys
-    if keys is None or keys.counts[j] == 0:
-        return [t] * n_parts
-    w = float(keys.text_weight)
-    sc = source_scores(store, j, q, frozenset(), {})
-    return [w * t + (1 - w) * sc[s] if s in sc else t for s in sources]
-
-
-def _ranked_pieces(nodes: list[int], store, q_vec: torch.Tensor, parts_of):
-    """(node, view) in the order of the parts' own rule scores (:func:`_rule_scores`; ties: node
-    rank, then the part's place in its node). A part is never above its node's score, which the
-    ranked nodes have in falling order, so parts are yielded as soon as no later node can beat
-    them."""
-    heap: list = []
-    for r, j in enumerate(nodes):
-        parts = parts_of(j)
-        sc = _rule_scores(store, j, q_vec, len(parts), [label for label, _ in parts])
-        top = max(sc)
-        while heap and -heap[0][0] >= top:
-            yield heapq.heappop(heap)[3]
-        for i, ((_, v), x) in enumerate(zip(parts, sc)):
-            heapq.heappush(heap, (-x, r, i, (j, v)))
-    while heap:
-        yield heapq.heappop(heap)[3]
-
-
-def _with_sources(rendered_starts, sources):
-    rendered, starts = rendered_starts
-    return rendered, sources, starts
+def _rule_scores(store, j: int, q_vec: torch.Tensor, sources: list) -> list[float]:
+    """Each part's score by the store's rule with the key holding its source in place of the best
+    key (:func:`~memforest_gpu.retrieval.context.part_scores`); the text's cosine for every part of
+    a node without keys (and for the part of no source)."""
+    t, by_key = part_scores(store, j, q_vec)
+    by_src = {s: x for k, x in by_key.items() for s in store.keys.sources[k].as_py()}
+    return [by_src.get(s, t) for s in sources]
 
 
 def _pieces(nodes: list[int], parts_of, budget: int):
@@ -260,19 +251,10 @@ def _pieces(nodes: list[int], parts_of, budget: int):
 
 
 def _cut(pieces, budget: int) -> list[tuple[int, View, int | None]]:
-    """The pieces that fit the budget, the last one cut to fit (EVAL.md's ``@B``)."""
-    used, ctx = 0, []
-    for j, v in pieces:
-        if used >= budget:
-            break
-        n = len(v.ws_end)
-        if used + n <= budget:
-            ctx.append((j, v, None))
-            used += n
-            continue
-        ctx.append((j, v, int(v.ws_end[budget - used - 1])))
-        used = budget
-    return ctx
+    """The pieces that fit the budget, the last one cut to fit (EVAL.md's ``@B``; the product's
+    :func:`~memforest_gpu.retrieval.context.fit`)."""
+    return [(j, v, None if n is None else int(v.ws_end[n - 1]))
+            for (j, v), n in fit(pieces, budget, lambda p: len(p[1].ws_end))]
 
 
 def score_contexts(ctxs, answers: Sequence[frozenset], evidence: Sequence[frozenset]) -> dict[str, np.ndarray]:

@@ -34,9 +34,12 @@ from ..device import resolve_device
 from ..engine.partition import n_clusters
 from ..kernels.agpr import n_anchors
 from ..mergers.extractive import ExtractiveMerger
+from ..retrieval.context import FILLS
 from ..retrieval.retriever import Retriever
 from ..store.memory_store import MemoryStore
+from .context_fill import contexts, score_contexts
 from .dataset import Benchmark
+from .key_parts import key_split
 from .methods import MethodSpec, compress_with, parse_method
 from .metrics import CUTS, NodeViews, answer_tokens, nanmean, option_tokens, score_ranked
 
@@ -56,9 +59,12 @@ class EvalConfig:
     lam: float = 0.2  # AGPR anchors: max(1, floor(lam * k + 0.5))
     gamma: float = 0.9  # AGPR: v = gamma * s + (1 - gamma) * p
     search_repeats: int = 5  # timed searches per store and retriever (median taken)
+    fill: str = "plain"  # @B context: plain (whole nodes, EVAL.md) | ranked (the product's, retrieval/context.py)
 
     def __post_init__(self):
         RetrievalConfig(k=self.k, L=self.L, lam=self.lam, gamma=self.gamma)  # validates
+        if self.fill not in FILLS:
+            raise ValueError(f"fill must be one of {list(FILLS)}, got {self.fill!r}")
         if self.budget < 1:
             raise ValueError(f"budget must be an integer >= 1, got {self.budget!r}")
         if self.search_repeats < 1:
@@ -132,22 +138,31 @@ def _time_search(a: Retriever, b: Retriever, q: _Questions, rcfg: RetrievalConfi
     return statistics.median(ta), statistics.median(tb)
 
 
-def _score_store(store: MemoryStore, q: _Questions, cfg: EvalConfig, originals: dict[str, str], qa=None):
+def _score_store(store: MemoryStore, q: _Questions, cfg: EvalConfig, originals: dict[str, str], qa=None,
+                 embedder=None):
     """Every metric of one store, per retriever; with ``qa`` (a :class:`~.qa.QAProtocol`) also the
-    LLM protocol's, on the top-k of each retriever (both retrievers' questions in one batch)."""
+    LLM protocol's, on the top-k of each retriever (both retrievers' questions in one batch).
+    ``cfg.fill == "ranked"``: ``@B`` is the product's context over the same ranked list
+    (:mod:`memforest_gpu.retrieval.context`: the parts of merged nodes cut by ``embedder``)."""
     retr = Retriever(store)
     views = NodeViews.build(store, originals)
     out = {}
-    contexts = []
+    qa_ctx = []
     for kind in RETRIEVERS:
         ranked = ranked_candidates(retr, q.emb, q.tenants, cfg, kind)
         for (cut, metric), v in score_ranked(ranked, views, q.answers, q.evidence, k=cfg.k,
                                              budget=cfg.budget).items():
             out[kind, cut, metric] = v
-        contexts += [[views.rendered[j] for j in row[:cfg.k] if j >= 0] for row in ranked.tolist()]
+        if cfg.fill == "ranked":
+            if embedder is None:
+                raise ValueError("fill='ranked' needs the embedder of the store's vectors (it cuts merged nodes)")
+            ctx = contexts(ranked, store, views, cfg.budget, fill="ranked", q_emb=q.emb, original_text=originals,
+                           split=key_split(embedder.embed))
+            out.update({(kind, "B", m): v for m, v in score_contexts(ctx, q.answers, q.evidence).items()})
+        qa_ctx += [[views.rendered[j] for j in row[:cfg.k] if j >= 0] for row in ranked.tolist()]
     if qa is not None:
         Q = len(q.ids)
-        for metric, v in qa.score(q.questions * len(RETRIEVERS), contexts).items():
+        for metric, v in qa.score(q.questions * len(RETRIEVERS), qa_ctx).items():
             for r, kind in enumerate(RETRIEVERS):
                 out[kind, "k", metric] = v[r * Q:(r + 1) * Q]
     return retr, out
@@ -181,7 +196,7 @@ def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
     t_embed = time.perf_counter() - t0
     originals = dict(zip(store.ids, store.texts))
     out = _Records(bench.name, q)
-    base_retr = out.uncompressed(store, originals, cfg, qa)
+    base_retr = out.uncompressed(store, originals, cfg, qa, embedder)
 
     cells = [(s, r, sd) for r in ratios for s in specs for sd in seeds]
     bar = None
@@ -204,7 +219,7 @@ def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
             t_comp = time.perf_counter() - t0
             flush()
             t1 = time.perf_counter()
-            retr, scores = _score_store(res.store, q, cfg, originals, qa)
+            retr, scores = _score_store(res.store, q, cfg, originals, qa, embedder)
             if key is not None:
                 done[key] = (res, t_comp, retr, scores)
         out.cell(spec, ratio, seed, scores, res, t_comp, base_retr, retr, cfg)
@@ -231,7 +246,8 @@ def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
 
 def _run_facts(cfg: EvalConfig, base: CompressConfig, dev, q: _Questions, qa, embedder) -> dict:
     """The run's settings for ``meta``: cuts, configs, device, question kinds, the LLM protocol."""
-    return {"eval": {"k": cfg.k, "budget": cfg.budget, "L": cfg.L, "lam": cfg.lam, "gamma": cfg.gamma},
+    return {"eval": {"k": cfg.k, "budget": cfg.budget, "L": cfg.L, "lam": cfg.lam, "gamma": cfg.gamma,
+                     "fill": cfg.fill},
             "config": _config_dict(base), "device": str(dev),
             "cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},
             "categories_apart": q.apart, "multiple_choice": sum(bool(x.options) for x in q.questions),
@@ -268,10 +284,10 @@ class _Records:
                     self.emit(spec.name, spec.schedule, ratio, seed, kind, cut, f"{metric}_retention", cat,
                               m / d if d else None)
 
-    def uncompressed(self, store: MemoryStore, originals: dict, cfg: EvalConfig, qa=None) -> Retriever:
+    def uncompressed(self, store: MemoryStore, originals: dict, cfg: EvalConfig, qa=None, embedder=None) -> Retriever:
         """Score the uncompressed store (the denominators of every retention); returns its
         retriever."""
-        base_retr, base_scores = _score_store(store, self.q, cfg, originals, qa)
+        base_retr, base_scores = _score_store(store, self.q, cfg, originals, qa, embedder)
         self.denom = {(cut, metric, cat): nanmean(base_scores["plain", cut, metric][mask])
                       for cut in CUTS for metric in RETAINED for cat, mask in self.q.cat_mask.items()
                       if ("plain", cut, metric) in base_scores}

@@ -159,10 +159,12 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
     L.append(f"{meta.get('nodes')} nodes in {meta.get('tenants')} tenants, {meta.get('questions')} questions "
              f"(categories {', '.join(f'{c}: {n}' for c, n in meta.get('categories', {}).items())}). "
              f"Merger: **{meta.get('merger')}** ({meta.get('merger_kind')}); embedder {meta.get('embedder')}; "
-             f"seeds {meta.get('seeds')}; @k = top {k} nodes, @B = {B} whitespace tokens. "
-             f"Values are x100, mean ± std over seeds; % = retention against the uncompressed store "
-             f"with plain top-k. AnsR-c (AnsR-content) credits answer tokens only from node text and from "
-             f"the dates of nodes that hold the question's evidence, not from unrelated nodes' date headers."
+             f"seeds {meta.get('seeds')}; @k = top {k} nodes, @B = {B} whitespace tokens"
+             + (" of the search's context (--fill ranked: the parts of merged nodes that matched first). "
+                if ev.get("fill") == "ranked" else ". ")
+             + "Values are x100, mean ± std over seeds; % = retention against the uncompressed store "
+             "with plain top-k. AnsR-c (AnsR-content) credits answer tokens only from node text and from "
+             "the dates of nodes that hold the question's evidence, not from unrelated nodes' date headers."
              + _evidence_counts(meta)
              + (f" Categories {', '.join(meta['categories_apart'])} (abstention questions) are reported apart: "
                 f"not in 'all'." if meta.get("categories_apart") else "")

@@ -11,6 +11,7 @@ import torch
 from ..config import RetrievalConfig
 from ..kernels import agpr_rerank, topk_rows, topk_search
 from ..store.memory_store import MemoryStore
+from .context import check_fill, context, default_fill
 from .keyed import KeyedLayout, keyed_search, node_best
 
 __all__ = ["Retriever", "SearchResult", "search"]
@@ -25,6 +26,15 @@ class SearchResult:
     index: torch.Tensor
     score: torch.Tensor
     similarity: torch.Tensor
+
+    def context(self, store: MemoryStore, queries: torch.Tensor, *, budget: int, fill: str | None = None,
+                embedder=None) -> list[list[dict]]:
+        """Per query, the context filling ``budget`` whitespace tokens from these hits: pieces
+        (id, sources, text with its date tag, score, cut) in the order shown; ``fill``: ``"ranked"``
+        (a merged node's parts that matched first; the default for a store with keys, which needs
+        ``embedder``) or ``"plain"`` (whole nodes in rank order). :mod:`.context`."""
+        ctx = context(store, self, queries, budget=budget, fill=fill, embedder=embedder)
+        return [[{k: v for k, v in p.as_dict().items() if k != "node"} for p in row] for row in ctx]
 
     def hits(self, store: MemoryStore) -> list[list[dict]]:
         """Per query, the hits as dicts (id, text, timestamp, tenant, sources, score,
@@ -264,11 +274,21 @@ class Retriever:
         return SearchResult(index, score, simil)
 
 
-def search(store: MemoryStore, queries, *, k: int = 10, agpr: bool = False, tenant=None, embedder=None,
-           config: RetrievalConfig | None = None) -> list[list[dict]]:
+CONTEXT_DEPTH = 40  # hits read to fill a budget when k is not given: the evaluation's @B depth (L x k)
+
+
+def search(store: MemoryStore, queries, *, k: int | None = None, agpr: bool = False, tenant=None, embedder=None,
+           config: RetrievalConfig | None = None, budget: int | None = None,
+           fill: str | None = None) -> list[list[dict]]:
     """Search ``store`` with text queries (needs ``embedder``) or a (Q, D) tensor of query
-    embeddings. Returns per query a list of hit dicts, best first."""
-    cfg = config or RetrievalConfig(k=k, agpr=agpr)
+    embeddings. Returns per query a list of hit dicts, best first (``k`` hits, default 10); with
+    ``budget``, the context of :meth:`SearchResult.context` instead: pieces filling ``budget``
+    whitespace tokens from the best ``k`` hits (default :data:`CONTEXT_DEPTH`), by ``fill``."""
+    if budget is None and fill is not None:
+        raise ValueError(f"fill={fill!r} needs a budget (whitespace tokens of context)")
+    if budget is not None:  # refused before any embedding or search
+        check_fill(default_fill(store) if fill is None else fill, budget, store, embedder)
+    cfg = config or RetrievalConfig(k=k if k is not None else 10 if budget is None else CONTEXT_DEPTH, agpr=agpr)
     if isinstance(queries, str):
         queries = [queries]
     if isinstance(queries, (list, tuple)):
@@ -277,4 +297,7 @@ def search(store: MemoryStore, queries, *, k: int = 10, agpr: bool = False, tena
         qe = embedder.embed(list(queries))
     else:
         qe = torch.as_tensor(queries)
-    return Retriever(store).search(qe, tenants=tenant, config=cfg).hits(store)
+    res = Retriever(store).search(qe, tenants=tenant, config=cfg)
+    if budget is None:
+        return res.hits(store)
+    return res.context(store, qe, budget=budget, fill=fill, embedder=embedder)
