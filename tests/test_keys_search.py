@@ -93,11 +93,12 @@ def compressed():
     return out, q, [names[i % len(names)] for i in range(30)]
 
 
-@pytest.mark.parametrize("large", [4096, 10])  # padded groups; every tenant searched as a big one
-def test_batched_search_equals_the_reference(compressed, large):
+@pytest.mark.parametrize("large, shared", [(4096, 1 << 20), (10, 1 << 20), (4096, 0)])
+def test_batched_search_equals_the_reference(compressed, large, shared):
+    """Padded groups; every tenant searched as a big one (by its rows; by its queries)."""
     out, q, tenants = compressed
     r = Retriever(out)
-    r.large = large
+    r.large, r.shared = large, shared
     res = r.search(q, tenants=tenants, config=RetrievalConfig(k=7))
     for j in range(len(q)):
         assert res.index[j].tolist() == reference(out, q[j], tenants[j], 7), j

@@ -46,7 +46,7 @@ import torch
 
 from ..kernels import topk_search
 from ..store.memory_store import MemoryStore
-from .keyed import node_key_table, rescore
+from .keyed import node_row_table, rescore
 from .retriever import Retriever
 
 __all__ = ["IndexConfig", "INDEXES", "build_index", "default_nlist", "IndexedRetriever", "TorchIndex", "FaissIndex",
@@ -201,32 +201,32 @@ def build_index(X: torch.Tensor, config: IndexConfig | str = "torch"):
 
 
 class KeyedIndex:
-    """An index over one tenant whose nodes have keys: the index holds every node's text vector
-    and every key (its segment of :class:`~.keyed.KeyedLayout`), finds the nodes owning the best
-    rows, and scores each found node exactly by the store's rule (:func:`~.keyed.rescore`). A
-    node is found when one of its vectors is among the ``c * (1 + kmax)`` best rows.
+    """An index over one tenant whose nodes have keys: the index holds the tenant's rows (its
+    segment of :class:`~.keyed.KeyedLayout`: a node with keys one blended row per key), finds the
+    nodes owning the best rows, and scores each found node exactly, as its best row
+    (:func:`~.keyed.rescore`). A node is found when one of its rows is among the ``c * kmax``
+    best rows (an exact index finds the ``c`` best nodes so: each has at most ``kmax`` rows).
 
-    Shape: A (n + m, D) nodes then keys, column (n + m,) the node of each row, has (n,)
+    Shape: A (R, D) rows, column (R,) the node of each row
     """
 
-    def __init__(self, A: torch.Tensor, n: int, column: torch.Tensor, has: torch.Tensor, w: float,
-                 config: IndexConfig):
-        self.X, self.K, self.has, self.w, self.node_of = A[:n], A[n:], has, w, column
-        counts = np.bincount(column[n:].cpu().numpy(), minlength=n)
-        self.table = node_key_table(counts, A.device)  # (n, kmax) rows of K, keys in node order
+    def __init__(self, A: torch.Tensor, n: int, column: torch.Tensor, config: IndexConfig):
+        self.A, self.n, self.node_of = A, n, column
+        counts = np.bincount(column.cpu().numpy(), minlength=n)
+        self.table = node_row_table(counts, A.device)  # (n, kmax) rows of each node
         self.inner = build_index(A, config)
         self.kind = self.inner.kind
 
     def search(self, Qe: torch.Tensor, c: int):
         """Shape: Qe (Q, D) -> sims (Q, c'), index (Q, c') node, c' = min(c, n); -1 / -inf past
         the end"""
-        _, r = self.inner.search(Qe, c * (1 + self.table.shape[1]))  # (Q, R) rows of texts and keys
+        _, r = self.inner.search(Qe, c * self.table.shape[1])  # (Q, R') best rows
         nd = torch.where(r >= 0, self.node_of[r.clamp(min=0)], torch.full_like(r, -1))
         srt = torch.sort(nd, dim=1).values  # repeats of a node side by side
         dup = torch.zeros_like(srt, dtype=torch.bool)
         dup[:, 1:] = srt[:, 1:] == srt[:, :-1]
         cand = torch.where(dup, torch.full_like(srt, -1), srt)
-        return rescore(Qe, cand, self.X, self.K, self.table, self.has, self.w, min(c, self.X.shape[0]))
+        return rescore(Qe, cand, self.A, self.table, min(c, self.n))
 
 
 class IndexedRetriever(Retriever):
@@ -251,11 +251,10 @@ class IndexedRetriever(Retriever):
     def _build(self, t: int):
         """Tenant ``t``'s index: over its text vectors, and its keys when its nodes have some."""
         lay = self._layout
-        if lay is None or lay.size[t] == lay.nodes[t]:
+        if lay is None or lay.plain[t]:
             return build_index(self.node_vectors(t), self.index_config)
         A, n, column = lay.segment(t)
-        s, e = self._segment(t)
-        return KeyedIndex(A, n, column, lay.has[s:e], lay.w, self.index_config)
+        return KeyedIndex(A, n, column, self.index_config)
 
     def _candidates(self, codes: np.ndarray, queries: torch.Tensor, c: int):
         if self.index_config.kind == "torch":

@@ -12,7 +12,7 @@ from ..config import RetrievalConfig
 from ..kernels import agpr_rerank, topk_rows, topk_search
 from ..store.memory_store import MemoryStore
 from .context import check_fill, context, default_fill
-from .keyed import KeyedLayout, blend, keyed_search
+from .keyed import KeyedLayout, keyed_search, node_best
 
 __all__ = ["Retriever", "SearchResult", "search"]
 
@@ -63,8 +63,8 @@ class Retriever:
     scored against their own padded segment in one batched product per group; a tenant with
     more rows is searched as a view of its segment (one matrix product per queried big tenant,
     of which there are at most N / ``large``). A store with keys (merged nodes searched by their
-    text blended with their best key) keeps each tenant's keys after its nodes in the same matrix
-    (:class:`~.keyed.KeyedLayout`), scored by the same products.
+    text blended with their best key) holds a node with keys as one blended row per key
+    (:class:`~.keyed.KeyedLayout`), scored by the same products, each node taking its best row.
 
     >>> r = Retriever(store)
     >>> res = r.search(query_embeddings, tenants=["alice"] * Q, config=RetrievalConfig(k=10,
@@ -74,6 +74,7 @@ class Retriever:
     # tenants with more rows than this are searched one segment (a view) at a time, by one matrix product
     # for all their queries; smaller ones are gathered into padded groups (a gather costs what the product does)
     large = 256
+    shared = 2  # a tenant whose queries x rows pass large * shared is searched by one product too
     budget = 1 << 25  # most elements of gathered (Q_b, n, D) segments held at a time
 
     def __init__(self, store: MemoryStore):
@@ -138,7 +139,7 @@ class Retriever:
         sims = torch.full((Q, c), float("-inf"), device=dev)
         pos = torch.full((Q, c), -1, dtype=torch.int64, device=dev)
         n_q = self._size[codes]  # (Q,)
-        big = n_q > self.large
+        big = self._is_big(codes, n_q)
         self._big_candidates(codes, queries, c, np.flatnonzero(big), sims, pos)
         lay = self._layout
         A = self._emb if lay is None else lay.matrix  # rows scored: nodes, or nodes and keys
@@ -161,17 +162,22 @@ class Retriever:
                 at = torch.where(ok, ast[:, None] + col[None, :], torch.zeros_like(ast)[:, None])
                 Xg = A.index_select(0, at.reshape(-1)).view(len(qs), na, D)  # (Qb, na, D)
                 S = torch.bmm(Xg.float(), queries[qi].float()[:, :, None])[:, :, 0]  # (Qb, na)
-                if lay is not None:  # the first n_t rows are the nodes, then their keys
-                    kmask = ok & lay.is_key[at]  # (Qb, na)
-                    has = lay.has[(st[:, None] + col[None, :n]).clamp(max=len(lay.has) - 1)]
-                    S = blend(S[:, :n], S.masked_fill(~kmask, float("-inf")),
-                              torch.where(kmask, lay.column[at], torch.zeros_like(at)), has, lay.w)  # (Qb, n)
+                if lay is not None:  # each node's best row (a node with keys has one row per key)
+                    S = node_best(S.masked_fill(~ok, float("-inf")), torch.where(ok, lay.column[at], 0), n)  # (Qb, n)
                 S = S[:, :n].masked_fill(col[None, :n] >= nsz, float("-inf"))
                 cc = min(c, n)
                 v, j = topk_rows(S, cc)
                 sims[qi, :cc] = v
                 pos[qi, :cc] = torch.where(torch.isfinite(v), st[:, None] + j, torch.full_like(j, -1))
         return sims, pos
+
+    def _is_big(self, codes: np.ndarray, n_q: np.ndarray) -> np.ndarray:
+        """Which queries are searched by their tenant's own product (a view of its segment): those
+        of a tenant with more than ``large`` rows, or whose queries in this batch times its rows
+        pass ``large * shared`` (one product for them all costs less than gathering the segment
+        once per query). Shape: codes (Q,), n_q (Q,) rows of each query's tenant -> (Q,) bool"""
+        per_tenant = np.bincount(codes, minlength=len(self._size))[codes]  # (Q,) queries of the tenant
+        return (n_q > self.large) | (per_tenant * n_q > self.large * self.shared)
 
     def _big_candidates(self, codes: np.ndarray, queries: torch.Tensor, c: int, bq: np.ndarray, sims, pos) -> None:
         """The candidates of the queries ``bq`` of big tenants, written into ``sims`` / ``pos``: the
@@ -213,9 +219,11 @@ class Retriever:
             torch.mm(q.float(), self._emb[slice(*self._segment(t))].float().T, out=out)
             return
         A, n, column = self._layout.segment(t)
-        s, e = self._segment(t)
-        Sa = q.float() @ A.float().T  # (Q_t, n + m)
-        out.copy_(blend(Sa[:, :n], Sa[:, n:], column[n:], self._layout.has[s:e], self._layout.w))
+        if column is None:
+            torch.mm(q.float(), A.float().T, out=out)
+            return
+        Sa = q.float() @ A.float().T  # (Q_t, rows)
+        out.fill_(float("-inf")).scatter_reduce_(1, column.expand(Sa.shape), Sa, reduce="amax", include_self=True)
 
     def _search_segment(self, t: int, q: torch.Tensor, c: int):
         """The ``c`` best nodes of tenant ``t`` by the store's rule (its text's cosine, or the keys'
@@ -223,15 +231,18 @@ class Retriever:
         if self._layout is None:
             return topk_search(q, self._emb[slice(*self._segment(t))], c)
         A, n, column = self._layout.segment(t)
-        s, e = self._segment(t)
-        return keyed_search(q, A, n, column, self._layout.has[s:e], self._layout.w, c)
+        return keyed_search(q, A, n, column, c)
 
     def node_vectors(self, t: int) -> torch.Tensor:
-        """Tenant ``t``'s node vectors (text), a view. Shape: -> (n_t, D)"""
+        """Tenant ``t``'s node vectors (text), a view, for a tenant none of whose nodes has keys
+        (a node with keys is held as blended rows, :class:`~.keyed.KeyedLayout`).
+        Shape: -> (n_t, D)"""
         if self._layout is None:
             return self._emb[slice(*self._segment(t))]
-        A, n, _ = self._layout.segment(t)
-        return A[:n]
+        A, n, column = self._layout.segment(t)
+        if column is not None:
+            raise ValueError(f"tenant {self.tenants[t]!r} has nodes with keys: its rows are blended, not text vectors")
+        return A
 
     def search(self, queries: torch.Tensor, *, tenants: str | Sequence[str] | None = None,
                config: RetrievalConfig | None = None) -> SearchResult:
