@@ -175,25 +175,14 @@ class _KnnRound(NamedTuple):
     node_b: torch.Tensor
 
 
-#: most entries of a round's touched knn rows scored whole, the stale ones kept (no host read: a
-#: round of the sequential schedule touches a few rows a tree)
-_REFRESH_ALL = 1 << 15
-
-
 def _refresh(batch: TreeBatch, parts: list[_KnnRound]) -> None:
     """New cosines for the stale entries of every knn bucket that no merged node's products
-    covered, computed from their vectors: when the touched rows hold at most ``_REFRESH_ALL``
-    entries, every entry's (the stale ones kept; no host read), else the stale ones' after one
-    host read (how many there are)."""
+    covered, computed from their vectors after one host read (how many there are)."""
     mask = torch.cat([p.stale.reshape(-1) for p in parts])
+    idx = torch.nonzero(mask).flatten()  # host read: how many entries changed
     buf = torch.cat([p.bk.cs[p.rows].reshape(-1) for p in parts])
-    a = torch.cat([p.node_a.reshape(-1) for p in parts])
-    b = torch.cat([p.node_b.reshape(-1) for p in parts])
-    if mask.numel() <= _REFRESH_ALL:
-        buf = torch.where(mask, batch.vectors.dot_rows(a, b).to(buf.dtype), buf)
-    else:
-        idx = torch.nonzero(mask).flatten()  # host read: how many entries changed
-        buf[idx] = batch.vectors.dot_rows(a[idx], b[idx])
+    buf[idx] = batch.vectors.dot_rows(torch.cat([p.node_a.reshape(-1) for p in parts])[idx],
+                                      torch.cat([p.node_b.reshape(-1) for p in parts])[idx])
     off = 0
     for p in parts:
         n = p.stale.numel()
