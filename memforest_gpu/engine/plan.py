@@ -10,8 +10,8 @@ the candidates of every bucket). The knn planner (:mod:`.plan_knn`) and the dens
 
 The chosen pairs are copied to the host once: :class:`Plan` holds both the device tensors
 (for ``apply_round``) and their host copy (for the merger's texts and the bookkeeping). One
-device->host read per round (the pairs, padded to the most a round can take), plus one per 8 matching
-iterations (and, on edge lists of a million edges or more, one per compaction of the
+device->host read per round (the pairs, padded to the most a round can take), plus one per 8
+matching iterations (and, on edge lists of a million edges or more, one per compaction of the
 forest); none per tree, pair or tenant.
 """
 from __future__ import annotations
