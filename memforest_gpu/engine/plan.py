@@ -9,9 +9,9 @@ the candidates of every bucket). The knn planner (:mod:`.plan_knn`) and the dens
 (:mod:`.plan_dense`) make the candidates of their buckets (:mod:`.trees` says which).
 
 The chosen pairs are copied to the host once: :class:`Plan` holds both the device tensors
-(for ``apply_round``) and their host copy (for the merger's texts and the bookkeeping). Two
-device->host reads per round (the number of pairs, then the pairs), plus one per 8 matching
-iterations (and, on edge lists of a million edges or more, one per compaction of the
+(for ``apply_round``) and their host copy (for the merger's texts and the bookkeeping). One
+device->host read per round (the pairs, padded to the most a round can take), plus one per 8
+matching iterations (and, on edge lists of a million edges or more, one per compaction of the
 forest); none per tree, pair or tenant.
 """
 from __future__ import annotations
@@ -86,10 +86,18 @@ def plan_round(batch: TreeBatch, need: np.ndarray, remaining: np.ndarray, cfg: C
         quota = torch.as_tensor(remaining, dtype=torch.int64, device=dev)
         take = greedy_matching(c.vertex_a[None], c.vertex_b[None], c.score[None], c.tie_key[None], take[None],
                                n_vertices, cap=quota, group=c.tree[None])[0]
-    p = c.take(torch.nonzero(take).flatten())  # host read 1: how many pairs
-    packed = torch.stack([p.bucket, p.row, p.tree, p.node_a, p.node_b,
-                          p.similarity.to(torch.float64).view(torch.int64)], 1)  # (P, 6)
-    host = dict(zip(_HOST_COLUMNS, packed.cpu().numpy().T.copy()))  # host read 2: the round's pairs
+    # no host read for the count: at most `bound` pairs are taken (a candidate each; the matching
+    # takes at most each tree's quota), their indices padded with -1 to that length
+    bound = int(take.shape[0]) if not matching else min(int(take.shape[0]), int(np.asarray(remaining).sum()))
+    torch._assert_async(take.sum() <= bound)
+    idx = torch.nonzero_static(take, size=bound, fill_value=-1)[:, 0]  # (bound,) taken candidates first
+    p = c.take(idx.clamp(min=0))
+    packed = torch.stack([idx, p.bucket, p.row, p.tree, p.node_a, p.node_b,
+                          p.similarity.to(torch.float64).view(torch.int64)], 1)  # (bound, 7)
+    rows = packed.numpy(force=True)  # the round's one host read: its pairs
+    n_pairs = int(np.count_nonzero(rows[:, 0] >= 0))
+    p = p.take(slice(0, n_pairs))
+    host = dict(zip(_HOST_COLUMNS, rows[:n_pairs, 1:].T.copy()))
     counts = np.bincount(host["bucket"], minlength=len(batch.buckets))
     return Plan(bucket=p.bucket, row=p.row, slot_a=p.slot_a, slot_b=p.slot_b, tree=p.tree, score=p.score,
                 tree_np=host["tree"], row_np=host["row"], node_a=host["node_a"], node_b=host["node_b"],
