@@ -138,7 +138,10 @@ def compress_distributed(store: MemoryStore, config: CompressConfig | None = Non
             return None
     else:
         gathered = [mine_info]
-    return _assemble(store, gathered, plan, split, names, split_part, timer.finish()["total"])
+    res = _assemble(store, gathered, plan, split, names, split_part, timer.finish()["total"])
+    res.store.vector_codes = cfg.merge.vectors  # its file holds the vectors as a single run's does
+    res.store.time_format = store.time_format  # and its timestamps as the input did
+    return res
 
 
 def _compress_mine(store, cfg, mine: list[WorkItem], rows_of, trees, run: MergerRun, embedder, device,
