@@ -148,7 +148,11 @@ def test_cli_errors(tmp_path, capsys):
     # without torchrun: one rank, the same output as memforest compress
     assert main(["compress", str(src), str(tmp_path / "o.parquet"), "--device", "cpu", "--embedder", "none"]) == 0
     assert "1 rank(s), backend none" in capsys.readouterr().out
-    same_store(read_store(tmp_path / "o.parquet"), compress(read_store(src), CompressConfig.preset("memforest")).store)
+    from memforest_gpu.cli.commands import main as memforest
+
+    assert memforest(["compress", str(src), str(tmp_path / "single.parquet"), "--device", "cpu", "--embedder", "none",
+                      "--quiet"]) == 0
+    same_store(read_store(tmp_path / "o.parquet"), read_store(tmp_path / "single.parquet"))  # the files, read back
 
 
 def test_cli_refuses_an_output_that_is_its_input(tmp_path):
