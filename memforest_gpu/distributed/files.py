@@ -19,7 +19,7 @@ import os
 
 from ..runs.driver import MergerRun, resolve_merger
 from ..runs.journal import JournalExistsError, journal_path
-from ..runs.loading import RunInterrupted, load_store_and_embedder
+from ..runs.loading import load_store_and_embedder
 from ..runs.paths import writes
 from ..runs.preflight import preflight
 from ..store.io import write_store
@@ -71,12 +71,7 @@ def compress_file_distributed(src, dst, config, *, merger="extractive", merger_o
 
         all_ranks(write, group)  # the journals stay until the output is written
     except KeyboardInterrupt:
-        n = run.journaled()
-        if not journal:
-            raise RunInterrupted("interrupted; nothing was written") from None
-        if n:
-            raise RunInterrupted(f"interrupted; {n} merges are journaled in {run.path!r}", resumable=True) from None
-        raise RunInterrupted("interrupted before this rank journaled a merge; nothing was written") from None
+        raise run.interrupted("this rank journaled a merge") from None
     finally:
         run.close()
     run.finish()

@@ -22,6 +22,7 @@ from ..engine import CompressResult, compress
 from ..mergers import get_merger
 from ..mergers.embedders import MEAN_EMBEDDER
 from .journal import JournaledMerger, JournalExistsError, journal_path, run_fingerprint
+from .loading import RunInterrupted
 from .outputs import OutputLock
 from .preflight import preflight
 
@@ -118,6 +119,16 @@ class MergerRun:
     def journaled(self) -> int:
         """The merges the journal holds: resumed with, plus appended since."""
         return len(self.journal.done) if self.journal is not None else 0
+
+    def interrupted(self, before: str = "any merge was journaled") -> RunInterrupted:
+        """What Ctrl-C during the run raises: the merges the journal kept (a run to resume), or
+        that nothing was written (no journal, or ``before`` its first merge)."""
+        if self.path is None:
+            return RunInterrupted("interrupted; nothing was written")
+        n = self.journaled()
+        if n:
+            return RunInterrupted(f"interrupted; {n} merges are journaled in {self.path!r}", resumable=True)
+        return RunInterrupted(f"interrupted before {before}; nothing was written")
 
     def replayed(self) -> int:
         """The merges taken from the journal so far (not sent to the merger)."""

@@ -9,7 +9,7 @@ from ..config import CompressConfig
 from ..engine import CompressResult, DryRunResult, dry_run
 from ..store.io import write_store
 from .driver import MergerRun, run_locked
-from .loading import RunInterrupted, load_store_and_embedder
+from .loading import load_store_and_embedder
 
 __all__ = ["compress_in_memory", "dry_run_file"]
 
@@ -40,7 +40,7 @@ def compress_in_memory(src: str | Path, dst: str | Path, config: CompressConfig,
     known format, not a directory, a writable folder) and
     ``dst``'s folder created; while the run writes ``dst`` it holds ``dst + ".lock"``
     (:class:`~memforest_gpu.runs.outputs.OutputLock`: a second run is refused). Ctrl-C raises
-    :class:`RunInterrupted` whose message says how many merges are journaled.
+    :class:`~.loading.RunInterrupted` whose message says how many merges are journaled.
     """
     def run(src: str, dst: str, merger) -> CompressResult:
         return _compress_locked(src, dst, config, embedder=embedder, merger=merger, device=device,
@@ -59,12 +59,7 @@ def _compress_locked(src, dst, config, *, embedder, merger, device, progress, fo
         result = run.compress(store, emb, device=device, progress=progress)  # the output's vectors reuse the store's
         write_store(result.store, dst, format=out_format, time_format=store.time_format)
     except KeyboardInterrupt:
-        if not journal:
-            raise RunInterrupted("interrupted; nothing was written") from None
-        n = run.journaled()
-        if n:
-            raise RunInterrupted(f"interrupted; {n} merges are journaled in {run.path!r}", resumable=True) from None
-        raise RunInterrupted("interrupted before any merge was journaled; nothing was written") from None
+        raise run.interrupted() from None
     finally:
         run.close()
     run.finish()
