@@ -37,9 +37,9 @@ from ..mergers.extractive import split_sentences
 from ..store.timeutil import DATE_TAG, format_date
 
 __all__ = ["FILLS", "Piece", "context", "dated_sentences", "key_parts", "part_scores", "in_rule_order",
-           "ranked_pieces", "fit", "default_fill", "check_fill", "has_keys"]
+           "ranked_pieces", "fit", "focus", "fit_focused", "default_fill", "check_fill", "has_keys"]
 
-FILLS = ("ranked", "plain")
+FILLS = ("ranked", "plain", "focused")
 _WS = re.compile(r"\S+")
 
 
@@ -83,6 +83,9 @@ def check_fill(fill: str, budget, store, embedder) -> None:
     if fill == "ranked" and embedder is None and has_keys(store):
         raise ValueError("fill='ranked' on a store with keys needs the embedder of the store's vectors (it gives "
                          "each sentence of a merged node to its key): pass embedder=, or fill='plain'")
+    if fill == "focused" and embedder is None:
+        raise ValueError("fill='focused' needs the embedder of the store's vectors (it matches the sentences of "
+                         "a piece longer than the budget left to the query): pass embedder=, or fill='ranked'")
 
 
 def dated_sentences(text: str, timestamp: float) -> list[tuple[str, str]]:
@@ -190,6 +193,54 @@ def fit(items: Iterable, budget: int, n_tokens: Callable) -> list[tuple[object, 
     return out
 
 
+def _n_tokens(text: str) -> int:
+    return len(_WS.findall(text))
+
+
+def focus(piece: Piece, left: int, q_vec: torch.Tensor, embed: Callable, timestamp: float) -> Piece:
+    """``piece`` shown in ``left`` whitespace tokens by its sentences that match the query best
+    (``fill="focused"``, docs/long-memories.md): its sentences (each with its segment's date tag)
+    are taken by their cosine to the query, best first, each one that still fits (a sentence too
+    long for what is left is skipped, shorter ones after it may fit), and written in text order
+    with a date tag where the date changes; when not even the best sentence fits, its first tokens
+    that fit. ``cut=True``: the piece is a selection of its text."""
+    sents = dated_sentences(piece.text, timestamp)
+    if not sents:
+        return Piece(piece.node, piece.id, piece.sources, _cut_text(piece.text, left), piece.score, True)
+    q = torch.nn.functional.normalize(torch.as_tensor(q_vec).detach().float().cpu(), dim=0)
+    cos = (torch.as_tensor(embed([x for _, x in sents])).float().cpu() @ q).tolist()
+    cost = [_n_tokens(x) for _, x in sents]
+    chosen: set[int] = set()
+    tags: set[str] = set()
+    used = 0
+    for i in sorted(range(len(sents)), key=lambda i: (-cos[i], i)):
+        c = cost[i] + (0 if sents[i][0] in tags else _n_tokens(sents[i][0]))
+        if used + c <= left:
+            chosen.add(i)
+            tags.add(sents[i][0])
+            used += c
+    if not chosen:
+        best = max(range(len(sents)), key=lambda i: (cos[i], -i))
+        text = _cut_text(" ".join(sents[best]), left)
+    else:
+        out, last = [], None
+        for i in sorted(chosen):
+            if sents[i][0] != last:
+                out.append(sents[i][0])
+                last = sents[i][0]
+            out.append(sents[i][1])
+        text = " ".join(out)
+    return Piece(piece.node, piece.id, piece.sources, text, piece.score, True)
+
+
+def fit_focused(pieces: Iterable[Piece], budget: int, q_vec: torch.Tensor, embed: Callable,
+                timestamps) -> list[Piece]:
+    """The pieces that fit ``budget`` tokens, in order, the last one (longer than what is left)
+    :func:`focus`-ed on the query instead of cut to its first tokens."""
+    return [p if n is None else focus(p, n, q_vec, embed, float(timestamps[p.node]))
+            for p, n in fit(pieces, budget, lambda p: _n_tokens(p.text))]
+
+
 def _cut_text(text: str, n: int) -> str:
     """``text``'s first ``n`` whitespace tokens, as written (inner spacing kept)."""
     ends = [m.end() for m in _WS.finditer(text)]
@@ -221,6 +272,9 @@ def context(store, result, queries: torch.Tensor, *, budget: int, fill: str | No
                                        for j, s in zip(row, sc[q]) if j >= 0)
         else:
             pieces = ranked_pieces(store, nodes, q_all[q], embed, memo=memo)
+        if fill == "focused":
+            out.append(fit_focused(pieces, budget, q_all[q], embed, store.timestamps))
+            continue
         out.append([p if n is None else Piece(p.node, p.id, p.sources, _cut_text(p.text, n), p.score, True)
-                    for p, n in fit(pieces, budget, lambda p: len(_WS.findall(p.text)))])
+                    for p, n in fit(pieces, budget, lambda p: _n_tokens(p.text))])
     return out
