@@ -132,7 +132,7 @@ def run_shape(a, shape, emb, records, scores):
     ts = dict(zip(store.ids, store.timestamps.tolist()))
     texts = [x.question for x in q.questions]
     base_bytes = sum(len(t.encode("utf-8")) for t in store.texts) + len(store) * store.dim * 4
-    base_fills = ["plain"] + [f for f in a.fills if f.startswith("focused")]  # fills that change originals
+    base_fills = ["plain"] + [f for f in a.fills if f.split(":")[0] in ("focused", "pooled")]  # change originals
     bases = score_fills(store, q, NodeViews.build(store, originals), base_fills, a.budget, originals, ts, texts, emb)
     base = bases["plain"]
     scores[f"{shape}|tenants"] = np.array(q.tenants)

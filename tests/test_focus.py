@@ -13,7 +13,7 @@ from memforest_gpu.evaluation.context_fill import contexts, score_contexts
 from memforest_gpu.evaluation.harness import EvalConfig, _score_store, ranked_candidates
 from memforest_gpu.evaluation.key_parts import key_split
 from memforest_gpu.evaluation.metrics import NodeViews, tokens
-from memforest_gpu.retrieval.context import Piece, context, focus
+from memforest_gpu.retrieval.context import POOL, Piece, context, fit_focused, focus
 from memforest_gpu.retrieval.retriever import Retriever, search
 from memforest_gpu.store.memory_store import MemoryStore
 from memforest_gpu.store.timeutil import format_date
@@ -98,3 +98,22 @@ def test_the_evaluations_focused_fill_is_the_products_context():
     ev = contexts(ranked, out, NodeViews.build(out, originals), 5, fill="focused", q_emb=q.emb,
                   original_text=originals, split=key_split(emb.embed))
     np.testing.assert_array_equal(sc["plain", "B", "ansr"], score_contexts(ev, q.answers, q.evidence)["ansr"])
+
+
+def test_pooled_sentences_of_the_next_pieces_compete_for_what_is_left():
+    emb = BagOfWordsEmbedder()
+    first = SESSION.replace(" Bob bought a red bicycle in Porto.", "")
+    second = "Carol repaired an old clock. Bob bought a red bicycle in Porto. The clock still ticks loudly."
+    pieces = [Piece(0, "s1", ["s1"], f"[{format_date(DAY0)}] {first}", 0.9),
+              Piece(1, "s2", ["s2"], f"[{format_date(DAY0 + 86400)}] {second}", 0.8)]
+    q = emb.embed(["Where did Bob buy the red bicycle? Porto?"])[0]
+    ts = [DAY0, DAY0 + 86400]
+    one = fit_focused(pieces, 14, q, emb.embed, ts)  # the first piece alone, focused
+    assert [p.id for p in one] == ["s1"] and one[0].cut and "porto" not in tokens(one[0].text)
+    pooled = fit_focused(pieces, 14, q, emb.embed, ts, pool=POOL)  # both pieces' sentences compete
+    assert "Porto." in " ".join(p.text for p in pooled) and all(p.cut for p in pooled)
+    assert [p.id for p in pooled] == sorted(p.id for p in pooled)  # in the pieces' order
+    got = {p.id: p.text for p in pooled}
+    assert got["s2"].startswith(f"[{format_date(DAY0 + 86400)}] ") and "Bob bought a red bicycle in Porto." in got["s2"]
+    assert sum(len(p.text.split()) for p in pooled) <= 14
+    assert fit_focused(pieces, 1000, q, emb.embed, ts, pool=POOL) == pieces  # everything fits: nothing changes

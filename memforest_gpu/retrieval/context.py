@@ -26,6 +26,7 @@ it), which keeps more answers on the dev file than AGPR's order of whole nodes
 from __future__ import annotations
 
 import heapq
+import itertools
 import numbers
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -37,9 +38,10 @@ from ..mergers.extractive import split_sentences
 from ..store.timeutil import DATE_TAG, format_date
 
 __all__ = ["FILLS", "Piece", "context", "dated_sentences", "key_parts", "part_scores", "in_rule_order",
-           "ranked_pieces", "fit", "focus", "fit_focused", "default_fill", "check_fill", "has_keys"]
+           "ranked_pieces", "fit", "focus", "focus_many", "fit_focused", "default_fill", "check_fill", "has_keys"]
 
-FILLS = ("ranked", "plain", "focused")
+FILLS = ("ranked", "plain", "focused", "pooled")
+POOL = 4  # fill="pooled": the first piece that does not fit and the 3 after it share what is left
 _WS = re.compile(r"\S+")
 
 
@@ -83,8 +85,8 @@ def check_fill(fill: str, budget, store, embedder) -> None:
     if fill == "ranked" and embedder is None and has_keys(store):
         raise ValueError("fill='ranked' on a store with keys needs the embedder of the store's vectors (it gives "
                          "each sentence of a merged node to its key): pass embedder=, or fill='plain'")
-    if fill == "focused" and embedder is None:
-        raise ValueError("fill='focused' needs the embedder of the store's vectors (it matches the sentences of "
+    if fill in ("focused", "pooled") and embedder is None:
+        raise ValueError(f"fill={fill!r} needs the embedder of the store's vectors (it matches the sentences of "
                          "a piece longer than the budget left to the query): pass embedder=, or fill='ranked'")
 
 
@@ -204,41 +206,67 @@ def focus(piece: Piece, left: int, q_vec: torch.Tensor, embed: Callable, timesta
     long for what is left is skipped, shorter ones after it may fit), and written in text order
     with a date tag where the date changes; when not even the best sentence fits, its first tokens
     that fit. ``cut=True``: the piece is a selection of its text."""
-    sents = dated_sentences(piece.text, timestamp)
+    return focus_many([piece], left, q_vec, embed, [timestamp])[0]
+
+
+def focus_many(pieces: Sequence[Piece], left: int, q_vec: torch.Tensor, embed: Callable,
+               timestamps: Sequence[float]) -> list[Piece]:
+    """:func:`focus` over several pieces at once (``fill="pooled"``): their sentences compete for
+    ``left`` tokens by their cosine to the query (ties: the piece's place, then the sentence's);
+    each piece that keeps a sentence is shown, in the pieces' order, by its kept sentences."""
+    sents = [(k, tag, x) for k, (p, ts) in enumerate(zip(pieces, timestamps)) for tag, x in dated_sentences(p.text, ts)]
     if not sents:
-        return Piece(piece.node, piece.id, piece.sources, _cut_text(piece.text, left), piece.score, True)
+        p = pieces[0]
+        return [Piece(p.node, p.id, p.sources, _cut_text(p.text, left), p.score, True)]
     q = torch.nn.functional.normalize(torch.as_tensor(q_vec).detach().float().cpu(), dim=0)
-    cos = (torch.as_tensor(embed([x for _, x in sents])).float().cpu() @ q).tolist()
-    cost = [_n_tokens(x) for _, x in sents]
+    cos = (torch.as_tensor(embed([x for _, _, x in sents])).float().cpu() @ q).tolist()
     chosen: set[int] = set()
-    tags: set[str] = set()
+    opened: set[tuple[int, str]] = set()
     used = 0
     for i in sorted(range(len(sents)), key=lambda i: (-cos[i], i)):
-        c = cost[i] + (0 if sents[i][0] in tags else _n_tokens(sents[i][0]))
+        k, tag, x = sents[i]
+        c = _n_tokens(x) + (0 if (k, tag) in opened else _n_tokens(tag))
         if used + c <= left:
             chosen.add(i)
-            tags.add(sents[i][0])
+            opened.add((k, tag))
             used += c
-    if not chosen:
+    if not chosen:  # not even the best sentence fits: its first tokens
         best = max(range(len(sents)), key=lambda i: (cos[i], -i))
-        text = _cut_text(" ".join(sents[best]), left)
-    else:
-        out, last = [], None
-        for i in sorted(chosen):
-            if sents[i][0] != last:
-                out.append(sents[i][0])
-                last = sents[i][0]
-            out.append(sents[i][1])
-        text = " ".join(out)
-    return Piece(piece.node, piece.id, piece.sources, text, piece.score, True)
+        p = pieces[sents[best][0]]
+        return [Piece(p.node, p.id, p.sources, _cut_text(" ".join(sents[best][1:]), left), p.score, True)]
+    out = []
+    for k, p in enumerate(pieces):
+        words, last = [], None
+        for i in sorted(i for i in chosen if sents[i][0] == k):
+            if sents[i][1] != last:
+                words.append(sents[i][1])
+                last = sents[i][1]
+            words.append(sents[i][2])
+        if words:
+            out.append(Piece(p.node, p.id, p.sources, " ".join(words), p.score, True))
+    return out
 
 
-def fit_focused(pieces: Iterable[Piece], budget: int, q_vec: torch.Tensor, embed: Callable,
-                timestamps) -> list[Piece]:
-    """The pieces that fit ``budget`` tokens, in order, the last one (longer than what is left)
-    :func:`focus`-ed on the query instead of cut to its first tokens."""
-    return [p if n is None else focus(p, n, q_vec, embed, float(timestamps[p.node]))
-            for p, n in fit(pieces, budget, lambda p: _n_tokens(p.text))]
+def fit_focused(pieces: Iterable[Piece], budget: int, q_vec: torch.Tensor, embed: Callable, timestamps, *,
+                pool: int = 1) -> list[Piece]:
+    """The pieces that fit ``budget`` tokens, in order; the first one longer than what is left is
+    :func:`focus`-ed on the query instead of cut to its first tokens (``pool`` > 1: it and the
+    ``pool - 1`` pieces after it, :func:`focus_many`)."""
+    out, used = [], 0
+    it = iter(pieces)
+    for p in it:
+        if used >= budget:
+            break
+        n = _n_tokens(p.text)
+        if used + n <= budget:
+            out.append(p)
+            used += n
+            continue
+        group = [p, *itertools.islice(it, pool - 1)]
+        shown = focus_many(group, budget - used, q_vec, embed, [float(timestamps[g.node]) for g in group])
+        out += shown
+        break
+    return out
 
 
 def _cut_text(text: str, n: int) -> str:
@@ -272,8 +300,9 @@ def context(store, result, queries: torch.Tensor, *, budget: int, fill: str | No
                                        for j, s in zip(row, sc[q]) if j >= 0)
         else:
             pieces = ranked_pieces(store, nodes, q_all[q], embed, memo=memo)
-        if fill == "focused":
-            out.append(fit_focused(pieces, budget, q_all[q], embed, store.timestamps))
+        if fill in ("focused", "pooled"):
+            out.append(fit_focused(pieces, budget, q_all[q], embed, store.timestamps,
+                                   pool=POOL if fill == "pooled" else 1))
             continue
         out.append([p if n is None else Piece(p.node, p.id, p.sources, _cut_text(p.text, n), p.score, True)
                     for p, n in fit(pieces, budget, lambda p: _n_tokens(p.text))])
