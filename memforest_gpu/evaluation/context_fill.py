@@ -29,11 +29,11 @@ nodes as an uncompressed store's would, each through the memory that matched, in
 the whole of the first long nodes. Originals are one part, so an uncompressed store gets the
 protocol's context under every fill.
 
-``fill="focused"`` is ``"ranked"`` with the last piece, longer than what is left of the budget, shown
-by its sentences that match the question best instead of cut to its first tokens (the product's
-:func:`~memforest_gpu.retrieval.context.focus`; needs the key split, also for a store without
-keys). ``fill="pooled"``: that piece and the 3 after it share what is left, sentence by sentence
-(:func:`~memforest_gpu.retrieval.context.focus_many`).
+``fill="focused"`` is ``"ranked"`` with the last piece, longer than what is left of the budget,
+shown by its sentences that match the question best instead of cut to its first tokens (the
+product's :func:`~memforest_gpu.retrieval.context.focus`; needs the key split, also for a store
+without keys). ``fill="pooled"``: that piece and the 3 after it share what is left, sentence by
+sentence (:func:`~memforest_gpu.retrieval.context.focus_many`).
 
 ``fill="ranked"`` orders the parts themselves by the store's rule with each part's own key in place
 of the node's best key (``w cos(q, text) + (1 - w) cos(q, key)``): a node's second source comes

@@ -142,8 +142,8 @@ def _score_store(store: MemoryStore, q: _Questions, cfg: EvalConfig, originals: 
                  embedder=None):
     """Every metric of one store, per retriever; with ``qa`` (a :class:`~.qa.QAProtocol`) also the
     LLM protocol's, on the top-k of each retriever (both retrievers' questions in one batch).
-    ``cfg.fill == "ranked"`` (or ``"focused"``): ``@B`` is the product's context over the same ranked
-    list (:mod:`memforest_gpu.retrieval.context`: the parts of merged nodes cut by ``embedder``)."""
+    ``cfg.fill`` other than ``"plain"``: ``@B`` is the product's context over the same ranked list
+    (:mod:`memforest_gpu.retrieval.context`: the parts of merged nodes cut by ``embedder``)."""
     retr = Retriever(store)
     views = NodeViews.build(store, originals)
     out = {}
