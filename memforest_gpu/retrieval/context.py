@@ -15,7 +15,11 @@ without keys, and every node of a store without keys is one piece, its whole tex
 ``"[date] text"`` (``fill="plain"``: every hit so, in rank order, as the evaluation's ``@B`` cut).
 
 Pieces are shown until ``budget`` whitespace tokens are used (the token count of the evaluation's
-``@B`` cut, docs/evaluation.md); only the last piece is cut, to its first tokens that fit. AGPR's
+``@B`` cut, docs/evaluation.md); only the last piece is cut, to its first tokens that fit.
+``fill="focused"`` shows that last piece by its sentences that match the query best instead
+(:func:`focus`), and ``fill="pooled"`` (**the default for a store with keys**) lets it and the
+:data:`POOL` - 1 pieces after it share what is left, sentence by sentence (:func:`focus_many`): a
+session or a long merged node longer than the budget is no longer cut to its first tokens. AGPR's
 hits are read in AGPR's order by the same rule (a part waits only for a later node that could beat
 it), which keeps more answers on the dev file than AGPR's order of whole nodes
 (docs/long-memories.md).
@@ -70,9 +74,10 @@ def has_keys(store) -> bool:
 
 
 def default_fill(store) -> str:
-    """``"ranked"`` for a store with keys (it keeps more answers in the same budget on the dev file:
-    docs/long-memories.md), ``"plain"`` otherwise (the same context there)."""
-    return "ranked" if has_keys(store) else "plain"
+    """``"pooled"`` for a store with keys (chosen by leave one conversation out over turns, facts,
+    4-turn windows and sessions: docs/presets.md, docs/long-memories.md), ``"plain"`` otherwise
+    (no embedder needed; ``"pooled"`` is asked for by name there)."""
+    return "pooled" if has_keys(store) else "plain"
 
 
 def check_fill(fill: str, budget, store, embedder) -> None:
@@ -279,8 +284,8 @@ def context(store, result, queries: torch.Tensor, *, budget: int, fill: str | No
             embedder=None) -> list[list[Piece]]:
     """Per query, the pieces shown in ``budget`` whitespace tokens (module doc), from a
     :class:`~.retriever.SearchResult` of ``store`` and the (Q, D) query vectors that made it.
-    ``fill``: ``"ranked"`` | ``"plain"`` (None: :func:`default_fill`); ``embedder`` (the model of
-    the store's vectors) is needed for ``"ranked"`` on a store with keys."""
+    ``fill``: :data:`FILLS` (None: :func:`default_fill`); ``embedder`` (the model of the store's
+    vectors) is needed for ``"ranked"`` on a store with keys, and for ``"focused"`` and ``"pooled"``."""
     fill = default_fill(store) if fill is None else fill
     check_fill(fill, budget, store, embedder)
     idx = result.index.cpu().tolist()
