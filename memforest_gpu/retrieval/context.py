@@ -285,7 +285,8 @@ def context(store, result, queries: torch.Tensor, *, budget: int, fill: str | No
     """Per query, the pieces shown in ``budget`` whitespace tokens (module doc), from a
     :class:`~.retriever.SearchResult` of ``store`` and the (Q, D) query vectors that made it.
     ``fill``: :data:`FILLS` (None: :func:`default_fill`); ``embedder`` (the model of the store's
-    vectors) is needed for ``"ranked"`` on a store with keys, and for ``"focused"`` and ``"pooled"``."""
+    vectors) is needed for ``"ranked"`` on a store with keys, and always for ``"focused"`` and
+    ``"pooled"``."""
     fill = default_fill(store) if fill is None else fill
     check_fill(fill, budget, store, embedder)
     idx = result.index.cpu().tolist()
