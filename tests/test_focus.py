@@ -117,3 +117,18 @@ def test_pooled_sentences_of_the_next_pieces_compete_for_what_is_left():
     assert got["s2"].startswith(f"[{format_date(DAY0 + 86400)}] ") and "Bob bought a red bicycle in Porto." in got["s2"]
     assert sum(len(p.text.split()) for p in pooled) <= 14
     assert fit_focused(pieces, 1000, q, emb.embed, ts, pool=POOL) == pieces  # everything fits: nothing changes
+
+
+def test_one_context_call_embeds_each_sentence_once():
+    store, emb = session_store()
+    q = emb.embed(["Where did Bob buy the red bicycle? Porto?"])
+    res = Retriever(store).search(q, config=RetrievalConfig(k=2))
+    emb.calls = 0
+    one = context(store, res, q, budget=12, fill="pooled", embedder=emb)
+    once = emb.calls
+    assert once > 0
+    q2 = q.repeat(3, 1)
+    res2 = Retriever(store).search(q2, config=RetrievalConfig(k=2))
+    emb.calls = 0
+    three = context(store, res2, q2, budget=12, fill="pooled", embedder=emb)
+    assert three == one * 3 and emb.calls == once  # the same sentences, embedded once

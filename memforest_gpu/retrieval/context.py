@@ -274,6 +274,17 @@ def fit_focused(pieces: Iterable[Piece], budget: int, q_vec: torch.Tensor, embed
     return out
 
 
+def _memo_embed(embed: Callable, memo: dict) -> Callable:
+    """``embed`` that embeds each distinct text once (the queries of one call share sentences)."""
+    def cached(texts):
+        texts = list(texts)
+        new = [t for t in dict.fromkeys(texts) if t not in memo]
+        if new:
+            memo.update(zip(new, torch.as_tensor(embed(new)).float().cpu()))
+        return torch.stack([memo[t] for t in texts]) if texts else torch.zeros(0)
+    return cached
+
+
 def _cut_text(text: str, n: int) -> str:
     """``text``'s first ``n`` whitespace tokens, as written (inner spacing kept)."""
     ends = [m.end() for m in _WS.finditer(text)]
@@ -296,7 +307,7 @@ def context(store, result, queries: torch.Tensor, *, budget: int, fill: str | No
         raise ValueError(f"queries must be the ({len(idx)}, D) vectors the result was searched with, "
                          f"got shape {tuple(q_all.shape)}")
     memo: dict = {}
-    embed = None if embedder is None else embedder.embed
+    embed = None if embedder is None else _memo_embed(embedder.embed, {})
     out = []
     for q, row in enumerate(idx):
         nodes = [j for j in row if j >= 0]
