@@ -8,7 +8,10 @@ once, rank with the store's own rule (plain top-k), fill the ``@B`` context both
 ``evaluation/context_fill.py``; ``ranked:keys``: the context ``memforest search --budget`` gives,
 ``memforest_gpu/retrieval/context.py``) and write per question AnsR@B, AnsR-c@B, EvR@B and the cause of
 each lost answer (``evaluation/lost_answers.py``), plus the store's bytes (UTF-8 text, int8 text
-vectors and keys, key ids) against the uncompressed store's (text and float32 vectors).
+vectors and keys, key ids) against the uncompressed store's (text and float32 vectors), and the
+written Parquet file's size against the uncompressed store's file (``file_bytes_pct``). A ``focused``
+fill (``focused:keys``, retrieval/context.py) also changes the uncompressed store's context: it is
+scored there too (``shape|none|0|focused:keys|metric``; the records' ``*_same_fill`` retention).
 
     python bench/long_memories.py --benchmark ../shared/data/locomo_dev5.json --shapes w4,w8,sessions,ku \\
         --ratios 0.5,0.7 --variants preset,nocap=memforest:matching;merge.max_node_tokens=100000 \\
@@ -65,6 +68,18 @@ def store_bytes(store) -> int:
     return text + rows * store.dim + ids
 
 
+def file_bytes(a, stem: str, store) -> int:
+    """Bytes of the store written as Parquet (zstd, the vectors in the store's own codes: int8 for
+    the preset's output, float32 for the uncompressed store): OUT/stores/STEM.parquet."""
+    from memforest_gpu.store.io import write_store
+
+    path = os.path.join(a.out, "stores", f"{stem}.parquet")
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_store(store, path)
+    return os.path.getsize(path)
+
+
 def score_fills(store, q, views, fills, budget, originals, ts, questions, emb=None):
     """Per fill (``FILL`` or ``FILL:keys``, the parts cut by the keys, evaluation/key_parts.py):
     (contexts, @B scores, ranked)."""
@@ -117,11 +132,15 @@ def run_shape(a, shape, emb, records, scores):
     ts = dict(zip(store.ids, store.timestamps.tolist()))
     texts = [x.question for x in q.questions]
     base_bytes = sum(len(t.encode("utf-8")) for t in store.texts) + len(store) * store.dim * 4
-    base = score_fills(store, q, NodeViews.build(store, originals), ["plain"], a.budget, originals, ts, texts)["plain"]
+    base_fills = ["plain"] + [f for f in a.fills if f.split(":")[0] in ("focused", "pooled")]  # change originals
+    bases = score_fills(store, q, NodeViews.build(store, originals), base_fills, a.budget, originals, ts, texts, emb)
+    base = bases["plain"]
     scores[f"{shape}|tenants"] = np.array(q.tenants)
     scores[f"{shape}|categories"] = np.array(q.categories)
-    for m, v in base[1].items():
-        scores[f"{shape}|none|0|plain|{m}"] = v
+    for fill, (_, sc, _) in bases.items():
+        for m, v in sc.items():
+            scores[f"{shape}|none|0|{fill}|{m}"] = v
+    base_file = file_bytes(a, f"{shape}_none", store)
     updates = bench.info.get("updates", {})
     for spec_text in a.variants:
         name, spec, cfg0 = variant_config(spec_text, a.preset)
@@ -141,17 +160,22 @@ def run_shape(a, shape, emb, records, scores):
                 rec = {"shape": shape, "variant": name, "spec": spec_text, "ratio": ratio, "fill": fill,
                        "nodes": len(out), **rep,
                        "bytes_pct": 100 * store_bytes(out) / base_bytes, "compress_s": t_comp,
+                       "file_bytes_pct": 100 * file_bytes(a, f"{shape}_{name}_{ratio:g}", out) / base_file,
                        "words_per_node": float(np.mean([len(t.split()) for t in out.texts])),
                        "lost": lost_table(cause, lost, base[1]["ansr"])}
                 for m in ("ansr", "ansr_content", "evr"):
                     rec[m] = 100 * np.nanmean(sc[m]) / np.nanmean(base[1][m])
+                    if fill in bases:  # against the uncompressed store under the same fill
+                        rec[f"{m}_same_fill"] = 100 * np.nanmean(sc[m]) / np.nanmean(bases[fill][1][m])
                 if updates:
                     rec["updates"] = update_reading(ctx, updates, q.ids)
                     rec["updates_base"] = update_reading(base[0], updates, q.ids)
                 records.append(rec)
                 lt = rec["lost"]
                 print(f"{shape} {name} @{ratio:g} {fill}: AnsR@B {rec['ansr']:.1f} AnsR-c@B {rec['ansr_content']:.1f} "
-                      f"EvR@B {rec['evr']:.1f} | reached {rec['ratio_reached']:.3f} bytes {rec['bytes_pct']:.0f}% "
+                      f"EvR@B {rec['evr']:.1f}" + (f" (same fill {rec['ansr_same_fill']:.1f})" if fill in bases else "")
+                      + f" | reached {rec['ratio_reached']:.3f} bytes {rec['bytes_pct']:.0f}% "
+                      f"file {rec['file_bytes_pct']:.0f}% "
                       f"words/node {rec['words_per_node']:.0f} condensed {rec['condensed']} | lost "
                       + " ".join(f"{c} {v['answers']}/{v['points']:.1f}" for c, v in lt.items())
                       + (f" | ku {rec['updates']}" if updates else "") + f" | {t_comp:.0f}s", flush=True)

@@ -1,13 +1,17 @@
 """Leave-one-conversation-out choice among ``bench/long_memories.py`` cells, over every shape at once.
 
     python bench/long_memories_loo.py --runs OUT1,OUT2 --candidates preset:plain,nocap:plain \\
-        --shapes turns,facts,w4,w8,sessions --ratios 0.5,0.7 [--metric ansr_content]
+        --shapes turns,facts,w4,w8,sessions --ratios 0.5,0.7 [--metric ansr_content] \\
+        [--max-bytes 0.5:55,0.7:40 --bytes bytes_pct|file_bytes_pct]
 
 Selection metric (the one of issue 22, docs/presets.md): the mean over shapes and ratios of the
 retention (the candidate's mean over the training conversations' questions divided by the
 uncompressed store's) on the four training conversations; the candidate with the highest is scored
-on the held-out conversation. Prints the per-fold table (Markdown) and the pooled held-out AnsR@B
-and AnsR-c@B retention per shape and ratio.
+on the held-out conversation. ``--max-bytes RATIO:PCT,...``: only candidates whose store is within
+PCT % of the uncompressed store's bytes at RATIO on every shape are selectable (``--bytes``: the
+records' raw bytes, ``bytes_pct``, or the written Parquet file's, ``file_bytes_pct``; issue 37's
+targets are 0.5:55,0.7:40). Prints the per-fold table (Markdown) and the pooled held-out AnsR@B and
+AnsR-c@B retention per shape and ratio.
 """
 from __future__ import annotations
 
@@ -29,6 +33,29 @@ def retention(scores, shape, cell, ratio, metric, mask) -> float:
     return 100 * np.nanmean(x) / np.nanmean(b)
 
 
+def within_bytes(records: list[dict], cands: list[str], shapes: list[str], spec: str, field: str) -> list[str]:
+    """The candidates whose ``field`` (% of the uncompressed store) is within ``spec``'s bound at every
+    ratio it names on every shape; prints each one left out and why."""
+    limits = {float(r): float(x) for r, x in (t.split(":") for t in filter(None, spec.split(",")))}
+    if not limits:
+        return cands
+    by = {(r["shape"], r["variant"], r["ratio"]): r.get(field) for r in records}
+    keep = []
+    for c in cands:
+        over = [f"{s} {r:g}: {by.get((s, c.split(':')[0], r))}" for s in shapes for r, lim in limits.items()
+                if by.get((s, c.split(":")[0], r)) is None or by[(s, c.split(":")[0], r)] > lim]
+        if over:
+            print(f"- {c} not selectable ({field} over the bound): " + ", ".join(
+                x if x.endswith("None") else f"{x.rsplit(': ', 1)[0]}: {float(x.rsplit(': ', 1)[1]):.0f}%"
+                for x in over))
+        else:
+            keep.append(c)
+    print()
+    if not keep:
+        raise SystemExit("no candidate within the byte bounds")
+    return keep
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", required=True)
@@ -36,10 +63,13 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", required=True)
     p.add_argument("--ratios", default="0.5,0.7")
     p.add_argument("--metric", default="ansr_content")
+    p.add_argument("--max-bytes", default="", help="RATIO:PCT,... (issue 37: 0.5:55,0.7:40)")
+    p.add_argument("--bytes", default="bytes_pct", choices=("bytes_pct", "file_bytes_pct"))
     a = p.parse_args(argv)
-    _, scores = load(a.runs.split(","))
+    records, scores = load(a.runs.split(","))
     shapes, cands = a.shapes.split(","), a.candidates.split(",")
     ratios = [float(r) for r in a.ratios.split(",")]
+    cands = within_bytes(records, cands, shapes, a.max_bytes, a.bytes)
     convs = sorted(set(scores[f"{shapes[0]}|tenants"].tolist()))
     print(f"| held out | chosen | train score | runner-up (train) | held out {a.metric} (mean of shapes x ratios) |")
     print("| --- | --- | --- | --- | --- |")

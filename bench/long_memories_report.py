@@ -90,10 +90,11 @@ def compare_table(records, scores, cells: list[str], against: str, metric: str, 
     return "\n".join(rows)
 
 
-def retention_table(records, scores, cells: list[str], metric: str, n: int) -> str:
+def retention_table(records, scores, cells: list[str], metric: str, n: int, same_fill: bool = False) -> str:
     """Each cell's retention (% of the uncompressed store's mean) with its own 95% cluster bootstrap
     interval: conversations, then questions, resampled; the ratio of the two stores' sums over the
-    same draws (questions where both are defined)."""
+    same draws (questions where both are defined). ``same_fill``: against the uncompressed store
+    under the cell's own fill where the run scored it (``focused``, ``pooled``), else the protocol's."""
     from memforest_gpu.evaluation.bootstrap import cluster_weights
 
     shapes = list(dict.fromkeys(r["shape"] for r in records))
@@ -113,6 +114,8 @@ def retention_table(records, scores, cells: list[str], metric: str, n: int) -> s
                     line.append("-")
                     continue
                 x = scores[key]
+                base = scores.get(f"{shape}|none|0|{f}|{metric}") if same_fill else None
+                base = scores[f"{shape}|none|0|plain|{metric}"] if base is None else base
                 ok = ~(np.isnan(x) | np.isnan(base))
                 stats = (w[:, ok] @ x[ok]) / (w[:, ok] @ base[ok])
                 lo, hi = np.quantile(stats, [0.025, 0.975])
@@ -129,6 +132,8 @@ def main(argv=None) -> int:
     p.add_argument("--against", default="preset:plain")
     p.add_argument("--metric", default="ansr", help="ansr | ansr_content | evr")
     p.add_argument("--retention", default="", help="VARIANT:FILL cells whose retention gets its own interval")
+    p.add_argument("--same-fill", action="store_true", help="--retention against the uncompressed store "
+                   "under each cell's own fill (where scored)")
     p.add_argument("--bootstrap", type=int, default=2000)
     a = p.parse_args(argv)
     records, scores = load(a.runs.split(","))
@@ -140,7 +145,7 @@ def main(argv=None) -> int:
         print(compare_table(records, scores, a.compare.split(","), a.against, a.metric, a.bootstrap))
     if a.retention:
         print(f"\n### {a.metric}@B retention, % with its 95% cluster bootstrap interval\n")
-        print(retention_table(records, scores, a.retention.split(","), a.metric, a.bootstrap))
+        print(retention_table(records, scores, a.retention.split(","), a.metric, a.bootstrap, a.same_fill))
     return 0
 
 

@@ -67,12 +67,13 @@ def test_the_piece_that_matched_comes_first_though_the_node_begins_with_other_so
     assert sorted(s for p in big for s in p.sources) == ["a", "b", "c", "f0", "f1"]
 
 
-def test_search_gives_the_context_by_default_ranked_for_a_store_with_keys():
+def test_search_gives_the_context_by_default_pooled_for_a_store_with_keys():
     _, out, emb = merged_store()
     query = "Where did Bob buy the red bicycle? Porto?"
     pieces = search(out, query, embedder=emb, budget=12)[0]
     assert pieces[0]["sources"] == ["c"] and set(pieces[0]) == {"id", "sources", "text", "score", "cut"}
-    assert search(out, query, embedder=emb, budget=12, fill="ranked") == [pieces]
+    assert search(out, query, embedder=emb, budget=12, fill="pooled") == [pieces]
+    assert search(out, query, embedder=emb, budget=12, fill="ranked")[0][0] == pieces[0]  # the same first part
     whole = search(out, query, embedder=emb, budget=12, fill="plain")[0]
     assert whole[0]["sources"] == ["a", "b", "c"] and whole[0]["cut"]
     bare = out.take(np.arange(len(out)))
@@ -110,7 +111,7 @@ def test_the_evaluations_ranked_fill_is_the_products_context():
         for budget in (5, 9, 40):
             ev = contexts(ranked, out, views, budget, fill="ranked", q_emb=q.emb, original_text=originals,
                           split=key_split(emb.embed))
-            prod = context(out, res, q.emb, budget=budget, embedder=emb)
+            prod = context(out, res, q.emb, budget=budget, fill="ranked", embedder=emb)
             assert [[(j, v.rendered if c is None else v.rendered[:c]) for j, v, c in x] for x in ev] == \
                 [[(p.node, p.text) for p in x] for x in prod]
             got = score_contexts(ev, q.answers, q.evidence)["ansr"]

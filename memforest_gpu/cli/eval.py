@@ -85,8 +85,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("retrieval and cuts")
     g.add_argument("-k", "--k", type=int, default=10, help="nodes at the @k cut")
     g.add_argument("--budget", type=int, default=256, help="whitespace tokens at the @B cut")
-    g.add_argument("--fill", default="plain", choices=("plain", "ranked"),
-                   help="@B context: plain (whole nodes: the protocol) | ranked (memforest search --budget's pieces)")
+    g.add_argument("--fill", default="plain", choices=("plain", "ranked", "focused", "pooled"),
+                   help="@B context: plain (whole nodes: the protocol) | pooled (memforest search --budget's) | ...")
     g.add_argument("--L", type=int, default=4, help="AGPR candidate multiplier")
     g.add_argument("--lam", type=float, default=0.2, help="AGPR anchor fraction")
     g.add_argument("--gamma", type=float, default=0.9, help="AGPR similarity weight")

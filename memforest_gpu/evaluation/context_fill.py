@@ -29,6 +29,12 @@ nodes as an uncompressed store's would, each through the memory that matched, in
 the whole of the first long nodes. Originals are one part, so an uncompressed store gets the
 protocol's context under every fill.
 
+``fill="focused"`` is ``"ranked"`` with the last piece, longer than what is left of the budget,
+shown by its sentences that match the question best instead of cut to its first tokens (the
+product's :func:`~memforest_gpu.retrieval.context.focus`; needs the key split, also for a store
+without keys). ``fill="pooled"``: that piece and the 3 after it share what is left, sentence by
+sentence (:func:`~memforest_gpu.retrieval.context.focus_many`).
+
 ``fill="ranked"`` orders the parts themselves by the store's rule with each part's own key in place
 of the node's best key (``w cos(q, text) + (1 - w) cos(q, key)``): a node's second source comes
 before another node's first when its key matches the question better. In a store without keys a
@@ -52,14 +58,14 @@ import numpy as np
 import torch
 
 from ..mergers.extractive import split_sentences
-from ..retrieval.context import fit, in_rule_order, part_scores, ranked_pieces
+from ..retrieval.context import POOL, fit, fit_focused, in_rule_order, part_scores, ranked_pieces
 from ..store.timeutil import DATE_TAG, format_date
 from .metrics import STOP_WORDS, NodeViews, source_starts, tokens
 
 __all__ = ["View", "view_of", "stored_view", "matched_render", "source_scores", "contexts", "score_contexts",
            "FILLS", "node_parts", "join_parts"]
 
-FILLS = ("plain", "matched", "parts", "ranked")
+FILLS = ("plain", "matched", "parts", "ranked", "focused", "pooled")
 _WS = re.compile(r"\S+")
 
 
@@ -188,7 +194,13 @@ def contexts(ranked: np.ndarray, store, views: NodeViews, budget: int, *, fill: 
                 return [(None, _view(join_parts(parts, v.sources), v.sources, split, original_text))]
             return [(p[0], _view(join_parts([p], [p[0]] if p[0] else []), [p[0]] if p[0] else [], split,
                                  original_text, v.sources)) for p in parts]
-        if fill == "ranked" and getattr(split, "embed", None) is not None:  # the product's context
+        if fill in ("focused", "pooled"):  # the product's, the last pieces focused on the query: never cut here
+            if getattr(split, "embed", None) is None:
+                raise ValueError(f"fill={fill!r} needs split=key_split(embed) (the store's embedder)")
+            pieces = fit_focused(ranked_pieces(store, nodes, q_emb[q], split.embed, memo=memo), budget, q_emb[q],
+                                 split.embed, store.timestamps, pool=POOL if fill == "pooled" else 1)
+            out.append([(p.node, _piece_view(p, views, original_text), None) for p in pieces])
+        elif fill == "ranked" and getattr(split, "embed", None) is not None:  # the product's context
             pieces = ranked_pieces(store, nodes, q_emb[q], split.embed, memo=memo)
             out.append(_cut(((p.node, _piece_view(p, views, original_text)) for p in pieces), budget))
         elif fill == "ranked":

@@ -59,7 +59,7 @@ class EvalConfig:
     lam: float = 0.2  # AGPR anchors: max(1, floor(lam * k + 0.5))
     gamma: float = 0.9  # AGPR: v = gamma * s + (1 - gamma) * p
     search_repeats: int = 5  # timed searches per store and retriever (median taken)
-    fill: str = "plain"  # @B context: plain (whole nodes, EVAL.md) | ranked (the product's, retrieval/context.py)
+    fill: str = "plain"  # @B context: plain (whole nodes, EVAL.md) | ranked | focused (retrieval/context.py)
 
     def __post_init__(self):
         RetrievalConfig(k=self.k, L=self.L, lam=self.lam, gamma=self.gamma)  # validates
@@ -142,7 +142,7 @@ def _score_store(store: MemoryStore, q: _Questions, cfg: EvalConfig, originals: 
                  embedder=None):
     """Every metric of one store, per retriever; with ``qa`` (a :class:`~.qa.QAProtocol`) also the
     LLM protocol's, on the top-k of each retriever (both retrievers' questions in one batch).
-    ``cfg.fill == "ranked"``: ``@B`` is the product's context over the same ranked list
+    ``cfg.fill`` other than ``"plain"``: ``@B`` is the product's context over the same ranked list
     (:mod:`memforest_gpu.retrieval.context`: the parts of merged nodes cut by ``embedder``)."""
     retr = Retriever(store)
     views = NodeViews.build(store, originals)
@@ -153,10 +153,10 @@ def _score_store(store: MemoryStore, q: _Questions, cfg: EvalConfig, originals: 
         for (cut, metric), v in score_ranked(ranked, views, q.answers, q.evidence, k=cfg.k,
                                              budget=cfg.budget).items():
             out[kind, cut, metric] = v
-        if cfg.fill == "ranked":
+        if cfg.fill != "plain":
             if embedder is None:
-                raise ValueError("fill='ranked' needs the embedder of the store's vectors (it cuts merged nodes)")
-            ctx = contexts(ranked, store, views, cfg.budget, fill="ranked", q_emb=q.emb, original_text=originals,
+                raise ValueError(f"fill={cfg.fill!r} needs the embedder of the store's vectors (it cuts merged nodes)")
+            ctx = contexts(ranked, store, views, cfg.budget, fill=cfg.fill, q_emb=q.emb, original_text=originals,
                            split=key_split(embedder.embed))
             out.update({(kind, "B", m): v for m, v in score_contexts(ctx, q.answers, q.evidence).items()})
         qa_ctx += [[views.rendered[j] for j in row[:cfg.k] if j >= 0] for row in ranked.tolist()]

@@ -15,7 +15,11 @@ without keys, and every node of a store without keys is one piece, its whole tex
 ``"[date] text"`` (``fill="plain"``: every hit so, in rank order, as the evaluation's ``@B`` cut).
 
 Pieces are shown until ``budget`` whitespace tokens are used (the token count of the evaluation's
-``@B`` cut, docs/evaluation.md); only the last piece is cut, to its first tokens that fit. AGPR's
+``@B`` cut, docs/evaluation.md); only the last piece is cut, to its first tokens that fit.
+``fill="focused"`` shows that last piece by its sentences that match the query best instead
+(:func:`focus`), and ``fill="pooled"`` (**the default for a store with keys**) lets it and the
+:data:`POOL` - 1 pieces after it share what is left, sentence by sentence (:func:`focus_many`): a
+session or a long merged node longer than the budget is no longer cut to its first tokens. AGPR's
 hits are read in AGPR's order by the same rule (a part waits only for a later node that could beat
 it), which keeps more answers on the dev file than AGPR's order of whole nodes
 (docs/long-memories.md).
@@ -26,6 +30,7 @@ it), which keeps more answers on the dev file than AGPR's order of whole nodes
 from __future__ import annotations
 
 import heapq
+import itertools
 import numbers
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -37,9 +42,10 @@ from ..mergers.extractive import split_sentences
 from ..store.timeutil import DATE_TAG, format_date
 
 __all__ = ["FILLS", "Piece", "context", "dated_sentences", "key_parts", "part_scores", "in_rule_order",
-           "ranked_pieces", "fit", "default_fill", "check_fill", "has_keys"]
+           "ranked_pieces", "fit", "focus", "focus_many", "fit_focused", "default_fill", "check_fill", "has_keys"]
 
-FILLS = ("ranked", "plain")
+FILLS = ("ranked", "plain", "focused", "pooled")
+POOL = 4  # fill="pooled": the first piece that does not fit and the 3 after it share what is left
 _WS = re.compile(r"\S+")
 
 
@@ -68,9 +74,10 @@ def has_keys(store) -> bool:
 
 
 def default_fill(store) -> str:
-    """``"ranked"`` for a store with keys (it keeps more answers in the same budget on the dev file:
-    docs/long-memories.md), ``"plain"`` otherwise (the same context there)."""
-    return "ranked" if has_keys(store) else "plain"
+    """``"pooled"`` for a store with keys (chosen by leave one conversation out over turns, facts,
+    4-turn windows and sessions: docs/presets.md, docs/long-memories.md), ``"plain"`` otherwise
+    (no embedder needed; ``"pooled"`` is asked for by name there)."""
+    return "pooled" if has_keys(store) else "plain"
 
 
 def check_fill(fill: str, budget, store, embedder) -> None:
@@ -83,6 +90,9 @@ def check_fill(fill: str, budget, store, embedder) -> None:
     if fill == "ranked" and embedder is None and has_keys(store):
         raise ValueError("fill='ranked' on a store with keys needs the embedder of the store's vectors (it gives "
                          "each sentence of a merged node to its key): pass embedder=, or fill='plain'")
+    if fill in ("focused", "pooled") and embedder is None:
+        raise ValueError(f"fill={fill!r} needs the embedder of the store's vectors (it matches the sentences of "
+                         "a piece longer than the budget left to the query): pass embedder=, or fill='ranked'")
 
 
 def dated_sentences(text: str, timestamp: float) -> list[tuple[str, str]]:
@@ -190,6 +200,91 @@ def fit(items: Iterable, budget: int, n_tokens: Callable) -> list[tuple[object, 
     return out
 
 
+def _n_tokens(text: str) -> int:
+    return len(_WS.findall(text))
+
+
+def focus(piece: Piece, left: int, q_vec: torch.Tensor, embed: Callable, timestamp: float) -> Piece:
+    """``piece`` shown in ``left`` whitespace tokens by its sentences that match the query best
+    (``fill="focused"``, docs/long-memories.md): its sentences (each with its segment's date tag)
+    are taken by their cosine to the query, best first, each one that still fits (a sentence too
+    long for what is left is skipped, shorter ones after it may fit), and written in text order
+    with a date tag where the date changes; when not even the best sentence fits, its first tokens
+    that fit. ``cut=True``: the piece is a selection of its text."""
+    return focus_many([piece], left, q_vec, embed, [timestamp])[0]
+
+
+def focus_many(pieces: Sequence[Piece], left: int, q_vec: torch.Tensor, embed: Callable,
+               timestamps: Sequence[float]) -> list[Piece]:
+    """:func:`focus` over several pieces at once (``fill="pooled"``): their sentences compete for
+    ``left`` tokens by their cosine to the query (ties: the piece's place, then the sentence's);
+    each piece that keeps a sentence is shown, in the pieces' order, by its kept sentences."""
+    sents = [(k, tag, x) for k, (p, ts) in enumerate(zip(pieces, timestamps)) for tag, x in dated_sentences(p.text, ts)]
+    if not sents:
+        p = pieces[0]
+        return [Piece(p.node, p.id, p.sources, _cut_text(p.text, left), p.score, True)]
+    q = torch.nn.functional.normalize(torch.as_tensor(q_vec).detach().float().cpu(), dim=0)
+    cos = (torch.as_tensor(embed([x for _, _, x in sents])).float().cpu() @ q).tolist()
+    chosen: set[int] = set()
+    opened: set[tuple[int, str]] = set()
+    used = 0
+    for i in sorted(range(len(sents)), key=lambda i: (-cos[i], i)):
+        k, tag, x = sents[i]
+        c = _n_tokens(x) + (0 if (k, tag) in opened else _n_tokens(tag))
+        if used + c <= left:
+            chosen.add(i)
+            opened.add((k, tag))
+            used += c
+    if not chosen:  # not even the best sentence fits: its first tokens
+        best = max(range(len(sents)), key=lambda i: (cos[i], -i))
+        p = pieces[sents[best][0]]
+        return [Piece(p.node, p.id, p.sources, _cut_text(" ".join(sents[best][1:]), left), p.score, True)]
+    out = []
+    for k, p in enumerate(pieces):
+        words, last = [], None
+        for i in sorted(i for i in chosen if sents[i][0] == k):
+            if sents[i][1] != last:
+                words.append(sents[i][1])
+                last = sents[i][1]
+            words.append(sents[i][2])
+        if words:
+            out.append(Piece(p.node, p.id, p.sources, " ".join(words), p.score, True))
+    return out
+
+
+def fit_focused(pieces: Iterable[Piece], budget: int, q_vec: torch.Tensor, embed: Callable, timestamps, *,
+                pool: int = 1) -> list[Piece]:
+    """The pieces that fit ``budget`` tokens, in order; the first one longer than what is left is
+    :func:`focus`-ed on the query instead of cut to its first tokens (``pool`` > 1: it and the
+    ``pool - 1`` pieces after it, :func:`focus_many`)."""
+    out, used = [], 0
+    it = iter(pieces)
+    for p in it:
+        if used >= budget:
+            break
+        n = _n_tokens(p.text)
+        if used + n <= budget:
+            out.append(p)
+            used += n
+            continue
+        group = [p, *itertools.islice(it, pool - 1)]
+        shown = focus_many(group, budget - used, q_vec, embed, [float(timestamps[g.node]) for g in group])
+        out += shown
+        break
+    return out
+
+
+def _memo_embed(embed: Callable, memo: dict) -> Callable:
+    """``embed`` that embeds each distinct text once (the queries of one call share sentences)."""
+    def cached(texts):
+        texts = list(texts)
+        new = [t for t in dict.fromkeys(texts) if t not in memo]
+        if new:
+            memo.update(zip(new, torch.as_tensor(embed(new)).float().cpu()))
+        return torch.stack([memo[t] for t in texts]) if texts else torch.zeros(0)
+    return cached
+
+
 def _cut_text(text: str, n: int) -> str:
     """``text``'s first ``n`` whitespace tokens, as written (inner spacing kept)."""
     ends = [m.end() for m in _WS.finditer(text)]
@@ -200,8 +295,9 @@ def context(store, result, queries: torch.Tensor, *, budget: int, fill: str | No
             embedder=None) -> list[list[Piece]]:
     """Per query, the pieces shown in ``budget`` whitespace tokens (module doc), from a
     :class:`~.retriever.SearchResult` of ``store`` and the (Q, D) query vectors that made it.
-    ``fill``: ``"ranked"`` | ``"plain"`` (None: :func:`default_fill`); ``embedder`` (the model of
-    the store's vectors) is needed for ``"ranked"`` on a store with keys."""
+    ``fill``: :data:`FILLS` (None: :func:`default_fill`); ``embedder`` (the model of the store's
+    vectors) is needed for ``"ranked"`` on a store with keys, and always for ``"focused"`` and
+    ``"pooled"``."""
     fill = default_fill(store) if fill is None else fill
     check_fill(fill, budget, store, embedder)
     idx = result.index.cpu().tolist()
@@ -211,7 +307,7 @@ def context(store, result, queries: torch.Tensor, *, budget: int, fill: str | No
         raise ValueError(f"queries must be the ({len(idx)}, D) vectors the result was searched with, "
                          f"got shape {tuple(q_all.shape)}")
     memo: dict = {}
-    embed = None if embedder is None else embedder.embed
+    embed = None if embedder is None else _memo_embed(embedder.embed, {})
     out = []
     for q, row in enumerate(idx):
         nodes = [j for j in row if j >= 0]
@@ -221,6 +317,10 @@ def context(store, result, queries: torch.Tensor, *, budget: int, fill: str | No
                                        for j, s in zip(row, sc[q]) if j >= 0)
         else:
             pieces = ranked_pieces(store, nodes, q_all[q], embed, memo=memo)
+        if fill in ("focused", "pooled"):
+            out.append(fit_focused(pieces, budget, q_all[q], embed, store.timestamps,
+                                   pool=POOL if fill == "pooled" else 1))
+            continue
         out.append([p if n is None else Piece(p.node, p.id, p.sources, _cut_text(p.text, n), p.score, True)
-                    for p, n in fit(pieces, budget, lambda p: len(_WS.findall(p.text)))])
+                    for p, n in fit(pieces, budget, lambda p: _n_tokens(p.text))])
     return out

@@ -30,9 +30,10 @@ class SearchResult:
     def context(self, store: MemoryStore, queries: torch.Tensor, *, budget: int, fill: str | None = None,
                 embedder=None) -> list[list[dict]]:
         """Per query, the context filling ``budget`` whitespace tokens from these hits: pieces
-        (id, sources, text with its date tag, score, cut) in the order shown; ``fill``: ``"ranked"``
-        (a merged node's parts that matched first; the default for a store with keys, which needs
-        ``embedder``) or ``"plain"`` (whole nodes in rank order). :mod:`.context`."""
+        (id, sources, text with its date tag, score, cut) in the order shown; ``fill``: ``"pooled"``
+        (a merged node's parts that matched first, the last pieces by their best sentences; the
+        default for a store with keys, which needs ``embedder``), ``"ranked"``, ``"focused"`` or
+        ``"plain"`` (whole nodes in rank order). :mod:`.context`."""
         ctx = context(store, self, queries, budget=budget, fill=fill, embedder=embedder)
         return [[{k: v for k, v in p.as_dict().items() if k != "node"} for p in row] for row in ctx]
 
