@@ -83,7 +83,12 @@ class SettledRows:
         Shape: -> labels (T, n), score (T, n)"""
         T, n, D = X.shape
         K = C.shape[1]
-        if self.v is None or moved is None or n_moved > MOVED_SHARE * K:
+        if moved is None:  # the first step: its bounds would serve a pruned second step only, which follows
+            self.v = None  # seeds that moved little, hardly ever; no runner-up pass
+            self.pruned = False
+            s, j = best_match(X, C, c_valid, mode="l2", budget=self.budget)  # lloyd_step's
+            return j.masked_fill(~valid, -1), s
+        if self.v is None or n_moved > MOVED_SHARE * K:
             return self.exact(X, valid, C, c_valid)
         E = self._bound(C, c_valid)
         U = self.U
@@ -100,10 +105,9 @@ class SettledRows:
         tile = _rows_per_tile(T, n, K, self.budget)  # the full assignment's tiles
         if tile < MIN_ROWS:
             return self.exact(X, valid, C, c_valid)
-        last0 = ((n - 1) // tile) * tile
-        tail = last0 if 0 < n - last0 < MIN_ROWS and last0 > 0 else n  # a small last tile: recomputed as it is
+        tail = _tail(n, tile)  # a small last tile is recomputed as it is
         m = int(cand[:, :tail].sum(1).max())  # host read: how many rows to recompute
-        m_pad = self._rows(m, T, K, tail)
+        m_pad = _block_rows(m, T, K, tail, self.budget)
         if m_pad is None:
             return self.exact(X, valid, C, c_valid)
         self.U = U
@@ -116,20 +120,28 @@ class SettledRows:
         self.pruned = True
         return self.labels, self.score
 
-    def _rows(self, m: int, T: int, K: int, tail: int) -> int | None:
-        """The rows of the gathered block for ``m`` candidates: at least :data:`MIN_ROWS`, and
-        no sub-tile under it; None when the full assignment is cheaper."""
-        if m == 0:
-            return 0
-        m_pad = max(m, MIN_ROWS)
-        tile = _rows_per_tile(T, m_pad, K, self.budget)
-        if m_pad > tile and 0 < m_pad % tile < MIN_ROWS:
-            m_pad += MIN_ROWS - m_pad % tile
-        return m_pad if m_pad <= tail // 2 else None
-
     def _write(self, rows, Xg, C, c_valid, E) -> None:
         s, j, r = best_match(Xg, C, c_valid, mode="l2", budget=self.budget, backend="torch", runner=True)
         self.labels = self.labels.scatter(1, rows, j)
         self.score = self.score.scatter(1, rows, s)
         self.v = self.v.scatter(1, rows, s.double())
         self.U = self.U.scatter(1, rows, r.double() + E.gather(1, rows))
+
+
+
+def _block_rows(m: int, T: int, K: int, tail: int, budget: int) -> int | None:
+    """The rows of a gathered block for ``m`` candidates: at least :data:`MIN_ROWS`, and no
+    sub-tile under it; None when the full product is cheaper (over half the rows)."""
+    if m == 0:
+        return 0
+    m_pad = max(m, MIN_ROWS)
+    tile = _rows_per_tile(T, m_pad, K, budget)
+    if m_pad > tile and 0 < m_pad % tile < MIN_ROWS:
+        m_pad += MIN_ROWS - m_pad % tile
+    return m_pad if m_pad <= tail // 2 else None
+
+
+def _tail(n: int, tile: int) -> int:
+    """Where the full product's small last tile (under :data:`MIN_ROWS` rows) starts, else ``n``."""
+    last0 = ((n - 1) // tile) * tile
+    return last0 if 0 < n - last0 < MIN_ROWS and last0 > 0 else n
