@@ -8,7 +8,9 @@ Seeding (``seeding=``, :mod:`.seeding`): ``"batched"`` (default, D^2 sampling in
 batches, O(log K) steps with no device read) or ``"k-means++"`` (one centre per step, exact
 to the method's wording).
 
-A Lloyd step reads the device O(1) times (has any label changed; any empty cluster).
+A Lloyd step reads the device once (how many problems go on, their most empty and most moved
+clusters, in one copy), and once more when it skips settled points (:mod:`.settled`, CPU only:
+the points whose label provably cannot change are not recomputed; the same labels bit for bit).
 Cluster sums are accumulated in float64 (``index_put_(accumulate=True)``, a cache-sized tile
 of points at a time on the CPU, where it then costs about one read of the points; unlike
 ``index_add_`` its cost does not grow with the number of clusters when torch runs several
