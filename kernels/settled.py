@@ -25,6 +25,7 @@ import torch
 
 from .assign import _rows_per_tile, best_match
 from .best_match_rule import TIE_EPS
+from .blocks import row_blocks, stream_rows
 
 __all__ = ["SettledRows", "MIN_ROWS", "MIN_POINTS"]
 
@@ -47,7 +48,10 @@ class SettledRows:
 
     def __init__(self, X: torch.Tensor, valid: torch.Tensor, *, budget: int):
         self.budget = budget
-        self.sq = (X.double() * X.double()).sum(-1).masked_fill(~valid, 0)  # (T, n) |x|^2
+        sq = torch.empty(X.shape[:2], dtype=torch.float32, device=X.device)  # (T, n) |x|^2, a block at a time
+        for cs in row_blocks(X.shape[1], stream_rows(X.device, X.shape[0] * X.shape[2] * 4, at_least=2)):
+            sq[:, cs] = (X[:, cs] * X[:, cs]).sum(-1)
+        self.sq = sq.double().masked_fill(~valid, 0)  # (rounded: E's factor 4 covers it)
         self.cb = self.sq.max(1).values  # (T,) a bound on |c|^2: centroids are means of points (or points)
         self.labels = self.score = self.v = self.U = None
         self.pruned = False
@@ -103,17 +107,19 @@ class SettledRows:
         settled = (self.labels >= 0) & ~own_moved & (others < self.v - TIE_EPS)  # under the tie rule's threshold
         cand = valid & ~settled
         tile = _rows_per_tile(T, n, K, self.budget)  # the full assignment's tiles
-        if tile < MIN_ROWS:
+        if tile < 2 * MIN_ROWS:
             return self.exact(X, valid, C, c_valid)
         tail = _tail(n, tile)  # a small last tile is recomputed as it is
         m = int(cand[:, :tail].sum(1).max())  # host read: how many rows to recompute
-        m_pad = _block_rows(m, T, K, tail, self.budget)
+        m_pad = _block_rows(m, tail)
         if m_pad is None:
             return self.exact(X, valid, C, c_valid)
         self.U = U
         if m:
             rows = _sorted_first(cand[:, :tail], m_pad)  # (T, m_pad) the candidates, then others (exact too)
-            self._write(rows, X.gather(1, rows[:, :, None].expand(-1, -1, D)), C, c_valid, E)
+            step = max(2 * MIN_ROWS, min(tile, stream_rows(X.device, T * D * 4)))  # rows gathered at a time
+            for c in _chunks(m_pad, step):  # each one tile of at least MIN_ROWS rows
+                self._write(rows[:, c], X.gather(1, rows[:, c, None].expand(-1, -1, D)), C, c_valid, E)
         if tail < n:
             self._write(torch.arange(tail, n, device=X.device).expand(T, -1), X[:, tail:], C, c_valid, E)
         self.labels = self.labels.masked_fill(~valid, -1)
@@ -129,16 +135,22 @@ class SettledRows:
 
 
 
-def _block_rows(m: int, T: int, K: int, tail: int, budget: int) -> int | None:
-    """The rows of a gathered block for ``m`` candidates: at least :data:`MIN_ROWS`, and no
-    sub-tile under it; None when the full product is cheaper (over half the rows)."""
+def _block_rows(m: int, tail: int) -> int | None:
+    """The rows to recompute for ``m`` candidates: at least :data:`MIN_ROWS`; None when the full
+    product is cheaper (over half the rows)."""
     if m == 0:
         return 0
     m_pad = max(m, MIN_ROWS)
-    tile = _rows_per_tile(T, m_pad, K, budget)
-    if m_pad > tile and 0 < m_pad % tile < MIN_ROWS:
-        m_pad += MIN_ROWS - m_pad % tile
     return m_pad if m_pad <= tail // 2 else None
+
+
+def _chunks(m: int, step: int) -> list[slice]:
+    """Slices of ``0..m`` (``m >= MIN_ROWS``) of ``MIN_ROWS..step`` rows (``step >= 2 MIN_ROWS``): a
+    remainder under MIN_ROWS shares the last block evenly with it."""
+    cuts = list(range(0, m, step)) + [m]
+    if len(cuts) > 2 and cuts[-1] - cuts[-2] < MIN_ROWS:
+        cuts[-2] = (cuts[-3] + cuts[-1]) // 2
+    return [slice(a, b) for a, b in zip(cuts, cuts[1:])]
 
 
 def _tail(n: int, tile: int) -> int:

@@ -61,10 +61,12 @@ def test_padded_batches_with_duplicates_same_as_before(T, n, D, K, kmax, pruned_
     assert any(pruned_steps), pruned_steps
 
 
-def test_small_tiles_and_a_small_last_tile_same_as_before(pruned_steps):
-    """A budget that cuts the assignment in tiles with a small last one (n % tile < MIN_ROWS)."""
+@pytest.mark.parametrize("rows", [520, 130])
+def test_small_tiles_and_a_small_last_tile_same_as_before(rows, pruned_steps):
+    """Budgets that cut the assignment in tiles with a small last one (n % tile < MIN_ROWS), and
+    (130) the recomputed rows in several gathered chunks."""
     X, valid, k = _padded(2, 1100, 32, 40, seed=5)
-    budget = 2 * 40 * 520  # tiles of 520 rows for T = 2: the last one has 60
+    budget = 2 * 40 * rows  # tiles of 520 rows for T = 2: the last one has 60; of 130: the last one 60
     ref = kmeans_before(X, valid, k, streams=torch.tensor([3, 4]), budget=budget)
     assert _same(kmeans(X, valid, k, streams=torch.tensor([3, 4]), budget=budget), ref)
     assert any(pruned_steps), pruned_steps
