@@ -8,6 +8,7 @@ tests/test_merge_order.py, not here.
 
     python bench/versus_reference.py --sizes 1000,2000,5000,10000 --out runs/versus.json
     python bench/versus_reference.py --sizes 10000 --ratio 0.3 --schedules matching,sequential --repeat 3
+    python bench/versus_reference.py ... --threads 1     # one torch thread: steadier on a shared machine
 """
 from __future__ import annotations
 
@@ -43,7 +44,13 @@ def main(argv=None):
     ap.add_argument("--schedules", default="sequential", help="comma-separated: sequential, matching")
     ap.add_argument("--repeat", type=int, default=1, help="our runs (the best kept; the reference runs once)")
     ap.add_argument("--out", default="runs/versus_reference.json")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch CPU threads (default 0: torch's; 1 is steadier on a shared machine)")
     a = ap.parse_args(argv)
+    if a.threads:
+        import torch
+
+        torch.set_num_threads(a.threads)
     print_hardware()
     records = []
     for n in [int(x) for x in a.sizes.split(",")]:

@@ -17,7 +17,7 @@ def _rows_per_tile(T: int, n: int, K: int, budget: int) -> int:
 
 
 def best_match(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *, mode: str = "l2",
-               budget: int = 1 << 24, backend: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+               budget: int = 1 << 24, backend: str = "auto", runner: bool = False):
     """Best centre per point, batched over independent problems.
 
     mode "l2": nearest centre in Euclidean distance (score = 2 x.c - |c|^2, higher is better);
@@ -31,11 +31,17 @@ def best_match(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *, mode:
     ``MEMFOREST_TRITON=0`` to turn it off), else torch; on CUDA every fallback is recorded with
     its reason (:func:`.triton_assign.fallback_reasons`).
 
+    ``runner=True`` (the torch path only) also returns each point's runner-up: the best score of
+    the other centres (-inf where there is none), from the same products, so the same bits.
+
     Shape: X (T, n, D), C (T, K, D), c_valid (T, K) -> score (T, n), index (T, n) int64
+           (and runner (T, n) float32 with ``runner=True``)
     """
     if backend not in ("auto", "torch", "triton"):
         raise ValueError(f"backend must be one of ['auto', 'torch', 'triton'], got {backend!r}")
-    if backend != "torch" and mode in MODES:
+    if runner and backend == "triton":
+        raise ValueError("runner=True needs the torch backend")
+    if backend != "torch" and not runner and mode in MODES:
         from .triton_assign import try_best_match_triton
 
         out = try_best_match_triton(X, C, c_valid, mode=mode, backend=backend)
@@ -46,8 +52,9 @@ def best_match(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *, mode:
     K = C.shape[1]
     score = torch.full((T, n), float("-inf"), dtype=torch.float32, device=X.device)
     index = torch.full((T, n), -1, dtype=torch.int64, device=X.device)
+    second = torch.full((T, n), float("-inf"), dtype=torch.float32, device=X.device) if runner else None
     if K == 0 or n == 0:
-        return score, index
+        return (score, index, second) if runner else (score, index)
     bias = torch.zeros(T, K, dtype=torch.float32, device=X.device)  # (T, K)
     if mode == "l2":
         bias = bias - (C.float() * C.float()).sum(-1)
@@ -64,4 +71,6 @@ def best_match(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *, mode:
         j = torch.where(torch.isfinite(v), j, torch.full_like(j, -1))
         score[:, r0:r1] = v
         index[:, r0:r1] = j
-    return score, index
+        if runner:  # the best of the other columns: the winner's score set to -inf (s is this tile's own)
+            second[:, r0:r1] = s.scatter_(2, j.clamp(min=0)[:, :, None], float("-inf")).max(dim=2).values
+    return (score, index, second) if runner else (score, index)

@@ -8,7 +8,9 @@ Seeding (``seeding=``, :mod:`.seeding`): ``"batched"`` (default, D^2 sampling in
 batches, O(log K) steps with no device read) or ``"k-means++"`` (one centre per step, exact
 to the method's wording).
 
-A Lloyd step reads the device O(1) times (has any label changed; any empty cluster).
+A Lloyd step reads the device once (how many problems go on, their most empty and most moved
+clusters, in one copy), and once more when it skips settled points (:mod:`.settled`, CPU only:
+the points whose label provably cannot change are not recomputed; the same labels bit for bit).
 Cluster sums are accumulated in float64 (``index_put_(accumulate=True)``, a cache-sized tile
 of points at a time on the CPU, where it then costs about one read of the points; unlike
 ``index_add_`` its cost does not grow with the number of clusters when torch runs several
@@ -26,6 +28,7 @@ import torch
 from .assign import best_match
 from .blocks import row_blocks, stream_rows
 from .seeding import batched_d2_seeds, kmeans_plus_plus
+from .settled import SettledRows
 
 __all__ = ["kmeans", "lloyd_step", "initial_centroids", "cluster_means", "cluster_centres", "LocalReduce", "SEEDINGS"]
 
@@ -118,7 +121,7 @@ def initial_centroids(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, 
 def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: int = 30, seed: int = 0,
            seeding: str = "batched", streams: torch.Tensor | None = None, uniforms: torch.Tensor | None = None,
            init: tuple[torch.Tensor, torch.Tensor] | None = None, reduce=None, budget: int = 1 << 24, progress=None,
-           kmax: int | None = None):
+           kmax: int | None = None, prune: bool = True):
     """Batched k-means on padded problems.
 
     Each problem stops when none of its labels changes (later steps skip it, so a problem's
@@ -131,7 +134,11 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
     centroids ``(C, c_valid)`` instead. ``reduce``: how shards combine (default
     :class:`LocalReduce`, all points here). ``kmax``: the centroids' columns (default
     ``k.max()``): a block of a bucket's problems passes the bucket's, so that every product has
-    the shape (and so the rounding) it has when the bucket runs whole.
+    the shape (and so the rounding) it has when the bucket runs whole. ``prune``: skip the points
+    whose label cannot change (:mod:`.settled`, CPU; the same labels either way).
+
+    One host read a step (the problems that go on, their most empty and most moved clusters),
+    plus one in a step that skips points (how many to recompute).
 
     Shape: X (T, n, D), valid (T, n), k (T,) -> labels (T, n), centroids (T, Kmax, D),
            c_valid (T, Kmax), iterations (int)
@@ -147,43 +154,67 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
         C, c_valid = init[0].float().clone(), init[1]
     Kmax = C.shape[1]
     red = reduce if reduce is not None else LocalReduce(X, valid)
-    rows = torch.arange(T, device=dev)
     labels = torch.full((T, n), -1, dtype=torch.int64, device=dev)
-    score = torch.zeros(T, n, dtype=torch.float32, device=dev)
-    act = rows  # problems still iterating: each stops when its own labels stop changing
+    act = torch.arange(T, device=dev)  # problems still iterating: each stops when its own labels stop changing
     Xa, va = X, valid  # their points: X until some stop, then one copy of the active ones' (never two)
+    settle = SettledRows(X, valid, budget=budget) if prune and SettledRows.usable(X, Kmax) else None
+    moved, n_moved, means = None, 0, None
     it = 0
     for it in range(1, max_iter + 1):
         whole = act.shape[0] == T
-        la, sa = lloyd_step(Xa, va, C if whole else C[act], c_valid if whole else c_valid[act], budget=budget)
+        Cc, cv = (C, c_valid) if whole else (C[act], c_valid[act])
+        la, sa = settle.step(Xa, va, Cc, cv, moved, n_moved) if settle is not None \
+            else lloyd_step(Xa, va, Cc, cv, budget=budget)
         changed = (la != labels[act]).any(1) if it > 1 else torch.ones(act.shape[0], dtype=torch.bool, device=dev)
         changed = red.any(changed)  # (Ta,) on every shard alike
-        labels[act], score[act] = la, sa.to(score.dtype)
+        labels[act] = la
         if progress is not None:
             progress(it)
-        if it == max_iter or not bool(changed.any()):
+        if it == max_iter:
             break
-        if not bool(changed.all()):
-            act, la, sa = act[changed], la[changed], sa[changed]
+        Ca, counts = cluster_means(Xa, va, la, Kmax, reduce=red)
+        empty = cv & (counts == 0)  # (Ta, Kmax)
+        moved = (Ca != Cc).any(-1) | empty  # the centroids that can change (re-seeding moves only empty ones)
+        # one host read a step: how many problems go on, their most empty clusters, their most moved centroids
+        live = changed[:, None]
+        n_go, n_empty, n_moved = torch.stack([changed.sum(), (empty & live).sum(1).max(),
+                                              (moved & live).sum(1).max()]).tolist()
+        if n_go == 0:
+            means = (Ca, counts) if whole else None  # what the final means would recompute
+            break
+        if n_empty and settle is not None and settle.pruned:  # re-seeding reads the scores: the exact ones
+            la, sa = settle.exact(Xa, va, Cc, cv)
+        if n_go < act.shape[0]:
+            act, la, sa, Ca, Cc, empty, moved = (t[changed] for t in (act, la, sa, Ca, Cc, empty, moved))
             Xa = va = None  # the previous copy goes before the next one is gathered
             Xa, va = X[act], valid[act]
-        Ca, counts = cluster_means(Xa, va, la, Kmax, reduce=red)
-        empty = c_valid[act] & (counts == 0)  # (Ta, Kmax)
-        if bool(empty.any()):
-            # |x - c|^2 = |x|^2 - (2 x.c - |c|^2); |x|^2 a block at a time (see row_blocks)
-            sq = torch.empty(Xa.shape[:2], dtype=torch.float32, device=dev)  # (Ta, n)
-            for cs in row_blocks(n, budget // max(1, Xa.shape[0] * D)):
-                sq[:, cs] = (Xa[:, cs].float() * Xa[:, cs].float()).sum(-1)
-            dist = (sq - sa).masked_fill(~va, float("-inf"))
-            far = red.farthest(act, dist, int(empty.sum(1).max()))  # (Ta, m, D) farthest first
-            rank = torch.cumsum(empty.long(), 1) - 1  # j-th empty cluster of its row
-            sel = empty & (rank < far.shape[1])
-            t_idx, k_idx = sel.nonzero(as_tuple=True)
-            Ca[t_idx, k_idx] = far[t_idx, rank[t_idx, k_idx]]
+            if settle is not None:
+                settle.keep(changed)
+        if n_empty:
+            Ca = _reseed(Xa, va, sa, Ca, empty, n_empty, act, red, budget)
         C[act] = Ca
-    means, counts = cluster_means(X, valid, labels, Kmax, reduce=red)
+    means, counts = means if means is not None else cluster_means(X, valid, labels, Kmax, reduce=red)
     c_valid = c_valid & (counts > 0)
     return red.gather(labels), means, c_valid, it
+
+
+def _reseed(Xa, va, sa, Ca, empty, m: int, act, red, budget: int) -> torch.Tensor:
+    """Every empty cluster re-seeded with the point farthest from its centroid (distinct points for
+    distinct empty clusters of one problem, farthest first; ``m`` the most empty clusters of one).
+    Shape: Xa (Ta, n, D), sa (Ta, n) best scores, Ca (Ta, K, D), empty (Ta, K) -> Ca (Ta, K, D)"""
+    Ta, n, D = Xa.shape
+    # |x - c|^2 = |x|^2 - (2 x.c - |c|^2); |x|^2 a block at a time (see row_blocks)
+    sq = torch.empty(Xa.shape[:2], dtype=torch.float32, device=Xa.device)  # (Ta, n)
+    for cs in row_blocks(n, budget // max(1, Ta * D)):
+        sq[:, cs] = (Xa[:, cs].float() * Xa[:, cs].float()).sum(-1)
+    dist = (sq - sa).masked_fill(~va, float("-inf"))
+    far = red.farthest(act, dist, m)  # (Ta, m, D) farthest first
+    if far.shape[1] == 0:
+        return Ca
+    rank = torch.cumsum(empty.long(), 1) - 1  # j-th empty cluster of its row
+    sel = empty & (rank < far.shape[1])
+    pick = far.gather(1, rank.clamp(0, far.shape[1] - 1)[:, :, None].expand(-1, -1, D))  # (Ta, K, D)
+    return torch.where(sel[:, :, None], pick, Ca)
 
 
 def cluster_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, means: torch.Tensor,

@@ -259,9 +259,14 @@ class CompressConfig:
     # store's vectors and half-size merged vectors; similarities still accumulated in float64,
     # so only the stored values round)
     storage_dtype: str = "float32"
+    # bytes the run may hold (``--memory-budget``); the partition's gathered blocks take a share of it
+    # (kernels/blocks.py gather_bytes; None: a share of the machine's memory). Results never depend on it.
+    memory_budget: int | None = None
 
     def __post_init__(self):
         _check_choice("storage_dtype", self.storage_dtype, ("float32", "float16", "bfloat16"))
+        if self.memory_budget is not None:
+            _check_int("memory_budget", self.memory_budget, 1)
         for name, cls in (("partition", PartitionConfig), ("tree", TreeConfig), ("merge", MergeConfig)):
             if not isinstance(getattr(self, name), cls):
                 raise ConfigError(name, f"must be a {cls.__name__}, got {getattr(self, name)!r}")

@@ -143,8 +143,8 @@ def test_partition_in_blocks_of_tenants_equals_the_whole_bucket(monkeypatch, kme
     cfg = PartitionConfig(alpha=0.05, kmeans=kmeans, two_level_min_nodes=200)
     names, codes = st.tenant_index()
     want = partition_nodes(st.embeddings, st.timestamps, codes, names, cfg)
-    monkeypatch.setattr(part_mod, "gather_bytes", lambda dev: 1)
-    monkeypatch.setattr(two_mod, "gather_bytes", lambda dev: 1)
+    monkeypatch.setattr(part_mod, "gather_bytes", lambda dev, memory_budget=None: 1)
+    monkeypatch.setattr(two_mod, "gather_bytes", lambda dev, memory_budget=None: 1)
     got = partition_nodes(st.embeddings, st.timestamps, codes, names, cfg)
     for f in ("tree", "tree_tenant", "centre", "kmeans_tree"):
         assert torch.equal(getattr(want, f), getattr(got, f)), f

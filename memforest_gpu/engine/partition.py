@@ -132,13 +132,17 @@ class _Labels:
 
 
 def partition_nodes(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: torch.Tensor, names: list[str],
-                    cfg: PartitionConfig, *, budget: int = 1 << 24, progress=None) -> Partition:
+                    cfg: PartitionConfig, *, budget: int = 1 << 24, progress=None,
+                    memory_budget: int | None = None) -> Partition:
     """Split every tenant's nodes into EventTrees.
 
     Tenants are handled by kind, never one by one unless they are big: a tenant whose K is 1
     is one tree with a closed-form centre (:func:`closed_form_centres`; what k-means with
     K = 1 gives, without running it); the other tenants run the batched k-means in buckets of
-    similar size; tenants for two-level k-means (few, large) run one at a time.
+    similar size; tenants for two-level k-means (few, large) run one at a time. Buckets run a
+    block of problems at a time, as many as fit in
+    :func:`~memforest_gpu.kernels.blocks.gather_bytes` of ``memory_budget`` (bytes, the run's
+    ``--memory-budget``; default: of the machine's memory); results never depend on it.
 
     Shape: embeddings (N, D) normalised, timestamps (N,), codes (N,) tenant code in
            [0, len(names)) -> Partition with tree (N,)
@@ -155,9 +159,11 @@ def partition_nodes(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: t
     two_level = np.zeros(n_ten, dtype=bool)
     if cfg.kmeans == "two-level":
         two_level = (sizes >= cfg.two_level_min_nodes) & (k_all >= 4)
-    _two_level_tenants(embeddings, order, sizes, k_all, np.flatnonzero(two_level), names, cfg, budget, lab, progress)
+    limit = gather_bytes(dev, memory_budget)  # bytes of one gathered block of problems
+    _two_level_tenants(embeddings, order, sizes, k_all, np.flatnonzero(two_level), names, cfg, (budget, limit), lab,
+                       progress)
     exact = (sizes > 0) & ~two_level & (k_all >= 2)
-    _exact_tenants(embeddings, order, sizes_t, sizes, k_all, exact, names, cfg, budget, lab, progress)
+    _exact_tenants(embeddings, order, sizes_t, sizes, k_all, exact, names, cfg, (budget, limit), lab, progress)
     one = (sizes > 0) & ~two_level & ~exact  # K = 1: one tree, closed-form centre (no k-means)
     if one.any():
         cn = closed_form_centres(embeddings, order, codes, torch.as_tensor(one, device=dev), n_ten)  # (n_ten,)
@@ -169,16 +175,19 @@ def partition_nodes(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: t
     return _global_trees(codes, lab, n_ten)
 
 
-def _two_level_tenants(embeddings, order, sizes, k_all, tenants, names, cfg, budget, lab: _Labels, progress) -> None:
-    """Two-level k-means and the reassignment, one (large) tenant at a time."""
+def _two_level_tenants(embeddings, order, sizes, k_all, tenants, names, cfg, budgets: tuple[int, int], lab: _Labels,
+                       progress) -> None:
+    """Two-level k-means and the reassignment, one (large) tenant at a time. ``budgets``:
+    elements of a temporary, bytes of a gathered block."""
     dev = embeddings.device
+    budget, limit = budgets
     starts = np.cumsum(sizes) - sizes
     for t in tenants.tolist():
         n_t = int(sizes[t])
         idx = order[starts[t]:starts[t] + n_t]  # (n_t,) node ids in time order; their vectors are never copied whole
         labels, centre, _, _, _, sem, it2 = two_level_clusters(
             embeddings, int(k_all[t]), name=names[t], seed=cfg.seed, max_iter=cfg.max_iter, budget=budget,
-            seeding=cfg.seeding, rows=idx)
+            seeding=cfg.seeding, rows=idx, block_bytes=limit)
         val = torch.ones(1, n_t, dtype=torch.bool, device=dev)
         new = reassign_to_centres(embeddings, val, labels[None], centre[None], beta=cfg.beta, window=cfg.window,
                                   use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal, budget=budget,
@@ -193,15 +202,16 @@ def _two_level_tenants(embeddings, order, sizes, k_all, tenants, names, cfg, bud
             progress(n_t)
 
 
-def _exact_tenants(embeddings, order, sizes_t, sizes, k_all, exact, names, cfg, budget, lab: _Labels,
-                   progress) -> None:
-    """Batched k-means and the reassignment of the ``exact`` tenants, in buckets of similar size."""
+def _exact_tenants(embeddings, order, sizes_t, sizes, k_all, exact, names, cfg, budgets: tuple[int, int],
+                   lab: _Labels, progress) -> None:
+    """Batched k-means and the reassignment of the ``exact`` tenants, in buckets of similar size.
+    ``budgets``: elements of a temporary, bytes of a gathered block."""
     dev = embeddings.device
+    budget, limit = budgets
     starts_t = torch.as_tensor(np.cumsum(sizes) - sizes, dtype=torch.int64, device=dev)
     if exact.any():
         keys = torch.zeros(len(sizes), dtype=torch.int64, device=dev)
         keys[torch.as_tensor(np.flatnonzero(exact), device=dev)] = tenant_stream_keys(names, np.flatnonzero(exact), dev)
-    limit = gather_bytes(dev)
     for bucket in size_buckets(torch.as_tensor(np.where(exact, sizes, 0))):
         n_b, k_b = int(sizes[bucket.numpy()].max()), int(k_all[bucket.numpy()].max())
         # a block of the bucket's tenants at a time, padded to the bucket's nodes and clusters: the bucket's results

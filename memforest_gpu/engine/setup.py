@@ -76,7 +76,7 @@ def setup_run(store: MemoryStore, config: CompressConfig | None = None, *, embed
         if partition is None:
             with progress_bar(progress, len(store), "partition", unit="node") as bar:
                 partition = partition_nodes(emb, ts, codes, names, cfg.partition, budget=budget,
-                                            progress=bar.update if bar else None)
+                                            progress=bar.update if bar else None, memory_budget=cfg.memory_budget)
         else:
             _check_partition(partition, len(store), len(names))
         partition, kept = constrain(partition, store, cfg.merge.keep_pattern, cfg.merge.merge_within)  # who may merge

@@ -97,6 +97,7 @@ def compress_budgeted(src: str, dst: str, config, *, memory_budget: int, embedde
     """
 
     timer = StageTimer()
+    config = dataclasses.replace(config, memory_budget=memory_budget)  # the partition's blocks follow it
     say = echo or (lambda s: log.info("%s", s))
     fmt = detect_format(src, format)
     out_fmt = detect_format(dst, out_format)
