@@ -118,10 +118,10 @@ def _knn_round(batch: TreeBatch, bk: Bucket, pairs: RoundPairs) -> list[_KnnRoun
             group = pairs.take(sel, touched[sel] - g0)
         moves = SlotMoves.of(torch.as_tensor(rows[g0:g1], device=dev), group, m)
         sims = merged_lists(bk, batch.vectors, group, moves, batch.tree, batch.cap, products=products, most=most)
-        stale, node_a, node_b = stale_entries(bk, moves)
+        stale = stale_entries(bk, moves)
         if sims is not None:
             stale = _fill_from_products(bk, moves.rows, stale, sims, group)
-        parts.append(_KnnRound(bk, moves.rows, stale, node_a, node_b))
+        parts.append(_KnnRound(bk, moves.rows, stale))
     return parts
 
 
@@ -165,26 +165,25 @@ def _fill_from_products(bk: Bucket, rows: torch.Tensor, stale: torch.Tensor, sim
 
 class _KnnRound(NamedTuple):
     """What :func:`_refresh` needs of a group of a knn bucket's touched rows ``rows``.
-    Shape: stale, node_a, node_b (R, m, k+1): the entries still without a cosine, and the
-    node rows of both ends of every entry."""
+    Shape: stale (R, m, k+1): the entries still without a cosine."""
 
     bk: Bucket
     rows: torch.Tensor
     stale: torch.Tensor
-    node_a: torch.Tensor
-    node_b: torch.Tensor
 
 
 def _refresh(batch: TreeBatch, parts: list[_KnnRound]) -> None:
     """New cosines for the stale entries of every knn bucket that no merged node's products
-    covered, computed from their vectors after one host read (how many there are)."""
-    mask = torch.cat([p.stale.reshape(-1) for p in parts])
-    idx = torch.nonzero(mask).flatten()  # host read: how many entries changed
-    buf = torch.cat([p.bk.cs[p.rows].reshape(-1) for p in parts])
-    buf[idx] = batch.vectors.dot_rows(torch.cat([p.node_a.reshape(-1) for p in parts])[idx],
-                                      torch.cat([p.node_b.reshape(-1) for p in parts])[idx])
-    off = 0
-    for p in parts:
-        n = p.stale.numel()
-        p.bk.cs[p.rows] = buf[off:off + n].view(p.stale.shape)
-        off += n
+    covered, computed from their vectors after one host read (how many there are in each
+    group). The node rows of an entry's two ends are looked up for the stale entries only:
+    the slot of the entry's row, and the slot its (updated) list entry points at."""
+    counts = torch.stack([p.stale.sum() for p in parts]).tolist()  # host read: how many entries changed
+    for p, n in zip(parts, counts):
+        if not n:
+            continue
+        R, m, c = p.stale.shape
+        idx = torch.nonzero_static(p.stale.reshape(-1), size=n).flatten()  # (n,), no read: n is known
+        rows, i, j = p.rows[idx // (m * c)], idx // c % m, idx % c
+        a = p.bk.slot[rows, i]
+        b = p.bk.slot[rows, p.bk.nbr[rows, i, j].long()]
+        p.bk.cs[rows, i, j] = batch.vectors.dot_rows(a, b).to(p.bk.cs.dtype)
