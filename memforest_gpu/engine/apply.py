@@ -26,7 +26,10 @@ __all__ = ["apply_round", "pair_means"]
 
 
 def pair_means(batch: TreeBatch, plan: Plan) -> torch.Tensor:
-    """Normalised mean of each planned pair's two vectors (when there is no embedder).
+    """Normalised mean of each planned pair's two vectors (when there is no embedder). Where
+    the run's vectors are stored in their compute dtype, the means are written straight into
+    the vector table's next rows (:meth:`~.vectors.NodeVectors.next_rows`), which
+    :func:`apply_round` then takes without a copy: no (P, D) block of the round besides.
 
     Shape: -> (P, D)
     """
@@ -36,7 +39,7 @@ def pair_means(batch: TreeBatch, plan: Plan) -> torch.Tensor:
     a = torch.as_tensor(plan.node_a, dtype=torch.int64, device=vec.device)
     b = torch.as_tensor(plan.node_b, dtype=torch.int64, device=vec.device)
     ct = compute_dtype(vec.dtype)  # half-precision storage: add in float32
-    out = torch.empty(len(a), vec.dim, dtype=ct, device=vec.device)
+    out = vec.next_rows(len(a)) if ct == vec.dtype else torch.empty(len(a), vec.dim, dtype=ct, device=vec.device)
     # a block of pairs at a time: the gathers and sums of a whole round (250,000 pairs at 1M
     # nodes) would hold six (P, D) temporaries at once; each row's result is the same either way
     for blk in row_blocks(len(a), stream_rows(vec.device, vec.dim * 4 * 6)):

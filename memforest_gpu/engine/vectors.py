@@ -60,8 +60,11 @@ class NodeVectors:
         self.base = base if base.dtype == self.dtype else base.to(self.dtype)
         self.n_base = int(base.shape[0])
         # merged nodes' vectors from row 1 on (room for ``capacity`` of them, the run's merges,
-        # so the table is never copied to grow); row 0 stays zero: what an empty slot (-1) reads
-        self._extra = torch.zeros(1 + capacity, base.shape[1], dtype=self.dtype, device=base.device)
+        # so the table is never copied to grow); row 0 stays zero: what an empty slot (-1) reads.
+        # Left uninitialised past row 0 (only written rows are ever read), so on the CPU its
+        # pages become resident as merges fill them, not all at the start
+        self._extra = torch.empty(1 + capacity, base.shape[1], dtype=self.dtype, device=base.device)
+        self._extra[0] = 0
         self._n_extra = 0
 
     @property
@@ -74,21 +77,30 @@ class NodeVectors:
 
     def append(self, rows: np.ndarray, vectors: torch.Tensor) -> torch.Tensor:
         """Store the vectors of merged nodes ``rows`` (consecutive, right after the last ones).
-        Returns them in the storage dtype. Shape: rows (P,) host, vectors (P, D) -> (P, D)"""
+        Returns them in the storage dtype. ``vectors`` may be :meth:`next_rows` itself (written
+        in place: nothing is copied). Shape: rows (P,) host, vectors (P, D) -> (P, D)"""
         P = len(rows)
         if P and (int(rows[0]) != self.n_base + self._n_extra or int(rows[-1]) != int(rows[0]) + P - 1):
             raise ValueError(f"rows must continue the table at {self.n_base + self._n_extra}, got "
                              f"{int(rows[0])}..{int(rows[-1])}")
-        v = vectors.to(device=self.device, dtype=self.dtype)
+        dst = self.next_rows(P)
+        if not (vectors.dtype == self.dtype and vectors.device == dst.device and vectors.shape == dst.shape
+                and vectors.data_ptr() == dst.data_ptr()):
+            dst.copy_(vectors)
+        self._n_extra += P
+        return dst
+
+    def next_rows(self, P: int) -> torch.Tensor:
+        """The table's rows the next ``P`` merged vectors go to (grown first if needed), for a
+        caller that computes them in place; they count once :meth:`append` is called with them.
+        Shape: -> (P, D), a view in the storage dtype"""
         need = 1 + self._n_extra + P
         if need > self._extra.shape[0]:  # grow by doubling: the copies cost O(merges) in all
             grown = torch.zeros(max(need, 2 * self._extra.shape[0], 1024), self.dim, dtype=self.dtype,
                                 device=self.device)
             grown[: 1 + self._n_extra] = self._extra[: 1 + self._n_extra]
             self._extra = grown
-        self._extra[1 + self._n_extra:need] = v
-        self._n_extra += P
-        return v
+        return self._extra[1 + self._n_extra:need]
 
     def merged(self) -> torch.Tensor:
         """The merged nodes' vectors so far, in the storage dtype. Shape: -> (M, D), a view"""
