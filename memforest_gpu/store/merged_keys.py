@@ -28,7 +28,7 @@ __all__ = ["derive_keys", "centres", "input_rows"]
 
 _LLOYD_STEPS = 10
 _BLOCK = 1 << 24  # most (B, S, S) similarity entries of one batched k-means
-_CODE_ROWS = 1 << 16  # keys gathered in float32 at a time when they are made as int8 codes
+_CODE_ROWS = 1 << 13  # keys gathered in float32 at a time when they are made as int8 codes (12.6 MB at d = 384)
 
 
 def input_rows(inp: MemoryStore, out_sources: pa.Array) -> tuple[np.ndarray, np.ndarray]:
