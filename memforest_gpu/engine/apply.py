@@ -90,7 +90,7 @@ def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor, new_rows: n
 #: bytes of the merged nodes' products with their trees a knn bucket holds at once in a round
 #: (:func:`_knn_round` takes its touched trees in groups that fit): the products of a matching
 #: round at 1M nodes are several GB
-ROUND_BLOCK_BYTES = {"cpu": 256 << 20, "cuda": 2 << 30}
+ROUND_BLOCK_BYTES = {"cpu": 64 << 20, "cuda": 2 << 30}
 
 
 def _knn_round(batch: TreeBatch, bk: Bucket, pairs: RoundPairs) -> list[_KnnRound]:
