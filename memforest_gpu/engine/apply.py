@@ -25,13 +25,16 @@ from .vectors import compute_dtype, row_sims
 __all__ = ["apply_round", "pair_means"]
 
 
-def pair_means(batch: TreeBatch, plan: Plan) -> torch.Tensor:
+def pair_means(batch: TreeBatch, plan: Plan, *, put: tuple[np.ndarray, np.ndarray] | None = None
+               ) -> torch.Tensor | None:
     """Normalised mean of each planned pair's two vectors (when there is no embedder). Where
     the run's vectors are stored in their compute dtype, the means are written straight into
     the vector table's next rows (:meth:`~.vectors.NodeVectors.next_rows`), which
-    :func:`apply_round` then takes without a copy: no (P, D) block of the round besides.
+    :func:`apply_round` then takes without a copy: no (P, D) block of the round besides. A table
+    that reuses its rows (:meth:`~.vectors.NodeVectors.put`) takes each block as it is made
+    (``put``: the merged nodes' rows and their storage rows) and ``None`` is returned.
 
-    Shape: -> (P, D)
+    Shape: -> (P, D) or None
     """
     vec = batch.vectors
     if not len(plan):
@@ -39,6 +42,11 @@ def pair_means(batch: TreeBatch, plan: Plan) -> torch.Tensor:
     a = torch.as_tensor(plan.node_a, dtype=torch.int64, device=vec.device)
     b = torch.as_tensor(plan.node_b, dtype=torch.int64, device=vec.device)
     ct = compute_dtype(vec.dtype)  # half-precision storage: add in float32
+    if put is not None:  # each block into the rows of its pairs' parents (a pair's rows are its own)
+        for blk in row_blocks(len(a), stream_rows(vec.device, vec.dim * 4 * 6)):
+            vec.put(put[0][blk], put[1][blk],
+                    torch.nn.functional.normalize(vec.gather(a[blk]).to(ct) + vec.gather(b[blk]).to(ct), dim=1))
+        return None
     out = vec.next_rows(len(a)) if ct == vec.dtype else torch.empty(len(a), vec.dim, dtype=ct, device=vec.device)
     # a block of pairs at a time: the gathers and sums of a whole round (250,000 pairs at 1M
     # nodes) would hold six (P, D) temporaries at once; each row's result is the same either way
@@ -47,15 +55,23 @@ def pair_means(batch: TreeBatch, plan: Plan) -> torch.Tensor:
     return out
 
 
-def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor, new_rows: np.ndarray,
-                tokens: torch.Tensor | None = None) -> None:
+def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor | None, new_rows: np.ndarray,
+                tokens: torch.Tensor | None = None, at: np.ndarray | None = None) -> None:
     """Update ``batch`` in place with the round's merges.
 
-    Shape: vectors (P, D) the merged nodes' vectors, new_rows (P,) host node rows of the
-           merged nodes (the next rows of the run's node table), tokens (P,) their token counts
-           or None
+    Shape: vectors (P, D) the merged nodes' vectors (``None``: already put into a table that
+           reuses its rows, at ``at``), new_rows (P,) host node rows of the merged nodes (the
+           next rows of the run's node table), tokens (P,) their token counts or None, at (P,)
+           host storage rows (a table that reuses its rows)
     """
-    stored = batch.vectors.append(np.asarray(new_rows), vectors)  # (P, D) in the storage dtype
+    vec = batch.vectors
+    if not vec.reuse:
+        stored = vec.append(np.asarray(new_rows), vectors)  # (P, D) in the storage dtype
+    elif vectors is not None:
+        vec.put(new_rows, at, vectors)
+        stored = None
+    else:
+        stored = None
     stale = []
     for b, bk in enumerate(batch.buckets):
         p0, p1 = int(plan.offsets[b]), int(plan.offsets[b + 1])  # the bucket's pairs in the plan
@@ -65,7 +81,8 @@ def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor, new_rows: n
         r = plan.row[p0:p1]
         sa, sb = plan.slot_a[p0:p1], plan.slot_b[p0:p1]
         keep, drop = torch.minimum(sa, sb), torch.maximum(sa, sb)
-        merged_vecs = stored[p0:p1].to(dev)  # (P_b, D)
+        merged_vecs = stored[p0:p1].to(dev) if stored is not None else \
+            vec.gather(torch.as_tensor(new_rows[p0:p1], dtype=torch.int64, device=dev))  # (P_b, D)
         ts = torch.maximum(bk.ts[r, keep], bk.ts[r, drop])
         first = torch.minimum(bk.lo[r, keep], bk.lo[r, drop])  # span of positions (Bucket.lo / hi)
         last = torch.maximum(bk.hi[r, keep], bk.hi[r, drop])

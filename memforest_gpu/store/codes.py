@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["VECTOR_CODES", "check_vector_codes", "int8_codes"]
+__all__ = ["VECTOR_CODES", "check_vector_codes", "int8_codes", "int8_codes_on"]
 
 VECTOR_CODES = ("float32", "int8")
 
@@ -48,4 +48,20 @@ def int8_codes(x: torch.Tensor | np.ndarray, *, block: int = 1 << 12) -> np.ndar
         np.rint(v, out=v)
         np.clip(v, -127, 127, out=v)
         out[lo:lo + block] = v
+    return out
+
+
+def int8_codes_on(x: torch.Tensor, *, block: int = 1 << 12) -> torch.Tensor:
+    """:func:`int8_codes` computed where ``x`` is (no host copy), the same codes: the same float64
+    operations, rounding half to even as ``np.rint`` does.
+
+    Shape: x (N, D) -> (N, D) int8 on x's device
+    """
+    out = torch.empty(x.shape, dtype=torch.int8, device=x.device)
+    for lo in range(0, x.shape[0], block):
+        v = x[lo:lo + block].double()
+        peak = v.abs().amax(1, keepdim=True) if v.shape[1] else torch.zeros(v.shape[0], 1, dtype=v.dtype,
+                                                                              device=v.device)
+        scale = torch.where(peak > 0, 127.0 / torch.where(peak > 0, peak, 1.0), 0.0)
+        out[lo:lo + block] = v.mul_(scale).round_().clamp_(-127, 127)
     return out
