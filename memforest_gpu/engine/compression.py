@@ -62,9 +62,11 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         on_round: called after each round with (round, the round's merges).
         partition, quotas: a ready partition of ``store`` (and its quotas) instead of
             computing them (the distributed runner hands each rank its trees this way).
-        copy: ``False`` lets the output's vectors overwrite ``store.embeddings`` (then a view of
-            its first rows): no second (N_out, D) tensor, for callers that drop ``store`` after,
-            as ``compress_file`` does. A run on another device writes into its own copy anyway.
+        copy: ``False`` lets the run overwrite ``store.embeddings`` as it goes (each merged
+            vector in a dead row, :meth:`~.vectors.NodeVectors.put`, where the output's keys
+            allow it) and the output's vectors (then a view of its first rows): no second vector
+            table, for callers that drop ``store`` after, as ``compress_file`` does. A run on
+            another device writes into its own copy anyway.
 
     Every tenant loses exactly ``round(ratio * N_t)`` nodes unless it cannot (report's
     ``shortfall``); every original id ends in exactly one output node's ``sources``.
