@@ -8,9 +8,15 @@ boundaries of a compression:
 
     startup -> read -> prepare -> partition -> setup -> trees -> rounds -> output -> report -> write -> exit
 
+and inside every merge round ``r.plan`` (planning) -> ``r.pairs`` (the merger's inputs) ->
+``r.merge`` (the merger) -> ``r.vectors`` (the merged vectors, the node table) -> ``r.apply``
+(the trees) -> ``r.records`` (the round's records, until the next round), then ``keys`` (the
+output's keys, made before the output is assembled; so ``rounds`` is only the start of the first
+round, and each ``r.`` stage's peak is its largest over the rounds).
+
 ``read`` is ``load_store_and_embedder``, ``prepare`` what the API does before ``compress``
 (the journal's fingerprint), ``partition`` ``partition_nodes``, ``setup`` the quotas and
-token counts, ``trees`` ``build_trees``, ``rounds`` every merge round, ``output``
+token counts, ``trees`` ``build_trees``, ``rounds`` the merge rounds (split as above), ``output``
 ``assemble``, ``report`` the run report, ``write`` ``write_store``. The marks wrap those
 functions where the API and the engine call them (a renamed one fails loudly here, never
 silently). A run with ``--memory-budget`` passes through the engine's stages once per
@@ -142,6 +148,11 @@ MARKS = (
     (("memforest_gpu.engine.setup", "memforest_gpu.engine.compression"), "partition_nodes", "partition", "setup"),
     (("memforest_gpu.engine.setup", "memforest_gpu.engine.compression"), "build_trees", "trees", "rounds"),
     (("memforest_gpu.engine.compression",), "assemble", "output", "report"),
+    # inside every merge round (a stage's peak is its largest over the rounds), and the keys
+    (("memforest_gpu.engine.round",), "plan_round", "r.plan", "r.pairs"),
+    (("memforest_gpu.engine.round",), "merge_texts", "r.merge", "r.vectors"),
+    (("memforest_gpu.engine.round",), "apply_round", "r.apply", "r.records"),
+    (("memforest_gpu.engine.compression",), "output_keys", "keys", None),
 )
 
 

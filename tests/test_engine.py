@@ -441,3 +441,39 @@ def test_dense_cosines_do_not_depend_on_the_trees_computed_together():
     assert W.shape == (250, 64, 64) and torch.equal(W, W.transpose(1, 2))
     for i in (0, 1, 247, 248, 249):
         assert torch.equal(W[i:i + 1], _cosines(vectors, slots[i:i + 1])), i
+
+
+def test_pair_means_written_in_place_into_the_vector_table():
+    """Without an embedder a round's means go straight into the run's vector table (float32
+    storage): pair_means returns the table's next rows, apply's append takes them without a
+    copy, and they equal the normalised sums, gathered from originals and merged rows alike."""
+    from types import SimpleNamespace
+
+    from memforest_gpu.engine.apply import pair_means
+    from memforest_gpu.engine.vectors import NodeVectors
+
+    g = torch.Generator().manual_seed(5)
+    base = torch.nn.functional.normalize(torch.randn(10, 6, generator=g), dim=1)
+    vec = NodeVectors(base, capacity=2)  # room for 2: the third merge grows the table
+    first = torch.nn.functional.normalize(base[0] + base[1], dim=0)
+    vec.append(np.array([10]), first[None])
+    batch = SimpleNamespace(vectors=vec)
+
+    class _Plan(SimpleNamespace):
+        def __len__(self):
+            return len(self.node_a)
+
+    plan = _Plan(node_a=np.array([2, 10, 4]), node_b=np.array([3, 5, 6]))
+    got = pair_means(batch, plan)
+    full = torch.cat([base, first[None]])
+    want = torch.nn.functional.normalize(full[[2, 10, 4]] + full[[3, 5, 6]], dim=1)
+    assert torch.equal(got, want)
+    assert got.data_ptr() == vec.next_rows(3).data_ptr()  # the table's own rows
+    stored = vec.append(np.array([11, 12, 13]), got)
+    assert stored.data_ptr() == got.data_ptr()  # taken without a copy
+    assert torch.equal(vec.merged(), torch.cat([first[None], want]))
+    assert torch.equal(vec.gather(torch.tensor([11, 13, 10, -1])), torch.cat([want[[0, 2]], first[None],
+                                                                              torch.zeros(1, 6)]))
+    other = torch.randn(1, 6, generator=g)  # any other tensor is copied in
+    vec.append(np.array([14]), other)
+    assert torch.equal(vec.merged()[-1], other[0])

@@ -274,3 +274,34 @@ def test_keys_given_as_a_string_name_the_node(store, tmp_path):
         _read_edited(tmp_path, lines, j, dict(rec, keys="abc"))
     with pytest.raises(ValueError, match=f"bad.jsonl: key_sources of node '{rec['id']}' must be a list, got str"):
         _read_edited(tmp_path, lines, j, dict(rec, key_sources="abc"))
+
+
+def test_int8_codes_do_not_depend_on_the_block_size():
+    """Codes are made a small block of rows at a time, in place on one float64 copy: every row's
+    codes are its own (ties at .5 round to even, zero rows give zeros), whatever the block."""
+    from memforest_gpu.store.codes import int8_codes
+
+    g = np.random.default_rng(0)
+    x = g.standard_normal((1000, 24)).astype(np.float32)
+    x[7] = 0
+    x[9] = np.arange(-12, 12, dtype=np.float32) / 2  # halves: exact ties after scaling
+    x64 = x.astype(np.float64)
+    want = np.clip(np.rint(x64 * (127.0 / np.maximum(np.abs(x64).max(1, keepdims=True), 1e-300))),
+                   -127, 127).astype(np.int8)
+    want[7] = 0
+    for block in (1, 7, 1000, 1 << 16):
+        assert np.array_equal(int8_codes(x, block=block), want), block
+
+
+def test_int8_codes_on_the_device_equal_the_host_codes():
+    """The codes a run reusing its rows keeps in a round (made where the vectors are) are the
+    host function's, bit for bit: zero rows, ties at .5, any block."""
+    from memforest_gpu.store.codes import int8_codes, int8_codes_on
+
+    g = np.random.default_rng(1)
+    x = g.standard_normal((3000, 40)).astype(np.float32)
+    x[3] = 0
+    x[5] = np.arange(-20, 20, dtype=np.float32) / 2
+    x[6] *= 1e-30
+    for block in (1, 13, 1 << 12):
+        assert np.array_equal(int8_codes_on(torch.from_numpy(x), block=block).numpy(), int8_codes(x)), block

@@ -25,10 +25,16 @@ from .vectors import compute_dtype, row_sims
 __all__ = ["apply_round", "pair_means"]
 
 
-def pair_means(batch: TreeBatch, plan: Plan) -> torch.Tensor:
-    """Normalised mean of each planned pair's two vectors (when there is no embedder).
+def pair_means(batch: TreeBatch, plan: Plan, *, put: tuple[np.ndarray, np.ndarray] | None = None
+               ) -> torch.Tensor | None:
+    """Normalised mean of each planned pair's two vectors (when there is no embedder). Where
+    the run's vectors are stored in their compute dtype, the means are written straight into
+    the vector table's next rows (:meth:`~.vectors.NodeVectors.next_rows`), which
+    :func:`apply_round` then takes without a copy: no (P, D) block of the round besides. A table
+    that reuses its rows (:meth:`~.vectors.NodeVectors.put`) takes each block as it is made
+    (``put``: the merged nodes' rows and their storage rows) and ``None`` is returned.
 
-    Shape: -> (P, D)
+    Shape: -> (P, D) or None
     """
     vec = batch.vectors
     if not len(plan):
@@ -36,7 +42,12 @@ def pair_means(batch: TreeBatch, plan: Plan) -> torch.Tensor:
     a = torch.as_tensor(plan.node_a, dtype=torch.int64, device=vec.device)
     b = torch.as_tensor(plan.node_b, dtype=torch.int64, device=vec.device)
     ct = compute_dtype(vec.dtype)  # half-precision storage: add in float32
-    out = torch.empty(len(a), vec.dim, dtype=ct, device=vec.device)
+    if put is not None:  # each block into the rows of its pairs' parents (a pair's rows are its own)
+        for blk in row_blocks(len(a), stream_rows(vec.device, vec.dim * 4 * 6)):
+            vec.put(put[0][blk], put[1][blk],
+                    torch.nn.functional.normalize(vec.gather(a[blk]).to(ct) + vec.gather(b[blk]).to(ct), dim=1))
+        return None
+    out = vec.next_rows(len(a)) if ct == vec.dtype else torch.empty(len(a), vec.dim, dtype=ct, device=vec.device)
     # a block of pairs at a time: the gathers and sums of a whole round (250,000 pairs at 1M
     # nodes) would hold six (P, D) temporaries at once; each row's result is the same either way
     for blk in row_blocks(len(a), stream_rows(vec.device, vec.dim * 4 * 6)):
@@ -44,15 +55,23 @@ def pair_means(batch: TreeBatch, plan: Plan) -> torch.Tensor:
     return out
 
 
-def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor, new_rows: np.ndarray,
-                tokens: torch.Tensor | None = None) -> None:
+def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor | None, new_rows: np.ndarray,
+                tokens: torch.Tensor | None = None, at: np.ndarray | None = None) -> None:
     """Update ``batch`` in place with the round's merges.
 
-    Shape: vectors (P, D) the merged nodes' vectors, new_rows (P,) host node rows of the
-           merged nodes (the next rows of the run's node table), tokens (P,) their token counts
-           or None
+    Shape: vectors (P, D) the merged nodes' vectors (``None``: already put into a table that
+           reuses its rows, at ``at``), new_rows (P,) host node rows of the merged nodes (the
+           next rows of the run's node table), tokens (P,) their token counts or None, at (P,)
+           host storage rows (a table that reuses its rows)
     """
-    stored = batch.vectors.append(np.asarray(new_rows), vectors)  # (P, D) in the storage dtype
+    vec = batch.vectors
+    if not vec.reuse:
+        stored = vec.append(np.asarray(new_rows), vectors)  # (P, D) in the storage dtype
+    elif vectors is not None:
+        vec.put(new_rows, at, vectors)
+        stored = None
+    else:
+        stored = None
     stale = []
     for b, bk in enumerate(batch.buckets):
         p0, p1 = int(plan.offsets[b]), int(plan.offsets[b + 1])  # the bucket's pairs in the plan
@@ -62,7 +81,8 @@ def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor, new_rows: n
         r = plan.row[p0:p1]
         sa, sb = plan.slot_a[p0:p1], plan.slot_b[p0:p1]
         keep, drop = torch.minimum(sa, sb), torch.maximum(sa, sb)
-        merged_vecs = stored[p0:p1].to(dev)  # (P_b, D)
+        merged_vecs = stored[p0:p1].to(dev) if stored is not None else \
+            vec.gather(torch.as_tensor(new_rows[p0:p1], dtype=torch.int64, device=dev))  # (P_b, D)
         ts = torch.maximum(bk.ts[r, keep], bk.ts[r, drop])
         first = torch.minimum(bk.lo[r, keep], bk.lo[r, drop])  # span of positions (Bucket.lo / hi)
         last = torch.maximum(bk.hi[r, keep], bk.hi[r, drop])
@@ -87,7 +107,7 @@ def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor, new_rows: n
 #: bytes of the merged nodes' products with their trees a knn bucket holds at once in a round
 #: (:func:`_knn_round` takes its touched trees in groups that fit): the products of a matching
 #: round at 1M nodes are several GB
-ROUND_BLOCK_BYTES = {"cpu": 256 << 20, "cuda": 2 << 30}
+ROUND_BLOCK_BYTES = {"cpu": 64 << 20, "cuda": 2 << 30}
 
 
 def _knn_round(batch: TreeBatch, bk: Bucket, pairs: RoundPairs) -> list[_KnnRound]:
@@ -118,10 +138,10 @@ def _knn_round(batch: TreeBatch, bk: Bucket, pairs: RoundPairs) -> list[_KnnRoun
             group = pairs.take(sel, touched[sel] - g0)
         moves = SlotMoves.of(torch.as_tensor(rows[g0:g1], device=dev), group, m)
         sims = merged_lists(bk, batch.vectors, group, moves, batch.tree, batch.cap, products=products, most=most)
-        stale, node_a, node_b = stale_entries(bk, moves)
+        stale = stale_entries(bk, moves)
         if sims is not None:
             stale = _fill_from_products(bk, moves.rows, stale, sims, group)
-        parts.append(_KnnRound(bk, moves.rows, stale, node_a, node_b))
+        parts.append(_KnnRound(bk, moves.rows, stale))
     return parts
 
 
@@ -165,26 +185,25 @@ def _fill_from_products(bk: Bucket, rows: torch.Tensor, stale: torch.Tensor, sim
 
 class _KnnRound(NamedTuple):
     """What :func:`_refresh` needs of a group of a knn bucket's touched rows ``rows``.
-    Shape: stale, node_a, node_b (R, m, k+1): the entries still without a cosine, and the
-    node rows of both ends of every entry."""
+    Shape: stale (R, m, k+1): the entries still without a cosine."""
 
     bk: Bucket
     rows: torch.Tensor
     stale: torch.Tensor
-    node_a: torch.Tensor
-    node_b: torch.Tensor
 
 
 def _refresh(batch: TreeBatch, parts: list[_KnnRound]) -> None:
     """New cosines for the stale entries of every knn bucket that no merged node's products
-    covered, computed from their vectors after one host read (how many there are)."""
-    mask = torch.cat([p.stale.reshape(-1) for p in parts])
-    idx = torch.nonzero(mask).flatten()  # host read: how many entries changed
-    buf = torch.cat([p.bk.cs[p.rows].reshape(-1) for p in parts])
-    buf[idx] = batch.vectors.dot_rows(torch.cat([p.node_a.reshape(-1) for p in parts])[idx],
-                                      torch.cat([p.node_b.reshape(-1) for p in parts])[idx])
-    off = 0
-    for p in parts:
-        n = p.stale.numel()
-        p.bk.cs[p.rows] = buf[off:off + n].view(p.stale.shape)
-        off += n
+    covered, computed from their vectors after one host read (how many there are in each
+    group). The node rows of an entry's two ends are looked up for the stale entries only:
+    the slot of the entry's row, and the slot its (updated) list entry points at."""
+    counts = torch.stack([p.stale.sum() for p in parts]).tolist()  # host read: how many entries changed
+    for p, n in zip(parts, counts):
+        if not n:
+            continue
+        R, m, c = p.stale.shape
+        idx = torch.nonzero_static(p.stale.reshape(-1), size=n).flatten()  # (n,), no read: n is known
+        rows, i, j = p.rows[idx // (m * c)], idx // c % m, idx % c
+        a = p.bk.slot[rows, i]
+        b = p.bk.slot[rows, p.bk.nbr[rows, i, j].long()]
+        p.bk.cs[rows, i, j] = batch.vectors.dot_rows(a, b).to(p.bk.cs.dtype)

@@ -16,7 +16,7 @@ __all__ = ["assemble", "output_keys", "OutputKeys"]
 
 
 def assemble(table: NodeTable, live: np.ndarray, embeddings: torch.Tensor,
-             merged: torch.Tensor | list[torch.Tensor], *, in_place: bool = False, chunk: int = 1 << 16
+             merged: torch.Tensor | list[torch.Tensor] | None, *, in_place: bool = False, chunk: int = 1 << 16
              ) -> MemoryStore:
     """Rows ``live`` of the table as a store. Row ``i < N`` is an original (vector
     ``embeddings[i]``), row ``N + j`` the j-th merged node (vector ``merged[j]``); the full
@@ -31,12 +31,24 @@ def assemble(table: NodeTable, live: np.ndarray, embeddings: torch.Tensor,
     ``chunk`` rows at a time in output order never overwrites a row still to be read, and the
     merged vectors are written after every original has moved.
 
-    Shape: live (N + M,) bool host, embeddings (N, D), merged (M, D) or [(P_r, D)] -> store of
-           live.sum() rows
+    ``merged=None``: every live row's vector is already in ``embeddings``, at the row of its
+    earliest original (a run that reused the dead rows, :meth:`~.vectors.NodeVectors.put`); the
+    same forward pass moves them all (output position <= that row).
+
+    Shape: live (N + M,) bool host, embeddings (N, D), merged (M, D) or [(P_r, D)] or None ->
+           store of live.sum() rows
     """
     N, D = embeddings.shape
     rows = table.output_order(np.flatnonzero(live))
     dev = embeddings.device
+    if merged is None:
+        if not in_place:
+            raise ValueError("merged=None reads every vector from embeddings: in place only")
+        src = table.first[rows]  # output order is by it: position i <= src[i]
+        assert (np.arange(len(rows)) <= src).all(), "a live row's output position must not pass its row"
+        move = np.flatnonzero(np.arange(len(rows)) != src)
+        _copy_rows(embeddings, move, embeddings, src[move], chunk)
+        return table.to_store(rows, embeddings[:len(rows)])
     out = embeddings[:len(rows)] if in_place else torch.empty(len(rows), D, dtype=embeddings.dtype, device=dev)
     orig = rows < N
     pos_o, pos_m = np.flatnonzero(orig), np.flatnonzero(~orig)
@@ -89,9 +101,10 @@ class OutputKeys:
         return out
 
 
-def output_keys(store: MemoryStore, table, live: np.ndarray, merge: MergeConfig) -> OutputKeys:
+def output_keys(store: MemoryStore, table, live: np.ndarray, merge: MergeConfig, saved=None) -> OutputKeys:
     """The keys of the live rows of a run's node table (in output order), or none when
-    ``merge.keys`` is 0. ``table``: the run's :class:`~.node_table.NodeTable`."""
+    ``merge.keys`` is 0. ``table``: the run's :class:`~.node_table.NodeTable`. ``saved``: the
+    int8 codes of input rows whose vectors the run overwrote (:meth:`~.vectors.NodeVectors.put`)."""
     if merge.keys == 0:
         return OutputKeys(None, merge.vectors)
     rows = table.output_order(np.flatnonzero(live))
@@ -105,4 +118,4 @@ def output_keys(store: MemoryStore, table, live: np.ndarray, merge: MergeConfig)
                            pa.array([table.m_sources[j] for j in (rows[~orig] - n).tolist()], type=ls)])
     out_sources = src.take(pa.array(perm, type=pa.int64()))
     return OutputKeys(derive_keys(store, out_sources, max_keys=merge.max_keys, text_weight=merge.text_weight,
-                                  codes=merge.vectors), merge.vectors)
+                                  codes=merge.vectors, saved=saved), merge.vectors)

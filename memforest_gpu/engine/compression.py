@@ -62,15 +62,19 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         on_round: called after each round with (round, the round's merges).
         partition, quotas: a ready partition of ``store`` (and its quotas) instead of
             computing them (the distributed runner hands each rank its trees this way).
-        copy: ``False`` lets the output's vectors overwrite ``store.embeddings`` (then a view of
-            its first rows): no second (N_out, D) tensor, for callers that drop ``store`` after,
-            as ``compress_file`` does. A run on another device writes into its own copy anyway.
+        copy: ``False`` lets the run overwrite ``store.embeddings`` as it goes (each merged
+            vector in a dead row, :meth:`~.vectors.NodeVectors.put`, where the output's keys
+            allow it) and the output's vectors (then a view of its first rows): no second vector
+            table, for callers that drop ``store`` after, as ``compress_file`` does. A run on
+            another device writes into its own copy anyway.
 
     Every tenant loses exactly ``round(ratio * N_t)`` nodes unless it cannot (report's
     ``shortfall``); every original id ends in exactly one output node's ``sources``.
     """
     s = setup_run(store, config, embedder=embedder, device=device, progress=progress, partition=partition,
-                  quotas=quotas, budget=budget)
+                  quotas=quotas, budget=budget, reuse=not copy)
+    reuse = s.batch.vectors.reuse  # merged vectors in the input's dead rows: centres first (they read it)
+    centre = _centres(s, store) if reuse and partition is None else None
     merger, fallback = with_fallback(merger)
     owed = Owed.start(s.quotas)
     rng = np.random.default_rng(s.cfg.merge.seed)  # only the "random" tree kind draws from it
@@ -99,28 +103,38 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
             if bar:
                 bar.update(len(r.merges))
     tally.merges = len(merges)
+    saved = s.batch.vectors.saved if reuse else None  # input rows' int8 codes kept before their rows were reused
     if not keep_blocks:
-        vectors = [s.batch.vectors.merged()]
+        vectors = None if reuse else [s.batch.vectors.merged()]
     s.batch = None  # the padded tree tensors are not needed any more
     with s.timer.stage("output"):
-        out = _output(s, store, consumed, vectors, copy, record=partition is None)
+        out = _output(s, store, consumed, vectors, copy, record=partition is None, centre=centre, saved=saved)
     report = run_report(s, store, out=out, merger=merger, embedder=embedder, shortfall=owed.shortfall, tally=tally)
     return CompressResult(out, report, merges)
 
 
-def _output(s: RunSetup, store: MemoryStore, consumed: list[np.ndarray], vectors: list[torch.Tensor], copy: bool,
-            record: bool) -> MemoryStore:
+def _centres(s: RunSetup, store: MemoryStore) -> np.ndarray:
+    """Each tree's centre for the output's event trees (:func:`with_centres`: it reads the input's
+    vectors, so before anything overwrites them)."""
+    return with_centres(store, s.part.tree.cpu().numpy(), s.part.centre.cpu().numpy())
+
+
+def _output(s: RunSetup, store: MemoryStore, consumed: list[np.ndarray], vectors: list[torch.Tensor] | None,
+            copy: bool, record: bool, centre: np.ndarray | None = None, saved=None) -> MemoryStore:
     """The live rows as the output store. The merged vectors' blocks are released as they are
-    read; the output's vectors overwrite the run's own (``s.emb``) unless they are the caller's
-    store's and ``copy``. ``record``: the run made its own full partition, recorded as the
-    output's event trees so that ``compact`` can place new memories into its trees later."""
+    read (``None``: every live row's vector is in ``s.emb`` at its earliest original's row, the
+    rows a run reusing them wrote, :meth:`~.vectors.NodeVectors.put`); the output's vectors
+    overwrite the run's own (``s.emb``) unless they are the caller's store's and ``copy``.
+    ``record``: the run made its own full partition, recorded as the output's event trees so
+    that ``compact`` can place new memories into its trees later (``centre``: their centres,
+    when already known). ``saved``: the int8 codes of input rows a reusing run overwrote."""
     table = s.table
     live = np.ones(len(table), dtype=bool)
     live[np.concatenate(consumed) if consumed else np.zeros(0, dtype=np.int64)] = False
     if record:  # centres first: the output may overwrite the input's vectors
         tree = s.part.tree.cpu().numpy()
-        centre = with_centres(store, tree, s.part.centre.cpu().numpy())
-    out = output_keys(store, table, live, s.cfg.merge).attach(  # keys first: assemble may overwrite the input
+        centre = _centres(s, store) if centre is None else centre
+    out = output_keys(store, table, live, s.cfg.merge, saved=saved).attach(  # keys first: assemble may overwrite
         assemble(table, live, s.emb, vectors, in_place=not copy or s.emb is not store.embeddings))
     if record:
         record_event_trees(out, store, tree, s.part.tree_tenant.cpu().numpy(), centre, np.sort(table.first[live]),

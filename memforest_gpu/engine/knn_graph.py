@@ -268,7 +268,8 @@ def stale_entries(bk, moves: SlotMoves):
     need a new cosine: list entries of other slots that pointed at a merged pair, and time
     entries whose next live slot changed or merged. Writes ``bk.nbr[moves.rows]``.
 
-    Shape: -> stale (R, m, k+1) bool, node rows of both ends of every entry (R, m, k+1) each
+    Shape: -> stale (R, m, k+1) bool (the node rows of an entry's ends follow from ``bk.slot`` and
+           ``bk.nbr`` after the round, and are looked up only for the stale ones)
     """
     rows, after, merged, kept = moves
     R, m = after.shape
@@ -287,6 +288,4 @@ def stale_entries(bk, moves: SlotMoves):
     new = torch.cat([new_list, torch.where(live, nxt, torch.full_like(nxt, -1))[..., None]], 2)
     new = torch.where(live[..., None], new, torch.full_like(new, -1))
     bk.nbr[rows] = new.to(bk.nbr.dtype)
-    stale = torch.cat([stale_list, stale_time[..., None]], 2) & (new >= 0)
-    node_b = torch.where(new >= 0, slot.gather(1, new.clamp(min=0).view(R, -1)).view(R, m, k + 1), -1)
-    return stale, slot[..., None].expand(R, m, k + 1), node_b
+    return torch.cat([stale_list, stale_time[..., None]], 2) & (new >= 0)

@@ -91,7 +91,7 @@ class _Block(NamedTuple):
 
 #: edges of one block of the knn planner (a bucket's rows are planned a block at a time, so the
 #: round's peak memory is one block's edge list and its sort, not every tree's at once)
-EDGE_BLOCK = {"cpu": 1 << 21, "cuda": 1 << 24}
+EDGE_BLOCK = {"cpu": 1 << 20, "cuda": 1 << 24}
 
 
 def knn_candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap: int | None,

@@ -71,15 +71,20 @@ def merge_round(s: RunSetup, owed: Owed, number: int, merger, fallback, embedder
         older, newer = older_first(s.table, p)
         texts = merge_texts(merger, fallback, s.table.merge_pairs(older, newer), counter=s.counter, cap=s.cap,
                             cap_policy=s.cfg.merge.cap_policy)
+    # a table that reuses its rows (NodeVectors.put) keeps a merged vector at its earliest original's row
+    reuse = s.batch.vectors.reuse
+    at = np.minimum(s.table.first[older], s.table.first[newer]) if reuse else None
+    rows = len(s.table) + np.arange(len(older), dtype=np.int64)  # the merged nodes' rows (table.add's)
     with s.timer.stage("embed"):
         if embedder is not None:
             vectors = embedder.embed(texts.texts).to(s.emb.device, torch.float32)
         else:
-            vectors = pair_means(s.batch, p)
+            vectors = pair_means(s.batch, p, put=(rows, at) if reuse else None)
     with s.timer.stage("apply"):
         new = np.array([s.table.add(a, b, text) for a, b, text in zip(older, newer, texts.texts)], dtype=np.int64)
+        assert np.array_equal(new, rows)
         tokens = None if texts.tokens is None else torch.tensor(texts.tokens, dtype=torch.int64)
-        apply_round(s.batch, p, vectors, new, tokens)
+        apply_round(s.batch, p, vectors, new, tokens, at=at)
         owed.remaining -= got
         owed.size -= got
         merges = round_merges(s.table, number, older, newer, p.similarity, new)

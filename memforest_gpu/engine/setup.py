@@ -60,9 +60,10 @@ class RunSetup:
 
 def setup_run(store: MemoryStore, config: CompressConfig | None = None, *, embedder=None, device=None,
               progress: bool = False, partition: Partition | None = None, quotas: Quotas | None = None,
-              budget: int = 1 << 24) -> RunSetup:
+              budget: int = 1 << 24, reuse: bool = False) -> RunSetup:
     """Check the inputs, then partition (unless ``partition`` is given), quotas (unless
-    ``quotas`` is given) and trees. ``budget``: elements of the partition's temporaries."""
+    ``quotas`` is given) and trees. ``budget``: elements of the partition's temporaries.
+    ``reuse``: the run may overwrite ``store.embeddings`` as it goes (:func:`reuses_rows`)."""
     timer = StageTimer(STAGES)
     cfg = config or CompressConfig()
     _check_inputs(store, cfg, embedder)
@@ -96,8 +97,19 @@ def setup_run(store: MemoryStore, config: CompressConfig | None = None, *, embed
         tokens = torch.as_tensor(count_column(counter, store.texts)).to(dev) if counter is not None else None
         batch = build_trees(partition.tree, tree_size, emb, ts, codes, tokens, dtype=getattr(torch, cfg.storage_dtype),
                             config=cfg.tree, cap=cap if cfg.merge.cap_policy == "strict" else None,
-                            merges=int(quotas.per_tree.sum()))
+                            merges=int(quotas.per_tree.sum()), reuse=reuse and reuses_rows(cfg, emb, store),
+                            save_codes=cfg.merge.keys != 0)
     return RunSetup(cfg, names, partition, quotas, batch, NodeTable(store), emb, cap, counter, timer, kept)
+
+
+def reuses_rows(cfg: CompressConfig, emb: torch.Tensor, store: MemoryStore) -> bool:
+    """Whether a run allowed to overwrite the input's vectors keeps merged vectors in the
+    input's own dead rows (:meth:`~.vectors.NodeVectors.put`): when they are stored in the
+    input's dtype, and the output's keys need no input vector but as its int8 code (no keys,
+    or every source's key as int8 codes), which is kept before its row is overwritten."""
+    m = cfg.merge
+    same = getattr(torch, cfg.storage_dtype) == emb.dtype
+    return same and (m.keys == 0 or (m.max_keys is None and m.vectors == "int8" and store.keys is None))
 
 
 def _check_inputs(store: MemoryStore, cfg: CompressConfig, embedder) -> None:

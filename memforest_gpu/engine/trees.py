@@ -102,7 +102,7 @@ def _cosines(vectors: NodeVectors, slots: torch.Tensor) -> torch.Tensor:
 def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Tensor, timestamps: torch.Tensor,
                 codes: torch.Tensor, tokens: torch.Tensor | None, *, dtype: torch.dtype | None = None,
                 config: TreeConfig | None = None, cap: int | None = None, budget: int = 1 << 24,
-                merges: int = 0) -> TreeBatch:
+                merges: int = 0, reuse: bool = False, save_codes: bool = False) -> TreeBatch:
     """Lay out every tree of ``tree`` (global tree id per node: here ``tree`` is ids, as in a
     :class:`~.partition.Partition`; a :class:`TreeBatch`'s ``tree`` is its config) as padded
     buckets.
@@ -112,12 +112,13 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
     settings (its ``graph`` / ``knn`` choose each bucket's candidate graph, its edge terms
     and ``cap`` (the planner's) rank the knn graph's neighbours; default the dense graph).
     No padded copy of the vectors is kept: buckets hold node rows (``TreeBatch.vectors``, with
-    room for ``merges`` merged vectors).
+    room for ``merges`` merged vectors; ``reuse``: none, merged vectors take dead rows of
+    ``embeddings`` itself, see :meth:`~.vectors.NodeVectors.put`).
 
     Shape: tree (N,), tree_size (T,) host, embeddings (N, D), timestamps (N,), codes (N,),
            tokens (N,) or None -> TreeBatch
     """
-    vectors = NodeVectors(embeddings, dtype or embeddings.dtype, capacity=merges)
+    vectors = NodeVectors(embeddings, dtype or embeddings.dtype, capacity=merges, reuse=reuse, save_codes=save_codes)
     dev = embeddings.device
     N = embeddings.shape[0]
     T = len(tree_size)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ..kernels.blocks import stream_rows
+from ..store.codes import int8_codes_on
 
 __all__ = ["NodeVectors", "compute_dtype", "dot64", "dot64_many", "row_sims"]
 
@@ -55,13 +56,28 @@ class NodeVectors:
            rows < 0
     """
 
-    def __init__(self, base: torch.Tensor, dtype: torch.dtype | None = None, *, capacity: int = 0):
+    def __init__(self, base: torch.Tensor, dtype: torch.dtype | None = None, *, capacity: int = 0,
+                 reuse: bool = False, save_codes: bool = False):
         self.dtype = dtype or base.dtype
         self.base = base if base.dtype == self.dtype else base.to(self.dtype)
         self.n_base = int(base.shape[0])
+        self.reuse = reuse
+        if reuse:  # see :meth:`put`
+            if self.base is not base:
+                raise ValueError("reuse needs the vectors in their storage dtype (the table is the caller's tensor)")
+            self._pos = torch.arange(self.n_base + capacity, dtype=torch.int64, device=base.device)
+            self._held = np.ones(self.n_base, dtype=bool)  # storage row still holds its own input row's vector
+            self.save_codes = save_codes
+            self.saved: list[tuple[np.ndarray, np.ndarray]] = []  # (input rows, their int8 codes) per put
+            self._extra = torch.zeros(1, base.shape[1], dtype=self.dtype, device=base.device)
+            self._n_extra = 0
+            return
         # merged nodes' vectors from row 1 on (room for ``capacity`` of them, the run's merges,
-        # so the table is never copied to grow); row 0 stays zero: what an empty slot (-1) reads
-        self._extra = torch.zeros(1 + capacity, base.shape[1], dtype=self.dtype, device=base.device)
+        # so the table is never copied to grow); row 0 stays zero: what an empty slot (-1) reads.
+        # Left uninitialised past row 0 (only written rows are ever read), so on the CPU its
+        # pages become resident as merges fill them, not all at the start
+        self._extra = torch.empty(1 + capacity, base.shape[1], dtype=self.dtype, device=base.device)
+        self._extra[0] = 0
         self._n_extra = 0
 
     @property
@@ -74,21 +90,58 @@ class NodeVectors:
 
     def append(self, rows: np.ndarray, vectors: torch.Tensor) -> torch.Tensor:
         """Store the vectors of merged nodes ``rows`` (consecutive, right after the last ones).
-        Returns them in the storage dtype. Shape: rows (P,) host, vectors (P, D) -> (P, D)"""
+        Returns them in the storage dtype. ``vectors`` may be :meth:`next_rows` itself (written
+        in place: nothing is copied). Shape: rows (P,) host, vectors (P, D) -> (P, D)"""
         P = len(rows)
         if P and (int(rows[0]) != self.n_base + self._n_extra or int(rows[-1]) != int(rows[0]) + P - 1):
             raise ValueError(f"rows must continue the table at {self.n_base + self._n_extra}, got "
                              f"{int(rows[0])}..{int(rows[-1])}")
-        v = vectors.to(device=self.device, dtype=self.dtype)
+        if self.reuse:
+            raise ValueError("a table that reuses its rows takes merged vectors by put(rows, at, vectors)")
+        dst = self.next_rows(P)
+        if not (vectors.dtype == self.dtype and vectors.device == dst.device and vectors.shape == dst.shape
+                and vectors.data_ptr() == dst.data_ptr()):
+            dst.copy_(vectors)
+        self._n_extra += P
+        return dst
+
+    def next_rows(self, P: int) -> torch.Tensor:
+        """The table's rows the next ``P`` merged vectors go to (grown first if needed), for a
+        caller that computes them in place; they count once :meth:`append` is called with them.
+        Shape: -> (P, D), a view in the storage dtype"""
         need = 1 + self._n_extra + P
         if need > self._extra.shape[0]:  # grow by doubling: the copies cost O(merges) in all
             grown = torch.zeros(max(need, 2 * self._extra.shape[0], 1024), self.dim, dtype=self.dtype,
                                 device=self.device)
             grown[: 1 + self._n_extra] = self._extra[: 1 + self._n_extra]
             self._extra = grown
-        self._extra[1 + self._n_extra:need] = v
+        return self._extra[1 + self._n_extra:need]
+
+    def put(self, rows: np.ndarray, at: np.ndarray, vectors: torch.Tensor) -> None:
+        """Reuse mode: the merged nodes ``rows`` (consecutive, as :meth:`append`) take the
+        storage rows ``at`` of the table itself, each the row of the node's earliest original
+        (one of its two parents' rows: dead once they merge), so no row is added: the run's
+        vectors stay the input's (N, D). With ``save_codes``, the int8 codes of input rows whose
+        own vector a put overwrites are kept first (:attr:`saved`: the output's keys read them).
+        Shape: rows, at (P,) host, vectors (P, D)"""
+        rows, at = np.asarray(rows, dtype=np.int64), np.asarray(at, dtype=np.int64)
+        P = len(rows)
+        if P and (int(rows[0]) != self.n_base + self._n_extra or int(rows[-1]) != int(rows[0]) + P - 1):
+            raise ValueError(f"rows must continue the table at {self.n_base + self._n_extra}, got "
+                             f"{int(rows[0])}..{int(rows[-1])}")
+        dev = self.device
+        held = at[self._held[at]]
+        if self.save_codes and len(held):  # kept on the device: no host copy in a round
+            self.saved.append((held, int8_codes_on(self.base.index_select(0, torch.as_tensor(held, device=dev)))))
+        self._held[held] = False
+        need = self.n_base + self._n_extra + P
+        if need > self._pos.shape[0]:
+            self._pos = torch.cat([self._pos, torch.zeros(max(need - self._pos.shape[0], self._pos.shape[0]),
+                                                          dtype=torch.int64, device=dev)])
+        t = torch.as_tensor(at, dtype=torch.int64, device=dev)
+        self.base.index_copy_(0, t, vectors.to(device=dev, dtype=self.dtype))
+        self._pos[int(rows[0]) if P else 0:need] = t
         self._n_extra += P
-        return v
 
     def merged(self) -> torch.Tensor:
         """The merged nodes' vectors so far, in the storage dtype. Shape: -> (M, D), a view"""
@@ -107,6 +160,9 @@ class NodeVectors:
     def gather(self, rows: torch.Tensor) -> torch.Tensor:
         """Vectors of node ``rows`` (zeros where a row is negative: an empty slot)."""
         flat = rows.reshape(-1)
+        if self.reuse:
+            out = self.base.index_select(0, self._pos[flat.clamp(min=0)])
+            return out.masked_fill_((flat < 0)[:, None], 0).view(*rows.shape, self.dim)
         if self._n_extra == 0:  # no merged vector yet (the trees' layout): one gather; any other row reads zeros
             out = self.base.index_select(0, flat.clamp(min=0, max=max(self.n_base - 1, 0)))
             return out.masked_fill_(((flat < 0) | (flat >= self.n_base))[:, None], 0).view(*rows.shape, self.dim)

@@ -153,7 +153,16 @@ def read_store(
         store.event_trees = EventTrees(tree, states)
     store.keys = keys_from_columns(cols, store, path)
     store.vector_codes = cols.get("vector_codes", "float32")
+    cols = None
+    _release_arrow_memory()
     return store
+
+
+def _release_arrow_memory() -> None:
+    """Hand the memory Arrow's pool keeps from freed buffers back to the system (the file's
+    decoded batches, copied into tensors by now: about 200 MB at 1M nodes, d = 384, which no
+    later stage would reuse: tensors do not come from Arrow's pool)."""
+    pa.default_memory_pool().release_unused()
 
 
 def write_store(store: MemoryStore, path: str | os.PathLike, *, format: str | None = None,

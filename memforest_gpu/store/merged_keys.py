@@ -28,7 +28,7 @@ __all__ = ["derive_keys", "centres", "input_rows"]
 
 _LLOYD_STEPS = 10
 _BLOCK = 1 << 24  # most (B, S, S) similarity entries of one batched k-means
-_CODE_ROWS = 1 << 16  # keys gathered in float32 at a time when they are made as int8 codes
+_CODE_ROWS = 1 << 13  # keys gathered in float32 at a time when they are made as int8 codes (12.6 MB at d = 384)
 
 
 def input_rows(inp: MemoryStore, out_sources: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -97,11 +97,13 @@ def _unit_vectors(inp: MemoryStore, origin: np.ndarray) -> torch.Tensor:
 
 
 def derive_keys(inp: MemoryStore, out_sources: pa.Array, *, max_keys: int | None, text_weight: float,
-                device=None, codes: str = "float32") -> NodeKeys:
+                device=None, codes: str = "float32", saved=None) -> NodeKeys:
     """The keys of a compressed store whose nodes have ``out_sources``, compressed from ``inp``
     (see the module doc). ``device``: where the keys go (default the input's). ``codes``:
     ``"int8"`` makes the keys int8 codes (:mod:`.codes`), a block of keys at a time (never every
-    key in float32 at once).
+    key in float32 at once). ``saved``: ``[(rows, int8 codes)]`` of input rows whose vectors are
+    gone from ``inp.embeddings`` (a run that reused their rows kept their codes first); with
+    them, only int8 keys of every source can be made.
 
     Shape: out_sources (N_out,) -> NodeKeys of N_out nodes
     """
@@ -121,13 +123,33 @@ def derive_keys(inp: MemoryStore, out_sources: pa.Array, *, max_keys: int | None
     first[~plain] = u_off[at]
     unit_rows = ranges(first, take)  # (U_out,) units, grouped by output node
     per_node = np.bincount(pair_node, weights=take, minlength=n_out).astype(np.int64)
-    vec, src, counts = _reduce(inp, u_origin, u_src, u_w, unit_rows, per_node, max_keys, codes)
+    vec, src, counts = _reduce(inp, u_origin, u_src, u_w, unit_rows, per_node, max_keys, codes, _Saved.of(saved))
     dev = inp.embeddings.device if device is None else device
     return NodeKeys.from_lists(counts, vec.to(dev), src, text_weight=text_weight, max_keys=max_keys)
 
 
+class _Saved:
+    """The int8 codes of input rows a reusing run overwrote, looked up by row."""
+
+    def __init__(self, rows: np.ndarray, codes: np.ndarray):
+        order = np.argsort(rows, kind="stable")
+        self.rows, self.codes = rows[order], codes[order]
+
+    @staticmethod
+    def of(saved) -> _Saved | None:
+        if not saved:
+            return None
+        return _Saved(np.concatenate([r for r, _ in saved]), torch.cat([c for _, c in saved]).cpu().numpy())
+
+    def patch(self, origin: np.ndarray, out: np.ndarray) -> None:
+        """``out[i]`` = the saved codes of input row ``origin[i]`` where it has some."""
+        at = np.minimum(np.searchsorted(self.rows, origin), max(len(self.rows) - 1, 0))
+        hit = np.flatnonzero(self.rows[at] == origin) if len(self.rows) else np.zeros(0, dtype=np.int64)
+        out[hit] = self.codes[at[hit]]
+
+
 def _reduce(inp: MemoryStore, u_origin: np.ndarray, u_src: pa.Array, u_w: np.ndarray, unit_rows: np.ndarray,
-            per_node: np.ndarray, max_keys: int | None, codes: str = "float32"):
+            per_node: np.ndarray, max_keys: int | None, codes: str = "float32", saved: _Saved | None = None):
     """Each node's units as keys, or ``max_keys`` centres of them. Returns (vectors (M, D),
     sources (M,), keys per node (N_out,))."""
     dev = inp.embeddings.device
@@ -155,10 +177,10 @@ def _reduce(inp: MemoryStore, u_origin: np.ndarray, u_src: pa.Array, u_w: np.nda
         rank = np.cumsum(present, axis=1) - 1  # (B, k): empty centres are dropped, the rest renumbered
         key[at[ok]] = rank[rows_b, lab[ok]]
         counts[nodes] = present.sum(1)
-    return _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts, codes)
+    return _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts, codes, saved)
 
 
-def _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts, codes="float32"):
+def _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts, codes="float32", saved=None):
     """Keys in node order: each the normalised weighted mean of its units (a unit alone: its own
     vector, copied once: when every key is a unit alone, as with every source kept, no sum is
     made), with its units' sources in node order."""
@@ -168,11 +190,16 @@ def _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts, co
     M = int(key_off[-1])
     alone = np.bincount(key_of_unit, minlength=M)[key_of_unit] == 1
     order = np.argsort(key_of_unit, kind="stable")  # units by key, node order kept inside a key
+    if saved is not None and not (alone.all() and codes == "int8"):
+        raise ValueError("keys from saved codes are int8 keys of every source")
     if alone.all() and codes == "int8":  # the units' codes, a block of keys at a time
         origin = u_origin[unit_rows[order]]
         vec = torch.empty(M, inp.dim, dtype=torch.int8)
         for lo in range(0, M, _CODE_ROWS):
-            vec[lo:lo + _CODE_ROWS] = torch.from_numpy(int8_codes(_unit_vectors(inp, origin[lo:lo + _CODE_ROWS])))
+            block = int8_codes(_unit_vectors(inp, origin[lo:lo + _CODE_ROWS]))
+            if saved is not None:  # rows whose vectors are gone (the codes made before they went)
+                saved.patch(origin[lo:lo + _CODE_ROWS], block)
+            vec[lo:lo + _CODE_ROWS] = torch.from_numpy(block)
     elif alone.all():  # one unit per key: the keys are the units, in key order
         vec = _unit_vectors(inp, u_origin[unit_rows[order]])  # (M, D)
     else:
