@@ -68,6 +68,8 @@ def metrics(output: str) -> dict[str, float]:
                         out[f"{pre}{k}.{kk}"] = float(vv)
                     elif isinstance(vv, dict) and isinstance(vv.get("seconds"), (int, float)):
                         out[f"{pre}{k}.{kk}"] = float(vv["seconds"])
+                        if isinstance(vv.get("rss_peak_mb"), (int, float)):  # bench/stage_memory.py's stages
+                            out[f"{pre}{k}.{kk}.peak_mb"] = float(vv["rss_peak_mb"])
     return out
 
 
