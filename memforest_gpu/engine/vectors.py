@@ -126,7 +126,9 @@ class NodeVectors:
         Shape: rows, at (P,) host, vectors (P, D)"""
         rows, at = np.asarray(rows, dtype=np.int64), np.asarray(at, dtype=np.int64)
         P = len(rows)
-        if P and (int(rows[0]) != self.n_base + self._n_extra or int(rows[-1]) != int(rows[0]) + P - 1):
+        if not P:
+            return
+        if (int(rows[0]) != self.n_base + self._n_extra or int(rows[-1]) != int(rows[0]) + P - 1):
             raise ValueError(f"rows must continue the table at {self.n_base + self._n_extra}, got "
                              f"{int(rows[0])}..{int(rows[-1])}")
         dev = self.device
@@ -140,7 +142,7 @@ class NodeVectors:
                                                           dtype=torch.int64, device=dev)])
         t = torch.as_tensor(at, dtype=torch.int64, device=dev)
         self.base.index_copy_(0, t, vectors.to(device=dev, dtype=self.dtype))
-        self._pos[int(rows[0]) if P else 0:need] = t
+        self._pos[int(rows[0]):need] = t
         self._n_extra += P
 
     def merged(self) -> torch.Tensor:
