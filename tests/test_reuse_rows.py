@@ -15,7 +15,7 @@ from memforest_gpu.config import PRESETS
 from memforest_gpu.store.synthetic import synthetic_store
 
 
-def _run(cfg, copy: bool, seen: list):
+def _run(cfg, copy: bool):
     st = synthetic_store(2400, dim=24, tenants=3, seed=4)
     res = compress(st, cfg, copy=copy)
     return st, res
@@ -35,8 +35,8 @@ def test_reusing_rows_gives_the_copying_runs_output(monkeypatch, preset, keys):
         return batch
 
     monkeypatch.setattr(engine_setup, "build_trees", spy)
-    _, a = _run(cfg, True, seen)
-    st, b = _run(cfg, False, seen)
+    _, a = _run(cfg, True)
+    st, b = _run(cfg, False)
     assert [v.reuse for v in seen] == [False, True]
     assert seen[1]._extra.shape[0] == 1  # no table of merged vectors beside the input's
     assert b.store.embeddings.data_ptr() == st.embeddings.data_ptr()  # the output is the input's rows
