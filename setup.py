@@ -16,8 +16,10 @@ setup(
     # `kernels/` sits at the repository's top level (the design card) and is the package
     # `memforest_gpu.kernels` through the committed link `memforest_gpu/kernels -> ../kernels`,
     # so an editable install, a wheel (the link is followed when it is built) and a plain
-    # checkout on PYTHONPATH import it the same way; it never collides with PyPI's `kernels`.
-    packages=find_packages(include=["memforest_gpu", "memforest_gpu.*"]),
+    # checkout on PYTHONPATH import it the same way. It has no __init__.py on purpose: a
+    # namespace package, so a checkout on sys.path never shadows PyPI's `kernels` (which
+    # transformers >= 5.25 requires and imports), and find_packages must be told of it.
+    packages=find_packages(include=["memforest_gpu", "memforest_gpu.*"]) + ["memforest_gpu.kernels"],
     package_data={"memforest_gpu": ["data/*.jsonl", "review/page.*"]},
     install_requires=[
         "torch>=2.1,<3",

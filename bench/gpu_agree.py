@@ -75,7 +75,7 @@ def check_best_match(ctx: Ctx) -> dict:
     """The PyTorch assignment on the device against the same code on the CPU, same inputs."""
     import torch
 
-    from memforest_gpu.kernels import best_match
+    from memforest_gpu.kernels.assign import best_match
 
     s = ctx.size
     g = torch.Generator().manual_seed(1)
@@ -96,7 +96,7 @@ def check_triton(ctx: Ctx) -> dict:
     """The Triton kernel against the explicit PyTorch path on the same device and inputs."""
     import torch
 
-    from memforest_gpu.kernels import best_match
+    from memforest_gpu.kernels.assign import best_match
     from memforest_gpu.kernels.triton_assign import unavailable_reason
 
     why = unavailable_reason(ctx.dev)
@@ -146,7 +146,7 @@ def check_kmeans(ctx: Ctx) -> dict:
     """Batched k-means on the device against the CPU, same inputs and seeds."""
     import torch
 
-    from memforest_gpu.kernels import kmeans
+    from memforest_gpu.kernels.lloyd import kmeans
 
     s = ctx.size
     g = torch.Generator().manual_seed(3)
@@ -178,7 +178,7 @@ def check_trees(ctx: Ctx) -> dict:
     """Batched maximum spanning trees on the device against the CPU (distinct weights: one tree)."""
     import torch
 
-    from memforest_gpu.kernels import spanning_forest
+    from memforest_gpu.kernels.mst import spanning_forest
 
     B, m = ctx.size["agree_trees"]
     g = torch.Generator().manual_seed(4)

@@ -124,7 +124,7 @@ def step_kmeans(ctx: Ctx) -> None:
     """Step 4: the dense matmul ceiling of this device, then the k-means assignment against it."""
     import torch
 
-    from memforest_gpu.kernels import best_match
+    from memforest_gpu.kernels.assign import best_match
     from memforest_gpu.kernels.triton_assign import fallback_reasons, unavailable_reason
 
     s = ctx.size

@@ -14,7 +14,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from common import Timer, print_hardware, write_records  # noqa: E402
 
-from memforest_gpu.kernels import best_match  # noqa: E402
+from memforest_gpu.kernels.assign import best_match  # noqa: E402
 
 
 def main(argv=None):

@@ -65,7 +65,7 @@ def retrieval_margins(embeddings: torch.Tensor, timestamps: torch.Tensor, rows_o
     Shape: embeddings (N, D), timestamps (N,), rows_of_query: Q arrays of the rows each query
     may see, queries (Q, D) -> (Q,) float64
     """
-    from memforest_gpu.kernels import agpr_rerank
+    from memforest_gpu.kernels.agpr import agpr_rerank
 
     X = embeddings.detach().cpu().double()
     ts = timestamps.detach().cpu().double()

@@ -13,7 +13,7 @@ from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig, compress
 from memforest_gpu.distributed import WorkItem, balance, compress_distributed, partition_tenant, sharded_kmeans
 from memforest_gpu.distributed.workload import cost, tenants_to_split
 from memforest_gpu.engine.partition import n_clusters, partition_nodes, tenant_streams, tenant_uniforms
-from memforest_gpu.kernels import kmeans
+from memforest_gpu.kernels.lloyd import kmeans
 from memforest_gpu.store.synthetic import synthetic_store
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")

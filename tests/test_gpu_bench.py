@@ -95,14 +95,15 @@ def test_records_survive_a_torn_last_line(tmp_path):
 def test_a_plain_checkout_on_pythonpath_imports_the_kernels_from_it(tmp_path):
     """No staging: the committed link memforest_gpu/kernels -> ../kernels makes the checkout importable as it is."""
     env = dict(os.environ, PYTHONPATH=ROOT)
-    code = "import memforest_gpu.kernels as k, json; print(json.dumps([k.__file__, k.best_match.__module__]))"
+    code = ("import memforest_gpu.kernels.assign as k, json; "
+            "print(json.dumps([k.__file__, k.best_match.__module__]))")
     r = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(tmp_path), capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
     where, mod = json.loads(r.stdout)
-    assert where == os.path.join(ROOT, "memforest_gpu", "kernels", "__init__.py")  # through the link
+    assert where == os.path.join(ROOT, "memforest_gpu", "kernels", "assign.py")  # through the link
     assert mod == "memforest_gpu.kernels.assign"
-    assert os.path.realpath(where) == os.path.join(os.path.realpath(ROOT), "kernels", "__init__.py")
+    assert os.path.realpath(where) == os.path.join(os.path.realpath(ROOT), "kernels", "assign.py")
 
 
 def test_step_limits_fit_the_budget():

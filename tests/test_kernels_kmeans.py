@@ -10,7 +10,10 @@ import pytest
 import torch
 from kernel_helpers import SIZES, N, T, _one_cpu_thread  # noqa: F401 (autouse fixture)
 
-from memforest_gpu.kernels import best_match, cluster_centres, kmeans, kmeans_plus_plus, lloyd_step, reassign_to_centres
+from memforest_gpu.kernels.assign import best_match
+from memforest_gpu.kernels.lloyd import cluster_centres, kmeans, lloyd_step
+from memforest_gpu.kernels.reassign import reassign_to_centres
+from memforest_gpu.kernels.seeding import kmeans_plus_plus
 
 # ----------------------------------------------------------------------------------------------
 # 3. best_match
@@ -499,9 +502,8 @@ def test_counter_uniform_is_a_pure_function_of_its_keys():
 
 
 def test_batched_seeds_are_distinct_valid_and_batch_independent(device):
-    from memforest_gpu.kernels import batched_d2_seeds
     from memforest_gpu.kernels.rand import stream_keys
-    from memforest_gpu.kernels.seeding import seeding_steps
+    from memforest_gpu.kernels.seeding import batched_d2_seeds, seeding_steps
 
     rng = np.random.default_rng(4)
     sizes, ks = [50, 9, 33], [12, 9, 1]
@@ -529,7 +531,7 @@ def test_batched_seeding_spreads_over_separated_clusters():
     """D^2 sampling finds well-separated blobs: 8 tight clusters, 8 seeds. Every stream hits
     at least 7 clusters and about half hit all 8 (a batch of two can land in one cluster;
     uniform seeding hits all 8 with probability 8!/8^8 = 0.2%)."""
-    from memforest_gpu.kernels import batched_d2_seeds
+    from memforest_gpu.kernels.seeding import batched_d2_seeds
 
     rng = np.random.default_rng(0)
     centres = rng.standard_normal((8, 16)) * 20

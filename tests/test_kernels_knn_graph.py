@@ -14,8 +14,9 @@ import torch
 from kernel_helpers import SIZES, N, T, _one_cpu_thread  # noqa: F401 (autouse fixture)
 from merge_reference import kruskal
 
-from memforest_gpu.kernels import edge_forest, knn_blockwise, knn_cells, spanning_forest, top_by_key
-from memforest_gpu.kernels.knn import balanced_cells, order_key
+from memforest_gpu.kernels.edge_mst import edge_forest
+from memforest_gpu.kernels.knn import balanced_cells, knn_blockwise, knn_cells, order_key, top_by_key
+from memforest_gpu.kernels.mst import spanning_forest
 
 
 def forest_pairs(u, v, owner) -> list[tuple[int, int]]:

@@ -13,8 +13,7 @@ import pytest
 import torch
 from kernel_helpers import SIZES, N, T, _one_cpu_thread  # noqa: F401 (autouse fixture)
 
-from memforest_gpu.kernels import agpr_rerank, dense_rank, topk_search
-from memforest_gpu.kernels.agpr import topk_search_sorted
+from memforest_gpu.kernels.agpr import agpr_rerank, dense_rank, topk_search, topk_search_sorted
 
 # ----------------------------------------------------------------------------------------------
 # 7. AGPR: dense_rank, agpr_rerank, topk_search

@@ -13,15 +13,9 @@ import pytest
 import torch
 from kernel_helpers import SIZES, N, T, _one_cpu_thread, kruskal_ref  # noqa: F401 (autouse fixture)
 
-from memforest_gpu.kernels import (
-    best_edge_per_tree,
-    greedy_matching,
-    pack_segments,
-    size_buckets,
-    spanning_forest,
-    tree_degrees,
-    unpack_segments,
-)
+from memforest_gpu.kernels.matching import best_edge_per_tree, greedy_matching
+from memforest_gpu.kernels.mst import spanning_forest, tree_degrees
+from memforest_gpu.kernels.padding import pack_segments, size_buckets, unpack_segments
 
 # ----------------------------------------------------------------------------------------------
 # 1-2. spanning_forest / tree_degrees

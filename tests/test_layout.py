@@ -242,11 +242,11 @@ def test_the_kernels_are_one_package_however_the_project_is_installed(tmp_path):
     import sys
     import zipfile
 
-    import memforest_gpu.kernels as k
+    import memforest_gpu.kernels.lloyd as k
 
     link = ROOT / "memforest_gpu" / "kernels"
     assert link.is_symlink() and os.readlink(link) == os.path.join("..", "kernels")
-    assert Path(k.__file__).resolve() == (ROOT / "kernels" / "__init__.py").resolve()
+    assert Path(k.__file__).resolve() == (ROOT / "kernels" / "lloyd.py").resolve()
     src = tmp_path / "src"  # a copy of the checkout (links kept), so the build leaves nothing in it
     src.mkdir()
     for part in ("setup.py", "README.md", "memforest_gpu", "kernels"):
@@ -263,6 +263,24 @@ def test_the_kernels_are_one_package_however_the_project_is_installed(tmp_path):
     kernels = sorted(p.name for p in (ROOT / "kernels").glob("*.py"))
     assert {f"memforest_gpu/kernels/{n}" for n in kernels} <= names
     assert not any(n.startswith("kernels/") for n in names)  # never a top-level `kernels` (PyPI has one)
+
+
+def test_the_checkout_never_shadows_another_package_named_kernels(tmp_path):
+    """PyPI's `kernels` (a dependency of transformers >= 5.25, which imports it) wins over the
+    checkout's kernels/ even with the checkout's top level first on sys.path, as under
+    `python -m pytest` from the root; memforest_gpu.kernels still imports from the checkout."""
+    import subprocess
+    import sys
+
+    other = tmp_path / "site" / "kernels"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("WHO = 'pypi'\n")
+    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; import kernels; "
+            "import memforest_gpu.kernels.lloyd as k; print(kernels.WHO, k.kmeans.__module__)")
+    r = subprocess.run([sys.executable, "-c", code, str(ROOT), str(tmp_path / "site")], cwd=str(ROOT),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["pypi", "memforest_gpu.kernels.lloyd"]
 
 
 def shadowed_modules(package) -> list[str]:

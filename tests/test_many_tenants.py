@@ -14,8 +14,8 @@ from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, R
 from memforest_gpu.engine import compress
 from memforest_gpu.engine.host_reads import count_host_reads
 from memforest_gpu.engine.partition import closed_form_centres, partition_nodes, time_order
-from memforest_gpu.kernels import cluster_centres, kmeans
 from memforest_gpu.kernels.agpr import agpr_rerank, topk_search
+from memforest_gpu.kernels.lloyd import cluster_centres, kmeans
 from memforest_gpu.retrieval.retriever import Retriever
 from memforest_gpu.store.memory_store import MemoryStore
 

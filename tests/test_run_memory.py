@@ -10,8 +10,9 @@ import torch
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig
 from memforest_gpu.engine import compress
 from memforest_gpu.engine.two_level import two_level_clusters
-from memforest_gpu.kernels import cluster_centres, reassign_to_centres
 from memforest_gpu.kernels.blocks import problem_blocks, row_blocks
+from memforest_gpu.kernels.lloyd import cluster_centres
+from memforest_gpu.kernels.reassign import reassign_to_centres
 from memforest_gpu.store.memory_store import MemoryStore
 from memforest_gpu.store.synthetic import synthetic_store
 

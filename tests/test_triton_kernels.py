@@ -14,11 +14,8 @@ if not torch.cuda.is_available():
 
 triton = need("triton")
 
-from memforest_gpu.kernels import (  # noqa: E402 (after the interpreter flag is set)
-    best_match,  # noqa: E402
-    triton_assign,  # noqa: E402
-)
-from memforest_gpu.kernels.assign import TIE_EPS  # noqa: E402
+from memforest_gpu.kernels import triton_assign  # noqa: E402
+from memforest_gpu.kernels.assign import TIE_EPS, best_match  # noqa: E402
 from memforest_gpu.kernels.triton_assign import best_match_triton, fallback_reasons, reset_fallbacks  # noqa: E402
 
 DEVICES = ["cuda"] if torch.cuda.is_available() else []

@@ -38,7 +38,7 @@ import torch
 from ..engine import CompressReport, CompressResult
 from ..engine.constraints import group_codes, kept_mask
 from ..engine.quotas import allocate, removal_target
-from ..kernels import kmeans
+from ..kernels.lloyd import kmeans
 from ..store.memory_store import MemoryStore
 from ..timer import StageTimer
 

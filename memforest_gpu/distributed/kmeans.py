@@ -21,8 +21,8 @@ import torch.distributed as dist
 
 from ..config import PartitionConfig
 from ..engine.partition import n_clusters, tenant_streams, tenant_uniforms
-from ..kernels import cluster_centres, kmeans, reassign_to_centres
-from ..kernels.lloyd import cluster_means, initial_centroids
+from ..kernels.lloyd import cluster_centres, cluster_means, initial_centroids, kmeans
+from ..kernels.reassign import reassign_to_centres
 from .ranks import world_of
 
 __all__ = ["sharded_kmeans", "partition_tenant", "shard_range", "ShardReduce"]

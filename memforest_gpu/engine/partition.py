@@ -11,9 +11,11 @@ import numpy as np
 import torch
 
 from ..config import PartitionConfig
-from ..kernels import cluster_centres, kmeans, reassign_to_centres, size_buckets
 from ..kernels.blocks import gather_bytes, problem_blocks, row_blocks, stream_rows
+from ..kernels.lloyd import cluster_centres, kmeans
+from ..kernels.padding import size_buckets
 from ..kernels.rand import stream_keys
+from ..kernels.reassign import reassign_to_centres
 from .two_level import two_level_clusters
 
 __all__ = ["Partition", "partition_nodes", "time_order", "n_clusters", "tenant_uniforms", "tenant_streams",

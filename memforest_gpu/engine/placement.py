@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..config import PartitionConfig
-from ..kernels import pack_segments, size_buckets
+from ..kernels.padding import pack_segments, size_buckets
 from ..kernels.reassign import TIE_TOL
 from .partition import partition_nodes, time_order
 

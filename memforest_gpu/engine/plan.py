@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..config import CompressConfig
-from ..kernels import greedy_matching
+from ..kernels.matching import greedy_matching
 from .candidates import Candidates
 from .plan_dense import dense_candidates
 from .plan_knn import knn_candidates

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from ..config import CompressConfig
-from ..kernels import best_edge_per_tree, spanning_forest, tree_degrees
-from ..kernels.mst import edge_key
+from ..kernels.matching import best_edge_per_tree
+from ..kernels.mst import edge_key, spanning_forest, tree_degrees
 from .candidates import Candidates, degree_adjusted
 from .edges import edge_weight
 from .trees import Bucket, TreeBatch

@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from ..config import CompressConfig
-from ..kernels import best_edge_per_tree, edge_forest
+from ..kernels.edge_mst import edge_forest
+from ..kernels.matching import best_edge_per_tree
 from .candidates import Candidates, degree_adjusted
 from .edges import Ends, edge_weight
 from .trees import KNN, Bucket, TreeBatch

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..config import TreeConfig
-from ..kernels import size_buckets
+from ..kernels.padding import size_buckets
 from .edges import Ends, ends_of
 from .knn_graph import build_knn_graph
 from .partition import time_order

@@ -16,8 +16,10 @@ import zlib
 import numpy as np
 import torch
 
-from ..kernels import best_match, cluster_centres, kmeans, pack_segments, size_buckets
+from ..kernels.assign import best_match
 from ..kernels.blocks import gather_bytes, problem_blocks
+from ..kernels.lloyd import cluster_centres, kmeans
+from ..kernels.padding import pack_segments, size_buckets
 from ..kernels.rand import stream_keys
 from .quotas import allocate
 

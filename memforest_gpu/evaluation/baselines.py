@@ -35,7 +35,7 @@ from ..engine.edges import DATE_TAG_TOKENS, merged_length, utc_day
 from ..engine.merge_call import cap_and_counter, merge_texts, with_fallback
 from ..engine.node_table import NodeTable
 from ..engine.quotas import removal_target
-from ..kernels import cluster_centres, kmeans
+from ..kernels.lloyd import cluster_centres, kmeans
 from ..mergers.embedders import MEAN_EMBEDDER
 from ..store.memory_store import MemoryStore
 

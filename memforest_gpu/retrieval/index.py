@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..kernels import topk_search
+from ..kernels.agpr import topk_search
 from ..store.memory_store import MemoryStore
 from .keyed import node_row_table, rescore
 from .retriever import Retriever

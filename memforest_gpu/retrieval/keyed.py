@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..kernels import topk_rows
+from ..kernels.agpr import topk_rows
 from ..store.keys import NodeKeys, ranges
 
 __all__ = ["KeyedLayout", "node_best", "keyed_search", "node_row_table", "rescore"]

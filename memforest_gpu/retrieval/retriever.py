@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..config import RetrievalConfig
-from ..kernels import agpr_rerank, topk_rows, topk_search
+from ..kernels.agpr import agpr_rerank, topk_rows, topk_search
 from ..store.memory_store import MemoryStore
 from .context import check_fill, context, default_fill
 from .keyed import KeyedLayout, keyed_search, node_best
