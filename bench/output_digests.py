@@ -1,6 +1,7 @@
 """SHA-256 of the stores ``memforest compress`` writes, over several configurations: run it
 with one revision's code and then another's, and compare the lines (a change that must not
-alter any output keeps every digest).
+alter any output keeps every digest). Each line has the file's digest and its content's (the
+table read back): a change to how a file is encoded, not what it holds, keeps the second.
 
     PYTHONPATH=. python bench/output_digests.py --workdir /tmp/digests > head.txt
     PYTHONPATH=../base python bench/output_digests.py --workdir /tmp/digests > base.txt
@@ -39,6 +40,22 @@ def sha(path: str) -> str:
     return h.hexdigest()[:16]
 
 
+def content_sha(path: str) -> str:
+    """SHA-256 of what a Parquet file holds (schema with its metadata, every column's values),
+    whatever its pages and encodings: the table read back as one Arrow IPC batch. A JSON Lines
+    file's content is its bytes."""
+    if not path.endswith(".parquet"):
+        return sha(path)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path).combine_chunks()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, t.schema) as w:
+        w.write_table(t)
+    return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()[:16]
+
+
 def inputs(workdir: str, n: int) -> dict[str, str]:
     """The input stores: 8 tenants (one of half the nodes) and 300 heavy-tailed ones."""
     from memforest_gpu.store.synthetic import few_tenant_sizes, heavy_tailed_sizes, write_synthetic_parquet
@@ -74,7 +91,7 @@ def main(argv=None) -> int:
         if r.returncode != 0:
             print(f"{name} FAILED rc={r.returncode}: {r.stderr[-500:]}", flush=True)
             continue
-        print(f"{name} {sha(out)}", flush=True)
+        print(f"{name} {sha(out)} content {content_sha(out)}", flush=True)
         os.unlink(out)
     return 0
 

@@ -18,7 +18,7 @@ from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_j
 from ..store.jsonl import iso_time
 from ..store.keys_io import PARQUET_KEYS_KEY
 from ..store.layout import HEADER_KEY, OPTIONAL_COLUMNS, REQUIRED_COLUMNS
-from ..store.parquet import PARQUET_EVENT_TREES_KEY, to_arrow_table, vector_codes_of
+from ..store.parquet import PARQUET_EVENT_TREES_KEY, to_arrow_table, vector_codes_of, write_rows
 from .budget_groups import KEY, PART_BATCH_ROWS, SPLIT_BATCH_ROWS, _jsonl_items, output_batch_rows
 
 
@@ -242,7 +242,7 @@ def _write_output(out_paths: list[str], dst: str, fmt: str, time_format, budget:
                 inv[np.concatenate(where)] = np.arange(len(sel))
                 table = table.take(pa.array(inv)).drop_columns([KEY])
                 if writer is not None:
-                    writer.write_table(table.replace_schema_metadata(schema.metadata))
+                    write_rows(writer, table.replace_schema_metadata(schema.metadata), len(table))
                 else:
                     f.write(_jsonl_bytes(table, iso=time_format == "iso"))
             if writer is not None:

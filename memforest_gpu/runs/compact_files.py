@@ -27,9 +27,9 @@ from ..store.memory_store import MemoryStore
 from ..store.parquet import (
     PARQUET_EMBEDDER_KEY,
     PARQUET_EVENT_TREES_KEY,
-    ROW_GROUP_ROWS,
     to_arrow_table,
     vector_codes_of,
+    write_rows,
 )
 from .errors import OptionError
 from .inbox import StoreIds
@@ -208,7 +208,7 @@ class PassThrough:
             if parts:
                 piece = pa.concat_tables(parts).combine_chunks()
                 piece = piece.take(pa.array(np.argsort(np.concatenate(part_keys), kind="stable")))
-                writer.write_table(piece, row_group_size=ROW_GROUP_ROWS)
+                write_rows(writer, piece)
         writer.close()
 
 

@@ -18,7 +18,7 @@ from .keys_io import PARQUET_KEYS_KEY, keys_arrow
 from .layout import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 from .memory_store import DEFAULT_TENANT, MemoryStore
 
-__all__ = ["vector_codes_of", "read_parquet_columns", "to_arrow_table", "write_parquet", "ROW_GROUP_ROWS",
+__all__ = ["vector_codes_of", "read_parquet_columns", "to_arrow_table", "write_parquet", "write_rows", "ROW_GROUP_ROWS",
            "arrow_schema", "arrow_rows", "write_parquet_store",
            "PARQUET_EMBEDDER_KEY", "PARQUET_EVENT_TREES_KEY"]
 
@@ -28,6 +28,9 @@ PARQUET_EVENT_TREES_KEY = b"memforest.forest"
 _BATCH_ROWS = 1 << 13  # rows per record batch read: 12.6 MB of d = 384 vectors decoded at a time, not 100
 _READ_BUFFER = 1 << 22  # bytes of the Parquet reader's stream buffer per column
 ROW_GROUP_ROWS = 1 << 16  # rows per Parquet row group written (a reader can stream the file)
+# rows the Parquet writer is handed at once within a row group: it builds the repetition and
+# definition levels of all it is handed (two int16 per value: 65,536 rows of 384-d keys, 0.5 GB)
+WRITE_PIECE_ROWS = 1 << 12
 
 
 def _tenant_mask(pf, want: list[str], path: str):
@@ -344,11 +347,30 @@ def to_arrow_table(store: MemoryStore):
     return arrow_rows(store, 0, len(store))
 
 
+def write_rows(writer: pq.ParquetWriter, table: pa.Table, row_group_size: int | None = None) -> None:
+    """Write ``table`` with ``writer`` in row groups of ``row_group_size`` rows (default
+    :data:`ROW_GROUP_ROWS`), each handed to the writer as pieces of :data:`WRITE_PIECE_ROWS`
+    contiguous rows: the same row groups and values as one ``write_table``, a sixteenth of its
+    transient (the levels it builds at once). The pieces are cut at fixed rows, so the bytes
+    do not depend on how ``table`` is chunked."""
+    n = table.num_rows
+    row_group_size = ROW_GROUP_ROWS if row_group_size is None else row_group_size
+    if n == 0:
+        writer.write_table(table, row_group_size=row_group_size)
+        return
+    for lo in range(0, n, row_group_size):
+        group = table.slice(lo, row_group_size)
+        pieces = [group.slice(at, WRITE_PIECE_ROWS).combine_chunks()
+                  for at in range(0, group.num_rows, WRITE_PIECE_ROWS)]
+        writer.write_table(pa.concat_tables(pieces), row_group_size=row_group_size)
+        group = pieces = None
+
+
 def write_parquet(table, f) -> None:
     """Write an Arrow table (:func:`to_arrow_table`) to the open binary file ``f``: zstd, row
-    groups of :data:`ROW_GROUP_ROWS` rows."""
-
-    pq.write_table(table, f, compression="zstd", row_group_size=ROW_GROUP_ROWS)
+    groups of :data:`ROW_GROUP_ROWS` rows (:func:`write_rows`)."""
+    with pq.ParquetWriter(f, table.schema, compression="zstd") as w:
+        write_rows(w, table)
 
 
 def write_parquet_store(store: MemoryStore, f, *, first: pa.Table | None = None) -> None:
@@ -363,5 +385,5 @@ def write_parquet_store(store: MemoryStore, f, *, first: pa.Table | None = None)
         for lo in range(0, max(n, 1), ROW_GROUP_ROWS):
             hi = min(n, lo + ROW_GROUP_ROWS)
             t = first if lo == 0 and first is not None else arrow_rows(store, lo, hi, schema)
-            w.write_table(t, row_group_size=ROW_GROUP_ROWS)
+            write_rows(w, t)
             first = t = None  # released before the next row group is built
