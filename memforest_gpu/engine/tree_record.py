@@ -44,12 +44,18 @@ def rows_of_originals(store: MemoryStore, ids) -> np.ndarray:
     if len(ids) == 0:
         return np.zeros(0, dtype=np.int64)
     ids = ids.cast(pa.large_string()) if isinstance(ids, pa.Array) else pa.array(list(ids), type=pa.large_string())
+    # the hash table is over the ids asked (often a few thousand tree centres), not over every
+    # source of the store: each source looks itself up among the distinct ids
+    uniq = pc.unique(ids)
     src = store.sources.arrow
-    flat = src.flatten()
+    hit = pc.index_in(src.flatten().cast(pa.large_string()), value_set=uniq).fill_null(-1)
+    hit = hit.to_numpy(zero_copy_only=False).astype(np.int64)
     parent = pc.list_parent_indices(src).to_numpy(zero_copy_only=False).astype(np.int64)
-    at = pc.index_in(ids, value_set=flat.cast(pa.large_string()))
-    at = at.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-    return np.where(at >= 0, parent[np.maximum(at, 0)] if len(parent) else -1, -1)
+    found = np.flatnonzero(hit >= 0)
+    u, first = np.unique(hit[found], return_index=True)  # a source held twice: its first row
+    row = np.full(len(uniq), -1, dtype=np.int64)
+    row[u] = parent[found[first]]
+    return row[pc.index_in(ids, value_set=uniq).to_numpy(zero_copy_only=False).astype(np.int64)]
 
 
 def first_rows(inp: MemoryStore, out: MemoryStore) -> np.ndarray:
