@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..config import CompressConfig
+from ..heap import release_free_heap
 from ..mergers.embedders import MEAN_EMBEDDER
 from ..report import TenantRow
 from ..store.memory_store import MemoryStore
@@ -73,6 +74,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     """
     s = setup_run(store, config, embedder=embedder, device=device, progress=progress, partition=partition,
                   quotas=quotas, budget=budget, reuse=not copy)
+    release_free_heap()  # the partition's and the trees' freed blocks (memforest_gpu.heap)
     reuse = s.batch.vectors.reuse  # merged vectors in the input's dead rows: centres first (they read it)
     centre = _centres(s, store) if reuse and partition is None else None
     merger, fallback = with_fallback(merger)
@@ -88,6 +90,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     with progress_bar(progress, s.quotas.total, "merging", unit="merge") as bar:
         while owed.need().any():
             r = merge_round(s, owed, tally.rounds + 1, merger, fallback, embedder, rng)
+            release_free_heap()  # the round's planning and apply transients
             if r is None:
                 continue
             tally.rounds += 1
@@ -109,6 +112,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     s.batch = None  # the padded tree tensors are not needed any more
     with s.timer.stage("output"):
         out = _output(s, store, consumed, vectors, copy, record=partition is None, centre=centre, saved=saved)
+    release_free_heap()
     report = run_report(s, store, out=out, merger=merger, embedder=embedder, shortfall=owed.shortfall, tally=tally)
     return CompressResult(out, report, merges)
 

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
+from ..heap import release_free_heap
 from .codes import int8_codes
 from .event_trees import event_trees_json, tree_column
 from .keys import keys_rule_json
@@ -387,3 +388,4 @@ def write_parquet_store(store: MemoryStore, f, *, first: pa.Table | None = None)
             t = first if lo == 0 and first is not None else arrow_rows(store, lo, hi, schema)
             write_rows(w, t)
             first = t = None  # released before the next row group is built
+            release_free_heap()

@@ -1,0 +1,40 @@
+"""Freed host memory handed back to the system between stages.
+
+glibc's malloc serves a request below its mmap threshold from the heap, and raises that
+threshold (up to 32 MiB) each time a larger mapped block is freed; after the first stages most
+of torch's and NumPy's CPU blocks come from the heap, and their pages stay resident once freed
+until ``malloc_trim``. A run calls :func:`release_free_heap` between stages and merge rounds
+(docs/performance.md: what it saves, and what it costs). Elsewhere than glibc it does nothing.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+
+__all__ = ["release_free_heap"]
+
+_trim = None  # glibc's malloc_trim once looked up; False where there is none
+
+
+def release_free_heap() -> bool:
+    """Give the free pages of the C heap back to the system (``malloc_trim(0)``): a scan of the
+    allocator's free lists, milliseconds. Returns whether there was such a call to make."""
+    global _trim
+    if _trim is None:
+        _trim = _lookup()
+    if _trim is False:
+        return False
+    _trim(0)
+    return True
+
+
+def _lookup():
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = ctypes.CDLL(None).malloc_trim  # the process's own C library (musl has none)
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return fn

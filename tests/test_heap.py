@@ -1,0 +1,48 @@
+"""memforest_gpu.heap: freed heap pages go back to the system (glibc), nothing happens elsewhere."""
+import ctypes
+import sys
+
+import pytest
+
+from memforest_gpu import heap
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+def _glibc() -> bool:
+    try:
+        ctypes.CDLL(None).gnu_get_libc_version
+    except AttributeError:
+        return False
+    return sys.platform.startswith("linux")
+
+
+@pytest.mark.skipif(not _glibc(), reason="malloc_trim is glibc's")
+def test_freed_heap_blocks_stop_being_resident():
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    size = 64 << 10  # under the mmap threshold: from the heap
+    blocks = [libc.malloc(size) for _ in range(3000)]  # ~190 MB
+    for b in blocks:
+        libc.memset(b, 1, size)  # resident
+    pin = libc.malloc(size)  # the heap's top stays in use, so free() alone cannot shrink it
+    before = _rss_mb()
+    for b in blocks:
+        libc.free(b)
+    freed = _rss_mb()
+    assert heap.release_free_heap() is True
+    after = _rss_mb()
+    libc.free(pin)
+    assert freed - after > 100, (before, freed, after)  # free() kept the pages; the trim returned them
+
+
+def test_elsewhere_it_does_nothing(monkeypatch):
+    monkeypatch.setattr(heap, "_trim", None)
+    monkeypatch.setattr(heap.sys, "platform", "darwin")
+    assert heap.release_free_heap() is False
