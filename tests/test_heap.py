@@ -13,11 +13,7 @@ def _rss_mb() -> float:
 
 
 def _glibc() -> bool:
-    try:
-        ctypes.CDLL(None).gnu_get_libc_version
-    except AttributeError:
-        return False
-    return sys.platform.startswith("linux")
+    return sys.platform.startswith("linux") and hasattr(ctypes.CDLL(None), "gnu_get_libc_version")
 
 
 @pytest.mark.skipif(not _glibc(), reason="malloc_trim is glibc's")
