@@ -46,7 +46,8 @@ def rows_of_originals(store: MemoryStore, ids) -> np.ndarray:
     ids = ids.cast(pa.large_string()) if isinstance(ids, pa.Array) else pa.array(list(ids), type=pa.large_string())
     # the hash table is over the ids asked (often a few thousand tree centres), not over every
     # source of the store: each source looks itself up among the distinct ids
-    uniq = pc.unique(ids)
+    enc = pc.dictionary_encode(ids)  # the distinct ids, and each id's place among them, in one pass
+    uniq = enc.dictionary
     src = store.sources.arrow
     hit = pc.index_in(src.flatten().cast(pa.large_string()), value_set=uniq).fill_null(-1)
     hit = hit.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -55,7 +56,7 @@ def rows_of_originals(store: MemoryStore, ids) -> np.ndarray:
     u, first = np.unique(hit[found], return_index=True)  # a source held twice: its first row
     row = np.full(len(uniq), -1, dtype=np.int64)
     row[u] = parent[found[first]]
-    return row[pc.index_in(ids, value_set=uniq).to_numpy(zero_copy_only=False).astype(np.int64)]
+    return row[enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)]
 
 
 def first_rows(inp: MemoryStore, out: MemoryStore) -> np.ndarray:
