@@ -159,6 +159,30 @@ def test_node_table_batch_methods_agree_with_single_ones():
     assert t.tenant[j] == st.tenants[int(o[0])] and t.ts[j] == max(t.ts[o[0]], t.ts[n[0]])
 
 
+def test_merged_metadata_in_bulk_equals_the_row_by_row_rule():
+    """Merged rows' metadata JSON, written at once by Arrow where nothing below a row has
+    metadata, equals ``json.dumps`` of the rule (``{**older, **newer, "merged_from": [...]}``),
+    with ids json must escape and metadata on some sources, over many random merge orders."""
+    from memforest_gpu.store.columns import dumps_meta
+
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        n = int(rng.integers(2, 40))
+        ids = [f"m{i}" if rng.random() > 0.2 else f'q"{i}\\\n' for i in range(n)]
+        meta = [None if rng.random() < 0.7 else {"k": int(rng.integers(3)), f"x{i}": i} for i in range(n)]
+        st = MemoryStore.from_columns(ids=ids, texts=[f"t{i}" for i in range(n)], metadata=meta,
+                                      timestamps=rng.integers(0, 5, n).astype(float), embeddings=torch.randn(n, 4))
+        t, live = NodeTable(st), list(range(n))
+        for _ in range(int(rng.integers(1, n))):
+            a, b = rng.choice(len(live), 2, replace=False)
+            o, w = t.order(live[a], live[b])
+            live = [x for x in live if x not in (o, w)] + [t.add(o, w, "x")]
+        m = np.array(sorted(x - n for x in live if x >= n), dtype=np.int64)
+        got = t._merged_meta(m, [t.m_ids[j] for j in m]).to_pylist()
+        assert got == [dumps_meta(t._meta(n + j), t.m_ids[j]) for j in m]
+        assert all(json.loads(g)["merged_from"] == [t.ids[int(p)] for p in t._parents[j]] for g, j in zip(got, m))
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_storage_keeps_every_guarantee(dtype):
     st = synthetic_store(600, tenants=3, dim=32, seed=2)

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from ..mergers.base import MemoryItem, MergePair
@@ -29,6 +30,15 @@ from ..store.columns import ArrowView, ColumnView, TenantView, compact_codes, du
 from ..store.memory_store import MemoryStore
 
 __all__ = ["NodeTable", "merged_id"]
+
+
+_JSON_ESCAPE = r'[\x00-\x1f"\\]'  # what json.dumps(..., ensure_ascii=False) escapes in a string
+
+
+def _has_meta(meta: pa.Array) -> np.ndarray:
+    """Per row: metadata other than null or ``"{}"`` (what :func:`loads_meta` reads as ``{}``).
+    Shape: (N,) -> (N,) bool"""
+    return pc.fill_null(pc.not_equal(meta, "{}"), False).to_numpy(zero_copy_only=False).astype(bool)
 
 
 def merged_id(sources: list[str]) -> str:
@@ -74,6 +84,8 @@ class NodeTable:
         self._code = np.empty(self._cap, dtype=np.int64)
         self._code[:n] = store.tenant_codes_np
         self._parents = np.full((self._cap - n, 2), -1, dtype=np.int64)  # (older, newer) of merged row n + j
+        self._rich = np.empty(self._cap, dtype=bool)  # a source inside has metadata (not null or "{}")
+        self._rich[:n] = _has_meta(store.metadata.arrow)
         self.m_ids: list[str] = []
         self.m_texts: list[str] = []
         self.m_sources: list[list[str]] = []
@@ -188,12 +200,13 @@ class NodeTable:
         self._code[j] = self._code[older]
         self.m_sources.append(src)
         self._parents[j - self.n] = (older, newer)
+        self._rich[j] = self._rich[older] or self._rich[newer]
         self._first[j] = min(self._first[older], self._first[newer])
         return j
 
     def _grow(self) -> None:
         cap = 2 * self._cap
-        for name in ("_ts", "_code"):
+        for name in ("_ts", "_code", "_rich"):
             a = np.empty(cap, dtype=getattr(self, name).dtype)
             a[:self._cap] = getattr(self, name)
             setattr(self, name, a)
@@ -208,6 +221,40 @@ class NodeTable:
         """``live`` rows in output order (earliest original inside; stable)."""
         live = np.asarray(live, dtype=np.int64)
         return live[np.argsort(self._first[live], kind="stable")]
+
+    def _merged_meta(self, m: np.ndarray, m_id: list[str]) -> pa.Array:
+        """The metadata JSON of merged rows ``n + m`` (:meth:`_meta`, written by ``json.dumps``).
+        A row with no metadata below it is ``{"merged_from": [older id, newer id]}``: written for
+        all such rows at once by Arrow from the parents' ids when neither needs a JSON escape; every
+        other row as :meth:`_meta` makes it. Shape: m (M,) -> (M,) large_string"""
+        plain = ~self._rich[self.n + m]
+        par = self._parents[m[plain]]
+        ids = [self.ids_arrow(par[:, 0]), self.ids_arrow(par[:, 1])]
+        esc = np.zeros(len(par), dtype=bool)  # a parent's id json would escape: that row by json
+        for a in ids:
+            esc |= pc.match_substring_regex(a, _JSON_ESCAPE).to_numpy(zero_copy_only=False).astype(bool)
+        if esc.any():
+            plain[np.flatnonzero(plain)[esc]] = False
+            ids = [a.filter(pa.array(~esc)) for a in ids]
+        lit = [pa.scalar(x, type=pa.large_string()) for x in ('{"merged_from": ["', '", "', '"]}', "")]
+        fast = pc.binary_join_element_wise(lit[0], ids[0], lit[1], ids[1], lit[2], lit[3])
+        slow = pa.array([dumps_meta(self._meta(self.n + j), m_id[k]) for k, j in
+                         zip(np.flatnonzero(~plain).tolist(), m[~plain].tolist())], type=pa.large_string())
+        order = np.empty(len(m), dtype=np.int64)  # row k of the output -> index in [fast, slow]
+        order[np.flatnonzero(plain)] = np.arange(int(plain.sum()))
+        order[np.flatnonzero(~plain)] = int(plain.sum()) + np.arange(int((~plain).sum()))
+        return pa.concat_arrays([fast, slow]).take(pa.array(order))
+
+    def ids_arrow(self, rows: np.ndarray) -> pa.Array:
+        """The ids of ``rows`` (host int array) as one Arrow array. Shape: (R,) -> (R,) large_string"""
+        rows = np.asarray(rows, dtype=np.int64)
+        o = rows < self.n
+        perm = np.empty(len(rows), dtype=np.int64)
+        perm[np.flatnonzero(o)] = np.arange(int(o.sum()))
+        perm[np.flatnonzero(~o)] = int(o.sum()) + np.arange(int((~o).sum()))
+        merged = pa.array([self.m_ids[j] for j in (rows[~o] - self.n).tolist()], type=pa.large_string())
+        return pa.concat_arrays([self._o_ids.take(pa.array(rows[o])).cast(pa.large_string()), merged]
+                                ).take(pa.array(perm))
 
     def to_store(self, rows: np.ndarray, embeddings: torch.Tensor) -> MemoryStore:
         """The store of ``rows`` (already in output order); ``embeddings`` (len(rows), D) match
@@ -231,8 +278,8 @@ class NodeTable:
         ids = col(st.ids.arrow, m_id, pa.large_string())
         texts = col(st.texts.arrow, [self.m_texts[j] for j in m_rows], pa.large_string())
         sources = col(st.sources.arrow, [self.m_sources[j] for j in m_rows], ls)
-        meta = col(st.metadata.arrow, [dumps_meta(self._meta(self.n + j), i) for j, i in zip(m_rows, m_id)],
-                   pa.large_string())
+        meta = pa.concat_arrays([st.metadata.arrow.take(po), self._merged_meta(np.asarray(m_rows, dtype=np.int64),
+                                                                               m_id)]).take(pp)
         names, codes = compact_codes(st.tenant_table, self._code[rows])
         ts = torch.as_tensor(self._ts[rows], dtype=torch.float64).to(embeddings.device)
         return MemoryStore(ids, texts, embeddings, ts, TenantView(names, codes), sources, ArrowView(meta),
