@@ -246,7 +246,8 @@ class NodeTable:
         return pa.concat_arrays([fast, slow]).take(pa.array(order))
 
     def ids_arrow(self, rows: np.ndarray) -> pa.Array:
-        """The ids of ``rows`` (host int array) as one Arrow array. Shape: (R,) -> (R,) large_string"""
+        """The ids of ``rows`` (host int array) as one Arrow array.
+        Shape: (R,) -> (R,) large_string"""
         rows = np.asarray(rows, dtype=np.int64)
         o = rows < self.n
         perm = np.empty(len(rows), dtype=np.int64)
