@@ -106,7 +106,7 @@ def test_a_written_text_reads_back_as_remembered(all_pairs):
     taken = 0
     for q in extractive._quads(all_pairs):
         labels, groups, tagged = extractive._merged(q, 0.9)
-        text = extractive._write(labels, groups, tagged)
+        text = extractive._write_infos(labels, groups, tagged)
         if not text or not sentences.written_reads_back(labels, groups, tagged):
             continue
         assert sentences._from_written(labels, groups, tagged) == sentences.read(text), text

@@ -43,12 +43,13 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 from ..config import ConfigError
 from ..store.timeutil import MONTHS, format_date
 from .base import MergePair
 from .parallel import map_parts, spare_cores
-from .sentences import day_ordinal, normalize, parse, remember_written, sentence_info, split_sentences
+from .sentences import day_of, normalize, parse, remember_written, sentence_info, split_sentences
 
 __all__ = ["ExtractiveMerger", "split_sentences", "normalize", "dedup_sentences", "has_info"]
 
@@ -62,6 +63,7 @@ _STOP = frozenset(
 _WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
 _INFO_WORDS = frozenset(m.lower() for m in MONTHS) | _WEEKDAYS
 _WORD = re.compile(r"[A-Za-z][\w'-]*")
+_INDEX_ABOVE = 24  # sentences in a merge from which dedup looks up candidates by token
 
 
 def _in_order(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
@@ -78,10 +80,9 @@ def _repeats_one(info: tuple, kept: list, threshold: float) -> bool:
     same negations, every number of it in the kept one and in the same order, and its tokens
     contained in the kept one's (3+ tokens) or at Jaccard >= ``threshold`` with them. The
     size test first: the Jaccard index never exceeds min/max (and rounding keeps that order)."""
-    toks, a, nums, neg, numset, n = info
-    la = len(a)
+    _, _, a, nums, neg, numset, n, la = info
     long = n >= 3
-    for b, b_nums, kneg, lb in kept:
+    for _, _, b, b_nums, kneg, _, _, lb in kept:
         if not ((long and la <= lb) or min(la, lb) / max(la, lb) >= threshold):
             continue
         if kneg != neg or not numset <= b:
@@ -93,27 +94,56 @@ def _repeats_one(info: tuple, kept: list, threshold: float) -> bool:
     return False
 
 
+@lru_cache(maxsize=4096)
+def _least_shared(la: int, threshold: float) -> int:
+    """The fewest tokens a sentence of ``la`` distinct tokens shares with one it repeats: its
+    Jaccard index is at most shared/la (and rounding keeps that order); containment shares la."""
+    return next(i for i in range(1, la + 1) if i / la >= threshold)
+
+
+def _repeats_indexed(info: tuple, kept: list, postings: dict, threshold: float) -> bool:
+    """:func:`_repeats_one` over the kept sentences that can be repeated at all: those holding one
+    of any ``la - shared + 1`` of its tokens (:func:`_least_shared`), the rarest taken."""
+    a, la = info[2], info[7]
+    lists = sorted([postings.get(t, ()) for t in a], key=len)[:la - _least_shared(la, threshold) + 1]
+    found = set(lists[0]).union(*lists[1:])
+    return bool(found) and _repeats_one(info, [kept[k] for k in found], threshold)
+
+
+def _dedup(groups: Sequence[Sequence[tuple]], threshold: float) -> list[list[tuple]]:
+    """:func:`dedup_sentences` over the sentences' :func:`~.sentences.sentence_info`; with many
+    sentences, each is compared only with the kept ones that share enough tokens
+    (:func:`_repeats_indexed`), not with every kept one."""
+    indexed = sum(map(len, groups)) >= _INDEX_ABOVE
+    seen: set = set()
+    kept: list[tuple] = []
+    postings: dict = {}  # token -> the kept sentences that hold it
+    out: list[list[tuple]] = []
+    for group in groups:
+        cur: list[tuple] = []
+        for info in group:
+            toks = info[1]
+            key = toks or info[0]  # token-less text ("...", emoji) dedups verbatim
+            if key in seen:
+                continue
+            if toks and kept and (_repeats_indexed(info, kept, postings, threshold) if indexed
+                                  else _repeats_one(info, kept, threshold)):
+                continue
+            seen.add(key)
+            if indexed:
+                for t in info[2]:
+                    postings.setdefault(t, []).append(len(kept))
+            kept.append(info)
+            cur.append(info)
+        out.append(cur)
+    return out
+
+
 def dedup_sentences(groups: Sequence[Sequence[str]], threshold: float = 0.9) -> list[list[str]]:
     """Drop exact and near duplicates across ``groups`` (kept in order, first wins);
     returns the groups with the same shape, possibly emptied."""
-    seen: set = set()
-    kept: list[tuple[frozenset, tuple, frozenset, int]] = []  # (token set, numbers, negations, set size) of kept
-    out: list[list[str]] = []
-    for group in groups:
-        cur: list[str] = []
-        for sent in group:
-            info = sentence_info(sent)
-            toks = info[0]
-            key = toks or sent  # token-less text ("...", emoji) dedups verbatim
-            if key in seen:
-                continue
-            if toks and kept and _repeats_one(info, kept, threshold):
-                continue
-            seen.add(key)
-            kept.append((info[1], info[2], info[3], len(info[1])))
-            cur.append(sent)
-        out.append(cur)
-    return out
+    kept = _dedup([[sentence_info(s) for s in g] for g in groups], threshold)
+    return [[info[0] for info in g] for g in kept]
 
 
 class ExtractiveMerger:
@@ -184,7 +214,8 @@ class ExtractiveMerger:
 
     def _merged(self, pair: MergePair) -> tuple[list[str], list[list[str]], bool]:
         """(date labels, their deduplicated sentences, whether tags are written) of a pair."""
-        return _merged(_quads([pair])[0], self.near_duplicate)
+        labels, groups, tagged = _merged(_quads([pair])[0], self.near_duplicate)
+        return labels, [[info[0] for info in g] for g in groups], tagged
 
 
 def _quads(pairs: Sequence[MergePair]) -> list[tuple[str, float, str, float]]:
@@ -202,10 +233,10 @@ def _merge_part(near_duplicate: float, quads: Sequence[tuple]) -> list[str]:
 def _segments(text: str, ts: float, out: list) -> None:
     """Append one input's ``(day ordinal, 'D Month YYYY', sentences)`` segments that have a
     sentence to ``out``, in text order (the text before the first tag has the input's date)."""
-    label = format_date(ts)
+    day = day_of(ts)
     head, rest = parse(text)
     if head:
-        out.append((day_ordinal(label), label, head))
+        out.append((*day, head))
     out.extend(rest)
 
 
@@ -229,12 +260,12 @@ def _merged(q: tuple, near_duplicate: float) -> tuple[list[str], list[list[str]]
         else:
             labels.append(label)
             groups.append(sents)
-    return labels, dedup_sentences(groups, near_duplicate), len(labels) > 1
+    return labels, _dedup(groups, near_duplicate), len(labels) > 1
 
 
 def _merge_one(q: tuple, near_duplicate: float) -> str:
     labels, groups, tagged = _merged(q, near_duplicate)
-    out = _write(labels, groups, tagged)
+    out = _write_infos(labels, groups, tagged)
     if out:
         remember_written(out, labels, groups, tagged)
         return out
@@ -245,6 +276,13 @@ def _write(labels: Sequence[str], groups: Sequence[Sequence[str]], tagged: bool)
     if not tagged:
         return " ".join(groups[0]) if groups else ""
     return " ".join(f"[{label}] " + " ".join(g) for label, g in zip(labels, groups) if g)
+
+
+def _write_infos(labels: Sequence[str], groups: Sequence[Sequence[tuple]], tagged: bool) -> str:
+    """:func:`_write` of groups of :func:`~.sentences.sentence_info`."""
+    if not tagged:
+        return " ".join([info[0] for info in groups[0]]) if groups else ""
+    return " ".join(f"[{label}] " + " ".join([info[0] for info in g]) for label, g in zip(labels, groups) if g)
 
 
 def _raw(q: tuple) -> str:

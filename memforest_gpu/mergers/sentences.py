@@ -16,16 +16,19 @@ Nothing cached changes a result: a text or sentence not found is read as if it w
 """
 from __future__ import annotations
 
+import math
 import re
 from datetime import date
+from functools import lru_cache
 
-from ..store.timeutil import DATE_TAG, MONTHS
+from ..store.timeutil import DATE_TAG, MONTHS, format_date
 
-__all__ = ["normalize", "split_sentences", "parse", "read", "sentence_info", "day_ordinal", "remember_written",
-           "written_reads_back", "forget", "Recent", "NEGATIONS"]
+__all__ = ["normalize", "split_sentences", "parse", "read", "sentence_info", "day_of", "day_ordinal",
+           "remember_written", "written_reads_back", "forget", "Recent", "NEGATIONS"]
 
 MONTH_NO = {m: i + 1 for i, m in enumerate(MONTHS)}
 _TOKEN = re.compile(r"[a-z0-9]+")
+_NUMBER = re.compile(r"[a-z]*[0-9][a-z0-9]*")
 _END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s)")
 _NEXT_WORD = re.compile(r"\s*(\S*)")  # \s is str.isspace, the whitespace of str.split()
 _QUOTES = "\"'\u201d\u2019"
@@ -55,11 +58,10 @@ class Recent:
         self.new[key] = value
 
 
-_PARSED = Recent(1 << 15)
-_SENTENCES = Recent(1 << 16)
 _SURE = Recent(1 << 16)
 _WRITTEN = Recent(1 << 15)
 _DAYS: dict[str, int] = {}
+_BY_DAY: dict[float, tuple[int, str]] = {}
 _LABEL_OK: dict[str, bool] = {}
 
 
@@ -114,16 +116,28 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in out if s]
 
 
+@lru_cache(maxsize=1 << 16)
 def sentence_info(sent: str) -> tuple:
-    """(tokens, token set, numbers, negations, numbers as a set, token count) of a sentence;
+    """(sentence, tokens, token set, numbers, negations, numbers as a set, token count, set size);
     numbers are the tokens with a digit (tokens are ``[a-z0-9]+``: the ones not all letters)."""
-    got = _SENTENCES.get(sent)
+    low = sent.lower()
+    toks = tuple(_TOKEN.findall(low))
+    a = frozenset(toks)
+    nums = tuple(_NUMBER.findall(low))  # the token runs with a digit, whole
+    return sent, toks, a, nums, a & NEGATIONS, frozenset(nums), len(toks), len(a)
+
+
+def day_of(ts: float) -> tuple[int, str]:
+    """(day ordinal, :func:`~memforest_gpu.store.timeutil.format_date` label) of a timestamp."""
+    ts = float(ts)
+    day = ts // 86400.0
+    plain = math.isfinite(day) and ts - day * 86400.0 < 86399.999  # the label is a function of the day
+    got = _BY_DAY.get(day) if plain else None
     if got is None:
-        toks = tuple(_TOKEN.findall(sent.lower()))
-        a = frozenset(toks)
-        nums = tuple(t for t in toks if not t.isalpha())
-        got = (toks, a, nums, a & NEGATIONS, frozenset(nums), len(toks))
-        _SENTENCES.put(sent, got)
+        label = format_date(ts)
+        got = (day_ordinal(label), label)
+        if plain:
+            _BY_DAY[day] = got
     return got
 
 
@@ -137,14 +151,10 @@ def day_ordinal(label: str) -> int:
 
 
 def parse(text: str) -> tuple[list[str], list[tuple[int, str, list[str]]]]:
-    """:func:`read`, kept for the texts parsed last; a text the merger wrote is parsed from how it
-    was written when it reads back for sure (:func:`remember_written`)."""
-    got = _PARSED.get(text)
-    if got is None:
-        w = _WRITTEN.get(text)
-        got = (w is not None and _from_written(*w)) or read(text)
-        _PARSED.put(text, got)
-    return got
+    """:func:`read`; a text the merger wrote is parsed from how it was written when it reads back
+    for sure (:func:`remember_written`)."""
+    w = _WRITTEN.get(text)
+    return (w is not None and _from_written(*w)) or read(text)
 
 
 def read(text: str) -> tuple[list[str], list[tuple[int, str, list[str]]]]:
@@ -169,13 +179,18 @@ def read(text: str) -> tuple[list[str], list[tuple[int, str, list[str]]]]:
         head = text
     else:
         segs[-1][2] = text[pos:]
-    return split_sentences(head), [(k, lab, sents) for k, lab, t in segs if (sents := split_sentences(t))]
+    return _infos(head), [(k, lab, sents) for k, lab, t in segs if (sents := _infos(t))]
+
+
+def _infos(text: str) -> list[tuple]:
+    return [sentence_info(s) for s in split_sentences(text)]
 
 
 def forget() -> None:
     """Empty every memo (benchmarks start cold; results never depend on them)."""
-    for memo in (_PARSED, _SENTENCES, _SURE, _WRITTEN):
+    for memo in (_SURE, _WRITTEN):
         memo.new, memo.old = {}, {}
+    sentence_info.cache_clear()
 
 
 def _label_reads_back(label: str) -> bool:
@@ -227,8 +242,8 @@ def _ends_for_sure(sent: str) -> bool:
 
 
 def written_reads_back(labels, groups, tagged: bool) -> bool:
-    """Whether :func:`parse` of the text written from ``groups`` (sentences :func:`parse` read,
-    ``" "`` between them, each non-empty group after ``"[label] "`` when ``tagged``) gives
+    """Whether :func:`parse` of the text written from ``groups`` (:func:`sentence_info` of
+    sentences :func:`parse` read, ``" "`` between them, each non-empty group after ``"[label] "`` when ``tagged``) gives
     those sentences and tags back: every label reads back as its tag, every sentence starts
     clean and every one but a group's last ends for sure (:func:`_ends_for_sure`)."""
     for label, g in zip(labels, groups):
@@ -237,9 +252,9 @@ def written_reads_back(labels, groups, tagged: bool) -> bool:
         if tagged and not _label_reads_back(label):
             return False
         for s in g[:-1]:
-            if not _ends_for_sure(s):
+            if not _ends_for_sure(s[0]):
                 return False
-        if not _starts_clean(g[-1]):
+        if not _starts_clean(g[-1][0]):
             return False
     return True
 
