@@ -1,18 +1,18 @@
 """A memory text as the extractive merger reads it: date segments, sentences and their tokens.
 
-The rules are :mod:`.extractive`'s (its docstring, steps 1 and 3); this module reads texts
-and remembers what it read, since progressive merging reads the same sentences, and often the
-same texts, again in every later merge of their node:
+The rules are :mod:`.extractive`'s (its docstring, steps 1 and 3); this module reads texts and
+remembers what it read, since progressive merging reads the same sentences again in every later
+merge of their node:
 
-- :func:`parse` (a text's sentences before its first date tag, and each valid tag's day and
-  sentences) and :func:`sentence_info` (a sentence's tokens, numbers and negations) are kept
-  for the texts and sentences seen last (:class:`Recent`, bounded);
-- :func:`remember_written` records the parse of a text the merger has just written from
-  parsed sentences, when reading that text back is sure to give the same parse (each rule of
-  :func:`written_reads_back`), so a merged text is not cut into sentences again when it is
-  merged again.
+- :func:`parse` gives a text's sentences before its first date tag and each valid tag's day
+  and sentences, each sentence with its :func:`sentence_info` (tokens, numbers, negations;
+  kept for the sentences seen last);
+- :func:`remember_written` keeps how the merger wrote a text (the sentences it read, with
+  their infos); when that text is parsed again (merged again) and reading it back is sure to
+  give the same sentences and tags (:func:`written_reads_back`), the parse is taken from
+  there instead of cutting the text again. :class:`Recent` bounds what is kept.
 
-Nothing cached changes a result: a text or sentence not found is read as if it were new.
+Nothing kept changes a result: a text or sentence not found is read as if it were new.
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ class Recent:
         self.new[key] = value
 
 
-_SURE = Recent(1 << 16)
+_STATUS = Recent(1 << 16)
 _WRITTEN = Recent(1 << 15)
 _DAYS: dict[str, int] = {}
 _BY_DAY: dict[float, tuple[int, str]] = {}
@@ -188,7 +188,7 @@ def _infos(text: str) -> list[tuple]:
 
 def forget() -> None:
     """Empty every memo (benchmarks start cold; results never depend on them)."""
-    for memo in (_SURE, _WRITTEN):
+    for memo in (_STATUS, _WRITTEN):
         memo.new, memo.old = {}, {}
     sentence_info.cache_clear()
 
@@ -209,52 +209,49 @@ def _label_reads_back(label: str) -> bool:
     return got
 
 
-def _starts_clean(sent: str) -> bool:
-    """No ``. ! ?`` first (a cut there would depend on the word before) and no date tag inside."""
-    return sent[0] not in ".!?" and DATE_TAG.search(sent) is None
-
-
-def _ends_for_sure(sent: str) -> bool:
-    """Whether a sentence read from a text, written with a space and any other sentence after
-    it, is still cut there and nowhere else: it starts clean (:func:`_starts_clean`) and ends
-    with punctuation that splits whatever word follows."""
-    got = _SURE.get(sent)
+def _reads_back(sent: str) -> int:
+    """How a sentence read from a text reads back when written with a space before it and
+    another sentence after: 0 when it may not (it starts with ``. ! ?``, where a cut depends on
+    the word before, or holds a date tag), 2 when it is also cut at its end whatever word
+    follows, else 1 (fine as a segment's last sentence)."""
+    got = _STATUS.get(sent)
     if got is not None:
         return got
-    got = False
-    if _starts_clean(sent):
+    got = 0
+    if sent[0] not in ".!?" and DATE_TAG.search(sent) is None:
+        got = 1
         line = sent + " "
         ends = list(_END.finditer(line))
         last = ends[-1] if ends else None
         if last is not None and last.end() == len(sent):
             g = last.group()
             if g[-1] in _QUOTES:
-                got = False  # splits or not by the next word's case
+                pass  # splits or not by the next word's case
             elif g.rstrip(_CLOSERS) != ".":
-                got = True
+                got = 2
             else:
                 word = _word_before(line, last.start()).lstrip(_OPENERS)
                 low = word.lower()
-                got = not (low in _ABBREV or (len(word) == 1 and "A" <= word <= "Z") or low == "no"
-                           or word.isdigit())
-    _SURE.put(sent, got)
+                if not (low in _ABBREV or (len(word) == 1 and "A" <= word <= "Z") or low == "no" or word.isdigit()):
+                    got = 2
+    _STATUS.put(sent, got)
     return got
 
 
 def written_reads_back(labels, groups, tagged: bool) -> bool:
     """Whether :func:`parse` of the text written from ``groups`` (:func:`sentence_info` of
-    sentences :func:`parse` read, ``" "`` between them, each non-empty group after ``"[label] "`` when ``tagged``) gives
-    those sentences and tags back: every label reads back as its tag, every sentence starts
-    clean and every one but a group's last ends for sure (:func:`_ends_for_sure`)."""
+    sentences :func:`parse` read, ``" "`` between them, each non-empty group after
+    ``"[label] "`` when ``tagged``) gives those sentences and tags back: every label reads back
+    as its tag, and every sentence reads back (:func:`_reads_back`: 2, or 1 for a group's last)."""
     for label, g in zip(labels, groups):
         if not g:
             continue
         if tagged and not _label_reads_back(label):
             return False
         for s in g[:-1]:
-            if not _ends_for_sure(s[0]):
+            if _reads_back(s[0]) != 2:
                 return False
-        if not _starts_clean(g[-1][0]):
+        if not _reads_back(g[-1][0]):
             return False
     return True
 
