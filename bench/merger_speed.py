@@ -11,12 +11,14 @@ inputs ``--levels`` times (merges of merges, as progressive merging does), every
 cold memos; and ``condense`` of the last level's pairs at a word cap. Both sides run in this
 process (``--processes 0``, the per-merge work) unless ``--processes`` says otherwise (both
 then use worker processes for batches of ``--parallel-above`` pairs or more). Prints
-microseconds per merge of each side (best of ``--repeats``) and the ratio.
+microseconds per merge of each side (best of ``--repeats``) and the ratio: this process's CPU
+time in process (less swayed by other work on a shared machine), wall time with workers.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import random
 import sys
 import time
@@ -27,20 +29,21 @@ import extractive_reference as ref_module  # noqa: E402
 from extractive_corpus import dev_items, merge_levels, synthetic_items  # noqa: E402
 
 from memforest_gpu.mergers import sentences  # noqa: E402
+from memforest_gpu.mergers.base import MergePair  # noqa: E402
 from memforest_gpu.mergers.extractive import ExtractiveMerger  # noqa: E402
 from memforest_gpu.mergers.word_count import count_words  # noqa: E402
 
 
-def chain(merger, items, levels: int, seed: int) -> tuple[float, int, list]:
+def chain(merger, items, levels: int, seed: int, clock=time.process_time) -> tuple[float, int, list]:
     """Seconds spent in ``merger.merge`` over ``levels`` levels of merges of merges, the
     number of merges, and the last level's pairs."""
     spent, n, last = 0.0, 0, []
 
     def timed(pairs):
         nonlocal spent, n, last
-        t = time.perf_counter()
+        t = clock()
         out = merger.merge(pairs)
-        spent += time.perf_counter() - t
+        spent += clock() - t
         n, last = n + len(pairs), pairs
         return out
 
@@ -58,15 +61,16 @@ def compare(name: str, items, a) -> None:
     mk = {"reference": ref_module.ExtractiveMerger, "new": ExtractiveMerger}
     best = {k: float("inf") for k in mk}
     best_c = dict(best)
+    clock = time.process_time if a.processes == 0 else time.perf_counter
     for r in range(a.repeats):
         for side in (("reference", "new") if r % 2 == 0 else ("new", "reference")):
             m = mk[side](processes=a.processes, parallel_above=a.parallel_above)
             cold()
-            s, n, last = chain(m, items, a.levels, seed=r)
+            s, n, last = chain(m, items, a.levels, seed=r, clock=clock)
             best[side] = min(best[side], s / n * 1e6)
-            t = time.perf_counter()
+            t = clock()
             m.condense(last, a.cap, count_words)
-            best_c[side] = min(best_c[side], (time.perf_counter() - t) / len(last) * 1e6)
+            best_c[side] = min(best_c[side], (clock() - t) / len(last) * 1e6)
     print(f"{name:>10} merge    {n:>7} merges: reference {best['reference']:7.2f} us, new {best['new']:7.2f} us,"
           f" ratio {best['reference'] / best['new']:5.2f}x")
     print(f"{name:>10} condense {len(last):>7} pairs:  reference {best_c['reference']:7.2f} us,"
@@ -86,6 +90,19 @@ def main(argv=None) -> None:
     dev = dev_items("turns") + dev_items("facts")
     if dev:
         compare("dev file", dev, a)
+    pickled()
+
+
+def pickled(n: int = 20000) -> None:
+    """What sending a batch to a worker costs per pair: the pairs as dataclasses (the reference)
+    or as the tuples the merger now sends (dumps and loads, this process's CPU time)."""
+    items = synthetic_items(2 * n)
+    pairs = [MergePair(x, y) for x, y in zip(items[::2], items[1::2])]
+    quads = [(p.older.text, p.older.timestamp, p.newer.text, p.newer.timestamp) for p in pairs]
+    for name, obj in (("dataclasses", pairs), ("tuples", quads)):
+        t = time.process_time()
+        pickle.loads(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))
+        print(f"{'pickling':>10} {name:>11}: {(time.process_time() - t) / n * 1e6:6.2f} us a pair")
 
 
 if __name__ == "__main__":
