@@ -28,7 +28,6 @@ __all__ = ["normalize", "split_sentences", "parse", "read", "sentence_info", "da
 
 MONTH_NO = {m: i + 1 for i, m in enumerate(MONTHS)}
 _TOKEN = re.compile(r"[a-z0-9]+")
-_NUMBER = re.compile(r"[a-z]*[0-9][a-z0-9]*")
 _END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s)")
 _NEXT_WORD = re.compile(r"\s*(\S*)")  # \s is str.isspace, the whitespace of str.split()
 _QUOTES = "\"'\u201d\u2019"
@@ -123,7 +122,7 @@ def sentence_info(sent: str) -> tuple:
     low = sent.lower()
     toks = tuple(_TOKEN.findall(low))
     a = frozenset(toks)
-    nums = tuple(_NUMBER.findall(low))  # the token runs with a digit, whole
+    nums = tuple(t for t in toks if not t.isalpha())
     return sent, toks, a, nums, a & NEGATIONS, frozenset(nums), len(toks), len(a)
 
 
