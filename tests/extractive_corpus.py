@@ -50,7 +50,7 @@ def dev_items(nodes: str) -> list[MemoryItem]:
 
 def tricky_items(rng: random.Random, n: int) -> list[MemoryItem]:
     """``n`` items of one to four tricky pieces each, on odd days (year 999, midnight, far future)."""
-    days = [T0, T0 + DAY, T0 + 0.5, T0 + 40 * DAY, -3.0e10, 86400.0 * 19485 - 0.0004, 2.5e11, 0.0]
+    days = [T0, T0 + DAY, T0 + 0.5, T0 + 40 * DAY, -3.0e10, -3.3e10, -6.2e10, 86400.0 * 19485 - 0.0004, 2.5e11, 0.0]
     out = []
     for k in range(n):
         parts = rng.sample(TRICKY, rng.randint(1, 4))

@@ -15,7 +15,7 @@ from memforest_gpu.mergers.extractive import ExtractiveMerger, dedup_sentences, 
 from memforest_gpu.mergers.word_count import count_words
 
 THRESHOLDS = (0.9, 1.0, 0.75, 0.5, 0.2)
-CAPS = (1, 2, 3, 5, 8, 13, 21, 40, 80)
+CAPS = (1, 2, 5, 13, 40)
 
 
 def chars(texts):
