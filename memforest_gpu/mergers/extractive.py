@@ -43,24 +43,17 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from datetime import date
 from functools import lru_cache
 
 from ..config import ConfigError
-from ..store.timeutil import DATE_TAG, MONTHS, format_date
+from ..store.timeutil import MONTHS, format_date
 from .base import MergePair
 from .parallel import map_parts, spare_cores
+from .sentences import day_of, normalize, parse, remember_written, sentence_info, split_sentences
 
 __all__ = ["ExtractiveMerger", "split_sentences", "normalize", "dedup_sentences", "has_info"]
 
-_MONTH_NO = {m: i + 1 for i, m in enumerate(MONTHS)}
 _TOKEN = re.compile(r"[a-z0-9]+")
-_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s)")
-_ABBREV = frozenset(
-    "mr mrs ms dr prof sr jr st vs etc e.g i.e cf approx fig vol dept est inc ltd co mt ft "
-    "gen col lt sgt capt rev hon a.m p.m u.s u.k "
-    "jan feb mar apr jun jul aug sep sept oct nov dec".split())
-_NEGATIONS = frozenset("not no never t nor neither none nobody nothing cannot without".split())
 _STOP = frozenset(
     "a an the and or but if so of to in on at by for with from as is are was were be been being am do does did "
     "have has had i me my we our you your he him his she her it its they them their this that these those there "
@@ -70,53 +63,7 @@ _STOP = frozenset(
 _WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
 _INFO_WORDS = frozenset(m.lower() for m in MONTHS) | _WEEKDAYS
 _WORD = re.compile(r"[A-Za-z][\w'-]*")
-
-
-def normalize(sentence: str) -> tuple[str, ...]:
-    """Lowercase alphanumeric token runs: ``"Mr. Smith's 2 dogs!" -> ('mr', 'smith', 's', '2',
-    'dogs')``."""
-    return tuple(_TOKEN.findall(sentence.lower()))
-
-
-def _no_split(text: str, m: re.Match) -> bool:
-    """True when the punctuation at ``m`` ends an abbreviation, an initial or a date,
-    or closes a quote that the sentence goes on after (``"Really?" she asked.``)."""
-    after = text[m.end():].lstrip()
-    nxt = after.split(None, 1)[0] if after else ""
-    if m.group()[-1] in "\"'\u201d\u2019" and nxt[:1].islower():
-        return True
-    if m.group().rstrip("\"'\u201d\u2019)]") != ".":
-        return False
-    word = text[:m.start()].rsplit(None, 1)[-1] if text[:m.start()].strip() else ""
-    word = word.lstrip("\"'\u201c\u2018([")
-    low = word.lower()
-    if low in _ABBREV or re.fullmatch(r"[A-Z]", word):
-        return True
-    if low == "no" and nxt[:1].isdigit():  # "No. 5"
-        return True
-    return word.isdigit() and nxt.rstrip(",.") in _MONTH_NO  # "8. May 2023"
-
-
-def split_sentences(text: str) -> list[str]:
-    """Split on newlines and on ``. ! ?`` (plus closing quotes/brackets) before
-    whitespace, except after abbreviations ("Dr.", "e.g."), initials, "8. May" and a
-    closing quote the sentence goes on after (``"Hi!" she said.``).
-    Decimals ("3.5") never split since no whitespace follows the dot."""
-    out: list[str] = []
-    for line in text.splitlines():
-        start = 0
-        for m in _END.finditer(line):
-            if not _no_split(line, m):
-                out.append(line[start:m.end()].strip())
-                start = m.end()
-        out.append(line[start:].strip())
-    return [s for s in out if s]
-
-
-def _numbers(tokens: tuple[str, ...]) -> tuple[str, ...]:
-    """The tokens that contain a digit, in order (tokens are ``[a-z0-9]+``: the ones that are
-    not all letters)."""
-    return tuple(t for t in tokens if not t.isalpha())
+_INDEX_ABOVE = 24  # sentences in a merge from which dedup looks up candidates by token
 
 
 def _in_order(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
@@ -128,74 +75,75 @@ def _in_order(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     return all(x in it for x in a)  # `in` consumes the iterator up to the match
 
 
-def _repeats(tokens, a: frozenset | set, a_nums: tuple, b: frozenset | set, b_nums: tuple,
-             threshold: float) -> bool:
-    if not a or (a & _NEGATIONS) != (b & _NEGATIONS):
-        return False
-    if not _in_order(a_nums, b_nums):
-        return False
-    if len(tokens) >= 3 and a <= b:
-        return True
-    if not b.issuperset(a_nums):  # a new number is new information
-        return False
-    return len(a & b) / len(a | b) >= threshold
+def _repeats_one(info: tuple, kept: list, threshold: float) -> bool:
+    """Whether a sentence (its :func:`~.sentences.sentence_info`) repeats a kept one (rule 3):
+    same negations, every number of it in the kept one and in the same order, and its tokens
+    contained in the kept one's (3+ tokens) or at Jaccard >= ``threshold`` with them. The
+    size test first: the Jaccard index never exceeds min/max (and rounding keeps that order)."""
+    _, _, a, nums, neg, numset, n, la = info
+    long = n >= 3
+    for _, _, b, b_nums, kneg, _, _, lb in kept:
+        if not ((long and la <= lb) or min(la, lb) / max(la, lb) >= threshold):
+            continue
+        if kneg != neg or not numset <= b:
+            continue
+        if not ((long and a <= b) or (i := len(a & b)) / (la + lb - i) >= threshold):
+            continue
+        if _in_order(nums, b_nums):
+            return True
+    return False
 
 
-def _could_repeat(n_tokens: int, la: int, lb: int, threshold: float) -> bool:
-    """Whether a sentence of set size ``la`` can be a near duplicate of a kept one of set size
-    ``lb`` at all: containment needs la <= lb, Jaccard >= threshold needs min/max >= threshold
-    (the Jaccard index never exceeds min/max, and rounding keeps that order)."""
-    return (n_tokens >= 3 and la <= lb) or min(la, lb) / max(la, lb) >= threshold
+@lru_cache(maxsize=4096)
+def _least_shared(la: int, threshold: float) -> int:
+    """The fewest tokens a sentence of ``la`` distinct tokens shares with one it repeats: its
+    Jaccard index is at most shared/la (and rounding keeps that order); containment shares la."""
+    return next(i for i in range(1, la + 1) if i / la >= threshold)
 
 
-@lru_cache(maxsize=1 << 16)
-def _sentence_info(sent: str) -> tuple[tuple[str, ...], frozenset, tuple[str, ...], frozenset]:
-    """(tokens, token set, numbers, negations) of a sentence; cached, since progressive
-    merging sees the same sentences again in every later merge of their node."""
-    toks = normalize(sent)
-    a = frozenset(toks)
-    return toks, a, _numbers(toks), a & _NEGATIONS
+def _repeats_indexed(info: tuple, kept: list, postings: dict, threshold: float) -> bool:
+    """:func:`_repeats_one` over the kept sentences that can be repeated at all: those holding one
+    of any ``la - shared + 1`` of its tokens (:func:`_least_shared`), the rarest taken."""
+    a, la = info[2], info[7]
+    lists = sorted([postings.get(t, ()) for t in a], key=len)[:la - _least_shared(la, threshold) + 1]
+    found = set(lists[0]).union(*lists[1:])
+    return bool(found) and _repeats_one(info, [kept[k] for k in found], threshold)
+
+
+def _dedup(groups: Sequence[Sequence[tuple]], threshold: float) -> list[list[tuple]]:
+    """:func:`dedup_sentences` over the sentences' :func:`~.sentences.sentence_info`; with many
+    sentences, each is compared only with the kept ones that share enough tokens
+    (:func:`_repeats_indexed`), not with every kept one."""
+    indexed = sum(map(len, groups)) >= _INDEX_ABOVE
+    seen: set = set()
+    kept: list[tuple] = []
+    postings: dict = {}  # token -> the kept sentences that hold it
+    out: list[list[tuple]] = []
+    for group in groups:
+        cur: list[tuple] = []
+        for info in group:
+            toks = info[1]
+            key = toks or info[0]  # token-less text ("...", emoji) dedups verbatim
+            if key in seen:
+                continue
+            if toks and kept and (_repeats_indexed(info, kept, postings, threshold) if indexed
+                                  else _repeats_one(info, kept, threshold)):
+                continue
+            seen.add(key)
+            if indexed:
+                for t in info[2]:
+                    postings.setdefault(t, []).append(len(kept))
+            kept.append(info)
+            cur.append(info)
+        out.append(cur)
+    return out
 
 
 def dedup_sentences(groups: Sequence[Sequence[str]], threshold: float = 0.9) -> list[list[str]]:
     """Drop exact and near duplicates across ``groups`` (kept in order, first wins);
     returns the groups with the same shape, possibly emptied."""
-    seen: set = set()
-    kept: list[tuple[frozenset, tuple, frozenset]] = []  # (token set, numbers, negations) of kept sentences
-    out: list[list[str]] = []
-    for group in groups:
-        cur: list[str] = []
-        for sent in group:
-            toks, a, nums, neg = _sentence_info(sent)
-            key = toks or sent  # token-less text ("...", emoji) dedups verbatim
-            if key in seen:
-                continue
-            if toks and any(kneg == neg and _could_repeat(len(toks), len(a), len(b), threshold)
-                            and _repeats(toks, a, nums, b, b_nums, threshold) for b, b_nums, kneg in kept):
-                continue
-            seen.add(key)
-            kept.append((a, nums, neg))
-            cur.append(sent)
-        out.append(cur)
-    return out
-
-
-def _segments(text: str, ts: float) -> list[tuple[date, str, list[str]]]:
-    """``[(day, 'D Month YYYY', sentences), ...]`` for one input, in text order."""
-    d0 = format_date(ts)
-    day, month, year = d0.split()
-    segs = [(date(int(year), _MONTH_NO[month], int(day)), d0, text)]
-    pos = 0
-    for m in DATE_TAG.finditer(text):
-        try:
-            key = date(int(m.group(3)), _MONTH_NO[m.group(2)], int(m.group(1)))
-        except ValueError:  # "[31 February 2023]" is text, not a tag
-            continue
-        segs[-1] = (*segs[-1][:2], text[pos:m.start()])
-        segs.append((key, f"{key.day} {m.group(2)} {key.year}", text[m.end():]))
-        pos = m.end()
-    segs[-1] = (*segs[-1][:2], text[pos:])
-    return [(k, s, split_sentences(t)) for k, s, t in segs]
+    kept = _dedup([[sentence_info(s) for s in g] for g in groups], threshold)
+    return [[info[0] for info in g] for g in kept]
 
 
 class ExtractiveMerger:
@@ -234,7 +182,7 @@ class ExtractiveMerger:
 
     def merge(self, pairs: Sequence[MergePair]) -> list[str]:
         """One merged, non-empty text per pair, in the order of ``pairs``."""
-        return map_parts(_merge_part, self.near_duplicate, pairs, workers=self.processes,
+        return map_parts(_merge_part, self.near_duplicate, _quads(pairs), workers=self.processes,
                          min_items=self.parallel_above)
 
     def condense(self, pairs: Sequence[MergePair], cap: int,
@@ -266,45 +214,81 @@ class ExtractiveMerger:
 
     def _merged(self, pair: MergePair) -> tuple[list[str], list[list[str]], bool]:
         """(date labels, their deduplicated sentences, whether tags are written) of a pair."""
-        return _merged(pair, self.near_duplicate)
+        labels, groups, tagged = _merged(_quads([pair])[0], self.near_duplicate)
+        return labels, [[info[0] for info in g] for g in groups], tagged
 
 
-def _merge_part(near_duplicate: float, pairs: Sequence[MergePair]) -> list[str]:
-    """The merged texts of ``pairs`` (what :meth:`ExtractiveMerger.merge` maps over parts)."""
-    return [_merge_one(p, near_duplicate) for p in pairs]
+def _quads(pairs: Sequence[MergePair]) -> list[tuple[str, float, str, float]]:
+    """(older text, its timestamp, newer text, its timestamp) per pair: what the merge reads, and
+    cheap to send to a worker process (a dataclass pickles at ~20x a tuple's cost)."""
+    return [(p.older.text, p.older.timestamp, p.newer.text, p.newer.timestamp) for p in pairs]
 
 
-def _merged(pair: MergePair, near_duplicate: float) -> tuple[list[str], list[list[str]], bool]:
-    """(date labels, their deduplicated sentences, whether tags are written) of a pair."""
-    segs = [s for item in (pair.older, pair.newer)
-            for s in _segments(item.text, item.timestamp) if s[2]]
-    segs.sort(key=lambda s: s[0])  # stable: older input first on equal dates
-    merged: list[tuple[str, list[str]]] = []
+def _merge_part(near_duplicate: float, quads: Sequence[tuple]) -> list[str]:
+    """The merged texts of ``quads`` (:func:`_quads`; what :meth:`ExtractiveMerger.merge` maps
+    over parts)."""
+    return [_merge_one(q, near_duplicate) for q in quads]
+
+
+def _segments(text: str, ts: float, out: list) -> None:
+    """Append one input's ``(day ordinal, 'D Month YYYY', sentences)`` segments that have a
+    sentence to ``out``, in text order (the text before the first tag has the input's date)."""
+    day = day_of(ts)
+    head, rest = parse(text)
+    if head:
+        out.append((*day, head))
+    out.extend(rest)
+
+
+def _first(seg: tuple) -> int:
+    return seg[0]
+
+
+def _merged(q: tuple, near_duplicate: float) -> tuple[list[str], list[list[str]], bool]:
+    """(date labels, their deduplicated sentences, whether tags are written) of a pair's
+    :func:`_quads` entry."""
+    segs: list = []
+    _segments(q[0], q[1], segs)
+    _segments(q[2], q[3], segs)
+    if len(segs) > 1:
+        segs.sort(key=_first)  # stable: older input first on equal dates
+    labels: list[str] = []
+    groups: list = []
     for _, label, sents in segs:
-        if merged and merged[-1][0] == label:
-            merged[-1][1].extend(sents)
+        if labels and labels[-1] == label:
+            groups[-1] = groups[-1] + sents  # a new list: the parsed ones are kept as read
         else:
-            merged.append((label, list(sents)))
-    groups = dedup_sentences([s for _, s in merged], near_duplicate)
-    return [lab for lab, _ in merged], groups, len(merged) > 1
+            labels.append(label)
+            groups.append(sents)
+    return labels, _dedup(groups, near_duplicate), len(labels) > 1
 
 
-def _merge_one(pair: MergePair, near_duplicate: float) -> str:
-    labels, groups, tagged = _merged(pair, near_duplicate)
-    out = _write(labels, groups, tagged)
+def _merge_one(q: tuple, near_duplicate: float) -> str:
+    labels, groups, tagged = _merged(q, near_duplicate)
+    out = _write_infos(labels, groups, tagged)
     if out:
+        remember_written(out, labels, groups, tagged)
         return out
-    return _raw(pair)
+    return _raw(q)
 
 
 def _write(labels: Sequence[str], groups: Sequence[Sequence[str]], tagged: bool) -> str:
-    return " ".join((f"[{label}] " if tagged else "") + " ".join(g) for label, g in zip(labels, groups) if g)
+    if not tagged:
+        return " ".join(groups[0]) if groups else ""
+    return " ".join(f"[{label}] " + " ".join(g) for label, g in zip(labels, groups) if g)
 
 
-def _raw(pair: MergePair) -> str:
+def _write_infos(labels: Sequence[str], groups: Sequence[Sequence[tuple]], tagged: bool) -> str:
+    """:func:`_write` of groups of :func:`~.sentences.sentence_info`."""
+    if not tagged:
+        return " ".join([info[0] for info in groups[0]]) if groups else ""
+    return " ".join(f"[{label}] " + " ".join([info[0] for info in g]) for label, g in zip(labels, groups) if g)
+
+
+def _raw(q: tuple) -> str:
     """Nothing but tags/whitespace in both inputs: keep the raw text, never ""."""
-    raw = " ".join(t for t in (pair.older.text.strip(), pair.newer.text.strip()) if t)
-    return raw or f"[{format_date(pair.older.timestamp)}]"
+    raw = " ".join(t for t in (q[0].strip(), q[2].strip()) if t)
+    return raw or f"[{format_date(q[1])}]"
 
 
 def has_info(sentence: str) -> bool:
@@ -369,7 +353,7 @@ def _condense_one(labels, groups, tagged, pair, cap, counter, sent_cost, tag_cos
             return text
         order = [k for k in order if k in keep][:-1]  # the sum of parts was short: drop the last kept
     if not flat:
-        return _raw(pair)
+        return _raw(_quads([pair])[0])
     # not even the first sentence fits alone: the longest prefix of its words that does (one word at least)
     g, _, s = flat[prio[0]]
     prefix = f"[{labels[g]}] " if tagged else ""
