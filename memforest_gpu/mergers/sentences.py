@@ -57,8 +57,11 @@ class Recent:
         self.new[key] = value
 
 
-_STATUS = Recent(1 << 16)
-_WRITTEN = Recent(1 << 15)
+_STATUS = Recent(1 << 14)
+_WRITTEN = Recent(1 << 12)
+#: the fewest sentences of a merged text kept to be read back: a shorter one is read again (as
+#: cheap as the lookup, and a matching round's many short texts would only fill the memo)
+MEMO_FROM = 8
 _DAYS: dict[str, int] = {}
 _BY_DAY: dict[float, tuple[int, str]] = {}
 _LABEL_OK: dict[str, bool] = {}
@@ -257,8 +260,10 @@ def written_reads_back(labels, groups, tagged: bool) -> bool:
 
 def remember_written(text: str, labels, groups, tagged: bool) -> None:
     """Keep how ``text`` was written from parsed sentences (see :func:`written_reads_back`):
-    when it is parsed (merged again) and reads back for sure, the parse is taken from there."""
-    _WRITTEN.put(text, (labels, groups, tagged))
+    when it is parsed (merged again) and reads back for sure, the parse is taken from there.
+    Only texts of :data:`MEMO_FROM` sentences or more are kept."""
+    if sum(map(len, groups)) >= MEMO_FROM:
+        _WRITTEN.put(text, (labels, groups, tagged))
 
 
 def _from_written(labels, groups, tagged: bool):
