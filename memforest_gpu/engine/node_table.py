@@ -41,6 +41,16 @@ def _has_meta(meta: pa.Array) -> np.ndarray:
     return pc.fill_null(pc.not_equal(meta, "{}"), False).to_numpy(zero_copy_only=False).astype(bool)
 
 
+def _order_of(first: np.ndarray) -> np.ndarray:
+    """Where each row sits in ``[the rows where first, the others]`` (each part in row order): the
+    take that puts such a concatenation back in row order. Shape: (R,) bool -> (R,) int64"""
+    order = np.empty(len(first), dtype=np.int64)
+    k = int(first.sum())
+    order[np.flatnonzero(first)] = np.arange(k)
+    order[np.flatnonzero(~first)] = k + np.arange(len(first) - k)
+    return order
+
+
 def merged_id(sources: list[str]) -> str:
     """Content-addressed id of a merged node: stable across runs and machines."""
     h = hashlib.sha1("\x1f".join(sorted(sources)).encode("utf-8")).hexdigest()[:16]
@@ -240,22 +250,16 @@ class NodeTable:
         fast = pc.binary_join_element_wise(lit[0], ids[0], lit[1], ids[1], lit[2], lit[3])
         slow = pa.array([dumps_meta(self._meta(self.n + j), m_id[k]) for k, j in
                          zip(np.flatnonzero(~plain).tolist(), m[~plain].tolist())], type=pa.large_string())
-        order = np.empty(len(m), dtype=np.int64)  # row k of the output -> index in [fast, slow]
-        order[np.flatnonzero(plain)] = np.arange(int(plain.sum()))
-        order[np.flatnonzero(~plain)] = int(plain.sum()) + np.arange(int((~plain).sum()))
-        return pa.concat_arrays([fast, slow]).take(pa.array(order))
+        return pa.concat_arrays([fast, slow]).take(pa.array(_order_of(plain)))
 
     def ids_arrow(self, rows: np.ndarray) -> pa.Array:
         """The ids of ``rows`` (host int array) as one Arrow array.
         Shape: (R,) -> (R,) large_string"""
         rows = np.asarray(rows, dtype=np.int64)
         o = rows < self.n
-        perm = np.empty(len(rows), dtype=np.int64)
-        perm[np.flatnonzero(o)] = np.arange(int(o.sum()))
-        perm[np.flatnonzero(~o)] = int(o.sum()) + np.arange(int((~o).sum()))
         merged = pa.array([self.m_ids[j] for j in (rows[~o] - self.n).tolist()], type=pa.large_string())
         return pa.concat_arrays([self._o_ids.take(pa.array(rows[o])).cast(pa.large_string()), merged]
-                                ).take(pa.array(perm))
+                                ).take(pa.array(_order_of(o)))
 
     def to_store(self, rows: np.ndarray, embeddings: torch.Tensor) -> MemoryStore:
         """The store of ``rows`` (already in output order); ``embeddings`` (len(rows), D) match
@@ -265,10 +269,7 @@ class NodeTable:
         rows = np.asarray(rows, dtype=np.int64)
         is_o = rows < self.n
         o_rows, m_rows = rows[is_o], (rows[~is_o] - self.n).tolist()
-        perm = np.empty(len(rows), dtype=np.int64)  # output position -> index in [originals, merged]
-        perm[np.flatnonzero(is_o)] = np.arange(len(o_rows))
-        perm[np.flatnonzero(~is_o)] = len(o_rows) + np.arange(len(m_rows))
-        po, pp = pa.array(o_rows, type=pa.int64()), pa.array(perm, type=pa.int64())
+        po, pp = pa.array(o_rows, type=pa.int64()), pa.array(_order_of(is_o))  # pp: output order
         st = self.store
         m_id = [self.m_ids[j] for j in m_rows]
 
