@@ -173,6 +173,55 @@ def test_a_round_split_into_groups_of_trees_is_the_same_run(monkeypatch, schedul
         assert max(groups) > 1
 
 
+def test_the_apply_reads_merged_vectors_a_group_of_trees_at_a_time(monkeypatch):
+    """The merged nodes' vectors are read from the run's table by each group of touched trees
+    (one tree a group here), never as one block of a bucket's pairs (at 1M nodes that block
+    was 300 MB over the round's peak); the run is the same as with the default budget,
+    also where the merged vectors go into the input's dead rows (``copy=False``)."""
+    apply_module = importlib.import_module("memforest_gpu.engine.apply")
+    vectors_module = importlib.import_module("memforest_gpu.engine.vectors")
+    store = build_store([400, 260, 90], dim=16, seed=11)
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.02),
+                         tree=TreeConfig(knn_above=0, knn=4, time_weight=0.3, size_weight=0.2),
+                         merge=MergeConfig(ratio=0.5, schedule="matching", keys=0))
+    whole = compress(build_store([400, 260, 90], dim=16, seed=11), cfg, device="cpu", copy=False)
+    reads, most, pairs, reused, refreshing = [], [], [], [], []
+    real_apply, real_gather = round_module.apply_round, vectors_module.NodeVectors.gather
+    real_refresh = apply_module._refresh
+
+    def refresh(*a, **k):  # the stale entries' ends: read in cache-sized blocks, not counted here
+        refreshing.append(1)
+        try:
+            return real_refresh(*a, **k)
+        finally:
+            refreshing.pop()
+
+    def apply(batch, plan, *a, **k):
+        most.append(int(np.bincount(plan.tree_np).max()))  # the most pairs of a tree this round
+        pairs.append(len(plan))
+        reads.append(0)
+        try:
+            return real_apply(batch, plan, *a, **k)
+        finally:
+            reused.append(batch.vectors.reuse)
+
+    def gather(self, rows):
+        inside = len(reads) > len(reused) and not refreshing  # in a round's apply, not its refresh
+        if inside and rows.dim() == 1 and rows.numel() and bool((rows >= self.n_base).all()):
+            reads[-1] = max(reads[-1], rows.numel())  # merged nodes' rows read at once
+        return real_gather(self, rows)
+
+    monkeypatch.setattr(round_module, "apply_round", apply)
+    monkeypatch.setattr(apply_module, "_refresh", refresh)
+    monkeypatch.setattr(vectors_module.NodeVectors, "gather", gather)
+    monkeypatch.setattr(apply_module, "ROUND_BLOCK_BYTES", {"cpu": 1})
+    one = compress(store, cfg, device="cpu", copy=False)
+    assert_same_run(whole, one)
+    assert all(reused) and max(reads) > 0
+    assert all(r <= m for r, m in zip(reads, most)), (reads, most)
+    assert any(m < p for m, p in zip(most, pairs))  # rounds whose pairs are in several trees
+
+
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
 @pytest.mark.parametrize("ratio", [0.3, 0.7])
 def test_invariants_with_the_knn_graph(schedule, ratio):

@@ -66,12 +66,9 @@ def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor | None, new_
     """
     vec = batch.vectors
     if not vec.reuse:
-        stored = vec.append(np.asarray(new_rows), vectors)  # (P, D) in the storage dtype
+        vec.append(np.asarray(new_rows), vectors)
     elif vectors is not None:
         vec.put(new_rows, at, vectors)
-        stored = None
-    else:
-        stored = None
     stale = []
     for b, bk in enumerate(batch.buckets):
         p0, p1 = int(plan.offsets[b]), int(plan.offsets[b + 1])  # the bucket's pairs in the plan
@@ -81,12 +78,13 @@ def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor | None, new_
         r = plan.row[p0:p1]
         sa, sb = plan.slot_a[p0:p1], plan.slot_b[p0:p1]
         keep, drop = torch.minimum(sa, sb), torch.maximum(sa, sb)
-        merged_vecs = stored[p0:p1].to(dev) if stored is not None else \
-            vec.gather(torch.as_tensor(new_rows[p0:p1], dtype=torch.int64, device=dev))  # (P_b, D)
+        # the merged nodes' rows: their vectors (in the table now) are read a group of pairs at
+        # a time below, never as one (P_b, D) block of the bucket (1M nodes: 300 MB)
+        nodes = torch.as_tensor(np.asarray(new_rows[p0:p1]), dtype=torch.int64, device=dev)  # (P_b,)
         ts = torch.maximum(bk.ts[r, keep], bk.ts[r, drop])
         first = torch.minimum(bk.lo[r, keep], bk.lo[r, drop])  # span of positions (Bucket.lo / hi)
         last = torch.maximum(bk.hi[r, keep], bk.hi[r, drop])
-        bk.slot[r, keep] = torch.as_tensor(new_rows[p0:p1], dtype=torch.int64, device=dev)
+        bk.slot[r, keep] = nodes
         bk.slot[r, drop] = -1
         bk.ts[r, keep] = ts
         bk.lo[r, keep] = first
@@ -95,9 +93,9 @@ def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor | None, new_
             bk.tok[r, keep] = tokens[p0:p1].to(device=dev, dtype=bk.tok.dtype)
         if bk.graph == KNN:
             stale.extend(_knn_round(batch, bk, RoundPairs(r, np.asarray(plan.row_np[p0:p1], dtype=np.int64),
-                                                          keep, drop, merged_vecs)))
+                                                          keep, drop, nodes)))
         else:
-            sims = row_sims(batch.vectors, bk.slot, plan.row_np[p0:p1], merged_vecs)  # (P_b, m), after all writes
+            sims = row_sims(batch.vectors, bk.slot, plan.row_np[p0:p1], nodes)  # (P_b, m), after all writes
             bk.W[r, keep, :] = sims
             bk.W[r, :, keep] = sims
     if stale:

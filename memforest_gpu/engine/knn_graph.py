@@ -163,7 +163,8 @@ class RoundPairs(NamedTuple):
 
     Shape: row (P,) each pair's tree row in the bucket, row_np (P,) its host copy, keep / drop
            (P,) the pair's lower / higher slot (the merged node takes ``keep``, ``drop``
-           empties), vectors (P, D) the merged nodes' vectors in the storage dtype, touched (P,)
+           empties), nodes (P,) the merged nodes' rows (their vectors are read from the run's
+           table a group at a time), touched (P,)
            each pair's index among the rows of its :class:`SlotMoves` (None until known)
     """
 
@@ -171,13 +172,13 @@ class RoundPairs(NamedTuple):
     row_np: np.ndarray
     keep: torch.Tensor
     drop: torch.Tensor
-    vectors: torch.Tensor
+    nodes: torch.Tensor
     touched: torch.Tensor | None = None
 
     def take(self, sel: np.ndarray, touched: np.ndarray) -> RoundPairs:
         """The pairs ``sel`` (host indices), with their index among the group's touched rows."""
         t = torch.as_tensor(sel, dtype=torch.int64, device=self.row.device)
-        return RoundPairs(self.row[t], self.row_np[sel], self.keep[t], self.drop[t], self.vectors[t],
+        return RoundPairs(self.row[t], self.row_np[sel], self.keep[t], self.drop[t], self.nodes[t],
                           torch.as_tensor(touched, dtype=torch.int64, device=self.row.device))
 
 
@@ -224,7 +225,7 @@ def merged_lists(bk, vectors: NodeVectors, pairs: RoundPairs, moves: SlotMoves, 
     Shape: pairs (P,) each field, moves over the pairs' touched rows, most: the most pairs of a
            tree in the round (default: counted in ``pairs.row_np``) -> (P, m) cosines or None
     """
-    r, keep, drop, merged_vecs = pairs.row, pairs.keep, pairs.drop, pairs.vectors
+    r, keep, drop, nodes = pairs.row, pairs.keep, pairs.drop, pairs.nodes
     k = tree.knn
     P = r.shape[0]
     cand = torch.cat([bk.nbr[r, keep], bk.nbr[r, drop]], 1).long()  # (P, 2k+2)
@@ -236,7 +237,7 @@ def merged_lists(bk, vectors: NodeVectors, pairs: RoundPairs, moves: SlotMoves, 
     me = _ends_at(bk, r[:, None], keep[:, None])  # (P, 1)
     sims = None
     if products:
-        sims = row_sims(vectors, bk.slot, pairs.row_np, merged_vecs, pmax=most)  # (P, m)
+        sims = row_sims(vectors, bk.slot, pairs.row_np, nodes, pmax=most)  # (P, m)
         cos = sims.gather(1, cand.clamp(min=0))
     else:
         cos = torch.zeros(cand.shape, dtype=bk.cs.dtype, device=cand.device)  # (P, c)
@@ -245,7 +246,7 @@ def merged_lists(bk, vectors: NodeVectors, pairs: RoundPairs, moves: SlotMoves, 
             sl = slice(p0, p0 + step)
             cd = cand[sl]
             Y = vectors.gather(torch.where(cd >= 0, bk.slot[r[sl, None], cd.clamp(min=0)], -1))  # (Pc, c, D)
-            cos[sl] = dot64_many(merged_vecs[sl], Y, vectors.dtype)  # (Pc, c)
+            cos[sl] = dot64_many(vectors.gather(nodes[sl]), Y, vectors.dtype)  # (Pc, c)
     w, _ = edge_weight(cos, me, _ends_at(bk, r[:, None], cand.clamp(min=0)), tree, cap)
     top, _, j = top_by_key(w.masked_fill(cand < 0, float("-inf")), cand, k)
     bk.nbr[r, keep, :k] = top.to(bk.nbr.dtype)

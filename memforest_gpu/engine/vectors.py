@@ -184,12 +184,13 @@ def row_sims(vectors: NodeVectors, slot: torch.Tensor, r: np.ndarray, E: torch.T
     cache-sized block on the CPU). ``r`` is a host array (the plan's host copy), so the
     grouping costs no device read.
 
-    Shape: slot (B, m) node rows, r (P,) host row of each pair, E (P, D) new vectors -> (P, m) in
+    Shape: slot (B, m) node rows, r (P,) host row of each pair, E (P, D) new vectors, or (P,) the
+           node rows of new vectors already in ``vectors`` (read a chunk at a time) -> (P, m) in
            vectors' dtype (float32 for half precision); pmax: the width of each tree's block of
            new vectors (at least the most pairs of a tree in ``r``; a caller splitting a round
            passes the round's, so the products have the same shapes whatever the split)
     """
-    P, D = E.shape
+    P, D = E.shape[0], vectors.dim
     m = slot.shape[1]
     dev = slot.device
     rows, inv = np.unique(np.asarray(r, dtype=np.int64), return_inverse=True)  # (R,), (P,)
@@ -210,7 +211,7 @@ def row_sims(vectors: NodeVectors, slot: torch.Tensor, r: np.ndarray, E: torch.T
         ci = torch.as_tensor(inv[sel] - c0, dtype=torch.int64, device=dev)
         cc = torch.as_tensor(col[sel], dtype=torch.int64, device=dev)
         Ep = torch.zeros(c1 - c0, pmax, D, dtype=torch.float64, device=dev)
-        Ep[ci, cc] = E[st].double()  # (Rc, pmax, D): each tree's new vectors
+        Ep[ci, cc] = (vectors.gather(E[st]) if E.dim() == 1 else E[st]).double()  # (Rc, pmax, D) new vectors
         X = vectors.gather(slot[torch.as_tensor(rows[c0:c1], dtype=torch.int64, device=dev)]).double()  # (Rc, m, D)
         S = torch.bmm(X, Ep.transpose(1, 2))  # (Rc, m, pmax)
         out[st] = S[ci, :, cc].to(out.dtype)
