@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import memforest_gpu.engine.setup as engine_setup
+import memforest_gpu.store.merged_keys as merged_keys
 from memforest_gpu import compress
 from memforest_gpu.config import PRESETS
 from memforest_gpu.store.synthetic import synthetic_store
@@ -35,6 +36,13 @@ def test_reusing_rows_gives_the_copying_runs_output(monkeypatch, preset, keys):
         return batch
 
     monkeypatch.setattr(engine_setup, "build_trees", spy)
+    took, real_put = [], merged_keys._put_saved
+
+    def put(vec, origin, saved):
+        took.append(len(saved))
+        return real_put(vec, origin, saved)
+
+    monkeypatch.setattr(merged_keys, "_put_saved", put)
     _, a = _run(cfg, True)
     st, b = _run(cfg, False)
     assert [v.reuse for v in seen] == [False, True]
@@ -44,7 +52,8 @@ def test_reusing_rows_gives_the_copying_runs_output(monkeypatch, preset, keys):
     assert a.store.ids == b.store.ids and a.store.texts == b.store.texts and a.store.sources == b.store.sources
     assert [m.to_dict() for m in a.merges] == [m.to_dict() for m in b.merges]
     if cfg.merge.keys != 0:
-        assert seen[1].saved  # input rows overwritten: their codes kept first
+        assert took[-1] > 0  # input rows overwritten: their codes kept first
+        assert not seen[1].saved  # and taken out of the run's list as the keys read them (held once)
         ka, kb = a.store.keys, b.store.keys
         assert torch.equal(ka.vectors, kb.vectors) and np.array_equal(ka.counts, kb.counts)
         assert ka.sources.equals(kb.sources)

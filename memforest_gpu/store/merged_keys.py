@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from ..heap import release_free_heap
 from .codes import int8_codes
 from .keys import NodeKeys, ranges
 from .memory_store import MemoryStore
@@ -103,7 +104,7 @@ def derive_keys(inp: MemoryStore, out_sources: pa.Array, *, max_keys: int | None
     ``"int8"`` makes the keys int8 codes (:mod:`.codes`), a block of keys at a time (never every
     key in float32 at once). ``saved``: ``[(rows, int8 codes)]`` of input rows whose vectors are
     gone from ``inp.embeddings`` (a run that reused their rows kept their codes first); with
-    them, only int8 keys of every source can be made.
+    them, only int8 keys of every source can be made; the list is emptied as its codes are written.
 
     Shape: out_sources (N_out,) -> NodeKeys of N_out nodes
     """
@@ -123,33 +124,13 @@ def derive_keys(inp: MemoryStore, out_sources: pa.Array, *, max_keys: int | None
     first[~plain] = u_off[at]
     unit_rows = ranges(first, take)  # (U_out,) units, grouped by output node
     per_node = np.bincount(pair_node, weights=take, minlength=n_out).astype(np.int64)
-    vec, src, counts = _reduce(inp, u_origin, u_src, u_w, unit_rows, per_node, max_keys, codes, _Saved.of(saved))
+    vec, src, counts = _reduce(inp, u_origin, u_src, u_w, unit_rows, per_node, max_keys, codes, saved or None)
     dev = inp.embeddings.device if device is None else device
     return NodeKeys.from_lists(counts, vec.to(dev), src, text_weight=text_weight, max_keys=max_keys)
 
 
-class _Saved:
-    """The int8 codes of input rows a reusing run overwrote, looked up by row."""
-
-    def __init__(self, rows: np.ndarray, codes: np.ndarray):
-        order = np.argsort(rows, kind="stable")
-        self.rows, self.codes = rows[order], codes[order]
-
-    @staticmethod
-    def of(saved) -> _Saved | None:
-        if not saved:
-            return None
-        return _Saved(np.concatenate([r for r, _ in saved]), torch.cat([c for _, c in saved]).cpu().numpy())
-
-    def patch(self, origin: np.ndarray, out: np.ndarray) -> None:
-        """``out[i]`` = the saved codes of input row ``origin[i]`` where it has some."""
-        at = np.minimum(np.searchsorted(self.rows, origin), max(len(self.rows) - 1, 0))
-        hit = np.flatnonzero(self.rows[at] == origin) if len(self.rows) else np.zeros(0, dtype=np.int64)
-        out[hit] = self.codes[at[hit]]
-
-
 def _reduce(inp: MemoryStore, u_origin: np.ndarray, u_src: pa.Array, u_w: np.ndarray, unit_rows: np.ndarray,
-            per_node: np.ndarray, max_keys: int | None, codes: str = "float32", saved: _Saved | None = None):
+            per_node: np.ndarray, max_keys: int | None, codes: str = "float32", saved: list | None = None):
     """Each node's units as keys, or ``max_keys`` centres of them. Returns (vectors (M, D),
     sources (M,), keys per node (N_out,))."""
     dev = inp.embeddings.device
@@ -180,6 +161,27 @@ def _reduce(inp: MemoryStore, u_origin: np.ndarray, u_src: pa.Array, u_w: np.nda
     return _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts, codes, saved)
 
 
+def _put_saved(vec: torch.Tensor, origin: np.ndarray, saved: list) -> np.ndarray:
+    """Write the saved int8 codes of input rows whose vectors are gone (a reusing run kept them
+    before it overwrote the rows) into the keys of those rows, taking each block out of
+    ``saved`` once written (the caller's list empties: the codes are never held twice, 1M
+    nodes: ~190 MB a copy). Returns which keys are still to be coded from ``inp``'s vectors.
+    Shape: vec (M, D) int8, origin (M,) each key's input row -> (M,) bool"""
+    key_of = np.full(int(origin.max()) + 1 if len(origin) else 0, -1, dtype=np.int64)
+    key_of[origin] = np.arange(len(origin))
+    todo = np.ones(len(origin), dtype=bool)
+    while saved:  # a row is saved once (the put that first overwrote it), so the blocks' order is free
+        rows, codes = saved.pop()
+        rows = np.asarray(rows, dtype=np.int64)
+        ok = rows < len(key_of)
+        k = np.where(ok, key_of[np.where(ok, rows, 0)], -1)
+        hit = np.flatnonzero(k >= 0)
+        c = codes if isinstance(codes, torch.Tensor) else torch.as_tensor(np.asarray(codes))
+        vec[torch.from_numpy(k[hit])] = c.cpu()[torch.from_numpy(hit)]
+        todo[k[hit]] = False
+    return todo
+
+
 def _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts, codes="float32", saved=None):
     """Keys in node order: each the normalised weighted mean of its units (a unit alone: its own
     vector, copied once: when every key is a unit alone, as with every source kept, no sum is
@@ -193,13 +195,16 @@ def _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts, co
     if saved is not None and not (alone.all() and codes == "int8"):
         raise ValueError("keys from saved codes are int8 keys of every source")
     if alone.all() and codes == "int8":  # the units' codes, a block of keys at a time
-        origin = u_origin[unit_rows[order]]
+        origin = u_origin[unit_rows[order]]  # (M,) each key's unit
+        release_free_heap()  # the unit tables' freed blocks, before the (M, D) codes (1M nodes: ~150 MB)
         vec = torch.empty(M, inp.dim, dtype=torch.int8)
+        todo = _put_saved(vec, origin, saved) if saved is not None else None  # (M,) keys still to code
         for lo in range(0, M, _CODE_ROWS):
-            block = int8_codes(_unit_vectors(inp, origin[lo:lo + _CODE_ROWS]))
-            if saved is not None:  # rows whose vectors are gone (the codes made before they went)
-                saved.patch(origin[lo:lo + _CODE_ROWS], block)
-            vec[lo:lo + _CODE_ROWS] = torch.from_numpy(block)
+            if todo is None:
+                vec[lo:lo + _CODE_ROWS] = torch.from_numpy(int8_codes(_unit_vectors(inp, origin[lo:lo + _CODE_ROWS])))
+                continue
+            at = np.flatnonzero(todo[lo:lo + _CODE_ROWS]) + lo
+            vec[torch.from_numpy(at)] = torch.from_numpy(int8_codes(_unit_vectors(inp, origin[at])))
     elif alone.all():  # one unit per key: the keys are the units, in key order
         vec = _unit_vectors(inp, u_origin[unit_rows[order]])  # (M, D)
     else:
