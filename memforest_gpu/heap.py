@@ -3,8 +3,10 @@
 glibc's malloc serves a request below its mmap threshold from the heap, and raises that
 threshold (up to 32 MiB) each time a larger mapped block is freed; after the first stages most
 of torch's and NumPy's CPU blocks come from the heap, and their pages stay resident once freed
-until ``malloc_trim``. A run calls :func:`release_free_heap` between stages and merge rounds
-(docs/performance.md: what it saves, and what it costs). Elsewhere than glibc it does nothing.
+until ``malloc_trim``. Arrow's own pool (mimalloc or jemalloc) keeps its freed buffers too,
+until ``release_unused``. A run calls :func:`release_free_heap` between stages and merge rounds
+(docs/performance.md: what it saves, and what it costs). Elsewhere than glibc only Arrow's pool
+is released.
 """
 from __future__ import annotations
 
@@ -18,8 +20,12 @@ _trim = None  # glibc's malloc_trim once looked up; False where there is none
 
 def release_free_heap() -> bool:
     """Give the free pages of the C heap back to the system (``malloc_trim(0)``): a scan of the
-    allocator's free lists, milliseconds. Returns whether there was such a call to make."""
+    allocator's free lists, milliseconds; and Arrow's pool's, where pyarrow is loaded. Returns
+    whether there was a C heap to trim."""
     global _trim
+    arrow = sys.modules.get("pyarrow")  # Arrow's own pool (mimalloc or jemalloc) keeps freed buffers too
+    if arrow is not None:
+        arrow.default_memory_pool().release_unused()
     if _trim is None:
         _trim = _lookup()
     if _trim is False:

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..config import CompressConfig
+from ..heap import release_free_heap
 from ..kernels.edge_mst import edge_forest
 from ..kernels.matching import best_edge_per_tree
 from .candidates import Candidates, degree_adjusted
@@ -115,6 +116,7 @@ def knn_candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap:
             n += r.shape[0] * bk.m
     if not parts:
         return None, 0
+    release_free_heap()  # the blocks' edge lists and forests (1M nodes: ~170 MB), before the parts' concatenation
     return Candidates.cat(parts), n
 
 
