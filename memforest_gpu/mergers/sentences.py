@@ -118,7 +118,7 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in out if s]
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=1 << 14)
 def sentence_info(sent: str) -> tuple:
     """(sentence, tokens, token set, numbers, negations, numbers as a set, token count, set size);
     numbers are the tokens with a digit (tokens are ``[a-z0-9]+``: the ones not all letters)."""
