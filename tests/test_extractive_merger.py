@@ -319,3 +319,30 @@ def test_merging_in_worker_processes_gives_the_same_texts():
     assert spread == alone and len(alone) == 301
     with pytest.raises(ValueError, match="processes must be an integer >= 0 or None, got -1"):
         ExtractiveMerger(processes=-1)
+
+
+def test_a_run_empties_the_mergers_memos_after_its_last_round():
+    """The memos of texts and sentences read and written are held through the rounds only
+    (1M nodes: ~100 MB); the run's texts are the same as with cold memos."""
+    from memforest_gpu import CompressConfig, MergeConfig, compress
+    from memforest_gpu.mergers import sentences
+    from memforest_gpu.store.synthetic import synthetic_store
+
+    store = synthetic_store(600, dim=16, seed=3)
+    seen = []
+    real = sentences.forget
+
+    def counted():
+        seen.append((sentences.sentence_info.cache_info().currsize, len(sentences._STATUS.new)))
+        real()
+
+    sentences.forget = counted
+    try:
+        a = compress(store, CompressConfig(merge=MergeConfig(ratio=0.5)))
+    finally:
+        sentences.forget = real
+    assert seen and seen[0][0] > 0  # the memos held sentences until then
+    assert sentences.sentence_info.cache_info().currsize == 0
+    assert not sentences._STATUS.new and not sentences._WRITTEN.new
+    b = compress(store, CompressConfig(merge=MergeConfig(ratio=0.5)))
+    assert a.store.texts == b.store.texts

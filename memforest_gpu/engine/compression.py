@@ -106,6 +106,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
             if bar:
                 bar.update(len(r.merges))
     tally.merges = len(merges)
+    fallback.forget()  # the extractive merger's memos: nothing is merged after the last round
     saved = s.batch.vectors.saved if reuse else None  # input rows' int8 codes kept before their rows were reused
     if not keep_blocks:
         vectors = None if reuse else [s.batch.vectors.merged()]

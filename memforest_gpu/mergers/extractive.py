@@ -47,6 +47,7 @@ from functools import lru_cache
 
 from ..config import ConfigError
 from ..store.timeutil import MONTHS, format_date
+from . import sentences
 from .base import MergePair
 from .parallel import map_parts, spare_cores
 from .sentences import day_of, normalize, parse, remember_written, sentence_info, split_sentences
@@ -179,6 +180,13 @@ class ExtractiveMerger:
 
     def __repr__(self) -> str:
         return f"ExtractiveMerger(near_duplicate={self.near_duplicate})"
+
+    @staticmethod
+    def forget() -> None:
+        """Empty the memos of texts and sentences read and written (:mod:`.sentences`; shared by
+        every extractive merger of the process): a run calls it after its last round, when no
+        text it merged is read again. Texts never depend on the memos."""
+        sentences.forget()
 
     def merge(self, pairs: Sequence[MergePair]) -> list[str]:
         """One merged, non-empty text per pair, in the order of ``pairs``."""
