@@ -429,7 +429,7 @@ def _to_cpu(res):
 def test_dense_cosines_do_not_depend_on_the_trees_computed_together():
     """The dense graph's cosines of a bucket are computed a block of trees at a time (the
     block bounded by the trees' gathered vectors); each tree's matrix is the same bits as when
-    computed alone, also across a block boundary (here 248 trees a block, 250 trees)."""
+    computed alone, also across a block boundary (here 62 trees a block on the CPU, 250 trees)."""
     from memforest_gpu.engine.trees import _cosines
     from memforest_gpu.engine.vectors import NodeVectors
 

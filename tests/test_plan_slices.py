@@ -14,7 +14,7 @@ def test_sliced_scoring_gives_the_same_merges(monkeypatch, name):
     store = synthetic_store(1500, tenants=4, dim=16, seed=5)
     cfg = preset(name)
     whole = compress(store, cfg)
-    monkeypatch.setattr(plan_dense, "EDGE_BUDGET", 64)  # one tree per slice
+    monkeypatch.setattr(plan_dense, "EDGE_BUDGET", {"cpu": 64, "cuda": 64})  # one tree per slice
     sliced = compress(store, cfg)
     assert list(sliced.store.ids) == list(whole.store.ids)
     assert torch.equal(sliced.store.embeddings, whole.store.embeddings)

@@ -23,9 +23,11 @@ from .trees import Bucket, TreeBatch
 
 __all__ = ["dense_candidates", "EDGE_BUDGET"]
 
-#: most (tree, slot, slot) elements scored at a time: the edge terms make a few (B', m, m)
-#: int64 / float temporaries, so a bucket of big trees is scored in slices of trees
-EDGE_BUDGET = 1 << 25
+#: most (tree, slot, slot) elements scored at a time, per device: the edge terms make a few
+#: (B', m, m) int64 / float temporaries (the bucket's cosines gathered, the weights, the merged
+#: lengths), so a bucket of big trees is scored in slices of trees (CPU: 8M elements, ~64 MB a
+#: float64 temporary; 32M held ~600 MB at once, the paper preset's peak at 1M nodes)
+EDGE_BUDGET = {"cpu": 1 << 23, "cuda": 1 << 25}
 
 
 def dense_candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap: int | None, rng,
@@ -86,7 +88,8 @@ def _scored_forest_sliced(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap:
     """:func:`_scored_forest` over slices of at most ``budget // m**2`` trees, concatenated.
     Trees are independent (and the random ablation draws its (B', m, m) weights in row-major
     order), so the result is the same as one call; only the temporaries are bounded."""
-    step = max(1, (budget or EDGE_BUDGET) // max(1, bk.m * bk.m))
+    budget = budget or EDGE_BUDGET.get(bk.slot.device.type, EDGE_BUDGET["cuda"])
+    step = max(1, budget // max(1, bk.m * bk.m))
     if r.shape[0] <= step:
         return _scored_forest(bk, r, cfg, cap, rng)
     parts = [_scored_forest(bk, r[i:i + step], cfg, cap, rng) for i in range(0, r.shape[0], step)]

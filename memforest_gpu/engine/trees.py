@@ -84,14 +84,20 @@ class TreeBatch:
     cap: int | None = None
 
 
+#: (tree, slot, slot + dim) elements of a dense bucket's cosines made at a time, per device: the
+#: products make three float64 temporaries of a block (CPU 8M elements: 32M held ~600 MB at once)
+COSINE_BLOCK = {"cpu": 1 << 23, "cuda": 1 << 25}
+
+
 def _cosines(vectors: NodeVectors, slots: torch.Tensor) -> torch.Tensor:
     """(B, m, m) cosines of the trees' slots, accumulated in float64 and made exactly
     symmetric, so a value never depends on which other trees share the batch (ties must stay
-    ties). At most ~256 MB of float64 temporaries at a time (the trees' vectors and their
-    products). Half-precision vectors give float32 cosines."""
+    ties). A block of trees at a time: :data:`COSINE_BLOCK` elements of the trees' float64
+    vectors and products (CPU: ~64 MB a temporary). Half-precision vectors give float32 cosines."""
     B, m = slots.shape
     W = torch.empty(B, m, m, dtype=compute_dtype(vectors.dtype), device=slots.device)
-    step = max(1, (1 << 25) // max(1, m * (m + vectors.dim)))  # the (step, m, D) gather counts too
+    budget = COSINE_BLOCK.get(slots.device.type, COSINE_BLOCK["cuda"])
+    step = max(1, budget // max(1, m * (m + vectors.dim)))  # the (step, m, D) gather counts too
     for b0 in range(0, B, step):
         Xd = vectors.gather(slots[b0:b0 + step]).double()  # (step, m, D), zeros in empty slots
         S = Xd @ Xd.transpose(1, 2)
