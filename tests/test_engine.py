@@ -396,9 +396,12 @@ def test_row_sims_matches_per_pair_einsum_with_repeated_rows_and_chunks(monkeypa
     r = torch.tensor([4, 0, 4, 4, 2, 0, 6])  # several pairs in one tree, trees out of order
     E = torch.randn(7, 5, generator=g)
     want = torch.einsum("pmd,pd->pm", X[r].double(), E.double()).float()
+    table = NodeVectors(torch.cat([vec.gather(torch.arange(60)), E]))  # the new vectors as rows 60..66
+    nodes = torch.arange(60, 67)
     for step in (1, 2, 1 << 20):  # one tree per chunk, a few, all at once
         monkeypatch.setattr(trees_mod, "stream_rows", lambda *a, _s=step, **k: _s)
         assert torch.equal(row_sims(vec, slot, r.numpy(), E), want)
+        assert torch.equal(row_sims(table, slot, r.numpy(), nodes), want)  # read from the table by row
 
 
 def test_assemble_picks_originals_and_merged_rows_in_output_order():

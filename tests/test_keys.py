@@ -305,3 +305,23 @@ def test_int8_codes_on_the_device_equal_the_host_codes():
     x[6] *= 1e-30
     for block in (1, 13, 1 << 12):
         assert np.array_equal(int8_codes_on(torch.from_numpy(x), block=block).numpy(), int8_codes(x)), block
+
+
+def test_saved_codes_go_into_the_keys_of_their_rows_and_leave_the_list():
+    """A reusing run's saved int8 codes (blocks of (input rows, codes), in any order, some rows
+    no key stands for) are written into the keys of those rows; the other keys are left to be
+    coded; each block is taken off the list."""
+    from memforest_gpu.store.merged_keys import _put_saved
+
+    rng = np.random.default_rng(0)
+    origin = rng.permutation(50)[:40]  # key i stands for input row origin[i]
+    codes = torch.as_tensor(rng.integers(-127, 128, (60, 8)), dtype=torch.int8)  # every row's true codes
+    rows = rng.permutation(60)[:30]  # saved rows, 10 of them no key's (>= 50 or not in origin)
+    saved = [(rows[:12], codes[rows[:12]]), (rows[12:], codes[rows[12:]].numpy())]
+    vec = torch.zeros(40, 8, dtype=torch.int8)
+    todo = _put_saved(vec, origin, saved)
+    assert saved == []
+    hit = np.isin(origin, rows)
+    assert np.array_equal(todo, ~hit)
+    assert torch.equal(vec[torch.from_numpy(np.flatnonzero(hit))], codes[torch.from_numpy(origin[hit])])
+    assert not vec[torch.from_numpy(np.flatnonzero(~hit))].any()
