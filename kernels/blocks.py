@@ -6,7 +6,7 @@ import os
 
 import torch
 
-__all__ = ["row_blocks", "stream_rows", "problem_blocks", "gather_bytes"]
+__all__ = ["row_blocks", "stream_rows", "problem_blocks", "gather_bytes", "for_device"]
 
 #: bytes of one block of streaming work (convert, scatter, gather) on the CPU: it stays in the
 #: cache between the steps of the block, and the allocator reuses it instead of mapping fresh
@@ -21,6 +21,13 @@ def stream_rows(device: torch.device | str, row_bytes: int, *, at_least: int = 1
     cache-sized block on the CPU, a large one on a GPU. Results never depend on it."""
     limit = GPU_BLOCK_BYTES if torch.device(device).type == "cuda" else CPU_BLOCK_BYTES
     return max(at_least, limit // max(1, int(row_bytes)))
+
+
+def for_device(table: dict, device: torch.device | str):
+    """A per-device bound (``{"cpu": ..., "cuda": ...}``): ``table``'s value for ``device``'s
+    type, its ``"cuda"`` value on any other accelerator."""
+    kind = torch.device(device).type
+    return table[kind] if kind in table else table["cuda"]
 
 
 def row_blocks(n: int, step: int) -> list[slice]:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..kernels.blocks import row_blocks, stream_rows
+from ..kernels.blocks import for_device, row_blocks, stream_rows
 from .knn_graph import RoundPairs, SlotMoves, merged_lists, stale_entries, tree_products_pay
 from .plan import Plan
 from .trees import KNN, Bucket, TreeBatch
@@ -124,7 +124,7 @@ def _knn_round(batch: TreeBatch, bk: Bucket, pairs: RoundPairs) -> list[_KnnRoun
     counts = np.bincount(touched, minlength=len(rows))  # pairs per touched row
     most = int(counts.max())  # the most pairs of one tree in the round
     per_row = m * c * 32 + (counts * m * 4 if products else 0)  # bytes a touched row holds for a while
-    groups = _groups(np.broadcast_to(per_row, counts.shape), ROUND_BLOCK_BYTES.get(dev.type, 2 << 30))
+    groups = _groups(np.broadcast_to(per_row, counts.shape), for_device(ROUND_BLOCK_BYTES, dev))
     order = np.argsort(touched, kind="stable") if len(groups) > 1 else None  # pairs grouped by row
     start = np.cumsum(counts) - counts
     parts = []

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..config import CompressConfig
+from ..kernels.blocks import for_device
 from ..kernels.matching import best_edge_per_tree
 from ..kernels.mst import edge_key, spanning_forest, tree_degrees
 from .candidates import Candidates, degree_adjusted
@@ -88,7 +89,7 @@ def _scored_forest_sliced(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap:
     """:func:`_scored_forest` over slices of at most ``budget // m**2`` trees, concatenated.
     Trees are independent (and the random ablation draws its (B', m, m) weights in row-major
     order), so the result is the same as one call; only the temporaries are bounded."""
-    budget = budget or EDGE_BUDGET.get(bk.slot.device.type, EDGE_BUDGET["cuda"])
+    budget = budget or for_device(EDGE_BUDGET, bk.slot.device)
     step = max(1, budget // max(1, bk.m * bk.m))
     if r.shape[0] <= step:
         return _scored_forest(bk, r, cfg, cap, rng)

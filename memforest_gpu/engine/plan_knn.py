@@ -25,6 +25,7 @@ import torch
 
 from ..config import CompressConfig
 from ..heap import release_free_heap
+from ..kernels.blocks import for_device
 from ..kernels.edge_mst import edge_forest
 from ..kernels.matching import best_edge_per_tree
 from .candidates import Candidates, degree_adjusted
@@ -103,7 +104,7 @@ def knn_candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap:
     time (:data:`EDGE_BLOCK` edges); a tree's plan depends on its own edges only."""
     dev = batch.vectors.device
     parts, n = [], 0
-    per_block = EDGE_BLOCK.get(dev.type, EDGE_BLOCK["cuda"])
+    per_block = for_device(EDGE_BLOCK, dev)
     for b, bk in enumerate(batch.buckets):
         rows = np.flatnonzero(need[bk.trees_np])
         if len(rows) == 0:

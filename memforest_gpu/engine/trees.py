@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..config import TreeConfig
+from ..kernels.blocks import for_device
 from ..kernels.padding import size_buckets
 from .edges import Ends, ends_of
 from .knn_graph import build_knn_graph
@@ -96,7 +97,7 @@ def _cosines(vectors: NodeVectors, slots: torch.Tensor) -> torch.Tensor:
     vectors and products (CPU: ~64 MB a temporary). Half-precision vectors give float32 cosines."""
     B, m = slots.shape
     W = torch.empty(B, m, m, dtype=compute_dtype(vectors.dtype), device=slots.device)
-    budget = COSINE_BLOCK.get(slots.device.type, COSINE_BLOCK["cuda"])
+    budget = for_device(COSINE_BLOCK, slots.device)
     step = max(1, budget // max(1, m * (m + vectors.dim)))  # the (step, m, D) gather counts too
     for b0 in range(0, B, step):
         Xd = vectors.gather(slots[b0:b0 + step]).double()  # (step, m, D), zeros in empty slots
