@@ -3,7 +3,6 @@ keys (:func:`output_keys`, at the end)."""
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 import torch
 
 from ..config import MergeConfig
@@ -107,16 +106,6 @@ def output_keys(store: MemoryStore, table, live: np.ndarray, merge: MergeConfig,
     int8 codes of input rows whose vectors the run overwrote (:meth:`~.vectors.NodeVectors.put`)."""
     if merge.keys == 0:
         return OutputKeys(None, merge.vectors)
-    rows = table.output_order(np.flatnonzero(live))
-    n = table.n
-    ls = pa.large_list(pa.large_string())
-    orig = rows < n
-    perm = np.empty(len(rows), dtype=np.int64)  # output position -> index in [originals, merged]
-    perm[np.flatnonzero(orig)] = np.arange(int(orig.sum()))
-    perm[np.flatnonzero(~orig)] = int(orig.sum()) + np.arange(int((~orig).sum()))
-    src = pa.concat_arrays([store.sources.arrow.cast(ls).take(pa.array(rows[orig], type=pa.int64())),
-                           pa.array([table.m_sources[j] for j in (rows[~orig] - n).tolist()], type=ls)])
-    out_sources = src.take(pa.array(perm, type=pa.int64()))
-    src = None  # the sources in table order go before the keys are made (1M nodes: ~40 MB)
+    out_sources = table.sources_arrow(table.output_order(np.flatnonzero(live)))
     return OutputKeys(derive_keys(store, out_sources, max_keys=merge.max_keys, text_weight=merge.text_weight,
                                   codes=merge.vectors, saved=saved), merge.vectors)

@@ -26,10 +26,11 @@ from ..report import TenantRow
 from ..store.memory_store import MemoryStore
 from .assemble import assemble, output_keys
 from .merge_call import with_fallback
+from .merge_log import MergeLog
 from .partition import Partition
 from .plan import plan_round
 from .quotas import Quotas
-from .result import CompressReport, CompressResult, DryRunResult, MergeRecord
+from .result import CompressReport, CompressResult, DryRunResult
 from .round import Owed, merge_round, older_first, round_merges
 from .setup import RunSetup, progress_bar, setup_run
 from .tree_record import record_event_trees, with_centres
@@ -49,7 +50,7 @@ class Tally:
 
 
 def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger=None, embedder=None,
-             device=None, progress: bool = False, on_round: Callable[[int, list[MergeRecord]], None] | None = None,
+             device=None, progress: bool = False, on_round: Callable[[int, MergeLog], None] | None = None,
              partition: Partition | None = None, quotas: Quotas | None = None, budget: int = 1 << 24,
              copy: bool = True) -> CompressResult:
     """Compress ``store`` with MemForest.
@@ -60,7 +61,8 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
         embedder: re-embeds merged text (``None``: normalised mean of the two inputs).
         device: where the tensor work runs (``None``: CUDA when present).
         progress: show progress bars.
-        on_round: called after each round with (round, the round's merges).
+        on_round: called after each round with (round, the round's merges: a
+            :class:`~.merge_log.MergeLog`, a sequence of :class:`~.result.MergeRecord`).
         partition, quotas: a ready partition of ``store`` (and its quotas) instead of
             computing them (the distributed runner hands each rank its trees this way).
         copy: ``False`` lets the run overwrite ``store.embeddings`` as it goes (each merged
@@ -80,7 +82,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     merger, fallback = with_fallback(merger)
     owed = Owed.start(s.quotas)
     rng = np.random.default_rng(s.cfg.merge.seed)  # only the "random" tree kind draws from it
-    merges: list[MergeRecord] = []
+    logs: list[MergeLog] = []  # each round's merges
     # merged nodes' vectors for the output: the trees' own table when it holds them as they
     # are (float32 storage), else one (P, D) block per round
     keep_blocks = s.batch.vectors.dtype != s.emb.dtype
@@ -97,7 +99,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
             tally.fallbacks += r.fallbacks
             tally.condensed += r.condensed
             tally.condensed_tokens += r.condensed_tokens
-            merges += r.merges
+            logs.append(r.merges)
             if keep_blocks:
                 vectors.append(r.vectors)
             consumed.append(r.consumed)
@@ -105,6 +107,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
                 on_round(tally.rounds, r.merges)
             if bar:
                 bar.update(len(r.merges))
+    merges = MergeLog.concat(s.table, logs)
     tally.merges = len(merges)
     fallback.forget()  # the extractive merger's memos: nothing is merged after the last round
     saved = s.batch.vectors.saved if reuse else None  # input rows' int8 codes kept before their rows were reused

@@ -10,10 +10,11 @@ engine and the merging baselines so both follow the same rules:
 - output order: live nodes by the earliest original inside (originals keep their order).
 
 Columnar: the originals are the store's own Arrow columns (never copied); numeric columns
-(timestamp, tenant code, earliest original, a merged row's two parents) are numpy arrays over
-all rows; only merged rows (M of them, whose text the merger makes anyway) are Python lists.
-A merged row's metadata is not kept: it follows from its parents' and is made when asked
-for (for the output's rows, at the end), which saves a dict per merge during the run.
+(timestamp, tenant code, earliest original, originals inside, a merged row's two parents) are
+numpy arrays over all rows; only merged rows' ids and texts (M of them, whose text the merger
+makes anyway) are Python lists. A merged row's sources and metadata are not kept: they follow
+from its parents' and are made when asked for (:meth:`NodeTable.sources_arrow`, for a round's
+ids and for the output's rows), which saves a list and a dict per merge during the run.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from ..mergers.base import MemoryItem, MergePair
 from ..store.columns import ArrowView, ColumnView, TenantView, compact_codes, dumps_meta, loads_meta
 from ..store.memory_store import MemoryStore
 
-__all__ = ["NodeTable", "merged_id"]
+__all__ = ["NodeTable", "gather_rows", "leaf_rows", "merged_id"]
 
 
 _JSON_ESCAPE = r'[\x00-\x1f"\\]'  # what json.dumps(..., ensure_ascii=False) escapes in a string
@@ -49,6 +50,42 @@ def _order_of(first: np.ndarray) -> np.ndarray:
     order[np.flatnonzero(first)] = np.arange(k)
     order[np.flatnonzero(~first)] = k + np.arange(len(first) - k)
     return order
+
+
+def gather_rows(rows, n: int, orig: pa.Array, merged: list) -> list:
+    """Values of ``rows`` (host int array) of a column over a table's rows: originals (``< n``)
+    by one Arrow take of ``orig``, merged rows from the list ``merged``."""
+    rows = np.asarray(rows, dtype=np.int64)
+    o = rows < n
+    out = np.empty(len(rows), dtype=object)
+    if o.any():
+        out[o] = orig.take(pa.array(rows[o])).to_pylist()
+    if (~o).any():
+        out[~o] = [merged[j] for j in (rows[~o] - n).tolist()]
+    return out.tolist()
+
+
+_ID_BLOCK = 1 << 15  # merged rows whose sources are read at once for their ids
+
+
+def leaf_rows(parents: np.ndarray, size: np.ndarray, n: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The originals inside each of ``rows``, in sources order (a merged row's older parent's
+    first, recursively), one step per level of the merges with only merged rows expanded.
+    ``parents`` (M, 2): the (older, newer) rows of merged row ``n + j``; ``size``: the originals
+    inside each row. Shape: rows (R,) -> offsets (R + 1,) int64, leaves (L,) int64 original rows
+    (row r's are ``leaves[offsets[r]:offsets[r + 1]]``)"""
+    rows = np.asarray(rows, dtype=np.int64)
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(size[rows], out=offsets[1:])
+    leaves = np.empty(int(offsets[-1]), dtype=np.int64)
+    node, pos = rows, offsets[:-1]
+    while len(node):
+        o = node < n
+        leaves[pos[o]] = node[o]
+        node, pos = node[~o], pos[~o]
+        a, b = parents[node - n, 0], parents[node - n, 1]
+        node, pos = np.concatenate([a, b]), np.concatenate([pos, pos + size[a]])
+    return offsets, leaves
 
 
 def merged_id(sources: list[str]) -> str:
@@ -96,9 +133,9 @@ class NodeTable:
         self._parents = np.full((self._cap - n, 2), -1, dtype=np.int64)  # (older, newer) of merged row n + j
         self._rich = np.empty(self._cap, dtype=bool)  # a source inside has metadata (not null or "{}")
         self._rich[:n] = _has_meta(store.metadata.arrow)
+        self._size = np.ones(self._cap, dtype=np.int64)  # originals inside each row
         self.m_ids: list[str] = []
         self.m_texts: list[str] = []
-        self.m_sources: list[list[str]] = []
         self.ids = _Rows(store.ids, self.m_ids)
         self.texts = _Rows(store.texts, self.m_texts)
         # the originals' Arrow columns, read in place
@@ -132,25 +169,22 @@ class NodeTable:
         return self._o_ids[i].as_py() if i < self.n else self.m_ids[i - self.n]
 
     def ids_of(self, rows: np.ndarray) -> list[str]:
-        return self._gather(rows, self._o_ids, self.m_ids)
+        return gather_rows(rows, self.n, self._o_ids, self.m_ids)
 
     def texts_of(self, rows: np.ndarray) -> list[str]:
-        return self._gather(rows, self._o_texts, self.m_texts)
+        return gather_rows(rows, self.n, self._o_texts, self.m_texts)
 
-    def _gather(self, rows, orig, merged: list) -> list:
-        """Values of ``rows`` (host int array): originals by one Arrow take, merged from the
-        list."""
-        rows = np.asarray(rows, dtype=np.int64)
-        o = rows < self.n
-        out = np.empty(len(rows), dtype=object)
-        if o.any():
-            out[o] = orig.take(pa.array(rows[o])).to_pylist()
-        if (~o).any():
-            out[~o] = [merged[j] for j in (rows[~o] - self.n).tolist()]
-        return out.tolist()
-
-    def _sources(self, i: int) -> list[str]:
-        return self._o_sources[i].as_py() if i < self.n else self.m_sources[i - self.n]
+    def sources_arrow(self, rows: np.ndarray) -> pa.Array:
+        """The sources of ``rows`` (host int array): each merged row's are its older parent's then
+        its newer parent's, down to the originals' own lists (:func:`leaf_rows`), one Arrow take.
+        Shape: (R,) -> (R,) large_list<large_string>"""
+        offsets, leaves = leaf_rows(self._parents, self._size, self.n, rows)
+        taken = self._o_sources.take(pa.array(leaves, type=pa.int64()))  # (L,) each original's list
+        ls = pa.large_list(pa.large_string())
+        taken = taken.cast(ls) if taken.type != ls else taken
+        ends = np.zeros(len(leaves) + 1, dtype=np.int64)
+        np.cumsum(pc.list_value_length(taken).to_numpy(zero_copy_only=False), out=ends[1:])
+        return pa.LargeListArray.from_arrays(pa.array(ends[offsets], type=pa.int64()), pc.list_flatten(taken))
 
     def _meta(self, i: int) -> dict:
         """Row ``i``'s metadata: an original's from the store; a merged row's is
@@ -200,23 +234,34 @@ class NodeTable:
 
     def add(self, older: int, newer: int, text: str) -> int:
         """Append the merged node of two rows with the merger's ``text``; returns its row."""
-        j = len(self)
-        if j >= self._cap:
+        return int(self.add_many(np.array([older]), np.array([newer]), [text])[0])
+
+    def add_many(self, older: np.ndarray, newer: np.ndarray, texts: Sequence[str]) -> np.ndarray:
+        """Append the merged nodes of (older, newer) rows (host int arrays, rows already in the
+        table, each at most once) with the merger's ``texts``. Shape: (P,) -> (P,) int64 rows"""
+        older, newer = np.asarray(older, dtype=np.int64), np.asarray(newer, dtype=np.int64)
+        j0, P = len(self), len(older)
+        if len(newer) != P or len(texts) != P:
+            raise ValueError(f"add_many needs as many newer rows and texts as older rows ({P}), "
+                             f"got {len(newer)} and {len(texts)}")
+        while j0 + P > self._cap:
             self._grow()
-        src = self._sources(older) + self._sources(newer)
-        self.m_ids.append(merged_id(src))
-        self.m_texts.append(text)
-        self._ts[j] = max(self._ts[older], self._ts[newer])
-        self._code[j] = self._code[older]
-        self.m_sources.append(src)
-        self._parents[j - self.n] = (older, newer)
-        self._rich[j] = self._rich[older] or self._rich[newer]
-        self._first[j] = min(self._first[older], self._first[newer])
-        return j
+        rows = j0 + np.arange(P, dtype=np.int64)
+        self._ts[rows] = np.maximum(self._ts[older], self._ts[newer])
+        self._code[rows] = self._code[older]
+        self._parents[rows - self.n, 0], self._parents[rows - self.n, 1] = older, newer
+        self._rich[rows] = self._rich[older] | self._rich[newer]
+        self._first[rows] = np.minimum(self._first[older], self._first[newer])
+        self._size[rows] = self._size[older] + self._size[newer]
+        for c0 in range(0, P, _ID_BLOCK):  # ids from the sources, a block of rows at a time
+            lists = self.sources_arrow(rows[c0:c0 + _ID_BLOCK]).to_pylist()
+            self.m_ids.extend([merged_id(src) for src in lists])
+        self.m_texts.extend(texts)
+        return rows
 
     def _grow(self) -> None:
         cap = 2 * self._cap
-        for name in ("_ts", "_code", "_rich"):
+        for name in ("_ts", "_code", "_rich", "_size"):
             a = np.empty(cap, dtype=getattr(self, name).dtype)
             a[:self._cap] = getattr(self, name)
             setattr(self, name, a)
@@ -276,10 +321,9 @@ class NodeTable:
         def col(orig, merged, typ):
             return pa.concat_arrays([orig.take(po), pa.array(merged, type=typ)]).take(pp)
 
-        ls = pa.large_list(pa.large_string())
         ids = col(st.ids.arrow, m_id, pa.large_string())
         texts = col(st.texts.arrow, [self.m_texts[j] for j in m_rows], pa.large_string())
-        sources = col(st.sources.arrow, [self.m_sources[j] for j in m_rows], ls)
+        sources = pa.concat_arrays([st.sources.arrow.take(po), self.sources_arrow(rows[~is_o])]).take(pp)
         meta = pa.concat_arrays([st.metadata.arrow.take(po), self._merged_meta(np.asarray(m_rows, dtype=np.int64),
                                                                                m_id)]).take(pp)
         names, codes = compact_codes(st.tenant_table, self._code[rows])

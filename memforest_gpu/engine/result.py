@@ -2,6 +2,7 @@
 first-round pairs."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from ..mergers.base import MergePair
@@ -15,7 +16,7 @@ __all__ = ["CompressReport", "CompressResult", "DryRunResult", "MergeRecord"]
 class CompressResult:
     store: MemoryStore
     report: CompressReport
-    merges: list[MergeRecord]  # every merge, in order
+    merges: Sequence[MergeRecord]  # every merge, in order (a run's: a MergeLog, engine/merge_log.py)
 
 
 @dataclass

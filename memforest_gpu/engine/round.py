@@ -15,6 +15,7 @@ import torch
 
 from .apply import apply_round, pair_means
 from .merge_call import merge_texts
+from .merge_log import MergeLog
 from .node_table import NodeTable
 from .plan import Plan, plan_round
 from .quotas import Quotas, redistribute
@@ -48,7 +49,7 @@ class Round:
     """One round's outcome. Shape: vectors (P, D) the merged nodes' vectors; consumed (2P,)
     the node rows merged away."""
 
-    merges: list[MergeRecord]
+    merges: MergeLog
     vectors: torch.Tensor
     consumed: np.ndarray
     fallbacks: int  # texts the fallback merger made
@@ -81,7 +82,7 @@ def merge_round(s: RunSetup, owed: Owed, number: int, merger, fallback, embedder
         else:
             vectors = pair_means(s.batch, p, put=(rows, at) if reuse else None)
     with s.timer.stage("apply"):
-        new = np.array([s.table.add(a, b, text) for a, b, text in zip(older, newer, texts.texts)], dtype=np.int64)
+        new = s.table.add_many(older, newer, texts.texts)
         assert np.array_equal(new, rows)
         tokens = None if texts.tokens is None else torch.tensor(texts.tokens, dtype=torch.int64)
         apply_round(s.batch, p, vectors, new, tokens, at=at)
@@ -98,12 +99,12 @@ def older_first(table: NodeTable, p: Plan) -> tuple[np.ndarray, np.ndarray]:
 
 
 def round_merges(table: NodeTable, number: int, older: np.ndarray, newer: np.ndarray, sims,
-                 new: np.ndarray | None = None) -> list[MergeRecord]:
-    """One :class:`MergeRecord` per pair (a dry run's have no ``into`` / ``text``); the merged
-    text is the table's own string, not a copy."""
+                 new: np.ndarray | None = None) -> MergeLog | list[MergeRecord]:
+    """The round's merges: a :class:`~.merge_log.MergeLog` over the table (each record's merged
+    text is the table's own string, not a copy), or a dry run's list of :class:`MergeRecord`
+    (``new`` None: no ``into`` / ``text``)."""
+    if new is not None:
+        return MergeLog.of_round(table, number, older, newer, new, sims)
     ten, ia, ib = table.tenant_of(older), table.ids_of(older), table.ids_of(newer)
     w = np.asarray(sims, dtype=np.float64).tolist()
-    if new is None:
-        return [MergeRecord(number, ten[k], ia[k], ib[k], w[k]) for k in range(len(ia))]
-    into, text = table.ids_of(new), table.texts_of(new)
-    return [MergeRecord(number, ten[k], ia[k], ib[k], w[k], into[k], text[k]) for k in range(len(ia))]
+    return [MergeRecord(number, ten[k], ia[k], ib[k], w[k]) for k in range(len(ia))]
