@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..heap import release_free_heap
 from .apply import apply_round, pair_means
 from .merge_call import merge_texts
 from .merge_log import MergeLog
@@ -68,6 +69,7 @@ def merge_round(s: RunSetup, owed: Owed, number: int, merger, fallback, embedder
         redistribute(owed.stuck, owed.remaining, owed.size, s.quotas.tree_tenant, owed.shortfall)
     if not len(p):
         return None
+    release_free_heap()  # the planner's freed blocks, before the merger's inputs and texts
     with s.timer.stage("merge"):
         older, newer = older_first(s.table, p)
         texts = merge_texts(merger, fallback, s.table.merge_pairs(older, newer), counter=s.counter, cap=s.cap,
