@@ -145,6 +145,7 @@ def _output(s: RunSetup, store: MemoryStore, consumed: list[np.ndarray], vectors
     keys = output_keys(store, table, live, s.cfg.merge, saved=saved)  # keys first: assemble may overwrite
     release_free_heap()  # the keys' transients (1M nodes: ~200 MB of freed blocks)
     out = keys.attach(assemble(table, live, s.emb, vectors, in_place=not copy or s.emb is not store.embeddings))
+    release_free_heap()  # the output columns' transients (1M nodes: ~370 MB), before the event trees
     if record:
         record_event_trees(out, store, tree, s.part.tree_tenant.cpu().numpy(), centre, np.sort(table.first[live]),
                            s.names, s.cfg.partition)
