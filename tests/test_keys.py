@@ -303,6 +303,8 @@ def test_int8_codes_on_the_device_equal_the_host_codes():
     x[3] = 0
     x[5] = np.arange(-20, 20, dtype=np.float32) / 2
     x[6] *= 1e-30
+    x[7, :2] = [0.07108550518751144, 0.1421710103750229]  # 127 x / peak: 63.49999999999999 (code 63) in
+    x[7, 2:] = 0.01  # one division, 63.50000000000001 (code 64) through torch's reciprocal
     for block in (1, 13, 1 << 12):
         assert np.array_equal(int8_codes_on(torch.from_numpy(x), block=block).numpy(), int8_codes(x)), block
 

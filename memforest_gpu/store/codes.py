@@ -63,6 +63,8 @@ def int8_codes_on(x: torch.Tensor, *, block: int = 1 << 12) -> torch.Tensor:
         v = x[lo:lo + block].double()
         peak = v.abs().amax(1, keepdim=True) if v.shape[1] else torch.zeros(v.shape[0], 1, dtype=v.dtype,
                                                                               device=v.device)
-        scale = torch.where(peak > 0, 127.0 / torch.where(peak > 0, peak, 1.0), 0.0)
+        # 127 / peak as one division, as NumPy's: torch's ``127.0 / t`` is ``t.reciprocal() * 127``,
+        # two roundings, which moved a code by one where 127 x / peak lands on a half
+        scale = torch.where(peak > 0, torch.full_like(peak, 127.0).div_(torch.where(peak > 0, peak, 1.0)), 0.0)
         out[lo:lo + block] = v.mul_(scale).round_().clamp_(-127, 127)
     return out
