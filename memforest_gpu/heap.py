@@ -18,10 +18,12 @@ __all__ = ["release_free_heap"]
 _trim = None  # glibc's malloc_trim once looked up; False where there is none
 
 
-def release_free_heap() -> bool:
+def release_free_heap(min_free: int = 0) -> bool:
     """Give the free pages of the C heap back to the system (``malloc_trim(0)``): a scan of the
-    allocator's free lists, milliseconds; and Arrow's pool's, where pyarrow is loaded. Returns
-    whether there was a C heap to trim."""
+    allocator's free lists, milliseconds; and Arrow's pool's, where pyarrow is loaded. With
+    ``min_free``, the C heap is trimmed only when its free blocks (``mallinfo2``, resident or
+    not) add up to at least that many bytes: a small run's many rounds skip the scan. Returns
+    whether the C heap was trimmed."""
     global _trim
     arrow = sys.modules.get("pyarrow")  # Arrow's own pool (mimalloc or jemalloc) keeps freed buffers too
     if arrow is not None:
@@ -30,8 +32,31 @@ def release_free_heap() -> bool:
         _trim = _lookup()
     if _trim is False:
         return False
+    if min_free and _free_bytes() < min_free:
+        return False
     _trim(0)
     return True
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+_info = None  # glibc's mallinfo2 once looked up; False where there is none (glibc < 2.33)
+
+
+def _free_bytes() -> float:
+    """Bytes in the C heap's free blocks (``mallinfo2().fordblks``); +inf where it cannot be read."""
+    global _info
+    if _info is None:
+        try:
+            _info = ctypes.CDLL(None).mallinfo2
+            _info.restype = _MallInfo2
+        except (OSError, AttributeError):
+            _info = False
+    return float(_info().fordblks) if _info else float("inf")
 
 
 def _lookup():

@@ -73,9 +73,23 @@ def test_a_round_hands_back_its_planners_blocks_before_the_merger_runs(monkeypat
 
     events = []
     real_plan, real_merge = round_mod.plan_round, round_mod.merge_texts
-    monkeypatch.setattr(round_mod, "release_free_heap", lambda: events.append("trim"))
+    monkeypatch.setattr(round_mod, "release_free_heap", lambda *a: events.append("trim"))
     monkeypatch.setattr(round_mod, "plan_round", lambda *a, **k: events.append("plan") or real_plan(*a, **k))
     monkeypatch.setattr(round_mod, "merge_texts", lambda *a, **k: events.append("merge") or real_merge(*a, **k))
     compress(synthetic_store(200, tenants=2, dim=8, seed=1), CompressConfig(merge=MergeConfig(ratio=0.5)))
     merges = [i for i, e in enumerate(events) if e == "merge"]
     assert merges and all(events[i - 1] == "trim" and "plan" in events[:i] for i in merges)
+
+
+@pytest.mark.skipif(not _glibc(), reason="malloc_trim is glibc's")
+def test_a_heap_with_little_free_is_not_scanned(monkeypatch):
+    """``min_free``: the C heap is trimmed only when its free blocks reach that many bytes."""
+    calls = []
+    heap.release_free_heap()  # looked up
+    real = heap._trim
+    monkeypatch.setattr(heap, "_trim", lambda pad: calls.append(pad) or real(pad))
+    free = heap._free_bytes()
+    assert 0 <= free < float("inf")
+    assert heap.release_free_heap(min_free=int(free) + (1 << 40)) is False and calls == []
+    assert heap.release_free_heap(min_free=1) is (free >= 1) and heap.release_free_heap() is True
+    assert len(calls) == 1 + (free >= 1)

@@ -25,6 +25,8 @@ from .setup import RunSetup
 
 __all__ = ["Owed", "Round", "merge_round", "older_first", "round_merges"]
 
+_PLAN_FREED = 64 << 20  # the heap is trimmed after planning when at least this much of it is free
+
 
 @dataclass
 class Owed:
@@ -69,7 +71,7 @@ def merge_round(s: RunSetup, owed: Owed, number: int, merger, fallback, embedder
         redistribute(owed.stuck, owed.remaining, owed.size, s.quotas.tree_tenant, owed.shortfall)
     if not len(p):
         return None
-    release_free_heap()  # the planner's freed blocks, before the merger's inputs and texts
+    release_free_heap(_PLAN_FREED)  # the planner's freed blocks, before the merger's inputs and texts
     with s.timer.stage("merge"):
         older, newer = older_first(s.table, p)
         texts = merge_texts(merger, fallback, s.table.merge_pairs(older, newer), counter=s.counter, cap=s.cap,
