@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from ..config import MergeConfig
+from ..kernels.blocks import stream_rows
 from ..store.keys import NodeKeys
 from ..store.memory_store import MemoryStore
 from ..store.merged_keys import derive_keys
@@ -73,13 +74,15 @@ def assemble(table: NodeTable, live: np.ndarray, embeddings: torch.Tensor,
 
 
 def _copy_rows(out: torch.Tensor, at: np.ndarray, src: torch.Tensor, rows: np.ndarray, chunk: int) -> None:
-    """``out[at] = src[rows]``, ``chunk`` rows at a time (no full-size gathered copy), in order.
+    """``out[at] = src[rows]``, at most ``chunk`` rows at a time (no full-size gathered copy; a
+    cache-sized block on the CPU), in order: each block is gathered, then written.
     Shape: at, rows (R,) host int, src (S, D) -> writes R rows of out (N, D)"""
     dev = out.device
+    chunk = min(chunk, stream_rows(dev, 2 * out.shape[1] * out.element_size(), at_least=1 << 10))
     for c in range(0, len(at), chunk):
         idx = torch.as_tensor(rows[c:c + chunk], dtype=torch.int64, device=src.device)
-        out[torch.as_tensor(at[c:c + chunk], dtype=torch.int64, device=dev)] = src[idx].to(device=dev,
-                                                                                           dtype=out.dtype)
+        out.index_copy_(0, torch.as_tensor(at[c:c + chunk], dtype=torch.int64, device=dev),
+                        src.index_select(0, idx).to(device=dev, dtype=out.dtype))
 
 
 # The output step's keys: what each output node is searched by besides its text's vector

@@ -29,32 +29,20 @@ def check_vector_codes(value) -> None:
 
 def int8_codes(x: torch.Tensor | np.ndarray, *, block: int = 1 << 12) -> np.ndarray:
     """The int8 codes of each row: ``round(127 * x / max|x|)`` (a zero row: zeros), computed in
-    float64 a block of rows at a time (at d = 384 a block's one float64 temporary is 12.6 MB;
-    65,536-row blocks held four 200 MB temporaries at once). Each row's codes
-    depend on that row alone, so the block size never changes them.
+    float64 a block of rows at a time by :func:`int8_codes_on` on the host (at d = 384 a
+    block's float64 temporary is 12.6 MB). Each row's codes depend on that row alone, so the
+    block size never changes them.
 
     Shape: x (N, D) -> (N, D) int8 host
     """
-    if isinstance(x, torch.Tensor):
-        x = x.detach().to("cpu")
-        x = x.float().numpy() if x.dtype != torch.float32 else x.numpy()
-    x = np.asarray(x)
-    out = np.empty(x.shape, dtype=np.int8)
-    for lo in range(0, x.shape[0], block):
-        xb = x[lo:lo + block]
-        if not xb.shape[1]:
-            continue
-        peak = np.maximum(xb.max(axis=1, keepdims=True), -xb.min(axis=1, keepdims=True)).astype(np.float64)
-        scale = np.where(peak > 0, 127.0 / np.where(peak > 0, peak, 1.0), 0.0)
-        v = np.multiply(xb, scale)  # float64: every float32 value is exact in it
-        np.rint(v, out=v)  # |v| is at most a few ulps above 127: rounds to 127, no clip needed
-        out[lo:lo + block] = v
-    return out
+    t = x.detach().to("cpu") if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(x))
+    return int8_codes_on(t, block=block).numpy()
 
 
 def int8_codes_on(x: torch.Tensor, *, block: int = 1 << 12) -> torch.Tensor:
-    """:func:`int8_codes` computed where ``x`` is (no host copy), the same codes: the same float64
-    operations, rounding half to even as ``np.rint`` does.
+    """:func:`int8_codes` where ``x`` is (no host copy): the peak ``max|x|`` of each row, ``127 /
+    peak`` in one division, one float64 product, rounding half to even (as ``np.rint``); torch's
+    ops on the host run on every core.
 
     Shape: x (N, D) -> (N, D) int8 on x's device
     """
