@@ -48,7 +48,7 @@ _info = None  # glibc's mallinfo2 once looked up; False where there is none (gli
 
 
 def _free_bytes() -> float:
-    """Bytes in the C heap's free blocks (``mallinfo2().fordblks``); +inf where it cannot be read."""
+    """Bytes in the C heap's free blocks (``mallinfo2().fordblks``); +inf where unreadable."""
     global _info
     if _info is None:
         try:
