@@ -293,6 +293,20 @@ def test_int8_codes_do_not_depend_on_the_block_size():
         assert np.array_equal(int8_codes(x, block=block), want), block
 
 
+def test_int8_codes_of_a_read_only_array_warn_nothing():
+    """A read-only array (a view of an Arrow buffer) is coded in place: no copy, no warning."""
+    import warnings
+
+    from memforest_gpu.store.codes import int8_codes
+
+    x = np.random.default_rng(2).standard_normal((50, 8)).astype(np.float32)
+    want = int8_codes(x.copy())
+    x.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.array_equal(int8_codes(x), want)
+
+
 def test_int8_codes_on_the_device_equal_the_host_codes():
     """The codes a run reusing its rows keeps in a round (made where the vectors are) are the
     host function's, bit for bit: zero rows, ties at .5, any block."""

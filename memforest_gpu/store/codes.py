@@ -13,6 +13,8 @@ beyond the noise) and save in bytes (a quarter of the vectors).
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -35,8 +37,18 @@ def int8_codes(x: torch.Tensor | np.ndarray, *, block: int = 1 << 12) -> np.ndar
 
     Shape: x (N, D) -> (N, D) int8 host
     """
-    t = x.detach().to("cpu") if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(x))
-    return int8_codes_on(t, block=block).numpy()
+    return int8_codes_on(_host_tensor(x), block=block).numpy()
+
+
+def _host_tensor(x: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """``x`` as a host tensor, without a copy where it already is one (a read-only array, e.g. a
+    view of an Arrow buffer, too: the codes only read it)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu")
+    a = np.ascontiguousarray(x)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(a)
 
 
 def int8_codes_on(x: torch.Tensor, *, block: int = 1 << 12) -> torch.Tensor:
