@@ -54,10 +54,13 @@ def test_sources_and_ids_from_parents_equal_the_per_merge_lists():
         assert t.sources_arrow(np.zeros(0, dtype=np.int64)).to_pylist() == []
 
 
-def test_add_many_refuses_uneven_columns():
+def test_add_many_refuses_uneven_columns_and_rows_not_in_the_table():
     t = NodeTable(synthetic_store(6, dim=4, seed=1))
     with pytest.raises(ValueError, match="as many newer rows and texts as older rows"):
         t.add_many(np.array([0, 1]), np.array([2]), ["a", "b"])
+    with pytest.raises(ValueError, match=r"rows already in the table \(< 6\), got row 6"):
+        t.add_many(np.array([0]), np.array([6]), ["a"])
+    assert len(t) == 6 and t.m_ids == [] and t.m_texts == []
 
 
 def _old_records(t: NodeTable, log: MergeLog) -> list[MergeRecord]:

@@ -244,6 +244,9 @@ class NodeTable:
         if len(newer) != P or len(texts) != P:
             raise ValueError(f"add_many needs as many newer rows and texts as older rows ({P}), "
                              f"got {len(newer)} and {len(texts)}")
+        if P and max(int(older.max()), int(newer.max())) >= j0:
+            raise ValueError(f"add_many merges rows already in the table (< {j0}), got row "
+                             f"{max(int(older.max()), int(newer.max()))}")
         while j0 + P > self._cap:
             self._grow()
         rows = j0 + np.arange(P, dtype=np.int64)
@@ -253,9 +256,10 @@ class NodeTable:
         self._rich[rows] = self._rich[older] | self._rich[newer]
         self._first[rows] = np.minimum(self._first[older], self._first[newer])
         self._size[rows] = self._size[older] + self._size[newer]
+        ids: list[str] = []
         for c0 in range(0, P, _ID_BLOCK):  # ids from the sources, a block of rows at a time
-            lists = self.sources_arrow(rows[c0:c0 + _ID_BLOCK]).to_pylist()
-            self.m_ids.extend([merged_id(src) for src in lists])
+            ids += [merged_id(src) for src in self.sources_arrow(rows[c0:c0 + _ID_BLOCK]).to_pylist()]
+        self.m_ids.extend(ids)  # the rows exist from here on
         self.m_texts.extend(texts)
         return rows
 
