@@ -327,7 +327,7 @@ class NodeTable:
 
         ids = col(st.ids.arrow, m_id, pa.large_string())
         texts = col(st.texts.arrow, [self.m_texts[j] for j in m_rows], pa.large_string())
-        sources = pa.concat_arrays([st.sources.arrow.take(po), self.sources_arrow(rows[~is_o])]).take(pp)
+        sources = self.sources_arrow(rows)  # already in output order: originals' lists and merged rows'
         meta = pa.concat_arrays([st.metadata.arrow.take(po), self._merged_meta(np.asarray(m_rows, dtype=np.int64),
                                                                                m_id)]).take(pp)
         names, codes = compact_codes(st.tenant_table, self._code[rows])
