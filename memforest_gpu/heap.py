@@ -6,14 +6,19 @@ of torch's and NumPy's CPU blocks come from the heap, and their pages stay resid
 until ``malloc_trim``. Arrow's own pool (mimalloc or jemalloc) keeps its freed buffers too,
 until ``release_unused``. A run calls :func:`release_free_heap` between stages and merge rounds
 (docs/performance.md: what it saves, and what it costs). Elsewhere than glibc only Arrow's pool
-is released.
+is released. Read-only file mappings registered with :func:`register_mapping` (a store's mapped
+texts, :mod:`memforest_gpu.store.mapped_texts`) hand their resident pages back at the same calls.
 """
 from __future__ import annotations
 
 import ctypes
+import mmap
 import sys
+import weakref
 
-__all__ = ["release_free_heap"]
+__all__ = ["release_free_heap", "register_mapping"]
+
+_MAPPINGS: weakref.WeakSet = weakref.WeakSet()  # read-only file mappings whose pages are handed back
 
 _trim = None  # glibc's malloc_trim once looked up; False where there is none
 
@@ -25,6 +30,7 @@ def release_free_heap(min_free: int = 0) -> bool:
     not) add up to at least that many bytes: a small run's many rounds skip the scan. Returns
     whether the C heap was trimmed."""
     global _trim
+    _release_mappings()
     arrow = sys.modules.get("pyarrow")  # Arrow's own pool (mimalloc or jemalloc) keeps freed buffers too
     if arrow is not None:
         arrow.default_memory_pool().release_unused()
@@ -36,6 +42,18 @@ def release_free_heap(min_free: int = 0) -> bool:
         return False
     _trim(0)
     return True
+
+
+def register_mapping(mm: mmap.mmap) -> None:
+    """Hand ``mm``'s resident pages back at every :func:`release_free_heap` while it lives: a
+    read-only mapping of a file, whose pages the kernel reads again where they are touched."""
+    _MAPPINGS.add(mm)
+
+
+def _release_mappings() -> None:
+    for mm in list(_MAPPINGS):
+        if not mm.closed and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            mm.madvise(mmap.MADV_DONTNEED)
 
 
 class _MallInfo2(ctypes.Structure):

@@ -17,6 +17,7 @@ from .event_trees import event_trees_json, tree_column
 from .keys import keys_rule_json
 from .keys_io import PARQUET_KEYS_KEY, keys_arrow
 from .layout import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
+from .mapped_texts import TextSpill, text_spill
 from .memory_store import DEFAULT_TENANT, MemoryStore
 
 __all__ = ["vector_codes_of", "read_parquet_columns", "to_arrow_table", "write_parquet", "write_rows", "ROW_GROUP_ROWS",
@@ -67,12 +68,13 @@ def _first_appearance(pf, has: bool) -> list[str]:
     return col.dictionary_encode().dictionary.to_pylist()
 
 
-def read_parquet_columns(path: str, tenants: str | list[str] | None = None) -> tuple[dict, str | None]:
+def read_parquet_columns(path: str, tenants: str | list[str] | None = None, *,
+                         mapped_texts: int | None = None) -> tuple[dict, str | None]:
     """The file's columns, read in record batches: ids, texts, tenants, sources and metadata
     as Arrow arrays, embeddings straight into one preallocated float32 (N, D) tensor (no
     Python object per node, no float64 copy). ``tenants``: only those tenants' rows are kept,
-    batch by batch (the whole table is never in memory). Returns (columns, the embedder the
-    file records or ``None``)."""
+    batch by batch (the whole table is never in memory). Texts of ``mapped_texts`` bytes or more
+    are a mapped spill file (:mod:`.mapped_texts`; -1: never). Returns (columns, file embedder)."""
 
     try:
         # buffered, not pre-buffered: a column chunk is streamed through a small buffer instead of
@@ -84,7 +86,8 @@ def read_parquet_columns(path: str, tenants: str | list[str] | None = None) -> t
         else:
             n, masks = pf.metadata.num_rows, None
         file_embedder = _file_embedder(pf.schema_arrow, wanted, path)
-        parts, emb = _read_batches(pf, wanted, masks, n, path)
+        spill = text_spill(pf, mapped_texts)
+        parts, emb = _read_batches(pf, wanted, masks, n, path, spill)
     except (pa.ArrowException, OSError) as e:
         raise ValueError(f"{path}: cannot read as Parquet: {e}") from None
     return _columns(parts, emb, pf.schema_arrow, path), file_embedder
@@ -112,11 +115,14 @@ def _file_embedder(schema, wanted: list[str], path: str) -> str | None:
     return file_embedder
 
 
-def _read_batches(pf, wanted: list[str], masks, n: int, path: str) -> tuple[dict[str, list], torch.Tensor | None]:
+def _read_batches(pf, wanted: list[str], masks, n: int, path: str,
+                  spill: TextSpill | None = None) -> tuple[dict[str, list], torch.Tensor | None]:
     """Every record batch (filtered by ``masks``): the Arrow arrays of each column but the
-    vectors, and the vectors in one (n, D) float32 tensor (``None``: the file has none, or
-    all of them are null and the store is embedded on load)."""
+    vectors (the texts into ``spill`` when there is one), and the vectors in one (n, D) float32
+    tensor (``None``: the file has none, or all of them are null and the store is embedded)."""
     parts: dict[str, list] = {c: [] for c in wanted if c != "embedding"}
+    if spill is not None:
+        parts["text"] = spill
     emb = None  # (n, D) float32, allocated at the first batch with a vector
     state = {"pos": 0, "d": None, "null": None, "first_id": None}
     for b, rb in enumerate(pf.iter_batches(batch_size=_BATCH_ROWS, columns=wanted)):
@@ -141,6 +147,8 @@ def _columns(parts: dict[str, list], emb, schema, path: str) -> dict[str, Any]:
         if c not in parts:
             return None
         arrs = parts.pop(c)
+        if isinstance(arrs, TextSpill):
+            return arrs.finish()
         if not arrs:
             return pa.array([], type=schema.field(c).type)
         return pa.chunked_array(arrs, type=arrs[0].type).combine_chunks()
