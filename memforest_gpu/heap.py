@@ -16,7 +16,7 @@ import mmap
 import sys
 import weakref
 
-__all__ = ["release_free_heap", "register_mapping"]
+__all__ = ["release_free_heap", "register_mapping", "release_mappings"]
 
 _MAPPINGS: weakref.WeakSet = weakref.WeakSet()  # read-only file mappings whose pages are handed back
 
@@ -30,7 +30,7 @@ def release_free_heap(min_free: int = 0) -> bool:
     not) add up to at least that many bytes: a small run's many rounds skip the scan. Returns
     whether the C heap was trimmed."""
     global _trim
-    _release_mappings()
+    release_mappings()
     arrow = sys.modules.get("pyarrow")  # Arrow's own pool (mimalloc or jemalloc) keeps freed buffers too
     if arrow is not None:
         arrow.default_memory_pool().release_unused()
@@ -50,7 +50,8 @@ def register_mapping(mm: mmap.mmap) -> None:
     _MAPPINGS.add(mm)
 
 
-def _release_mappings() -> None:
+def release_mappings() -> None:
+    """Hand the resident pages of every registered mapping back (:func:`register_mapping`)."""
     for mm in list(_MAPPINGS):
         if not mm.closed and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
             mm.madvise(mmap.MADV_DONTNEED)

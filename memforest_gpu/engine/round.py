@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..heap import release_free_heap
+from ..heap import release_free_heap, release_mappings
 from .apply import apply_round, pair_means
 from .merge_call import merge_texts
 from .merge_log import MergeLog
@@ -74,8 +74,10 @@ def merge_round(s: RunSetup, owed: Owed, number: int, merger, fallback, embedder
     release_free_heap(_PLAN_FREED)  # the planner's freed blocks, before the merger's inputs and texts
     with s.timer.stage("merge"):
         older, newer = older_first(s.table, p)
-        texts = merge_texts(merger, fallback, s.table.merge_pairs(older, newer), counter=s.counter, cap=s.cap,
-                            cap_policy=s.cfg.merge.cap_policy)
+        pairs = s.table.merge_pairs(older, newer)
+        release_mappings()  # the input's mapped texts, paged in for the pairs (store.mapped_texts)
+        texts = merge_texts(merger, fallback, pairs, counter=s.counter, cap=s.cap, cap_policy=s.cfg.merge.cap_policy)
+        pairs = None
     # a table that reuses its rows (NodeVectors.put) keeps a merged vector at its earliest original's row
     reuse = s.batch.vectors.reuse
     at = np.minimum(s.table.first[older], s.table.first[newer]) if reuse else None
