@@ -58,6 +58,9 @@ def test_mapped_store_reads_and_compresses_as_the_plain_one(tmp_path, monkeypatc
         store = read_store(path)
         res = compress(store, cfg)
         runs.append((list(store.texts), list(res.store.ids), list(res.store.texts), list(res.store.sources)))
+        out = res.store.texts.arrow
+        assert any(len(mm) == out.buffers()[2].size for mm in _MAPPINGS) == (threshold == "0")  # output mapped too
+        out.validate(full=True)
     assert runs[0] == runs[1]
 
 

@@ -28,6 +28,7 @@ import torch
 
 from ..mergers.base import MemoryItem, MergePair
 from ..store.columns import ArrowView, ColumnView, TenantView, compact_codes, dumps_meta, loads_meta
+from ..store.mapped_texts import text_column
 from ..store.memory_store import MemoryStore
 
 __all__ = ["NodeTable", "gather_rows", "leaf_rows", "merged_id"]
@@ -66,6 +67,7 @@ def gather_rows(rows, n: int, orig: pa.Array, merged: list) -> list:
 
 
 _ID_BLOCK = 1 << 15  # merged rows whose sources are read at once for their ids
+_TEXT_BLOCK = 1 << 16  # output rows whose texts are gathered at once (to_store)
 
 
 def leaf_rows(parents: np.ndarray, size: np.ndarray, n: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -310,10 +312,20 @@ class NodeTable:
         return pa.concat_arrays([self._o_ids.take(pa.array(rows[o])).cast(pa.large_string()), merged]
                                 ).take(pa.array(_order_of(o)))
 
+    def _text_blocks(self, rows: np.ndarray):
+        """The texts of ``rows`` (host int array) in their order, :data:`_TEXT_BLOCK` rows at a
+        time. Shape: (R,) -> yields (B,) large_string"""
+        for lo in range(0, len(rows), _TEXT_BLOCK):
+            r = rows[lo:lo + _TEXT_BLOCK]
+            is_o = r < self.n
+            merged = pa.array([self.m_texts[j] for j in (r[~is_o] - self.n).tolist()], type=pa.large_string())
+            yield pa.concat_arrays([self._o_texts.take(pa.array(r[is_o])), merged]).take(pa.array(_order_of(is_o)))
+
     def to_store(self, rows: np.ndarray, embeddings: torch.Tensor) -> MemoryStore:
         """The store of ``rows`` (already in output order); ``embeddings`` (len(rows), D) match
         them. Originals are taken from the store's Arrow columns, merged rows appended, then
-        one take puts every column in output order."""
+        one take puts every column in output order; the texts a block at a time, into a mapped
+        spill file from the mapped-texts bound (:func:`.mapped_texts.text_column`)."""
 
         rows = np.asarray(rows, dtype=np.int64)
         is_o = rows < self.n
@@ -326,7 +338,7 @@ class NodeTable:
             return pa.concat_arrays([orig.take(po), pa.array(merged, type=typ)]).take(pp)
 
         ids = col(st.ids.arrow, m_id, pa.large_string())
-        texts = col(st.texts.arrow, [self.m_texts[j] for j in m_rows], pa.large_string())
+        texts = text_column(self._text_blocks(rows), st.texts.arrow.nbytes)
         sources = self.sources_arrow(rows)  # already in output order: originals' lists and merged rows'
         meta = pa.concat_arrays([st.metadata.arrow.take(po), self._merged_meta(np.asarray(m_rows, dtype=np.int64),
                                                                                m_id)]).take(pp)

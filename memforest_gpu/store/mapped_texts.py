@@ -17,13 +17,14 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
+from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
 
-from ..heap import register_mapping
+from ..heap import register_mapping, release_mappings
 
-__all__ = ["TextSpill", "MAPPED_TEXT_BYTES", "text_spill"]
+__all__ = ["TextSpill", "MAPPED_TEXT_BYTES", "text_spill", "mapped_text_bytes", "text_column"]
 
 # a file's texts (uncompressed, as its metadata counts them) from which they are mapped, not held
 MAPPED_TEXT_BYTES = 16 << 20
@@ -35,14 +36,32 @@ def text_spill(pf, threshold: int | None = None) -> TextSpill | None:
     uncompressed, as the file's metadata counts them (default :data:`MAPPED_TEXT_BYTES`; a
     negative threshold never spills; ``None``: ``MEMFOREST_MAPPED_TEXTS`` where it is set); else
     ``None``."""
-    limit = _env_threshold() if threshold is None else threshold
+    limit = mapped_text_bytes() if threshold is None else threshold
     t = pf.schema_arrow.field("text").type
     if limit < 0 or not (pa.types.is_string(t) or pa.types.is_large_string(t)):
         return None
     return TextSpill() if _text_bytes(pf.metadata) >= limit else None
 
 
-def _env_threshold() -> int:
+def text_column(blocks: Iterable[pa.Array], nbytes: int) -> pa.Array:
+    """One ``large_string`` array of the texts ``blocks`` yield in turn (each is released before
+    the next is made): a mapped spill file when ``nbytes`` (the texts' expected size) reaches
+    :func:`mapped_text_bytes`, the mapped pages the blocks were read from handed back after
+    each; else the blocks concatenated. Shape: blocks (B_i,) -> (sum B_i,)"""
+    limit = mapped_text_bytes()
+    if 0 <= limit <= nbytes:
+        spill = TextSpill()
+        for b in blocks:
+            spill.append(b)
+            release_mappings()
+        return spill.finish()
+    parts = list(blocks)
+    return pa.concat_arrays(parts) if parts else pa.array([], type=pa.large_string())
+
+
+def mapped_text_bytes() -> int:
+    """The bytes of texts from which they are mapped: ``MEMFOREST_MAPPED_TEXTS`` where it is
+    set, else :data:`MAPPED_TEXT_BYTES` (-1: never)."""
     raw = os.environ.get("MEMFOREST_MAPPED_TEXTS", "").strip()
     if not raw:
         return MAPPED_TEXT_BYTES
