@@ -28,7 +28,7 @@ import torch
 
 from ..mergers.base import MemoryItem, MergePair
 from ..store.columns import ArrowView, ColumnView, TenantView, compact_codes, dumps_meta, loads_meta
-from ..store.mapped_texts import text_column
+from ..store.mapped_texts import mapped_column, maps
 from ..store.memory_store import MemoryStore
 
 __all__ = ["NodeTable", "gather_rows", "leaf_rows", "merged_id"]
@@ -324,8 +324,8 @@ class NodeTable:
     def to_store(self, rows: np.ndarray, embeddings: torch.Tensor) -> MemoryStore:
         """The store of ``rows`` (already in output order); ``embeddings`` (len(rows), D) match
         them. Originals are taken from the store's Arrow columns, merged rows appended, then
-        one take puts every column in output order; the texts a block at a time, into a mapped
-        spill file from the mapped-texts bound (:func:`.mapped_texts.text_column`)."""
+        one take puts every column in output order; from the mapped-texts bound the texts go a
+        block at a time into a mapped spill file (:func:`.mapped_texts.mapped_column`)."""
 
         rows = np.asarray(rows, dtype=np.int64)
         is_o = rows < self.n
@@ -338,7 +338,10 @@ class NodeTable:
             return pa.concat_arrays([orig.take(po), pa.array(merged, type=typ)]).take(pp)
 
         ids = col(st.ids.arrow, m_id, pa.large_string())
-        texts = text_column(self._text_blocks(rows), st.texts.arrow.nbytes)
+        if maps(st.texts.arrow.nbytes):  # a block at a time into a mapped spill file
+            texts = mapped_column(self._text_blocks(rows))
+        else:
+            texts = col(st.texts.arrow, [self.m_texts[j] for j in m_rows], pa.large_string())
         sources = self.sources_arrow(rows)  # already in output order: originals' lists and merged rows'
         meta = pa.concat_arrays([st.metadata.arrow.take(po), self._merged_meta(np.asarray(m_rows, dtype=np.int64),
                                                                                m_id)]).take(pp)

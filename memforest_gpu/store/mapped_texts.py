@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from ..heap import register_mapping, release_mappings
 
-__all__ = ["TextSpill", "MAPPED_TEXT_BYTES", "text_spill", "mapped_text_bytes", "text_column"]
+__all__ = ["TextSpill", "MAPPED_TEXT_BYTES", "text_spill", "mapped_text_bytes", "maps", "mapped_column"]
 
 # a file's texts (uncompressed, as its metadata counts them) from which they are mapped, not held
 MAPPED_TEXT_BYTES = 16 << 20
@@ -43,20 +43,20 @@ def text_spill(pf, threshold: int | None = None) -> TextSpill | None:
     return TextSpill() if _text_bytes(pf.metadata) >= limit else None
 
 
-def text_column(blocks: Iterable[pa.Array], nbytes: int) -> pa.Array:
-    """One ``large_string`` array of the texts ``blocks`` yield in turn (each is released before
-    the next is made): a mapped spill file when ``nbytes`` (the texts' expected size) reaches
-    :func:`mapped_text_bytes`, the mapped pages the blocks were read from handed back after
-    each; else the blocks concatenated. Shape: blocks (B_i,) -> (sum B_i,)"""
-    limit = mapped_text_bytes()
-    if 0 <= limit <= nbytes:
-        spill = TextSpill()
-        for b in blocks:
-            spill.append(b)
-            release_mappings()
-        return spill.finish()
-    parts = list(blocks)
-    return pa.concat_arrays(parts) if parts else pa.array([], type=pa.large_string())
+def maps(nbytes: int) -> bool:
+    """Whether texts of ``nbytes`` bytes are mapped (:func:`mapped_text_bytes`)."""
+    return 0 <= mapped_text_bytes() <= nbytes
+
+
+def mapped_column(blocks: Iterable[pa.Array]) -> pa.Array:
+    """The texts ``blocks`` yield in turn (each released before the next is made) as one
+    ``large_string`` array over a mapped spill file; the mapped pages a block was read from are
+    handed back after it. Shape: blocks (B_i,) -> (sum B_i,)"""
+    spill = TextSpill()
+    for b in blocks:
+        spill.append(b)
+        release_mappings()
+    return spill.finish()
 
 
 def mapped_text_bytes() -> int:
