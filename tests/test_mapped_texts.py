@@ -113,3 +113,19 @@ def test_pages_read_are_handed_back(tmp_path):
     assert touched - before > 30_000  # ~40 MB of characters paged in
     assert touched - after > 30_000  # and handed back
     assert texts[n - 1].as_py() == "y" * 1_000 + str(n - 1)  # read again from the page cache
+
+
+def test_a_spill_that_cannot_be_written_says_why_and_what_to_do(tmp_path, monkeypatch):
+    path = tmp_path / "s.parquet"
+    _texts_file(path, n=300)
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(mapped_texts.tempfile, "TemporaryFile", full)
+    monkeypatch.setenv("MEMFOREST_MAPPED_TEXTS", "0")
+    with pytest.raises(mapped_texts.SpillError, match="cannot write the texts' spill file in .*No space left.*"
+                                                      "set TMPDIR.*MEMFOREST_MAPPED_TEXTS=-1"):
+        read_store(str(path))
+    monkeypatch.setenv("MEMFOREST_MAPPED_TEXTS", "-1")  # the way out it names
+    assert len(read_parquet_columns(str(path))[0]["text"]) == 300

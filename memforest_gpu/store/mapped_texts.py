@@ -14,6 +14,7 @@ The array holds the same values as the file's column read whole (tests/test_mapp
 """
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import tempfile
@@ -24,7 +25,7 @@ import pyarrow as pa
 
 from ..heap import register_mapping, release_mappings
 
-__all__ = ["TextSpill", "MAPPED_TEXT_BYTES", "text_spill", "mapped_text_bytes", "maps", "mapped_column"]
+__all__ = ["TextSpill", "SpillError", "MAPPED_TEXT_BYTES", "text_spill", "mapped_text_bytes", "maps", "mapped_column"]
 
 # a file's texts (uncompressed, as its metadata counts them) from which they are mapped, not held
 MAPPED_TEXT_BYTES = 16 << 20
@@ -83,12 +84,29 @@ def _text_bytes(md) -> int:
     return sum(md.row_group(g).column(j).total_uncompressed_size for g in range(md.num_row_groups))
 
 
+class SpillError(OSError):
+    """The spill file could not be written or mapped (the message says where and what to do)."""
+
+
+@contextlib.contextmanager
+def _spilling():
+    try:
+        yield
+    except SpillError:
+        raise
+    except OSError as e:
+        raise SpillError(f"cannot write the texts' spill file in {tempfile.gettempdir()!r} ({e}): set TMPDIR "
+                         f"to a folder on a disk with room for them, or MEMFOREST_MAPPED_TEXTS=-1 to hold "
+                         f"them in memory") from None
+
+
 class TextSpill:
     """Texts appended a batch at a time to a temporary file; :meth:`finish` maps it and returns
     them as one ``large_string`` array (the same values, nulls included)."""
 
     def __init__(self, directory: str | None = None):
-        self._f = tempfile.TemporaryFile(dir=directory)
+        with _spilling():
+            self._f = tempfile.TemporaryFile(dir=directory)
         self._offsets = [np.zeros(1, dtype=np.int64)]
         self._valid: list[np.ndarray] = []
         self._size = self._n = self._nulls = 0
@@ -107,7 +125,8 @@ class TextSpill:
         offs = np.frombuffer(offs_buf, dtype=np.int64, count=B + 1, offset=arr.offset * 8)
         lo, hi = int(offs[0]), int(offs[-1])
         if hi > lo:
-            self._f.write(memoryview(data_buf)[lo:hi])
+            with _spilling():
+                self._f.write(memoryview(data_buf)[lo:hi])
         self._offsets.append(offs[1:] - lo + self._size)
         self._valid.append(arr.is_valid().to_numpy(zero_copy_only=False) if arr.null_count else np.ones(B, bool))
         self._size += hi - lo
@@ -116,9 +135,10 @@ class TextSpill:
 
     def finish(self) -> pa.Array:
         """The texts appended: one ``large_string`` array over the mapped file."""
-        self._f.flush()
-        if self._size:
-            mm = mmap.mmap(self._f.fileno(), self._size, access=mmap.ACCESS_READ)
+        with _spilling():
+            self._f.flush()
+            mm = mmap.mmap(self._f.fileno(), self._size, access=mmap.ACCESS_READ) if self._size else None
+        if mm is not None:
             register_mapping(mm)
             data = pa.py_buffer(mm)  # the buffer keeps the mapping alive; the file is already unlinked
         else:

@@ -17,12 +17,11 @@ from .event_trees import event_trees_json, tree_column
 from .keys import keys_rule_json
 from .keys_io import PARQUET_KEYS_KEY, keys_arrow
 from .layout import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
-from .mapped_texts import TextSpill, text_spill
+from .mapped_texts import SpillError, TextSpill, text_spill
 from .memory_store import DEFAULT_TENANT, MemoryStore
 
 __all__ = ["vector_codes_of", "read_parquet_columns", "to_arrow_table", "write_parquet", "write_rows", "ROW_GROUP_ROWS",
-           "arrow_schema", "arrow_rows", "write_parquet_store",
-           "PARQUET_EMBEDDER_KEY", "PARQUET_EVENT_TREES_KEY"]
+           "arrow_schema", "arrow_rows", "write_parquet_store", "PARQUET_EMBEDDER_KEY", "PARQUET_EVENT_TREES_KEY"]
 
 PARQUET_EMBEDDER_KEY = b"memforest.embedder"
 # the event trees (:mod:`.event_trees`), under the key stores have always used
@@ -89,6 +88,8 @@ def read_parquet_columns(path: str, tenants: str | list[str] | None = None, *,
         spill = text_spill(pf, mapped_texts)
         parts, emb = _read_batches(pf, wanted, masks, n, path, spill)
     except (pa.ArrowException, OSError) as e:
+        if isinstance(e, SpillError):  # the temporary folder's fault, not the file's
+            raise
         raise ValueError(f"{path}: cannot read as Parquet: {e}") from None
     return _columns(parts, emb, pf.schema_arrow, path), file_embedder
 
