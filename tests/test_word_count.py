@@ -35,6 +35,21 @@ def test_tricky_texts_slices_and_types():
     assert count_words_arrow(pa.array([], pa.large_string())).tolist() == []
 
 
+def test_blocks_bounded_by_bytes(monkeypatch):
+    """Texts counted a few bytes at a time (one text longer than the bound: alone in its block)."""
+    from memforest_gpu.mergers import word_count
+
+    monkeypatch.setattr(word_count, "_BLOCK_BYTES", 16)
+    seen, count_block = [], word_count._count_block
+    monkeypatch.setattr(word_count, "_count_block", lambda a: seen.append(a) or count_block(a))
+    texts = TRICKY + ["a long one " * 40] + TRICKY
+    big = pa.array(texts * 3, pa.large_string()).slice(7, 80)
+    assert count_words_arrow(big).tolist() == count_words((texts * 3)[7:87])
+    assert all(len(a) == 1 or sum(len(t.encode()) for t in a.to_pylist()) <= 16 for a in seen)
+    assert sum(len(a) for a in seen) == 80 and len(seen) > 5
+    assert count_words_arrow(pa.array(texts, pa.string()), block=5).tolist() == count_words(texts)
+
+
 def test_random_unicode_texts():
     rng = np.random.default_rng(0)
     pools = [range(0x20, 0x7F), range(0xA0, 0x800), range(0x3000, 0x3100), range(0x1F300, 0x1F400),
