@@ -129,3 +129,12 @@ def test_a_spill_that_cannot_be_written_says_why_and_what_to_do(tmp_path, monkey
         read_store(str(path))
     monkeypatch.setenv("MEMFOREST_MAPPED_TEXTS", "-1")  # the way out it names
     assert len(read_parquet_columns(str(path))[0]["text"]) == 300
+
+
+def test_a_bad_bound_is_refused_before_any_round(monkeypatch):
+    store = synthetic_store(300, dim=16, seed=4)  # in memory: the bound is first read by the run
+    rounds = []
+    monkeypatch.setenv("MEMFOREST_MAPPED_TEXTS", "16M")
+    with pytest.raises(ValueError, match="MEMFOREST_MAPPED_TEXTS must be a whole number of bytes.*'16M'"):
+        compress(store, CompressConfig(merge=MergeConfig(ratio=0.5)), on_round=lambda r, m: rounds.append(r))
+    assert rounds == []

@@ -143,6 +143,7 @@ class NodeTable:
         # the originals' Arrow columns, read in place
         self._o_ids, self._o_texts = store.ids.arrow, store.texts.arrow
         self._o_sources, self._o_meta = store.sources.arrow, store.metadata.arrow
+        self._map_texts = maps(self._o_texts.nbytes)  # decided (and MEMFOREST_MAPPED_TEXTS read) at the start
 
     def __len__(self) -> int:
         return self.n + len(self.m_ids)
@@ -338,7 +339,7 @@ class NodeTable:
             return pa.concat_arrays([orig.take(po), pa.array(merged, type=typ)]).take(pp)
 
         ids = col(st.ids.arrow, m_id, pa.large_string())
-        if maps(st.texts.arrow.nbytes):  # a block at a time into a mapped spill file
+        if self._map_texts:  # a block at a time into a mapped spill file
             texts = mapped_column(self._text_blocks(rows))
         else:
             texts = col(st.texts.arrow, [self.m_texts[j] for j in m_rows], pa.large_string())
