@@ -31,7 +31,7 @@ from ..store.columns import ArrowView, ColumnView, TenantView, compact_codes, du
 from ..store.mapped_texts import mapped_column, maps
 from ..store.memory_store import MemoryStore
 
-__all__ = ["NodeTable", "gather_rows", "leaf_rows", "merged_id"]
+__all__ = ["NodeTable", "gather_rows", "gather_arrow", "leaf_rows", "merged_id"]
 
 
 _JSON_ESCAPE = r'[\x00-\x1f"\\]'  # what json.dumps(..., ensure_ascii=False) escapes in a string
@@ -64,6 +64,16 @@ def gather_rows(rows, n: int, orig: pa.Array, merged: list) -> list:
     if (~o).any():
         out[~o] = [merged[j] for j in (rows[~o] - n).tolist()]
     return out.tolist()
+
+
+def gather_arrow(rows, n: int, orig: pa.Array, merged: list) -> pa.Array:
+    """:func:`gather_rows` as one ``large_string`` Arrow array: originals by one take of ``orig``,
+    merged rows' values from the list ``merged``, put back in the order of ``rows``.
+    Shape: (R,) -> (R,) large_string"""
+    rows = np.asarray(rows, dtype=np.int64)
+    o = rows < n
+    m = pa.array([merged[j] for j in (rows[~o] - n).tolist()], type=pa.large_string())
+    return pa.concat_arrays([orig.take(pa.array(rows[o])).cast(pa.large_string()), m]).take(pa.array(_order_of(o)))
 
 
 _ID_BLOCK = 1 << 15  # merged rows whose sources are read at once for their ids
@@ -307,20 +317,13 @@ class NodeTable:
     def ids_arrow(self, rows: np.ndarray) -> pa.Array:
         """The ids of ``rows`` (host int array) as one Arrow array.
         Shape: (R,) -> (R,) large_string"""
-        rows = np.asarray(rows, dtype=np.int64)
-        o = rows < self.n
-        merged = pa.array([self.m_ids[j] for j in (rows[~o] - self.n).tolist()], type=pa.large_string())
-        return pa.concat_arrays([self._o_ids.take(pa.array(rows[o])).cast(pa.large_string()), merged]
-                                ).take(pa.array(_order_of(o)))
+        return gather_arrow(rows, self.n, self._o_ids, self.m_ids)
 
     def _text_blocks(self, rows: np.ndarray):
         """The texts of ``rows`` (host int array) in their order, :data:`_TEXT_BLOCK` rows at a
         time. Shape: (R,) -> yields (B,) large_string"""
         for lo in range(0, len(rows), _TEXT_BLOCK):
-            r = rows[lo:lo + _TEXT_BLOCK]
-            is_o = r < self.n
-            merged = pa.array([self.m_texts[j] for j in (r[~is_o] - self.n).tolist()], type=pa.large_string())
-            yield pa.concat_arrays([self._o_texts.take(pa.array(r[is_o])), merged]).take(pa.array(_order_of(is_o)))
+            yield gather_arrow(rows[lo:lo + _TEXT_BLOCK], self.n, self._o_texts, self.m_texts)
 
     def to_store(self, rows: np.ndarray, embeddings: torch.Tensor) -> MemoryStore:
         """The store of ``rows`` (already in output order); ``embeddings`` (len(rows), D) match
