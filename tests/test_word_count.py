@@ -71,6 +71,24 @@ def test_count_column_matches_the_counter():
     np.testing.assert_array_equal(count_column(halves, st.texts, block=64), halves(list(st.texts)))
 
 
+def test_count_column_blocks_bounded_by_bytes(monkeypatch):
+    """A tokenizer gets ``block`` texts at a time, fewer where they pass the byte bound."""
+    from memforest_gpu.mergers import word_count
+
+    monkeypatch.setattr(word_count, "_BLOCK_BYTES", 200)
+    st = synthetic_store(300, dim=8)
+    sizes = []
+
+    def halves(texts):
+        sizes.append(sum(len(t.encode()) for t in texts) if len(texts) > 1 else 0)
+        return [len(t) // 2 for t in texts]
+
+    np.testing.assert_array_equal(count_column(halves, st.texts, block=64), [len(t) // 2 for t in st.texts])
+    assert max(sizes) <= 200 and len(sizes) > 300 * 45 // 200
+    plain = list(st.texts)  # not Arrow: fixed blocks
+    np.testing.assert_array_equal(count_column(halves, plain, block=64), [len(t) // 2 for t in plain])
+
+
 def test_bad_input():
     with pytest.raises(ValueError, match="null"):
         count_words_arrow(pa.array(["a", None]))

@@ -25,11 +25,12 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
+import pyarrow as pa
 
 from ..config import CAP_POLICIES
 from ..mergers.base import MergePair, unwrap
 from ..mergers.extractive import ExtractiveMerger
-from ..mergers.word_count import count_words, count_words_arrow
+from ..mergers.word_count import count_words, count_words_arrow, text_blocks
 
 __all__ = ["merge_texts", "RoundTexts", "with_fallback", "cap_and_counter", "count_column"]
 
@@ -64,15 +65,21 @@ def cap_and_counter(max_node_tokens: int | None, embedder, *,
 def count_column(counter: Callable, texts, *, block: int = 1 << 16) -> np.ndarray:
     """``counter`` over a store's text column (an Arrow-backed view): the word counter with
     vectorised kernels (:func:`~memforest_gpu.mergers.word_count.count_words_arrow`), any other
-    counter (a tokenizer) ``block`` texts at a time, so no Python list of every text is built.
+    counter (a tokenizer) ``block`` texts at a time (fewer where they pass 8 MiB), so no Python
+    list of every text is built.
 
     Shape: (N,) -> (N,) int64
     """
     if counter is count_words and hasattr(texts, "arrow"):
         return count_words_arrow(texts)
     out = np.empty(len(texts), dtype=np.int64)
-    for lo in range(0, len(texts), block):
-        out[lo:lo + block] = counter(texts[lo:lo + block])
+    arr = getattr(texts, "arrow", None)
+    if isinstance(arr, pa.Array) and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        ranges = text_blocks(arr, block)  # long texts: fewer at once (a tokenizer's lists are ~40 bytes a token)
+    else:
+        ranges = ((lo, min(len(texts), lo + block)) for lo in range(0, len(texts), block))
+    for lo, hi in ranges:
+        out[lo:hi] = counter(texts[lo:hi])
     return out
 
 

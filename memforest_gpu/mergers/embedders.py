@@ -126,7 +126,8 @@ class SentenceTransformerEmbedder:
         if not texts:
             return []
         tok = self.model.tokenizer
-        enc = tok(list(texts), add_special_tokens=False, truncation=False, verbose=False)
+        enc = tok(list(texts), add_special_tokens=False, truncation=False, verbose=False,
+                  return_attention_mask=False, return_token_type_ids=False)  # the ids alone: a third of the lists
         return [len(x) for x in enc["input_ids"]]
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:

@@ -28,7 +28,7 @@ def count_words(texts: Sequence[str]) -> list[int]:
     return [len(WORD_PATTERN.findall(t)) for t in texts]
 
 
-_BLOCK_BYTES = 1 << 23  # UTF-8 bytes counted at once: ~10 bytes of transients each (int64 running sums)
+_BLOCK_BYTES = 1 << 23  # UTF-8 bytes counted at once (text_blocks)
 
 
 def count_words_arrow(texts, *, block: int = 1 << 16) -> np.ndarray:
@@ -54,18 +54,29 @@ def count_words_arrow(texts, *, block: int = 1 << 16) -> np.ndarray:
     if pa.types.is_string(arr.type):
         arr = arr.cast(pa.large_string())
     out = np.empty(len(arr), dtype=np.int64)
-    off = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + len(arr) + 1] if len(arr) else None
-    lo = 0
-    while lo < len(arr):  # ``block`` texts, fewer where they pass _BLOCK_BYTES (the counts' per-byte arrays)
-        hi = min(len(arr), lo + block, max(lo + 1, int(np.searchsorted(off, off[lo] + _BLOCK_BYTES, "right")) - 1))
+    for lo, hi in text_blocks(arr, block):  # the counts' per-byte arrays: ~10 bytes a byte of text
         part = arr.slice(lo, hi - lo)
         try:
             part.validate(full=True)  # valid UTF-8, as count_words's Python strings are
         except pa.ArrowInvalid as e:
             raise ValueError(f"texts must be valid UTF-8: {e}") from None
         out[lo:hi] = _count_block(part)
-        lo = hi
     return out
+
+
+def text_blocks(arr, block: int):
+    """Row ranges ``(lo, hi)`` covering the Arrow string array ``arr``: ``block`` texts each, fewer
+    where they would pass :data:`_BLOCK_BYTES` bytes (a longer text alone). Shape: (N,) -> ranges"""
+    n = len(arr)
+    if not n:
+        return
+    wide = pa.types.is_large_string(arr.type)
+    off = np.frombuffer(arr.buffers()[1], dtype=np.int64 if wide else np.int32)[arr.offset:arr.offset + n + 1]
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + block, max(lo + 1, int(np.searchsorted(off, off[lo] + _BLOCK_BYTES, "right")) - 1))
+        yield lo, hi
+        lo = hi
 
 
 def _count_block(a) -> np.ndarray:
