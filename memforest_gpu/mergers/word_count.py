@@ -72,6 +72,7 @@ def text_blocks(arr, block: int):
         return
     wide = pa.types.is_large_string(arr.type)
     off = np.frombuffer(arr.buffers()[1], dtype=np.int64 if wide else np.int32)[arr.offset:arr.offset + n + 1]
+    off = off.astype(np.int64, copy=False)  # int32 offsets plus the bound could wrap near 2 GiB
     lo = 0
     while lo < n:
         hi = min(n, lo + block, max(lo + 1, int(np.searchsorted(off, off[lo] + _BLOCK_BYTES, "right")) - 1))
