@@ -232,3 +232,48 @@ def test_vllm_answerer_and_judge_share_one_engine(monkeypatch):
     assert qa.answerer.backend.sampling_["max_tokens"] == 48 and qa.judge.backend.sampling_["max_tokens"] == 6
     assert list(out["j"]) == [1.0, 0.0] and list(out["f1"]) == [1.0, 0.0]  # right for the cat, not the bicycle
     assert len(log["generate"]) == 2  # one generate for the answers, one for the verdicts
+
+
+def _judged_run(tmp_path, faults):
+    bench = tmp_path / "longmemeval_s.json"
+    items = write_longmemeval(bench)
+    out = tmp_path / "out"
+    argv = ["--benchmark", str(bench), "--methods", "tome", "--ratios", "0.5", "--seeds", "0", "-k", "3",
+            "--bootstrap", "10", "--out", str(out), "--quiet", "--answer-model", "fake-answerer", "--judge-model",
+            "fake-judge", "--llm-option", "max_retries=0"]
+    with FakeQAServer({it["question"]: str(it["answer"]) for it in items}, faults) as srv:
+        rc = main(argv + ["--base-url", srv.url])
+    return rc, out
+
+
+def test_eval_where_some_verdicts_failed_says_how_many(tmp_path, capsys):
+    rc, out = _judged_run(tmp_path, {("judge", "new bicycle"): ["nolabel"] * 99})
+    assert rc == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    qa = json.loads((out / "results.json").read_text())["meta"]["qa"]
+    failed, asked = qa["failures"]["judge failed"], qa["verdicts_asked"]
+    assert 0 < failed < asked
+    assert err == [f"memforest eval: {failed} of {asked} verdicts failed (not scored, left out of J; counted in "
+                   "results.md)"]
+    md = (out / "results.md").read_text()
+    assert f"**{failed} of {asked} verdicts failed** (no CORRECT / WRONG label in the reply after one strict retry" \
+           in md
+
+
+def test_eval_whose_every_verdict_failed_exits_1_with_one_line_and_writes_f1(tmp_path, capsys):
+    """Every verdict without a label: J is empty, said on stderr (one line) and at the top of
+    results.md; F1 and BLEU-1 are written; the exit status is 1."""
+    rc, out = _judged_run(tmp_path, {("judge", ""): ["nolabel"] * 999})
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1, err
+    qa = json.loads((out / "results.json").read_text())["meta"]["qa"]
+    n = qa["verdicts_asked"]
+    assert n > 0 and qa["failures"]["judge failed"] == n
+    assert err[0] == (f"memforest eval: error: every verdict failed ({n} of {n} from --judge-model 'fake-judge'): J "
+                      "of the open questions is empty; check --judge-model, --judge-max-tokens and --base-url; results "
+                      "written without it (F1 and BLEU-1 stand)")
+    md = (out / "results.md").read_text()
+    assert f"**Every verdict failed ({n} of {n})**: the judge `fake-judge` gave no usable verdict" in md
+    recs = json.loads((out / "results.json").read_text())["records"]
+    assert any(r["metric"] == "f1" and r["value"] is not None for r in recs)
+    assert not any(r["metric"] == "j" and r["category"] == "all" and r["value"] is not None for r in recs)

@@ -285,12 +285,13 @@ def _run(a) -> int:
     emb.flush()
     if qa is not None and not protocol.answers_said(qa, a):  # every answer failed: nothing to write
         return 1
+    judged = qa is None or protocol.verdicts_said(qa, a)  # every verdict failed: written, but exit 1
     res.meta["preset"] = a.preset or DEFAULT_PRESET
     paths = write_outputs(res, a.out, bootstrap=a.bootstrap, reference=_reference(a, methods, cfg))
     print(f"{len(methods)} methods x {len(ratios)} ratios x {len(seeds)} seeds in {timer.elapsed():.0f}s "
           f"(embedding cache: {emb.hits} hits, {emb.misses} new)")
     print("\n".join(f"wrote {p}" for p in paths.values()))
-    return 0
+    return 0 if judged else 1
 
 
 def _run_loo(a) -> int:

@@ -11,7 +11,7 @@ from ..evaluation.qa_client import parse_spec
 from .flags import parse_options
 
 __all__ = ["add_protocol_arguments", "qa_from_args", "subset_from_args", "check_protocol_flags", "answers_said",
-           "say_skipped"]
+           "verdicts_said", "say_skipped"]
 
 
 def add_protocol_arguments(p: argparse.ArgumentParser) -> None:
@@ -106,6 +106,31 @@ def answers_said(qa, a) -> bool:
     if failed:
         print(f"memforest eval: {failed} of {asked} answers failed (not scored, left out of J; counted in results.md)"
               + (f"; last error: {last}" if last else ""), file=sys.stderr)
+    return True
+
+
+def verdicts_said(qa, a) -> bool:
+    """After the grid: False (with one error line) when every verdict of the judge failed; else
+    True, with one line saying how many failed when some did.
+
+    Every verdict failed (a judge that never writes CORRECT / WRONG, a label cut off by
+    ``--judge-max-tokens``, a dead ``--base-url``): the run still writes its results, since the
+    answers, their F1 and BLEU-1 and the retrieval metrics are sound and cost the answerer's
+    calls, but ``memforest eval`` exits with status 1: ``--judge-model`` asked for J, the
+    protocol's headline figure, and a script or CI job that reads the exit status must not take
+    an empty J column for a result. The verdicts are never cached when they fail, so a re-run
+    with a working judge sends only them."""
+    failed, asked = qa.verdicts_failed()
+    last = qa.judge.summary().get("last_error") if qa.judge is not None else None
+    tail = f"; last error: {last}" if last else ""
+    if asked and failed == asked:
+        print(f"memforest eval: error: every verdict failed ({failed} of {asked} from --judge-model "
+              f"{a.judge_model!r}{tail}): J of the open questions is empty; check --judge-model, --judge-max-tokens "
+              "and --base-url; results written without it (F1 and BLEU-1 stand)", file=sys.stderr)
+        return False
+    if failed:
+        print(f"memforest eval: {failed} of {asked} verdicts failed (not scored, left out of J; counted in "
+              f"results.md){tail}", file=sys.stderr)
     return True
 
 

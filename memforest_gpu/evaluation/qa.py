@@ -149,6 +149,7 @@ class QAProtocol:
                 to_judge.append(i)
             out["f1"][i], out["bleu1"][i] = token_f1(a, q.answer), bleu1(a, q.answer)
         if self.judge is not None and to_judge:
+            self.counts["verdicts_asked"] += len(to_judge)
             self._verdicts([questions[i] for i in to_judge], [answers[i] for i in to_judge], to_judge, out)
         self.cache.flush()
         return out
@@ -169,6 +170,11 @@ class QAProtocol:
     def answers_failed(self) -> tuple[int, int]:
         """(answers whose request failed, answers asked) over the run so far."""
         return self.failures.get("answer failed", 0), self.counts.get("answers_asked", 0)
+
+    def verdicts_failed(self) -> tuple[int, int]:
+        """(verdicts that failed: no reply, or no label after the strict retry; verdicts asked)
+        over the run so far."""
+        return self.failures.get("judge failed", 0), self.counts.get("verdicts_asked", 0)
 
     def summary(self) -> dict:
         """Run totals: calls and tokens per model, cache hits, requests, failures by reason."""

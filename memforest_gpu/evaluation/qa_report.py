@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-__all__ = ["qa_section", "has_qa", "cat_label", "failed_answers_line"]
+__all__ = ["qa_section", "has_qa", "cat_label", "failed_answers_line", "failed_verdicts_line"]
 
 
 def cat_label(c: str) -> str:
@@ -39,6 +39,24 @@ def failed_answers_line(meta: dict) -> str | None:
     last = (qa.get("answer_model") or {}).get("last_error")
     return (f"**{failed} of {asked} answers failed** (their requests got no reply: not scored, left out of J"
             + (f"; last error: {last}" if last else "") + ").")
+
+
+def failed_verdicts_line(meta: dict) -> str | None:
+    """``**3 of 40 verdicts failed** ...`` when some of the judge's verdicts failed, a louder line
+    when every one did (J of the open questions is then empty); None when none failed."""
+    qa = meta.get("qa") or {}
+    failed, asked = (qa.get("failures") or {}).get("judge failed", 0), qa.get("verdicts_asked", 0)
+    if not failed:
+        return None
+    judge = qa.get("judge_model") or {}
+    last = judge.get("last_error")
+    why = ("no CORRECT / WRONG label in the reply after one strict retry, or the request failed"
+           + (f"; last error: {last}" if last else ""))
+    if failed == asked:
+        return (f"**Every verdict failed ({failed} of {asked})**: the judge `{judge.get('spec')}` gave no usable "
+                f"verdict ({why}), so J holds only multiple-choice questions, if any; F1 and B1 stand. Check "
+                "`--judge-model`, `--judge-max-tokens` and `--base-url`.")
+    return f"**{failed} of {asked} verdicts failed** ({why}: not scored, left out of J)."
 
 
 def _cost(meta: dict) -> list[str]:
@@ -124,8 +142,9 @@ def qa_section(meta: dict, agg: dict, comp: list[dict], cats: list[str], referen
          "counted in the failed columns (share of questions); refused = answers that decline (judged like "
          "any answer)." + (f" Categories {', '.join(apart)} (abstention: the right answer is to decline) are "
                             f"reported apart, not in 'all'." if apart else ""), ""]
-    failed = failed_answers_line(meta)
-    L += ([failed, ""] if failed else []) + _cost(meta) + [""]
+    for line in (failed_answers_line(meta), failed_verdicts_line(meta)):
+        L += [line, ""] if line else []
+    L += _cost(meta) + [""]
     L += _table(agg, meta.get("methods", []), meta.get("ratios", []), cats, k)
     diffs = _differences(comp, reference)
     return L + ([""] + diffs if diffs else [])
