@@ -122,6 +122,50 @@ def test_a_rewritten_store_reads_searches_compresses_and_compacts(compressed, tm
     assert after.event_trees is not None and after.event_trees.tenants  # partitioned again, state written
 
 
+@pytest.fixture(scope="module")
+def named(tmp_path_factory):
+    """A store without vectors compressed by the default preset: embedded with all-MiniLM-L6-v2,
+    which the file records."""
+    d = tmp_path_factory.mktemp("named")
+    src, out = d / "in.jsonl", d / "store.parquet"
+    with open(src, "w") as f:
+        for i in range(24):
+            f.write(json.dumps({"id": f"m{i}", "text": f"Memory {i}: {TOPICS[i % 4]}", "timestamp": 1.7e9 + 3600 * i,
+                                "tenant": "u1"}) + "\n")
+    assert main(["compress", str(src), str(out), "--ratio", "0.3", "--quiet"]) == 0
+    return out
+
+
+TOPICS = ["we hiked up the mountain trail at dawn", "the new espresso machine broke again",
+          "my sister adopted a grey kitten", "the quarterly budget review went badly"]
+
+
+@pytest.mark.parametrize("tool", sorted(REWRITES))
+def test_a_rewritten_store_is_searched_with_its_model_without_a_flag(named, tmp_path, tool, capsys):
+    dst = tmp_path / "rewritten.parquet"
+    REWRITES[tool](str(named), str(dst))
+    assert not (pq.read_schema(dst).metadata or {}).get(b"memforest.embedder")  # the tool dropped the metadata
+    assert read_store(dst).embedder == read_store(named).embedder == "all-MiniLM-L6-v2"  # the embedder column
+    query = ["a cat joined the family", "--tenant", "u1", "-k", "3", "--json"]
+    assert main(["search", str(named), *query]) == 0
+    before = json.loads(capsys.readouterr().out)
+    assert main(["search", str(dst), *query]) == 0, capsys.readouterr().err
+    after = json.loads(capsys.readouterr().out)
+    assert [(h["id"], round(h["score"], 5)) for h in after] == [(h["id"], round(h["score"], 5)) for h in before]
+    assert "kitten" in before[0]["text"]
+
+
+def test_the_embedder_column_names_one_model(named, tmp_path, capsys):
+    t = pq.read_table(named).replace_schema_metadata(None)
+    names = ["all-MiniLM-L6-v2"] * (len(t) - 1) + ["other-model"]
+    t = t.set_column(t.schema.get_field_index("embedder"), "embedder", pa.array(names))
+    dst = tmp_path / "two.parquet"
+    pq.write_table(t, dst)
+    assert main(["info", str(dst)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "embedder must be the same on every row" in err[0] and "other-model" in err[0], err
+
+
 def test_a_tenant_erased_with_duckdb(compressed, tmp_path, capsys):
     dst = tmp_path / "erased.parquet"
     _duckdb_erase(str(compressed), str(dst))

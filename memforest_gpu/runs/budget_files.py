@@ -18,7 +18,7 @@ from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_j
 from ..store.jsonl import iso_time
 from ..store.keys_io import PARQUET_KEYS_KEY
 from ..store.layout import HEADER_KEY, OPTIONAL_COLUMNS, REQUIRED_COLUMNS
-from ..store.parquet import PARQUET_EVENT_TREES_KEY, to_arrow_table, vector_codes_of, write_rows
+from ..store.parquet import PARQUET_EVENT_TREES_KEY, arrow_rows, vector_codes_of, write_rows
 from .budget_groups import KEY, PART_BATCH_ROWS, SPLIT_BATCH_ROWS, _jsonl_items, output_batch_rows
 
 
@@ -159,7 +159,7 @@ def _output_keys(sub, out, rows: np.ndarray) -> np.ndarray:
 
 def _write_part(out, keys: np.ndarray, path: str, report, time_format) -> None:
 
-    table = to_arrow_table(out).append_column(KEY, pa.array(keys, type=pa.int64()))
+    table = arrow_rows(out, 0, len(out)).append_column(KEY, pa.array(keys, type=pa.int64()))  # the file layout
     d = report.to_dict()
     d["time_format"] = time_format
     d["embedder_label"] = out.embedder

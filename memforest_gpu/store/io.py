@@ -13,9 +13,13 @@ Formats (see :data:`FORMATS`):
     metadata   string (one JSON object per row)
     keys       list<fixed_size_list<float32>[D]>  (optional, null = none; :mod:`.keys`)
     key_sources  list<list<string>>           (optional, one id list per key)
+    keys_rule  string                         (optional, the keys' rule, JSON, on rows with keys)
+    embedder   string                         (optional, the model of the vectors on every row)
 
-  The embedder name lives in the schema metadata under ``memforest.embedder``, the keys' rule
-  (:mod:`.keys`) under ``memforest.keys``.
+  The embedder name lives in the schema metadata under ``memforest.embedder`` and in the
+  ``embedder`` column (:mod:`.embedder_io`), the keys' rule (:mod:`.keys`) under
+  ``memforest.keys`` and in the ``keys_rule`` column: a tool that drops the file's metadata
+  keeps both.
   Reading is streamed in record batches straight into the store's columns (Arrow arrays
   and one preallocated float32 tensor; ``tenants=`` filters each batch), writing goes out
   in row groups of 65,536 rows; no Python object per row, so millions of rows are fine.

@@ -13,6 +13,7 @@ import torch
 
 from ..heap import release_free_heap
 from .codes import int8_codes
+from .embedder_io import EMBEDDER_COLUMN, PARQUET_EMBEDDER_KEY, embedder_arrow, file_embedder
 from .event_trees import event_trees_json, tree_column
 from .keys import keys_rule_json
 from .keys_io import PARQUET_KEYS_KEY, keys_arrow
@@ -23,7 +24,6 @@ from .memory_store import DEFAULT_TENANT, MemoryStore
 __all__ = ["vector_codes_of", "read_parquet_columns", "to_arrow_table", "write_parquet", "write_rows", "ROW_GROUP_ROWS",
            "arrow_schema", "arrow_rows", "write_parquet_store", "PARQUET_EMBEDDER_KEY", "PARQUET_EVENT_TREES_KEY"]
 
-PARQUET_EMBEDDER_KEY = b"memforest.embedder"
 # the event trees (:mod:`.event_trees`), under the key stores have always used
 PARQUET_EVENT_TREES_KEY = b"memforest.forest"
 _BATCH_ROWS = 1 << 13  # rows per record batch read: 12.6 MB of d = 384 vectors decoded at a time, not 100
@@ -59,7 +59,6 @@ def _tenant_mask(pf, want: list[str], path: str):
 
 
 def _first_appearance(pf, has: bool) -> list[str]:
-
     if not has:
         return [DEFAULT_TENANT]
     col = pc.cast(pf.read(columns=["tenant"]).column(0), pa.large_string()).combine_chunks()
@@ -84,36 +83,32 @@ def read_parquet_columns(path: str, tenants: str | list[str] | None = None, *,
             n, masks = _tenant_mask(pf, [tenants] if isinstance(tenants, str) else list(tenants), path)
         else:
             n, masks = pf.metadata.num_rows, None
-        file_embedder = _file_embedder(pf.schema_arrow, wanted, path)
+        _check_vector_column(pf.schema_arrow, wanted, path)
+        name = file_embedder(pf, path)
         spill = text_spill(pf, mapped_texts)
         parts, emb = _read_batches(pf, wanted, masks, n, path, spill)
     except (pa.ArrowException, OSError) as e:
         if isinstance(e, SpillError):  # the temporary folder's fault, not the file's
             raise
         raise ValueError(f"{path}: cannot read as Parquet: {e}") from None
-    return _columns(parts, emb, pf.schema_arrow, path), file_embedder
+    return _columns(parts, emb, pf.schema_arrow, path), name
 
 
 def _wanted_columns(schema, path: str) -> list[str]:
-    """The store's columns the file holds, in layout order; a missing required one raises."""
-    wanted = [c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in schema.names]
+    """The store's columns the file holds, in layout order, but the model's name (read apart:
+    :mod:`.embedder_io`); a missing required one raises."""
+    wanted = [c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in schema.names and c != EMBEDDER_COLUMN]
     for c in REQUIRED_COLUMNS:
         if c not in schema.names:
             raise ValueError(f"{path}: missing required column {c!r} (columns: {schema.names})")
     return wanted
 
 
-def _file_embedder(schema, wanted: list[str], path: str) -> str | None:
-    """The embedder the schema metadata records; checks that the vectors are lists."""
-
-    meta = schema.metadata or {}
-    file_embedder = meta.get(PARQUET_EMBEDDER_KEY)
-    file_embedder = file_embedder.decode("utf-8") if file_embedder else None
+def _check_vector_column(schema, wanted: list[str], path: str) -> None:
     if "embedding" in wanted:
         et = schema.field("embedding").type
         if not (pa.types.is_list(et) or pa.types.is_large_list(et) or pa.types.is_fixed_size_list(et)):
             raise ValueError(f"{path}: column 'embedding' must be a list of floats, got type {et}")
-    return file_embedder
 
 
 def _read_batches(pf, wanted: list[str], masks, n: int, path: str,
@@ -290,9 +285,10 @@ def _parquet_timestamps(col, path: str):
     return col.to_pylist()
 
 
-def arrow_schema(store: MemoryStore) -> pa.Schema:
+def arrow_schema(store: MemoryStore, *, embedder_column: bool = True) -> pa.Schema:
     """The schema of the store's file (the module docstring's layout), with its metadata: the
-    embedder, the event trees and the keys' rule."""
+    embedder, the event trees and the keys' rule; the model's name also as a column when it is
+    known (``embedder_column``, :mod:`.embedder_io`)."""
     d = store.dim
     int8 = store.vector_codes == "int8"
     schema_meta = {}
@@ -314,6 +310,8 @@ def arrow_schema(store: MemoryStore) -> pa.Schema:
         kcol, scol, rcol = keys_arrow(store.keys, d, store.vector_codes, rows=(0, 0))
         fields += [("keys", kcol.type), ("key_sources", scol.type), ("keys_rule", rcol.type)]
         schema_meta[PARQUET_KEYS_KEY] = keys_rule_json(store.keys).encode("utf-8")
+    if store.embedder is not None and embedder_column:
+        fields.append((EMBEDDER_COLUMN, pa.string()))
     return pa.schema(fields, metadata=schema_meta or None)
 
 
@@ -347,14 +345,16 @@ def arrow_rows(store: MemoryStore, lo: int, hi: int, schema: pa.Schema | None = 
         arrays.append(tree_column(store.event_trees.tree[lo:hi]))
     if store.keys is not None:
         arrays += list(keys_arrow(store.keys, d, store.vector_codes, rows=(lo, hi)))
+    if EMBEDDER_COLUMN in schema.names:
+        arrays.append(embedder_arrow(str(store.embedder), n))
     assert len(ts) == n
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def to_arrow_table(store: MemoryStore):
-    """The store as one Arrow table in the file layout (see the module docstring). The
-    store's Arrow columns are reused; the vectors are a zero-copy view of a float32 host copy."""
-    return arrow_rows(store, 0, len(store))
+    """The store as one Arrow table in the file layout but the model's name column: rows to join
+    to a file's own (:func:`arrow_rows` reuses the store's Arrow columns, no vector copy)."""
+    return arrow_rows(store, 0, len(store), arrow_schema(store, embedder_column=False))
 
 
 def write_rows(writer: pq.ParquetWriter, table: pa.Table, row_group_size: int | None = None) -> None:
@@ -377,7 +377,7 @@ def write_rows(writer: pq.ParquetWriter, table: pa.Table, row_group_size: int | 
 
 
 def write_parquet(table, f) -> None:
-    """Write an Arrow table (:func:`to_arrow_table`) to the open binary file ``f``: zstd, row
+    """Write an Arrow table (:func:`arrow_rows`) to the open binary file ``f``: zstd, row
     groups of :data:`ROW_GROUP_ROWS` rows (:func:`write_rows`)."""
     with pq.ParquetWriter(f, table.schema, compression="zstd") as w:
         write_rows(w, table)
@@ -386,7 +386,7 @@ def write_parquet(table, f) -> None:
 def write_parquet_store(store: MemoryStore, f, *, first: pa.Table | None = None) -> None:
     """Write ``store`` to the open binary file ``f`` a row group at a time (:func:`arrow_rows`),
     so that no Arrow copy of the whole store is ever held; the same bytes as
-    :func:`write_parquet` of :func:`to_arrow_table` (zstd, row groups of
+    :func:`write_parquet` of ``arrow_rows(store, 0, len(store))`` (zstd, row groups of
     :data:`ROW_GROUP_ROWS` rows). ``first``: the first row group, already built by the
     caller (who builds it before touching the disk)."""
     n = len(store)
