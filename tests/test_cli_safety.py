@@ -448,6 +448,20 @@ def test_search_output_has_no_raw_control_characters(tmp_path, capsys):
     assert printable("a\u202eb\x9bc") == "a\\u202eb\\x9bc"  # bidi override, C1 control
 
 
+EVIL = "evil\nTOTAL 9999 FORGED\x1b[31m"
+
+
+@pytest.mark.parametrize("cmd", [["compress", "IN", "OUT"], ["compress", "IN", "OUT", "--dry-run"],
+                                 ["compact", "IN", "--max-nodes-per-tenant", "8"]])
+def test_tables_escape_tenant_names(tmp_path, capsys, cmd):
+    src = _jsonl(tmp_path / "in.jsonl", tenants=("u1", EVIL))
+    argv = [src if x == "IN" else str(tmp_path / "out.jsonl") if x == "OUT" else x for x in cmd]
+    assert main([*argv, "--embedder", "none", "--quiet", "--preset", "paper"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and not any(line.startswith("TOTAL") for line in out.splitlines()), out
+    assert "evil\\nTOTAL 9999 FORGED\\x1b[31m"[:24 if cmd[-1] != "--dry-run" else 16] in out
+
+
 def test_report_says_no_node_cap(tmp_path, capsys):
     src = _jsonl(tmp_path / "in.jsonl")
     assert main(["compress", src, str(tmp_path / "o.jsonl"), "--embedder", "none", "--quiet"]) == 0

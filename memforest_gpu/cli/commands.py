@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import sys
 
 import torch
@@ -33,9 +32,10 @@ from .flags import (
     option_error,
 )
 from .parser import HelpFormatter, Parser  # noqa: F401 (HelpFormatter: re-exported)
+from .printable import printable
 from .report import format_report
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "printable"]
 
 
 def _add_search_parser(sub) -> None:
@@ -252,18 +252,10 @@ def _format_dry_run(res, width: int = 48) -> str:
         return t if len(t) <= width else t[:width - 3] + "..."
 
     for m, p in zip(merges, res.pairs):
-        lines.append(f"{m.tenant[:16]:<16} {m.similarity:>6.3f}  {m.a[:16]:<16} {m.b[:16]:<16} "
+        lines.append(f"{printable(m.tenant)[:16]:<16} {m.similarity:>6.3f}  {printable(m.a)[:16]:<16} "
+                     f"{printable(m.b)[:16]:<16} "
                      f"{short(p.older.text)!r} + {short(p.newer.text)!r}")
     return "\n".join(lines)
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters (ANSI escapes, carriage returns, newlines, bidi
-    overrides) written as escapes, so a stored memory cannot drive the terminal."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def _search(a) -> int:

@@ -25,6 +25,7 @@ from .flags import (
     option_error,
     parse_options,
 )
+from .printable import printable
 
 __all__ = ["add_parser", "run", "format_compact", "add_budget_arguments", "budget_from_args"]
 
@@ -183,9 +184,9 @@ def format_compact(res, *, max_tenants: int = 20, store: str | None = None) -> s
     for t in r.tenants[:max_tenants]:
         note = ("partitioned in full; " if t["repartitioned"] else "") + \
                (f"short by {t['shortfall']}" if t["shortfall"] else "")
-        lines.append(f"{t['tenant'][:24]:<24} {t['nodes_in']:>7} {t['budget']:>7} {t['nodes_out']:>7} {t['new']:>6} "
-                     f"{t['placed']:>6} {t['new_trees']:>6} {t['trees_replanned']:>4} of {t['trees']:<4}  "
-                     f"{note.rstrip('; ')}")
+        lines.append(f"{printable(t['tenant'])[:24]:<24} {t['nodes_in']:>7} {t['budget']:>7} {t['nodes_out']:>7} "
+                     f"{t['new']:>6} {t['placed']:>6} {t['new_trees']:>6} {t['trees_replanned']:>4} of "
+                     f"{t['trees']:<4}  {note.rstrip('; ')}")
     if len(r.tenants) > max_tenants:
         lines.append(f"... and {len(r.tenants) - max_tenants} more compacted tenants")
     lines.append(f"{len(r.tenants)} of {r.tenants_in} tenants over budget; nodes {r.nodes_in} -> {r.nodes_out}; "

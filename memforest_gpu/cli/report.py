@@ -3,19 +3,21 @@ from __future__ import annotations
 
 from ..engine.setup import STAGES
 from ..report import CompressReport
+from .printable import printable
 
 __all__ = ["format_report"]
 
 
 def format_report(r: CompressReport, *, max_tenants: int = 20, keep_pattern: str | None = None) -> str:
-    """A short table: nodes in/out per tenant, ratio reached, trees, rounds, time per stage;
-    ``keep_pattern``: the ``--keep-pattern`` given, noted when it matched no node."""
+    """A short table: nodes in/out per tenant (names with their control characters escaped),
+    ratio reached, trees, rounds, time per stage; ``keep_pattern``: the ``--keep-pattern`` given,
+    noted when it matched no node."""
     lines = [f"{'tenant':<24} {'in':>8} {'out':>8} {'removed':>8} {'ratio':>6} {'trees':>6}  note"]
     for t in r.tenants[:max_tenants]:
         note = "; ".join(([f"{t.kept} kept (keep rule)"] if t.kept else [])
                          + ([f"short by {t.shortfall} (tenant too small, groups too small or merges too long)"]
                             if t.shortfall else []))
-        lines.append(f"{t.tenant[:24]:<24} {t.nodes_in:>8} {t.nodes_out:>8} {t.removed:>8} "
+        lines.append(f"{printable(t.tenant)[:24]:<24} {t.nodes_in:>8} {t.nodes_out:>8} {t.removed:>8} "
                      f"{t.ratio:>6.3f} {t.trees:>6}  {note}")
     if len(r.tenants) > max_tenants:
         rest = r.tenants[max_tenants:]
