@@ -8,6 +8,8 @@ these for its store commands; each is a thin door to the package that does the w
 """
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,6 +27,8 @@ from .store.io import detect_format, read_store, write_store
 
 __all__ = ["load_store", "load_store_and_embedder", "resolve_embedder", "read_store", "write_store",
            "compress_file", "dry_run_file", "compact_file", "search_file", "RunInterrupted"]
+
+log = logging.getLogger("memforest_gpu")
 
 
 def compress_file(src: str | Path, dst: str | Path, config: CompressConfig, *, memory_budget: int | None = None,
@@ -49,7 +53,8 @@ def search_file(path: str | Path, queries: Sequence[str], *, k: int | None = Non
     or AGPR), as dicts (id, text, timestamp, tenant, score, sources, ...). The queries are
     embedded with the model of the store's vectors (``embedder``: ``auto`` takes the one
     the store records; ``default``: all-MiniLM-L6-v2; or a local model folder). ``tenant``
-    limits the search to one tenant (needed when the store holds several). With ``budget``: the
+    limits the search to one tenant (needed when the store holds several); a ``k`` above the nodes
+    it holds is cut to them, with one warning. With ``budget``: the
     context instead, pieces (id, sources, text with its date tag, score, cut) filling ``budget``
     whitespace tokens from the best ``k`` hits (default 40), by ``fill`` (``ranked``: the parts of
     merged nodes that matched first, the default for a store with keys; ``plain``: whole nodes in
@@ -71,6 +76,11 @@ def search_file(path: str | Path, queries: Sequence[str], *, k: int | None = Non
     if emb.dim != store.dim:
         raise OptionError(f"{{embedder}}'s dimension must match the store's ({store.dim}), got {emb.dim} "
                           f"from {emb.name!r}")
+    if cfg.k > len(store):  # the result holds k rows per query: never more than there are nodes
+        if k is not None:
+            log.warning("{k=%d} is more than the %d nodes %s holds: showing at most %d", k, len(store),
+                        "the store" if tenant is None else f"tenant {tenant!r}", len(store))
+        cfg = dataclasses.replace(cfg, k=max(1, len(store)))
     qe = emb.embed(list(queries))
     res = Retriever(store).search(qe, tenants=tenant, config=cfg)
     if budget is None:

@@ -462,6 +462,35 @@ def test_tables_escape_tenant_names(tmp_path, capsys, cmd):
     assert "evil\\nTOTAL 9999 FORGED\\x1b[31m"[:24 if cmd[-1] != "--dry-run" else 16] in out
 
 
+def test_search_k_above_the_tenants_nodes_is_cut_to_them_with_one_warning(tmp_path, capsys, monkeypatch, caplog):
+    from eval_fixtures import BagOfWordsEmbedder
+
+    from memforest_gpu import api
+    from memforest_gpu.retrieval.retriever import Retriever
+
+    emb = BagOfWordsEmbedder()
+    src = tmp_path / "in.jsonl"
+    texts = [f"memory {i} about topic {i % 3}" for i in range(12)]
+    src.write_text("".join(json.dumps({"id": f"m{i}", "text": t, "timestamp": 1.7e9 + i, "tenant": f"u{i % 2}",
+                                       "embedding": v}) + "\n" for i, (t, v) in enumerate(zip(texts, emb.embed(texts)
+                                                                                               .tolist()))))
+    monkeypatch.setattr(api, "load_store_and_embedder",
+                        lambda p, **kw: (api.read_store(p, tenants=kw["tenants"]), emb))
+    asked = []
+    search = Retriever.search
+    monkeypatch.setattr(Retriever, "search",
+                        lambda self, q, **kw: asked.append(kw["config"].k) or search(self, q, **kw))
+    with caplog.at_level("WARNING", logger="memforest_gpu"):
+        assert main(["search", str(src), "memory 3", "--tenant", "u1", "-k", "100000", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 6 and asked == [6]  # the tenant's 6 nodes, not 100,000 rows
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == ["-k 100000 is more than the 6 nodes tenant 'u1' holds: showing at most 6"], said
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="memforest_gpu"):
+        assert main(["search", str(src), "memory 3", "--tenant", "u1", "-k", "4", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 4 and asked[-1] == 4 and not caplog.records
+
+
 def test_report_says_no_node_cap(tmp_path, capsys):
     src = _jsonl(tmp_path / "in.jsonl")
     assert main(["compress", src, str(tmp_path / "o.jsonl"), "--embedder", "none", "--quiet"]) == 0

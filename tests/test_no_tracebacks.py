@@ -249,6 +249,11 @@ CASES = [
      "(1 of 4 questions name one of 1 contexts the file lacks; --skip-missing-contexts evaluates the others"),
     ("published: --skip-missing-contexts on LongMemEval", _lme(None, "longmemeval_s.json", "--skip-missing-contexts"),
      2, "--skip-missing-contexts is for PersonaMem's questions .csv"),
+    # bounds: eval's ranked list (L x k rows per question) is refused above a sane size before any work
+    ("bounds: eval -k 1001", _lme(None, "longmemeval_s.json", "-k", "1001"), 2,
+     "memforest eval: error: -k must be an integer in [1, 1000] (nodes at the @k cut), got 1001"),
+    ("bounds: eval --L 2000", _lme(None, "longmemeval_s.json", "--L", "2000"), 2,
+     "--L must be at most 1000 with k = 10 (the ranked list holds L x k nodes per question, at most 10000), got 2000"),
 ]
 
 

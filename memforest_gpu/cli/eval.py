@@ -254,7 +254,7 @@ def _run(a) -> int:
         print("\n".join(f"wrote {p}" for p in paths.values()))
         return 0
 
-
+    EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma, fill=a.fill)  # -k, --L, ... before any work
     protocol.check_protocol_flags(a)
     if a.leave_one_out:
         return _run_loo(a)

@@ -43,9 +43,11 @@ from .key_parts import key_split
 from .methods import MethodSpec, compress_with, parse_method
 from .metrics import CUTS, NodeViews, answer_tokens, nanmean, option_tokens, score_ranked
 
-__all__ = ["EvalConfig", "EvalResult", "run_grid", "RETRIEVERS", "ranked_candidates"]
+__all__ = ["EvalConfig", "EvalResult", "run_grid", "RETRIEVERS", "ranked_candidates", "MAX_K", "MAX_DEPTH"]
 
 RETRIEVERS = ("plain", "agpr")
+MAX_K = 1000  # nodes at the @k cut, at most (a context of more is no longer a retrieval)
+MAX_DEPTH = 10_000  # L x k, the ranked list read per question, at most (its (Q, L x k) tensors)
 RETAINED = ("ansr", "ansr_content", "evr", "j", "f1", "bleu1")  # metrics that get a retention record
 
 
@@ -63,6 +65,11 @@ class EvalConfig:
 
     def __post_init__(self):
         RetrievalConfig(k=self.k, L=self.L, lam=self.lam, gamma=self.gamma)  # validates
+        if self.k > MAX_K:
+            raise ConfigError("k", f"must be an integer in [1, {MAX_K}] (nodes at the @k cut), got {self.k!r}")
+        if self.L * self.k > MAX_DEPTH:
+            raise ConfigError("L", f"must be at most {MAX_DEPTH // self.k} with k = {self.k} (the ranked list holds "
+                                   f"L x k nodes per question, at most {MAX_DEPTH}), got {self.L!r}")
         if self.fill not in FILLS:
             raise ValueError(f"fill must be one of {list(FILLS)}, got {self.fill!r}")
         if self.budget < 1:

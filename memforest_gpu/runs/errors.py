@@ -19,19 +19,19 @@ __all__ = ["OptionText", "OptionError", "OptionNotFoundError", "render_options",
 #: the options a run's message may name (only these are read as placeholders: a path or an id
 #: in the message that holds braces is left as it is)
 OPTIONS = ("embedder", "replace_changed", "resume", "memory_budget", "nodes", "turns_per_node", "contexts",
-           "skip_missing_contexts", "config")
+           "skip_missing_contexts", "config", "k")
 _OPTION = re.compile(r"\{(" + "|".join(OPTIONS) + r")(?:=([^{}]*))?\}")
 
 
 def render_options(template: str, *, command: bool = False) -> str:
     """``template`` with each ``{name}`` / ``{name=value}`` written as the Python API's
     parameter (``name`` / ``name=value``) or, with ``command``, as a flag (``--name`` /
-    ``--name value``)."""
+    ``--name value``; a one-letter name: ``-k``)."""
 
     def one(m: re.Match) -> str:
         name, value = m.group(1), m.group(2)
         if command:
-            flag = "--" + name.replace("_", "-")
+            flag = ("-" if len(name) == 1 else "--") + name.replace("_", "-")
             return flag if value is None else f"{flag} {value}"
         return name if value is None else f"{name}={value}"
 
