@@ -324,3 +324,68 @@ def test_condensed_text_is_struck_through_and_flags_are_set(run, browser, tmp_pa
     m = _data(mb)
     assert m["sample"]["of"] > 0 and "weakest link" in m["summary"]["similarity_from"]
     _open(browser, mb)
+
+
+# ---------------------------------------------------------------------------------------- files that do not match
+
+
+def _compress(src, out, *extra):
+    assert main(["compress", str(src), str(out), "--ratio", "0.5", "--embedder", "none", "--quiet", *extra]) == 0
+    return out
+
+
+def _unrelated(run, d):
+    """Another store of the same generator (the same ids, other texts), compressed."""
+    return run["src"], _compress(_write_store(d / "other.jsonl", seed=3), d / "other-out.jsonl"), []
+
+
+def _smaller(run, d):
+    return run["src"], _compress(_write_store(d / "small.jsonl", n=200, seed=3), d / "small-out.jsonl"), []
+
+
+def _compacted(run, d):
+    """A compaction that folded in an inbox: INPUT, the store before it, lacks the inbox's memories."""
+    import shutil
+    store = _write_store(d / "store.jsonl", n=120)
+    shutil.copy(store, d / "before.jsonl")
+    news = [json.loads(line) for line in open(_write_store(d / "news.jsonl", n=30, seed=5))]
+    with open(str(store) + ".inbox.jsonl", "w") as f:
+        for j, r in enumerate(news):
+            f.write(json.dumps({"id": f"new-{j}", "text": r["text"], "timestamp": r["timestamp"], "tenant": "ann",
+                                "embedding": r["embedding"]}) + "\n")
+    assert main(["compact", str(store), "--max-nodes-per-tenant", "20", "--embedder", "none", "--quiet"]) == 0
+    return d / "before.jsonl", store, []
+
+
+def _other_report(run, d):
+    rep = d / "small.json"
+    _compress(_write_store(d / "small.jsonl", n=200, seed=3), d / "small-out.jsonl", "--report", str(rep))
+    return run["src"], run["out"], ["--report", str(rep)]
+
+
+def _other_ratio_report(run, d):
+    rep = d / "r03.json"
+    assert main(["compress", str(run["src"]), str(d / "r03.jsonl"), "--ratio", "0.3", "--embedder", "none",
+                 "--quiet", "--report", str(rep)]) == 0
+    return run["src"], run["out"], ["--report", str(rep)]
+
+
+@pytest.mark.parametrize("case, says", [
+    (_unrelated, "nodes that merged nothing hold another text than INPUT's node of the same sources (node "),
+    (_smaller, "of INPUT's 240 sources are in no node of OUTPUT (INPUT node "),
+    (_compacted, "nodes name sources INPUT does not hold (node "),
+    (_other_report, "does not match the files: its nodes_in is 200, INPUT "),
+    (_other_ratio_report, "does not match the files: its nodes_out is 168, OUTPUT "),
+], ids=["unrelated", "smaller", "compacted", "report-of-another-store", "report-of-another-run"])
+def test_review_refuses_files_that_do_not_belong_together(run, tmp_path, capsys, case, says):
+    """An OUTPUT not compressed from INPUT, or a --report of another run: one line, status 2, no page."""
+    src, out, extra = case(run, tmp_path)
+    capsys.readouterr()
+    page = tmp_path / "p.html"
+    assert main(["review", str(src), str(out), "--out", str(page), *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("memforest review: error: ") and says in err[0], err
+    named = f"OUTPUT {str(out)!r} was not compressed from INPUT {str(src)!r}: " if not extra else \
+        f"--report {extra[1]!r} does not match the files: "
+    assert named in err[0], err
+    assert not page.exists()

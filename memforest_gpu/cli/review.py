@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from ..review import Limits, groups_from_merges, groups_from_plan, groups_from_stores, load_columns, review_data
+from ..review.match import check_report, check_stores
 from ..review.page import render_page
 from ..runs.outputs import check_output
 from ..runs.paths import check_paths, reads, writes
@@ -15,7 +16,7 @@ from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
 
 __all__ = ["add_parser", "add_review_argument", "review_roles", "check_review", "run", "write_review",
-           "page_from_files", "page_from_merges", "page_from_plan"]
+           "page_from_files", "page_from_stores", "page_from_merges", "page_from_plan"]
 
 _SUFFIXES = (".html", ".htm")
 
@@ -78,16 +79,24 @@ def page_from_files(input: str, output: str, report: dict | None, *, command: st
     """An input and an output store file."""
     before = load_columns(input, format=format, vectors=True)
     after = load_columns(output, format=out_format)
+    return page_from_stores(before, after, report, command=command, limits=limits,
+                            paths=paths or {"input": input, "output": output})
+
+
+def page_from_stores(before, after, report: dict | None, *, command: str, limits: Limits | None = None,
+                     paths: dict) -> dict:
+    """An input and an output store, read."""
     return review_data(before, groups_from_stores(before, after), command=command, report=report,
-                       after_counts=_counts(after), limits=limits,
-                       paths=paths or {"input": input, "output": output})
+                       after_counts=_counts(after), limits=limits, paths=paths)
 
 
 def add_parser(sub) -> None:
     r = sub.add_parser("review", help="a review page (one HTML file) of a compression: what merged into what",
                        description="Write one self-contained HTML page that shows what a compression did: the run's "
                                    "figures, plots, and every merged node of OUTPUT beside its sources in INPUT (a "
-                                   "bounded sample for big stores). Opens offline; fetches nothing. docs/cli.md")
+                                   "bounded sample for big stores). Opens offline; fetches nothing. Refuses, writing "
+                                   "nothing, an OUTPUT not compressed from INPUT and a --report of another run. "
+                                   "docs/cli.md")
     r.add_argument("input", help="the store before the compression (.parquet or .jsonl)")
     r.add_argument("output", help="the compressed store (.parquet or .jsonl)")
     r.add_argument("--out", required=True, metavar="PAGE.html", help="the page to write")
@@ -145,8 +154,12 @@ def run(a) -> int:
             raise ValueError(f"--report {a.report!r} must hold a JSON object (a run report), got "
                              f"{type(report).__name__}")
         report = report.get("engine") if "engine" in report and "nodes_in" not in report else report
-    data = page_from_files(a.input, a.output, report, command="compress", format=a.format, out_format=a.out_format,
-                           limits=limits, paths={"input": a.input, "output": a.output,
-                                                 **({"report": a.report} if a.report else {})})
+    before = load_columns(a.input, format=a.format, vectors=True)
+    after = load_columns(a.output, format=a.out_format)
+    check_stores(before, after, input=a.input, output=a.output)  # nothing is written for files that do not match
+    if report is not None:
+        check_report(report, before, after, path=a.report, input=a.input, output=a.output)
+    data = page_from_stores(before, after, report, command="compress", limits=limits,
+                            paths={"input": a.input, "output": a.output, **({"report": a.report} if a.report else {})})
     write_review(a.out, data)
     return 0
