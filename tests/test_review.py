@@ -389,3 +389,30 @@ def test_review_refuses_files_that_do_not_belong_together(run, tmp_path, capsys,
         f"--report {extra[1]!r} does not match the files: "
     assert named in err[0], err
     assert not page.exists()
+
+
+# ---------------------------------------------------------------------------------------- what the page says
+
+HOSTILE = ['<b>bold</b>', '<span style="font-size:90px;color:red">HUGE</span>',
+           '<a href="https://example.com/x">click me</a>']
+
+
+def test_tenant_names_are_text_in_the_plots(run, browser, tmp_path):
+    """Tenant names that are markup show as written on the plots' axes: no live link, no bold, no huge span."""
+    store = tmp_path / "hostile.jsonl"
+    with open(store, "w") as f:
+        for line in open(run["src"]):
+            r = json.loads(line)
+            f.write(json.dumps(dict(r, tenant=HOSTILE[["ann", "ben", "cyd"].index(r["tenant"])])) + "\n")
+    page = tmp_path / "hostile.html"
+    _compress(store, tmp_path / "hostile-out.jsonl", "--review", str(page))
+    _open(browser, page)
+    assert browser.execute_script("return document.querySelectorAll('#plots-section a').length") == 0
+    ticks = browser.execute_script(
+        "return [...document.querySelectorAll('#plot-tenants .xtick text')].map(e => e.textContent)")
+    assert sorted(ticks) == sorted(HOSTILE)
+    styled = browser.execute_script("return [...document.querySelectorAll('#plots-section tspan')]"
+                                    ".filter(e => /90px|bold/.test(e.getAttribute('style') || '')).length")
+    assert styled == 0
+    from browser import page_errors
+    assert page_errors(browser) == []

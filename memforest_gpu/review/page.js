@@ -18,6 +18,8 @@
   }
   const fmtInt = (n) => (n === null || n === undefined) ? "–" : Number(n).toLocaleString("en-US");
   const fmtPct = (x) => (100 * x).toFixed(1) + " %";
+  // Plotly reads labels and hover texts as HTML-ish markup: a name from the store is escaped there
+  const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   const fmtDate = (ts) => new Date(ts * 1000).toISOString().slice(0, 16).replace("T", " ");
   function fmtSpan(sec) {
     if (sec < 3600) return Math.round(sec / 60) + " min";
@@ -124,8 +126,9 @@
     Object.assign(lay("Time span of the " + what, "days between the oldest and newest source", what),
       {xaxis: {title: {text: "days between the oldest and newest source (log)"}, type: "log"}}), cfg);
   const T = P.top_tenants;
-  const tr = [{type: "bar", name: planned ? "removals asked" : "asked", x: T.tenant, y: T.asked, marker: {color: "#bab0ac"}}];
-  if (!planned) tr.push({type: "bar", name: "removed", x: T.tenant, y: T.removed, marker: {color: "#4c78a8"}});
+  const tx = T.tenant.map(esc);
+  const tr = [{type: "bar", name: planned ? "removals asked" : "asked", x: tx, y: T.asked, marker: {color: "#bab0ac"}}];
+  if (!planned) tr.push({type: "bar", name: "removed", x: tx, y: T.removed, marker: {color: "#4c78a8"}});
   Plotly.newPlot("plot-tenants", tr, Object.assign(lay("Removals per tenant (the " + T.tenant.length +
     " with most; every tenant is in the table below)", "", "memories"), {barmode: "group",
     legend: {orientation: "h", y: 1.12}, xaxis: {tickangle: -40, automargin: true, type: "category"}}), cfg);
