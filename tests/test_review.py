@@ -393,6 +393,30 @@ def test_review_refuses_files_that_do_not_belong_together(run, tmp_path, capsys,
 
 # ---------------------------------------------------------------------------------------- what the page says
 
+
+def _novec(run, d):
+    with open(d / "novec.jsonl", "w") as f:
+        for line in open(run["src"]):
+            r = json.loads(line)
+            r.pop("embedding")
+            f.write(json.dumps(r) + "\n")
+    return d / "novec.jsonl"
+
+
+def test_a_store_without_vectors_says_similarities_are_unknown(run, browser, tmp_path):
+    page = tmp_path / "novec.html"
+    assert main(["review", str(_novec(run, tmp_path)), str(run["out"]), "--out", str(page)]) == 0
+    s = _data(page)["summary"]
+    assert s["flagged"]["low_similarity"] is None and s["similarity_known"] == 0 and s["merged_nodes"] > 0
+    _open(browser, page)
+    card = browser.execute_script("const c = document.getElementById('fig-flag_low_similarity');"
+                                  "return [c.querySelector('.v').textContent, c.querySelector('.k').textContent]")
+    assert card == ["unknown", "low similarity (< 0.3): similarities unknown (the input store holds no vectors)"]
+    plot = browser.execute_script("const p = document.getElementById('plot-similarity');"
+                                  "return [p.querySelectorAll('.main-svg').length, p.textContent]")
+    assert plot[0] == 0 and "Similarity of the merged nodes: unknown" in plot[1] and "not a clean bill" in plot[1]
+
+
 HOSTILE = ['<b>bold</b>', '<span style="font-size:90px;color:red">HUGE</span>',
            '<a href="https://example.com/x">click me</a>']
 

@@ -272,6 +272,7 @@ def _summary(before: MemoryStore, groups: Groups, command: str, report: dict | N
     nodes_in = int(rep.get("nodes_in", len(before)))
     nodes_out = int(rep.get("nodes_out", sum(r["nodes_out"] for r in tenant_rows)))
     asked = sum(r["asked"] for r in tenant_rows)
+    known = int(np.isfinite(groups.similarity).sum())
     return {
         "command": command, "planned": groups.planned, "nodes_in": nodes_in, "nodes_out": nodes_out,
         "removed": nodes_in - nodes_out, "ratio_reached": (nodes_in - nodes_out) / nodes_in if nodes_in else 0.0,
@@ -285,9 +286,10 @@ def _summary(before: MemoryStore, groups: Groups, command: str, report: dict | N
         "schedule": rep.get("schedule"), "max_node_tokens": rep.get("max_node_tokens"),
         "merger_stats": rep.get("merger_stats"), "seconds": {k: float(v) for k, v in (rep.get("seconds") or {}).items()
                                                             if isinstance(v, (int, float))},
-        "flagged": {"low_similarity": int(f.low.sum()), "long_span": int(f.long_.sum()),
-                    "mixed_metadata": int(f.mixed.sum()), "condensed_shown": condensed_shown},
-        "similarity_from": groups.similarity_from,
+        "flagged": {"low_similarity": int(f.low.sum()) if known or not len(groups) else None,
+                    "long_span": int(f.long_.sum()), "mixed_metadata": int(f.mixed.sum()),
+                    "condensed_shown": condensed_shown},
+        "similarity_from": groups.similarity_from, "similarity_known": known,
     }
 
 

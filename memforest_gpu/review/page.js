@@ -64,8 +64,15 @@
     if (S.fallbacks !== null && S.fallbacks !== undefined)
       cards.push(["fallbacks", "merger texts replaced (fallbacks)", fmtInt(S.fallbacks), S.fallbacks, S.fallbacks > 0]);
   }
-  cards.push(["flag_low_similarity", "low similarity (< " + D.thresholds.low_similarity + ")",
-    fmtInt(S.flagged.low_similarity), S.flagged.low_similarity, S.flagged.low_similarity > 0]);
+  const simUnknown = S.merged_nodes - S.similarity_known;
+  if (S.flagged.low_similarity === null) {
+    cards.push(["flag_low_similarity", "low similarity (< " + D.thresholds.low_similarity + "): similarities " +
+      S.similarity_from, "unknown", "unknown", true]);
+  } else {
+    cards.push(["flag_low_similarity", "low similarity (< " + D.thresholds.low_similarity + ")" +
+      (simUnknown > 0 ? "; " + fmtInt(simUnknown) + " unknown" : ""),
+      fmtInt(S.flagged.low_similarity), S.flagged.low_similarity, S.flagged.low_similarity > 0 || simUnknown > 0]);
+  }
   cards.push(["flag_long_span", "time span over " + D.thresholds.long_span_days + " days",
     fmtInt(S.flagged.long_span), S.flagged.long_span, S.flagged.long_span > 0]);
   cards.push(["flag_mixed_metadata", "mixed metadata values", fmtInt(S.flagged.mixed_metadata),
@@ -115,11 +122,17 @@
   Plotly.newPlot("plot-size", [{type: "bar", x: P.size.x, y: P.size.y, marker: {color: "#4c78a8"}}],
     Object.assign(lay("Sources per " + (planned ? "pair" : "merged node"), "sources", what),
       {xaxis: {title: {text: "sources"}, type: "category"}}), cfg);
-  Plotly.newPlot("plot-similarity", [{type: "bar", x: mids(P.similarity), y: P.similarity.counts,
-    width: widths(P.similarity), marker: {color: mids(P.similarity).map((m) => m < D.thresholds.low_similarity ? "#e45756" : "#54a24b")}}],
-    Object.assign(lay("Similarity of the merged pairs", "cosine (" + S.similarity_from.split(" (")[0] + ")", what),
-      {shapes: [{type: "line", x0: D.thresholds.low_similarity, x1: D.thresholds.low_similarity, yref: "paper", y0: 0, y1: 1,
-        line: {dash: "dot", color: "#e45756"}}]}), cfg);
+  if (S.merged_nodes > 0 && S.similarity_known === 0) {
+    $("plot-similarity").append(el("h3", {text: "Similarity of the " + what + ": unknown"}),
+      el("p", {class: "plot-empty", text: "Similarities are " + S.similarity_from + ", so no merge is flagged for " +
+        "low similarity: that is not a clean bill."}));
+  } else {
+    Plotly.newPlot("plot-similarity", [{type: "bar", x: mids(P.similarity), y: P.similarity.counts,
+      width: widths(P.similarity), marker: {color: mids(P.similarity).map((m) => m < D.thresholds.low_similarity ? "#e45756" : "#54a24b")}}],
+      Object.assign(lay("Similarity of the merged pairs", "cosine (" + S.similarity_from.split(" (")[0] + ")", what),
+        {shapes: [{type: "line", x0: D.thresholds.low_similarity, x1: D.thresholds.low_similarity, yref: "paper", y0: 0, y1: 1,
+          line: {dash: "dot", color: "#e45756"}}]}), cfg);
+  }
   const sp = P.span_days;
   Plotly.newPlot("plot-span", [{type: "bar", x: mids(sp), y: sp.counts, width: widths(sp),
     marker: {color: mids(sp).map((m) => m > D.thresholds.long_span_days ? "#e45756" : "#72b7b2")}}],
