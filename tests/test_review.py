@@ -213,9 +213,8 @@ def test_page_renders_with_every_figure_of_the_report(run, browser):
 
 
 def test_tenant_filter_shows_only_that_tenant(run, browser):
-    from selenium.webdriver.support.ui import Select
     _open(browser, run["page"])
-    Select(browser.find_element("id", "filter-tenant")).select_by_value("ben")
+    browser.find_element("id", "filter-tenant").send_keys("ben")
     nodes = _visible_nodes(browser)
     assert nodes and {t for t, _ in nodes} == {"ben"}
     assert len(nodes) == min(25, sum(1 for n in _data(run["page"])["nodes"] if n["tenant"] == "ben"))
@@ -253,6 +252,11 @@ def test_dry_run_page_shows_the_planned_pairs(run, browser, capsys):
     assert all(n["text"] is None and n["size"] == 2 for n in data["nodes"])
     _open(browser, run["dry"])
     assert browser.find_element("id", "nodes-title").text == "Planned pairs (first round)"
+    # nothing was removed yet: no removed, ratio reached or shortfall columns, no "merged" title
+    cols = browser.execute_script("return [...document.querySelectorAll('#tenant-table th')].map(h => h.dataset.col)")
+    assert cols == ["tenant", "nodes_in", "nodes_out", "asked", "asked_share", "merged", "flagged", "shown"]
+    title = browser.execute_script("return document.getElementById('plot-similarity').layout.title.text")
+    assert title.startswith("Similarity of the planned pairs (")
     assert browser.execute_script("return document.getElementById('fig-merged_nodes').dataset.value") == \
         str(len(data["nodes"]))
 
@@ -287,7 +291,7 @@ def test_compact_and_graph_pages(tmp_path, browser):
     gp = tmp_path / "graph.html"
     assert main(["graph", "compress", str(g), str(tmp_path / "g2.jsonl"), "--embedder", "none", "--quiet",
                  "--review", str(gp)]) == 0
-    assert _data(gp)["nodes"]
+    assert _data(gp)["nodes"] and _data(gp)["summary"]["ratio_asked"] == 0.5
     _open(browser, gp)
 
 
@@ -440,3 +444,80 @@ def test_tenant_names_are_text_in_the_plots(run, browser, tmp_path):
     assert styled == 0
     from browser import page_errors
     assert page_errors(browser) == []
+
+
+def test_tenant_filter_is_searchable_and_says_why_a_tenant_has_none_listed(run, browser, tmp_path):
+    page = tmp_path / "sample.html"
+    assert main(["review", str(run["src"]), str(run["out"]), "--out", str(page), "--full-tenants", "1",
+                 "--per-tenant", "0", "--max-flagged", "0"]) == 0
+    d = _data(page)
+    t = d["tenants"]
+    merged = {n: m for n, m in zip(t["tenant"], t["merged"]) if m}
+    shown = dict(zip(t["tenant"], t["shown"]))
+    none = sorted(n for n in merged if not shown[n])
+    assert none
+    _open(browser, page)
+    box = browser.find_element("id", "filter-tenant")
+    assert box.tag_name == "input" and box.get_attribute("list") == "tenant-names"
+    box.click()
+    options = browser.execute_script(
+        "return [...document.querySelectorAll('#tenant-names option')].map(o => [o.value, o.label])")
+    assert options == [[n, f"{merged[n]} merged nodes, {shown[n]} listed"] for n in sorted(merged)]
+    box.send_keys(none[0][:2])  # part of a name: the nodes of every tenant whose name holds it
+    assert {tn for tn, _ in _visible_nodes(browser)} <= {n for n in merged if none[0][:2] in n}
+    box.clear()
+    box.send_keys(none[0])
+    assert _visible_nodes(browser) == []
+    assert browser.find_element("id", "node-count").text == (
+        f"0 match; showing 0: none of the {merged[none[0]]} merged nodes of tenant \u201c{none[0]}\u201d is listed on "
+        "this page, a bounded sample (the note above); memforest review with a larger --per-tenant or --max-nodes "
+        "lists more")
+
+
+def test_every_flagged_merge_is_listed_first_and_the_rule_says_how_many():
+    """Many tenants, more merges than the page lists: every flagged node is listed, and the
+    sample's note counts the flagged ones and the tenants with none listed."""
+    st = synthetic_store(20000, tenants=2000, dim=8, seed=1, big_tenant_share=0.3)
+    from memforest_gpu import CompressConfig, MergeConfig, compress
+    res = compress(st, CompressConfig(merge=MergeConfig(ratio=0.5)))
+    g = groups_from_merges(st, res.merges)
+    flags = {"low_similarity", "long_span", "mixed_metadata"}
+    every = review_data(st, g, command="compress", limits=Limits(max_nodes=10 ** 6, low_similarity=0.5,
+                                                                  long_span_days=10))
+    want = {n["id"] for n in every["nodes"] if flags & set(n["flags"])}
+    data = review_data(st, g, command="compress", report=res.report.to_dict(),
+                       limits=Limits(max_nodes=1500, low_similarity=0.5, long_span_days=10))
+    flagged = data["summary"]["flagged"]
+    n_flagged = len(want)
+    assert 0 < n_flagged == flagged["low_similarity"] + flagged["long_span"] - sum(
+        1 for n in every["nodes"] if {"low_similarity", "long_span"} <= set(n["flags"]))
+    assert len(data["nodes"]) == 1500 < len(g)
+    assert want <= {n["id"] for n in data["nodes"]}
+    assert data["sample"]["flagged"] == {"listed": n_flagged, "of": n_flagged}
+    rule = data["sample"]["rule"]
+    assert rule.startswith("every flagged merged node first, most suspect first, up to 5,000; ")
+    t = data["sample"]["tenants"]
+    assert f"Here {n_flagged:,} of the {n_flagged:,} flagged merged nodes are listed" in rule
+    assert t["with_merges"] == len(set(g.tenant)) and f"{t['with_merges'] - t['listed']:,} none" in rule
+
+
+def test_ratio_asked_is_the_flag_and_the_rounding_is_apart(run, browser, tmp_path):
+    """--ratio 0.5 is shown as 50.0 %; the removals asked over the nodes (each tenant's count
+    rounded) is a figure of its own; the report keeps the flag for memforest review."""
+    src = _write_store(tmp_path / "odd.jsonl", n=241)
+    out, rep, page = tmp_path / "odd-out.jsonl", tmp_path / "odd.json", tmp_path / "odd.html"
+    _compress(src, out, "--report", str(rep), "--review", str(page))
+    assert json.loads(rep.read_text())["ratio_asked"] == 0.5
+    page2 = tmp_path / "odd2.html"
+    assert main(["review", str(src), str(out), "--report", str(rep), "--out", str(page2)]) == 0
+    for p in (page, page2):
+        s = _data(p)["summary"]
+        assert s["ratio_asked"] == 0.5 and s["asked_share"] == s["asked"] / s["nodes_in"] != 0.5
+    _open(browser, page2)
+    cards = browser.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('#summary .card')]"
+        ".map(e => [e.id.slice(4), [e.querySelector('.v').textContent, e.querySelector('.k').textContent]]))")
+    assert cards["ratio_asked"] == ["50.0 %", "ratio asked (--ratio)"]
+    assert cards["asked_share"][0] == f"{100 * s['asked'] / s['nodes_in']:.1f} %"
+    assert cards["asked_share"][1] == "removals asked / nodes in (each tenant's rounded)"
+    assert browser.execute_script("return document.getElementById('plot-similarity').layout.yaxis.type") == "log"

@@ -42,6 +42,7 @@ def test_mem0_dry_runs_write_a_review_page(config, tmp_path, capsys):
     d = _data(page)
     assert d["summary"]["command"] == "mem0 compress --dry-run" and not d["summary"]["planned"]
     assert d["summary"]["nodes_in"] == 12 and d["summary"]["nodes_out"] == 6
+    assert d["summary"]["ratio_asked"] == 0.5 and d["summary"]["asked_share"] == 0.5  # --ratio, and 6 of 12
     assert {n["tenant"] for n in d["nodes"]} == {"user_id=fred"}
     assert all(len(n["members"]) >= 2 and n["text"] for n in d["nodes"])
     page2 = tmp_path / "k.html"

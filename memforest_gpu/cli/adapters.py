@@ -187,12 +187,13 @@ def _mem0_compress(a) -> int:
                       "backup": res.backup, "deleted": res.deleted, "left_alone": res.left_alone,
                       "merged": [g.__dict__ for g in res.groups],
                       "engine": res.report.to_dict() if res.report else None})
-    _mem0_review(a, res, "mem0 compress")
+    _mem0_review(a, res, "mem0 compress", ratio=cfg.merge.ratio)
     return 0
 
 
-def _mem0_review(a, res, command: str) -> None:
-    """The review page of a Mem0 run (its scope's memories and their merges)."""
+def _mem0_review(a, res, command: str, ratio: float | None = None) -> None:
+    """The review page of a Mem0 run (its scope's memories and their merges); ``ratio``: the
+    ``--ratio`` asked (a compression's)."""
     if not a.review:
         return
     command += " --dry-run" if a.dry_run else ""
@@ -206,6 +207,8 @@ def _mem0_review(a, res, command: str) -> None:
         rep = {**{k: eng[k] for k in ("schedule", "merger", "embedder", "max_node_tokens", "condensed",
                                       "condensed_tokens", "fallbacks", "trees") if k in eng}, **rep}
     rep["seconds"] = res.seconds
+    if ratio is not None:
+        rep["ratio_asked"] = ratio
     paths = {"config": a.config}
     if res.work is None:  # nothing to compress in the scope
         work = MemoryStore.from_columns(ids=[], texts=[], timestamps=[], embeddings=torch.ones(0, 1))
@@ -318,7 +321,8 @@ def _graph_compress(a) -> int:
         print("no review page: --method streammeco prunes nodes and merges none")
     elif a.review:
         review_cli.write_review(a.review, review_cli.page_from_merges(
-            g.texts, res.merges, {**res.report.to_dict(), **res.info}, command="graph compress",
+            g.texts, res.merges, {**res.report.to_dict(), **res.info, "ratio_asked": cfg.merge.ratio},
+            command="graph compress",
             paths={"input": a.input, "output": a.output},
             notes=[f"edges {res.info['edges_in']} -> {res.info['edges_out']}; tenants are graph/node type"]))
     return 0

@@ -178,7 +178,8 @@ def _compress(a) -> int:
         if a.review:
             before = review_cli.load_columns(a.input, format=a.format)
             review_cli.write_review(a.review, review_cli.page_from_plan(
-                before, res.merges, {**res.report.to_dict(), "requested": res.requested}, command="compress --dry-run",
+                before, res.merges, {**res.report.to_dict(), "requested": res.requested,
+                                     "ratio_asked": cfg.merge.ratio}, command="compress --dry-run",
                 paths={"input": a.input}))
         print("dry run: nothing merged, nothing written" + (" but the review page" if a.review else ""))
         return 0
@@ -197,6 +198,7 @@ def _compress(a) -> int:
               f"{res.report.merges / total:.1f} merges/s overall")
     print(f"wrote {a.output}")
     d = res.report.to_dict()
+    d["ratio_asked"] = cfg.merge.ratio  # --ratio (each tenant's removals are rounded from it)
     if stats is not None:
         d["merger_stats"] = stats.to_dict()
     if a.report:

@@ -110,6 +110,8 @@ def add_parser(sub) -> None:
 def add_limit_arguments(p) -> None:
     d = Limits()
     p.add_argument("--max-nodes", type=int, default=d.max_nodes, help="merged nodes listed on the page, at most")
+    p.add_argument("--max-flagged", type=int, default=d.max_flagged,
+                   help="flagged merged nodes listed first, at most (within --max-nodes)")
     p.add_argument("--per-tenant", type=int, default=d.per_tenant,
                    help="merged nodes listed per tenant besides the largest tenants")
     p.add_argument("--full-tenants", type=int, default=d.full_tenants,
@@ -121,8 +123,9 @@ def add_limit_arguments(p) -> None:
 
 
 def limits_from_args(a) -> Limits:
-    flags = {"max_nodes": "--max-nodes", "per_tenant": "--per-tenant", "full_tenants": "--full-tenants",
-             "full_limit": "--full-limit", "low_similarity": "--low-similarity", "long_span_days": "--long-span-days"}
+    flags = {"max_nodes": "--max-nodes", "max_flagged": "--max-flagged", "per_tenant": "--per-tenant",
+             "full_tenants": "--full-tenants", "full_limit": "--full-limit", "low_similarity": "--low-similarity",
+             "long_span_days": "--long-span-days"}
     try:
         return Limits(**{k: getattr(a, k) for k in flags})
     except ValueError as e:

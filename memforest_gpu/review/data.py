@@ -7,13 +7,13 @@ from a merge log, a dry run's plan or two store files: :mod:`.groups`).
 :func:`review_data` turns them into the page's data: the run summary (from the run's report
 when there is one), every tenant's row, histograms over every merged node (exact even when the
 list of nodes is sampled), flags, and a bounded sample of merged nodes with their inputs
-(:class:`Limits`). Everything is JSON-ready; :mod:`.page` renders it.
+(:mod:`.sample`). Everything is JSON-ready; :mod:`.page` renders it.
 """
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow.compute as pc
@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from ..mergers.extractive import normalize, split_sentences
 from ..store.memory_store import MemoryStore
 from .groups import Groups, groups_from_merges, groups_from_plan, groups_from_stores, load_columns
+from .sample import Limits, describe, pick
 
 __all__ = ["Groups", "Limits", "groups_from_merges", "groups_from_plan", "groups_from_stores", "review_data",
            "load_columns", "dropped_spans", "FLAGS"]
@@ -32,34 +33,6 @@ FLAGS = {
     "mixed_metadata": "mixed metadata",
 }
 DAY = 86400.0
-
-
-@dataclass
-class Limits:
-    """How much of a big run a page holds. Every tenant gets a summary row; merged nodes are
-    shown for the ``full_tenants`` largest tenants in full (at most ``full_limit`` each), then
-    at most ``per_tenant`` per other tenant (flagged and least similar first, tenants with the
-    most suspect merge first) while ``max_nodes`` nodes and ``max_text_bytes`` bytes of text
-    last. ``low_similarity`` and ``long_span_days`` are the flags' thresholds."""
-
-    max_nodes: int = 10_000
-    max_text_bytes: int = 8_000_000
-    per_tenant: int = 3
-    full_tenants: int = 5
-    full_limit: int = 1_000
-    low_similarity: float = 0.3
-    long_span_days: float = 30.0
-
-    def __post_init__(self):
-        for k in ("max_nodes", "max_text_bytes", "per_tenant", "full_tenants", "full_limit"):
-            v = getattr(self, k)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ValueError(f"{k} must be an integer >= 0, got {v!r}")
-        if not -1.0 <= self.low_similarity <= 1.0:
-            raise ValueError(f"low_similarity must be in [-1, 1], got {self.low_similarity!r}")
-        if not (self.long_span_days >= 0 and math.isfinite(self.long_span_days)):
-            raise ValueError(f"long_span_days must be >= 0, got {self.long_span_days!r}")
-
 
 
 def dropped_spans(text: str, merged: str | None) -> list[list[int]]:
@@ -135,43 +108,14 @@ def _tenant_rows(before: MemoryStore, groups: Groups, report: dict | None, after
                        "removed": n_in[t] - out, "shortfall": max(0, int(asked.get(t, 0)) - (n_in[t] - out))
                        if not planned else 0}
     for r in rows.values():
-        r["ratio_asked"] = r["asked"] / r["nodes_in"] if r["nodes_in"] else 0.0
+        r["asked_share"] = r["asked"] / r["nodes_in"] if r["nodes_in"] else 0.0  # the tenant's rounding
         r["ratio"] = r["removed"] / r["nodes_in"] if r["nodes_in"] else 0.0
         r["merged"] = r["flagged"] = r["shown"] = 0
     for t in groups.tenant:  # a tenant of the merge log the report has no row for
         if t not in rows:
             rows[t] = {"tenant": t, "nodes_in": n_in.get(t, 0), "nodes_out": n_in.get(t, 0), "asked": 0, "removed": 0,
-                       "shortfall": 0, "ratio_asked": 0.0, "ratio": 0.0, "merged": 0, "flagged": 0, "shown": 0}
+                       "shortfall": 0, "asked_share": 0.0, "ratio": 0.0, "merged": 0, "flagged": 0, "shown": 0}
     return list(rows.values())
-
-
-def _pick(groups: Groups, score: np.ndarray, tenant_size: dict, lim: Limits, cost: np.ndarray) -> np.ndarray:
-    """The nodes shown, in the order of :class:`Limits`."""
-    G = len(groups)
-    if G == 0:
-        return np.zeros(0, dtype=np.int64)
-    names, code = np.unique(np.array(groups.tenant, dtype=object), return_inverse=True)
-    order = np.lexsort((np.arange(G), -score, code))  # per tenant: most suspect first
-    first = np.r_[0, np.flatnonzero(np.diff(code[order])) + 1]
-    rank = np.empty(G, dtype=np.int64)
-    rank[order] = np.arange(G) - np.repeat(first, np.diff(np.r_[first, G]))
-    big = sorted(range(len(names)), key=lambda j: (-tenant_size.get(names[j], 0), names[j]))[:lim.full_tenants]
-    full = np.zeros(len(names), dtype=bool)
-    full[big] = True
-    best = np.full(len(names), -np.inf)
-    np.maximum.at(best, code, score)
-    in_full = full[code] & (rank < lim.full_limit)
-    rest = ~full[code] & (rank < lim.per_tenant)
-    # full tenants first (largest first), then rank by rank over the other tenants, the most suspect tenants first
-    size_rank = np.zeros(len(names), dtype=np.int64)
-    size_rank[big] = np.arange(len(big))
-    a = np.flatnonzero(in_full)
-    a = a[np.lexsort((rank[a], size_rank[code[a]]))]
-    b = np.flatnonzero(rest)
-    b = b[np.lexsort((code[b], -best[code[b]], -score[b], rank[b]))]
-    cand = np.concatenate([a, b])[:lim.max_nodes]
-    within = np.cumsum(cost[cand]) <= lim.max_text_bytes
-    return cand[within]
 
 
 @dataclass
@@ -272,11 +216,13 @@ def _summary(before: MemoryStore, groups: Groups, command: str, report: dict | N
     nodes_in = int(rep.get("nodes_in", len(before)))
     nodes_out = int(rep.get("nodes_out", sum(r["nodes_out"] for r in tenant_rows)))
     asked = sum(r["asked"] for r in tenant_rows)
+    flag = rep.get("ratio_asked")  # the run's --ratio, where the report holds it
     known = int(np.isfinite(groups.similarity).sum())
     return {
         "command": command, "planned": groups.planned, "nodes_in": nodes_in, "nodes_out": nodes_out,
         "removed": nodes_in - nodes_out, "ratio_reached": (nodes_in - nodes_out) / nodes_in if nodes_in else 0.0,
-        "asked": asked, "ratio_asked": asked / nodes_in if nodes_in else 0.0,
+        "asked": asked, "asked_share": asked / nodes_in if nodes_in else 0.0,
+        "ratio_asked": float(flag) if isinstance(flag, (int, float)) and not isinstance(flag, bool) else None,
         "shortfall": int(rep.get("shortfall", sum(r["shortfall"] for r in tenant_rows))),
         "tenants": len(tenant_rows), "merged_nodes": len(groups),
         "merges": int(rep.get("merges", int(groups.merges.sum()))),
@@ -319,19 +265,6 @@ def _plots(groups: Groups, tenant_rows: list[dict], span: np.ndarray) -> dict:
     }
 
 
-def _sample(groups: Groups, nodes: list[dict], lim: Limits) -> dict:
-    """How many nodes are listed, and the rule that chose them."""
-    G = len(groups)
-    n_full = min(lim.full_tenants, len({*groups.tenant}))
-    return {
-        "shown": len(nodes), "of": G, "limits": asdict(lim),
-        "rule": (f"the {n_full} largest tenants with merges in full (up to {lim.full_limit} merged nodes each), then "
-                 f"up to {lim.per_tenant} merged nodes of every other tenant, flagged and least similar first, "
-                 f"within {lim.max_nodes} nodes and {lim.max_text_bytes / 1e6:g} MB of text in all")
-        if len(nodes) < G else "every merged node" if not groups.planned else "every planned pair",
-    }
-
-
 def review_data(before: MemoryStore, groups: Groups, *, command: str, report: dict | None = None,
                 after_counts: dict | None = None, limits: Limits | None = None, paths: dict | None = None,
                 notes: list[str] | None = None) -> dict:
@@ -345,13 +278,14 @@ def review_data(before: MemoryStore, groups: Groups, *, command: str, report: di
     f = _flags(before, groups, lim, ts)
     tenant_rows = _tenant_rows(before, groups, report, after_counts, groups.planned)
     tsize = {r["tenant"]: r["nodes_in"] for r in tenant_rows}
-    shown = _pick(groups, f.score, tsize, lim, f.cost)
+    flagged = f.low | f.long_ | f.mixed
+    shown = pick(groups.tenant, f.score, flagged, tsize, lim, f.cost)
     nodes, condensed_shown = _nodes(before, groups, shown, ts, f)
     _count_tenants(tenant_rows, groups, f, nodes)
     summary = _summary(before, groups, command, report, tenant_rows, f, condensed_shown)
     plots = _plots(groups, tenant_rows, f.span)
-    sample = _sample(groups, nodes, lim)
-    cols = ["tenant", "nodes_in", "nodes_out", "asked", "ratio_asked", "removed", "ratio", "shortfall", "merged",
+    sample = describe(groups.tenant, shown, flagged, tsize, lim, groups.planned)
+    cols = ["tenant", "nodes_in", "nodes_out", "asked", "asked_share", "removed", "ratio", "shortfall", "merged",
             "flagged", "shown"]
     tenants = {c: [round(r[c], 4) if isinstance(r[c], float) else r[c] for r in tenant_rows] for c in cols}
     return {"version": 1, "summary": summary, "tenants": tenants, "plots": plots, "nodes": nodes, "sample": sample,

@@ -29,6 +29,7 @@
 
   // ---------------------------------------------------------------- header
   $("title").textContent = "memforest review: " + S.command;
+  const what = planned ? "planned pairs" : "merged nodes";
   const paths = Object.entries(D.paths || {}).map(([k, v]) => k + " " + v).join(" · ");
   $("subtitle").textContent = paths;
   if (planned) {
@@ -44,8 +45,11 @@
     ["nodes_in", "nodes in", fmtInt(S.nodes_in), S.nodes_in],
     ["nodes_out", planned ? "nodes out (nothing merged yet)" : "nodes out", fmtInt(S.nodes_out), S.nodes_out],
     ["asked", "removals asked", fmtInt(S.asked), S.asked],
-    ["ratio_asked", "ratio asked", fmtPct(S.ratio_asked), S.ratio_asked],
   ];
+  if (S.ratio_asked !== null && S.ratio_asked !== undefined)
+    cards.push(["ratio_asked", "ratio asked (--ratio)", fmtPct(S.ratio_asked), S.ratio_asked]);
+  cards.push(["asked_share", "removals asked / nodes in (each tenant's rounded)", fmtPct(S.asked_share),
+    S.asked_share]);
   if (!planned) {
     cards.push(["removed", "removed", fmtInt(S.removed), S.removed]);
     cards.push(["ratio_reached", "ratio reached", fmtPct(S.ratio_reached), S.ratio_reached]);
@@ -116,7 +120,6 @@
     xaxis: {title: {text: x}}, yaxis: {title: {text: y}}, bargap: 0.05, paper_bgcolor: "#fff", plot_bgcolor: "#fff"});
   const mids = (h) => h.counts.map((_, i) => (h.edges[i] + h.edges[i + 1]) / 2);
   const widths = (h) => h.counts.map((_, i) => h.edges[i + 1] - h.edges[i]);
-  const what = planned ? "planned pairs" : "merged nodes";
   $("plots-note").textContent = "Over every " + (planned ? "planned pair" : "merged node") + " of the run (" +
     fmtInt(S.merged_nodes) + ") and every tenant (" + fmtInt(S.tenants) + "), not only those listed below.";
   Plotly.newPlot("plot-size", [{type: "bar", x: P.size.x, y: P.size.y, marker: {color: "#4c78a8"}}],
@@ -127,11 +130,14 @@
       el("p", {class: "plot-empty", text: "Similarities are " + S.similarity_from + ", so no merge is flagged for " +
         "low similarity: that is not a clean bill."}));
   } else {
+    const thr = D.thresholds.low_similarity;
     Plotly.newPlot("plot-similarity", [{type: "bar", x: mids(P.similarity), y: P.similarity.counts,
-      width: widths(P.similarity), marker: {color: mids(P.similarity).map((m) => m < D.thresholds.low_similarity ? "#e45756" : "#54a24b")}}],
-      Object.assign(lay("Similarity of the merged pairs", "cosine (" + S.similarity_from.split(" (")[0] + ")", what),
-        {shapes: [{type: "line", x0: D.thresholds.low_similarity, x1: D.thresholds.low_similarity, yref: "paper", y0: 0, y1: 1,
-          line: {dash: "dot", color: "#e45756"}}]}), cfg);
+      width: widths(P.similarity), marker: {color: mids(P.similarity).map((m) => m < thr ? "#e45756" : "#54a24b")}}],
+      Object.assign(lay("Similarity of the " + what + " (" + fmtInt(S.flagged.low_similarity) + " under " + thr + ")",
+        "cosine (" + S.similarity_from.split(" (")[0] + ")", what + " (log)"),
+        {yaxis: {title: {text: what + " (log)"}, type: "log", dtick: 1},
+          shapes: [{type: "line", x0: thr, x1: thr, yref: "paper", y0: 0, y1: 1, line: {dash: "dot", color: "#e45756"}}]}),
+      cfg);
   }
   const sp = P.span_days;
   Plotly.newPlot("plot-span", [{type: "bar", x: mids(sp), y: sp.counts, width: widths(sp),
@@ -149,10 +155,12 @@
   // ---------------------------------------------------------------- tenants
   const TT = D.tenants;
   const nT = TT.tenant.length;
-  const cols = [["tenant", "tenant"], ["nodes_in", "in"], ["nodes_out", planned ? "out" : "out"],
-    ["asked", "asked"], ["ratio_asked", "ratio asked"], ["removed", "removed"], ["ratio", "ratio reached"],
-    ["shortfall", "shortfall"], ["merged", planned ? "pairs" : "merged nodes"], ["flagged", "flagged"],
+  // a dry run removed nothing yet: no removed, ratio reached or shortfall columns
+  const cols = [["tenant", "tenant"], ["nodes_in", "in"], ["nodes_out", "out"], ["asked", "asked"],
+    ["asked_share", "asked / in"], ...(planned ? [] : [["removed", "removed"], ["ratio", "ratio reached"],
+      ["shortfall", "shortfall"]]), ["merged", planned ? "pairs" : "merged nodes"], ["flagged", "flagged"],
     ["shown", "listed below"]];
+  if (planned) $("tenant-short").parentElement.hidden = true;
   let tSort = ["nodes_in", -1], tPage = 0, tIdx = [];
   const PER = 50;
   const thead = $("tenant-table").tHead;
@@ -186,7 +194,7 @@
           const a = el("a", {text: v, title: "show this tenant's " + what});
           a.addEventListener("click", () => { pickTenant(v); });
           row.append(el("td", {}, a));
-        } else row.append(el("td", {"data-col": c, text: c.startsWith("ratio") ? v.toFixed(3) : fmtInt(v)}));
+        } else row.append(el("td", {"data-col": c, text: c === "ratio" || c === "asked_share" ? v.toFixed(3) : fmtInt(v)}));
       }
       body.append(row);
     }
@@ -207,15 +215,31 @@
     D.thresholds.long_span_days + " days apart; source sentences the merged text does not hold (struck through); " +
     "a text-valued metadata key with different values among the sources.";
   const hay = N.map((n) => ((n.text || "") + "\n" + n.members.map((m) => m.text).join("\n")).toLowerCase());
-  const ten = [...new Set(N.map((n) => n.tenant))].sort();
-  for (const t of ten) $("filter-tenant").append(el("option", {value: t, text: t}));
+  // the tenant filter: a name typed or picked from every tenant with merges (filled on first use)
+  const rowOf = new Map(TT.tenant.map((t, i) => [t, i]));
+  let listed = false;
+  function tenantList() {
+    if (listed) return;
+    listed = true;
+    const ix = [];
+    for (let i = 0; i < nT; i++) if (TT.merged[i] > 0) ix.push(i);
+    ix.sort((a, b) => (TT.tenant[a] < TT.tenant[b] ? -1 : TT.tenant[a] > TT.tenant[b] ? 1 : 0));
+    const frag = document.createDocumentFragment();
+    for (const i of ix) frag.append(el("option", {value: TT.tenant[i],
+      label: fmtInt(TT.merged[i]) + " " + what + ", " + fmtInt(TT.shown[i]) + " listed"}));
+    $("tenant-names").append(frag);
+  }
+  $("filter-tenant").addEventListener("focus", tenantList);
+  function tenantFilter() {
+    const v = $("filter-tenant").value;
+    const exact = rowOf.has(v) ? v : rowOf.has(v.trim()) ? v.trim() : null;
+    return {exact: exact, part: exact === null && v.trim() ? v.trim().toLowerCase() : null};
+  }
   for (const [k, label] of Object.entries(D.flags)) $("filter-flag").append(el("option", {value: k, text: label}));
   let shownCount = 0, nIdx = [];
   const STEP = 25;
   function pickTenant(t) {
-    const sel = $("filter-tenant");
-    if (![...sel.options].some((o) => o.value === t)) sel.append(el("option", {value: t, text: t}));
-    sel.value = t;
+    $("filter-tenant").value = t;
     nodes();
     $("nodes-section").scrollIntoView();
   }
@@ -249,12 +273,13 @@
       head, el("div", {class: "cols"}, merged, srcs));
   }
   function nodes() {
-    const t = $("filter-tenant").value, q = $("filter-text").value.trim().toLowerCase(), f = $("filter-flag").value;
+    const t = tenantFilter(), q = $("filter-text").value.trim().toLowerCase(), f = $("filter-flag").value;
     const words = q ? q.split(/\s+/) : [];
     nIdx = [];
     for (let i = 0; i < N.length; i++) {
       const n = N[i];
-      if (t && n.tenant !== t) continue;
+      if (t.exact !== null && n.tenant !== t.exact) continue;
+      if (t.part !== null && !n.tenant.toLowerCase().includes(t.part)) continue;
       if (f === "*" ? n.flags.length === 0 : f && !n.flags.includes(f)) continue;
       if (words.length && !words.every((w) => hay[i].includes(w))) continue;
       nIdx.push(i);
@@ -271,10 +296,24 @@
     const box = $("nodes");
     for (const i of nIdx.slice(shownCount, shownCount + STEP)) box.append(card(N[i]));
     shownCount = Math.min(nIdx.length, shownCount + STEP);
-    $("node-count").textContent = fmtInt(nIdx.length) + " match; showing " + fmtInt(shownCount);
+    $("node-count").textContent = fmtInt(nIdx.length) + " match; showing " + fmtInt(shownCount) + why();
     $("nodes-more").hidden = shownCount >= nIdx.length;
   }
-  for (const id of ["filter-tenant", "filter-flag", "sort"]) $(id).addEventListener("change", nodes);
+  function why() {
+    // what the tenant filter found: a tenant without merges, or one whose merges the bounded list left out
+    const t = tenantFilter();
+    if (t.exact === null) return t.part !== null && !nIdx.length ? ": no listed " + what.slice(0, -1) +
+      " has a tenant whose name contains \u201c" + t.part + "\u201d" : "";
+    const i = rowOf.get(t.exact), m = TT.merged[i], sh = TT.shown[i];
+    if (m === 0) return ": tenant \u201c" + t.exact + "\u201d has no " + what + (planned ?
+      " (nothing of it is planned in round 1)" : " (nothing of it was merged)");
+    if (sh === 0) return ": none of the " + fmtInt(m) + " " + what + " of tenant \u201c" + t.exact + "\u201d is " +
+      "listed on this page, a bounded sample (the note above); memforest review with a larger --per-tenant or " +
+      "--max-nodes lists more";
+    return " (tenant \u201c" + t.exact + "\u201d: " + fmtInt(sh) + " of its " + fmtInt(m) + " " + what + " listed)";
+  }
+  for (const id of ["filter-flag", "sort"]) $(id).addEventListener("change", nodes);
+  $("filter-tenant").addEventListener("input", nodes);
   $("filter-text").addEventListener("input", nodes);
   $("nodes-more").addEventListener("click", more);
   nodes();
