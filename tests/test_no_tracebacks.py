@@ -119,6 +119,31 @@ def _set(path: list, value):
 
 _DEL = object()
 
+
+def _m3(edit):
+    """``graph compress`` of a small M3-Agent pickle (two clips of text nodes, a face) after ``edit(graph)``."""
+    def setup(tmp):
+        from memforest_gpu.adapters.m3agent import VideoGraph, save_video_graph
+        g = VideoGraph()
+        for nid in range(6):
+            node = VideoGraph.Node(nid, "episodic" if nid % 2 == 0 else "semantic")
+            node.embeddings = [[float(nid % 3 == j) + 0.1 for j in range(4)]]
+            node.metadata = {"contents": [f"clip {nid // 3} event {nid}"], "timestamp": nid // 3}
+            g.nodes[nid] = node
+            g.text_nodes.append(nid)
+            g.text_nodes_by_clip.setdefault(nid // 3, []).append(nid)
+            if node.type == "episodic":
+                g.event_sequence_by_clip.setdefault(nid // 3, []).append(nid)
+        face = VideoGraph.Node(6, "img")
+        face.embeddings, face.metadata = [[0.5] * 4], {"contents": ["face"]}
+        g.nodes[6], g.edges[(0, 6)], g.edges[(6, 0)], g.next_node_id = face, 1.0, 1.0, 7
+        edit(g)
+        path = str(tmp / "video.pkl")
+        save_video_graph(g, path)
+        return ["graph", "compress", path, str(tmp / "out.pkl"), "--embedder", "none", "--quiet"]
+    return setup
+
+
 # (id, setup(tmp) -> argv, exit status, what the one line must hold[, the folder a failed run may leave])
 CASES = [
     # 2: a Mem0 config that is not YAML, or YAML that builds Python objects
@@ -254,6 +279,21 @@ CASES = [
      "memforest eval: error: -k must be an integer in [1, 1000] (nodes at the @k cut), got 1001"),
     ("bounds: eval --L 2000", _lme(None, "longmemeval_s.json", "--L", "2000"), 2,
      "--L must be at most 1000 with k = 10 (the ranked list holds L x k nodes per question, at most 10000), got 2000"),
+    # graph pickles: vectors that are not numbers, references to nodes the graph lacks
+    ("graph pickle: a string embedding", _m3(lambda g: setattr(g.nodes[1], "embeddings", ["abc"])), 2,
+     "video.pkl: embeddings of text node 1 must be a non-empty list of vectors (lists of finite numbers) of one "
+     "dimension, got a string 'abc' as vector 0"),
+    ("graph pickle: a string in a vector", _m3(lambda g: g.nodes[2].embeddings[0].__setitem__(1, "x")), 2,
+     "video.pkl: embeddings of text node 2 must be a non-empty list of vectors (lists of finite numbers) of one "
+     "dimension, got a string 'x' in vector 0"),
+    ("graph pickle: text_nodes names a missing node", _m3(lambda g: g.text_nodes.append(99)), 2,
+     "video.pkl: text_nodes must name nodes of the graph, got 99, which is not one"),
+    ("graph pickle: a clip names a missing node", _m3(lambda g: g.event_sequence_by_clip[1].append(55)), 2,
+     "video.pkl: event_sequence_by_clip[1] must name nodes of the graph, got 55, which is not one"),
+    ("graph pickle: an edge to a missing node", _m3(lambda g: g.edges.__setitem__((0, 77), 1.0)), 2,
+     "video.pkl: edge (0, 77) must join two nodes of the graph, got 77, which is not one"),
+    ("graph pickle: an edge weight that is text", _m3(lambda g: g.edges.__setitem__((0, 6), "heavy")), 2,
+     "video.pkl: the weight of edge (0, 6) must be a finite number, got a string 'heavy'"),
 ]
 
 

@@ -71,6 +71,7 @@ from ..store.atomic import atomic_open
 from ..store.keys import NodeKeys
 from ..store.memory_store import MemoryStore
 from .graph import MemoryGraph, compress_graph, graph_config
+from .m3_checks import check_video_graph
 from .m3_keys import check_vectors, node_vectors, pad_text_nodes, read_keys, vector_bound
 
 __all__ = ["VideoGraph", "load_video_graph", "save_video_graph", "compress_video_graph", "m3_config",
@@ -160,7 +161,8 @@ class _Unpickler(pickle.Unpickler):
 
 def load_video_graph(path: str | os.PathLike) -> VideoGraph:
     """Read an M3-Agent ``VideoGraph`` pickle without importing ``mmagent``; any other
-    global in the pickle raises ``ValueError`` naming it."""
+    global in the pickle raises ``ValueError`` naming it, and so does a graph whose text nodes'
+    vectors or node references are broken (:mod:`.m3_checks`)."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"graph file not found: {path!r}")
@@ -177,6 +179,7 @@ def load_video_graph(path: str | os.PathLike) -> VideoGraph:
     for nid, node in g.nodes.items():
         if not isinstance(node, VideoGraph.Node):
             raise ValueError(f"{path}: node {nid!r} must be a VideoGraph.Node, got {type(node).__name__}")
+    check_video_graph(g, path, TEXT_TYPES)  # text nodes' vectors, and every reference names a node
     return g
 
 
