@@ -144,6 +144,39 @@ def _m3(edit):
     return setup
 
 
+def _lines(name: str, edit):
+    """A JSON Lines store whose lines (header and records) ``edit`` rewrites (a list of strings, in place)."""
+    def setup(tmp):
+        path = _store(tmp, name)
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        edit(lines)
+        _write(tmp, name, "\n".join(lines) + "\n")
+        return path
+    return setup
+
+
+def _parquet_tree(tmp):
+    """A Parquet store written by compress, whose row 3 says it is in tree -3."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    path = str(tmp / "c.parquet")
+    assert main(["compress", _store(tmp), path, *NONE]) == 0
+    t = pq.read_table(path)
+    tree = t.column("tree").to_pylist()
+    tree[3] = -3
+    pq.write_table(t.set_column(t.schema.get_field_index("tree"), "tree", pa.array(tree, pa.int64())), path)
+    return ["compact", path, "--max-nodes-per-tenant", "10", *NONE]
+
+
+def _tree_line(lines):
+    lines[4] = lines[4][:-1] + ', "tree": -3}'
+
+
+def _surrogate(lines):
+    lines[2] = lines[2].replace('"text": "', '"text": "\\ud800', 1)
+
+
 # (id, setup(tmp) -> argv, exit status, what the one line must hold[, the folder a failed run may leave])
 CASES = [
     # 2: a Mem0 config that is not YAML, or YAML that builds Python objects
@@ -294,6 +327,15 @@ CASES = [
      "video.pkl: edge (0, 77) must join two nodes of the graph, got 77, which is not one"),
     ("graph pickle: an edge weight that is text", _m3(lambda g: g.edges.__setitem__((0, 6), "heavy")), 2,
      "video.pkl: the weight of edge (0, 6) must be a finite number, got a string 'heavy'"),
+    # store files: a negative tree, a lone surrogate
+    ("store: tree -3 in a JSON Lines store", lambda tmp: ["info", _lines("store.jsonl", _tree_line)(tmp)], 2,
+     "store.jsonl: line 5: tree of node 'a-s0-4' must be an integer >= 0 or null (a node not placed yet), got -3"),
+    ("store: tree -3 in a Parquet store", _parquet_tree, 2,
+     "c.parquet: row 3 (node "),
+    ("store: a lone surrogate in a text", lambda tmp: ["compress", _lines("store.jsonl", _surrogate)(tmp),
+                                                       str(tmp / "out.jsonl"), *NONE], 2,
+     "store.jsonl: line 3: text of node 'a-s0-2' must be Unicode text, got a lone surrogate '\\ud800' (half of a "
+     "UTF-16 pair) at character 0"),
 ]
 
 

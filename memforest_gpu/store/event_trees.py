@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 __all__ = ["EventTrees", "TenantTrees", "EVENT_TREES_VERSION", "event_trees_json", "event_trees_from_json",
            "tree_column",
-           "tree_from_column"]
+           "tree_from_column", "NegativeTreeError"]
 
 EVENT_TREES_VERSION = 1
 
@@ -142,12 +142,25 @@ def tree_column(tree: np.ndarray):
     return pa.array(tree, type=pa.int64(), mask=tree < 0)
 
 
+class NegativeTreeError(ValueError):
+    """A ``tree`` value below 0: a node is in tree 0, 1, ... of its tenant, or in none (null)."""
+
+    def __init__(self, row: int, value: int):
+        super().__init__(f"tree must be an integer >= 0 or null (a node not placed yet), got {value}")
+        self.row, self.value = row, value
+
+
 def tree_from_column(col, n: int) -> np.ndarray:
-    """(n,) int64 tree ids from an Arrow / list column (null or negative: -1), or all -1."""
+    """(n,) int64 tree ids from an Arrow / list column (null: -1), or all -1. A negative value
+    raises :class:`NegativeTreeError` (its ``row`` in ``col``)."""
 
     if col is None:
         return np.full(n, -1, dtype=np.int64)
     if not isinstance(col, (pa.Array, pa.ChunkedArray)):
         col = pa.array([None if v is None else int(v) for v in col], type=pa.int64())
-    out = pc.cast(col, pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-    return np.maximum(out, -1)
+    vals = pc.cast(col, pa.int64())
+    out = vals.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    neg = np.flatnonzero((out < 0) & vals.is_valid().to_numpy(zero_copy_only=False))
+    if neg.size:
+        raise NegativeTreeError(int(neg[0]), int(out[neg[0]]))
+    return out

@@ -54,7 +54,7 @@ import pyarrow.parquet as pq
 
 from . import jsonl, parquet
 from .atomic import atomic_open
-from .event_trees import EventTrees, event_trees_from_json, tree_from_column
+from .event_trees import EventTrees, NegativeTreeError, event_trees_from_json, tree_from_column
 from .keys_io import DEFAULT_RULE, keys_from_columns, keys_rule_of
 from .memory_store import MemoryStore
 
@@ -144,10 +144,15 @@ def read_store(
             device=device,
         )
     except ValueError as e:
+        if isinstance(e, UnicodeEncodeError) and fmt == "jsonl":  # a lone surrogate: name its line, node and field
+            raise ValueError(f"{path}: {jsonl.lone_surrogate(path) or e}") from None
         raise ValueError(f"{path}: {e}") from e
     if cols.get("tree") is not None or cols.get("event_trees") is not None:
         try:
             tree = tree_from_column(cols["tree"], len(store))
+        except NegativeTreeError as e:  # the row in the file when it was read whole
+            row = f"row {e.row} " if tenants is None else ""
+            raise ValueError(f"{path}: {row}(node {store.ids[e.row]!r}): {e}") from None
         except (ValueError, TypeError) as e:  # pyarrow's cast errors are ValueErrors (ArrowInvalid)
             raise ValueError(f"{path}: column 'tree' must hold integers (compact's event trees), got: {e}") from None
         states = event_trees_from_json(cols["event_trees"], path)

@@ -4,6 +4,7 @@ array of such objects is read too. Every problem names the path and the line."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,13 +21,16 @@ from .memory_store import DEFAULT_TENANT, MemoryStore
 __all__ = ["read_jsonl_columns", "select_tenants", "iter_jsonl_objects", "write_jsonl"]
 
 
-def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
+def _items(path: str):
+    """``(where, record)`` of a JSON Lines file, or of a ``.json`` file holding one array."""
     with open(path, "rb") as f:
         head = f.read(4096).lstrip(b"\xef\xbb\xbf").lstrip()
     items = _read_json_array(path) if head.startswith(b"[") else None
-    if items is None:
-        items = _iter_jsonl(path)
+    return _iter_jsonl(path) if items is None else items
 
+
+def read_jsonl_columns(path: str) -> tuple[dict, str | None]:
+    items = _items(path)
     file_embedder = trees_json = keys_rule = None
     codes = "float32"
     ids, texts, stamps, embs, tenants, sources, metas, trees, keys, key_src = [], [], [], [], [], [], [], [], [], []
@@ -106,12 +110,41 @@ def _header(hdr: Any, path: str, where: str) -> tuple:
             json.dumps(hdr["keys"]) if hdr.get("keys") is not None else None, codes)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_in(v: Any) -> re.Match | None:
+    """The first lone surrogate in a record's value (strings, list items, keys and values)."""
+    if isinstance(v, str):
+        return _SURROGATE.search(v)
+    items = [x for kv in v.items() for x in kv] if isinstance(v, dict) else v if isinstance(v, list) else []
+    return next((m for m in map(_surrogate_in, items) if m is not None), None)
+
+
+def lone_surrogate(path: str) -> str | None:
+    """Where the JSON Lines store ``path`` holds a lone surrogate (a ``\\ud800`` escape without its
+    pair: JSON reads it, UTF-8 cannot hold it), as ``"line N: FIELD of node ID ..."``; ``None``
+    when it holds none."""
+    for where, rec in _items(path):
+        if not isinstance(rec, dict) or HEADER_KEY in rec:
+            continue
+        for field in ("id", "text", "tenant", "sources", "metadata"):
+            m = _surrogate_in(rec.get(field))
+            if m is not None:
+                return (f"{where}: {field} of node {short_repr(rec.get('id'))} must be Unicode text, got a lone "
+                        f"surrogate {m.group()!r} (half of a UTF-16 pair) at character {m.start()}")
+    return None
+
+
 def _tree(v: Any, node: Any, path: str, where: str) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
         raise ValueError(f"{path}: {where}: tree of node {node!r} must be an integer or null, got {short_repr(v)}")
-    return v if v >= 0 else None
+    if v < 0:
+        raise ValueError(f"{path}: {where}: tree of node {node!r} must be an integer >= 0 or null (a node not placed "
+                         f"yet), got {v}")
+    return v
 
 
 def _iter_jsonl(path: str):
