@@ -336,6 +336,13 @@ CASES = [
                                                        str(tmp / "out.jsonl"), *NONE], 2,
      "store.jsonl: line 3: text of node 'a-s0-2' must be Unicode text, got a lone surrogate '\\ud800' (half of a "
      "UTF-16 pair) at character 0"),
+    # paths: a folder where the system lets nothing be created
+    ("paths: review --out /proc/x.html", lambda tmp: ["review", _store(tmp), _store(tmp, "o.jsonl"), "--out",
+                                                      "/proc/x.html"], 2,
+     "--out must be in a writable folder, cannot write in '/proc': the system lets nothing be created there"),
+    ("paths: demo --out /proc/x", lambda tmp: ["demo", "--out", "/proc/x"], 2,
+     "--out must be a folder memforest can create, cannot create folders in '/proc': the system lets nothing be "
+     "created there"),
 ]
 
 

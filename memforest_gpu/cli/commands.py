@@ -13,6 +13,7 @@ from ..mergers import get_merger
 from ..report import MergerStats
 from ..runs.budget_groups import parse_size
 from ..runs.errors import OPTION_WORDS
+from ..runs.paths import check_paths, writes
 from ..runs.preflight import preflight
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
@@ -328,6 +329,7 @@ class _NoVectors:
 
 
 def _demo(a) -> int:
+    check_paths(writes("--out", a.out, folder=True))  # before the sample is embedded and compressed
     run_demo(ratio=a.ratio, out_dir=a.out, device=a.device)
     return 0
 

@@ -17,7 +17,7 @@ import time
 from ..store.atomic import remove_stale_temps
 from ..store.io import detect_format
 
-__all__ = ["check_output", "check_not_input", "same_file", "OutputLock", "LOCK_SUFFIX"]
+__all__ = ["check_output", "check_not_input", "same_file", "OutputLock", "LOCK_SUFFIX", "why_not_created"]
 
 log = logging.getLogger("memforest_gpu")
 
@@ -31,6 +31,15 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def why_not_created(e: OSError) -> str:
+    """Why a file or folder could not be created in an existing folder, in words: "No such file or
+    directory" there means the folder takes no new entries (a virtual file system such as /proc)."""
+    if e.errno == errno.ENOENT:
+        return ("the system lets nothing be created there (a virtual folder such as /proc or /sys): choose a folder "
+                "on a disk")
+    return e.strerror or str(e)
 
 
 def check_not_input(path: str | os.PathLike, inputs, *, what: str = "output") -> None:
@@ -71,7 +80,7 @@ def check_output(path: str | os.PathLike, *, format: str | None = None, inputs=(
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as e:
         raise ValueError(f"{what} must be in a writable folder, cannot write in {existing!r}: "
-                         f"{e.strerror or e}") from None
+                         f"{why_not_created(e)}") from None
     os.close(fd)
     os.unlink(probe)
     return fmt

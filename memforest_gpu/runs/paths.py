@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from .budget_groups import parts_dir
 from .compact_files import inbox_path
 from .journal import journal_path
-from .outputs import LOCK_SUFFIX
+from .outputs import LOCK_SUFFIX, why_not_created
 
 __all__ = ["PathRole", "reads", "writes", "output_files", "store_files", "check_paths", "same_path"]
 
@@ -128,7 +128,7 @@ def _check_parent(r: PathRole) -> None:
             os.rmdir(probe)
         except OSError as e:
             raise ValueError(f"{r.what} must be a folder memforest can create, cannot create folders in {parent!r}: "
-                             f"{e.strerror or e}") from None
+                             f"{why_not_created(e)}") from None
 
 
 def check_paths(*groups: list[PathRole]) -> None:
