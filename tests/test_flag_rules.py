@@ -81,15 +81,30 @@ def test_the_budget_message_names_its_flag(tmp_path, capsys, cmd, flag):
     assert f"{flag} must be an integer >= 1, got 0" in capsys.readouterr().err
 
 
-def test_a_budget_of_one_reports_the_shortfall_below_the_floor(tmp_path, capsys):
+@pytest.mark.parametrize("cmd, flag", [(["compact", "STORE"], "--max-nodes-per-tenant"),
+                                       (["mem0", "compact", "--config", "CFG"], "--max-per-user")])
+def test_a_budget_that_would_leave_no_memory_is_refused(tmp_path, capsys, cmd, flag):
+    path = str(tmp_path / "s.jsonl")
+    write_store(store_of(arrivals(0, 10, ["a"])), path)
+    (tmp_path / "m.yaml").write_text("vector_store: {provider: qdrant}\n")
+    argv = [path if x == "STORE" else str(tmp_path / "m.yaml") if x == "CFG" else x for x in cmd]
+    before = open(path, "rb").read()
+    for n, low, least in (("1", "0.8", 2), ("3", "0.3", 4)):
+        assert main(argv + [flag, n, "--low-water", low, "--report", str(tmp_path / "r.json")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"memforest {' '.join(cmd[:-2] if cmd[0] == 'mem0' else cmd[:1])}: error: {flag} must be at "
+                       f"least {least} with --low-water {low} (a tenant over budget is compacted to floor({low} x N) "
+                       f"memories, which must leave one), got {n}"], err
+    assert open(path, "rb").read() == before and sorted(os.listdir(tmp_path)) == ["m.yaml", "s.jsonl"]
+
+
+def test_a_budget_of_two_keeps_one_memory(tmp_path, capsys):
     path = str(tmp_path / "s.jsonl")
     write_store(store_of(arrivals(0, 10, ["a"])), path)
     rep = str(tmp_path / "r.json")
-    assert main(["compact", path, "--max-nodes-per-tenant", "1", "--report", rep, *QUIET, "--preset", "paper"]) == 0
-    out = capsys.readouterr().out
+    assert main(["compact", path, "--max-nodes-per-tenant", "2", "--report", rep, *QUIET, "--preset", "paper"]) == 0
     t = json.load(open(rep))["tenants"][0]
-    assert (t["nodes_out"], t["shortfall"]) == (1, 1)  # target floor(0.8 x 1) = 0; a tenant keeps a node
-    assert "short by 1" in out and "shortfall: 1 removals could not be made" in out
+    assert (t["nodes_out"], t["shortfall"]) == (1, 0)  # floor(0.8 x 2) = 1
 
 
 def test_a_parquet_store_that_is_not_parquet_names_the_file(tmp_path, capsys):

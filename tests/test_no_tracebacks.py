@@ -343,6 +343,10 @@ CASES = [
     ("paths: demo --out /proc/x", lambda tmp: ["demo", "--out", "/proc/x"], 2,
      "--out must be a folder memforest can create, cannot create folders in '/proc': the system lets nothing be "
      "created there"),
+    # a budget that leaves a tenant nothing
+    ("compact: --max-nodes-per-tenant 1", lambda tmp: ["compact", _store(tmp), "--max-nodes-per-tenant", "1", *NONE],
+     2, "--max-nodes-per-tenant must be at least 2 with --low-water 0.8 (a tenant over budget is compacted to "
+        "floor(0.8 x N) memories, which must leave one), got 1"),
 ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 
@@ -50,13 +51,19 @@ def add_budget_arguments(p, *, flag: str = "--max-nodes-per-tenant", what: str =
 def budget_from_args(a):
     if getattr(a, "ratio", None) is not None:
         raise ValueError("--ratio does not apply to compact: the budget sets how many memories each tenant loses")
+    flag = getattr(a, "budget_flag", "--max-nodes-per-tenant")
     try:
-        return CompactConfig(max_nodes=a.max_nodes, low_water=a.low_water, repartition_growth=a.repartition_growth,
-                             repartition=a.repartition, slack=a.slack)
+        budget = CompactConfig(max_nodes=a.max_nodes, low_water=a.low_water, repartition_growth=a.repartition_growth,
+                               repartition=a.repartition, slack=a.slack)
     except ConfigError as e:
         if e.field == "max_nodes":
-            raise ValueError(e.named(getattr(a, "budget_flag", "--max-nodes-per-tenant"))) from None
+            raise ValueError(e.named(flag)) from None
         raise ValueError(as_flag_error(e, a)) from None
+    if budget.target("") < 1:  # the budget would compact a tenant to no memory at all
+        least = math.ceil(1 / a.low_water - 1e-9)
+        raise ValueError(f"{flag} must be at least {least} with --low-water {a.low_water:g} (a tenant over budget is "
+                         f"compacted to floor({a.low_water:g} x N) memories, which must leave one), got {a.max_nodes}")
+    return budget
 
 
 def add_parser(subparsers) -> None:
