@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .config import CompressConfig, RetrievalConfig
 from .engine import CompressResult
-from .retrieval.context import FILLS
+from .retrieval.context import FILLS, MIN_BUDGET
 from .retrieval.retriever import CONTEXT_DEPTH, Retriever
 from .runs.budgeted import compress_file_budgeted
 from .runs.compact import compact_file
@@ -63,8 +63,9 @@ def search_file(path: str | Path, queries: Sequence[str], *, k: int | None = Non
         raise OptionError(f"{{fill}} needs {{budget}} (whitespace tokens of context), got fill {fill!r}")
     if fill is not None and fill not in FILLS:
         raise OptionError(f"{{fill}} must be one of {', '.join(FILLS)}, got {fill!r}")
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
-        raise OptionError(f"{{budget}} must be an integer >= 1 (whitespace tokens), got {budget!r}")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_BUDGET):
+        raise OptionError(f"{{budget}} must be an integer >= {MIN_BUDGET} (whitespace tokens; a piece's date tag "
+                          f"takes 3), got {budget!r}")
     cfg = RetrievalConfig(k=k if k is not None else 10 if budget is None else CONTEXT_DEPTH, agpr=agpr)
     detect_format(os.fspath(path), None, flag=None)
     store, emb = load_store_and_embedder(path, embedder=embedder, device=device, tenants=tenant, warn=False)

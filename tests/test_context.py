@@ -86,8 +86,10 @@ def test_search_gives_the_context_by_default_pooled_for_a_store_with_keys():
 
 @pytest.mark.parametrize("kw, msg", [
     ({"budget": 12, "fill": "parts"}, "fill must be one of"),
-    ({"budget": 0}, "budget must be an integer >= 1"),
-    ({"budget": -3, "fill": "plain"}, "budget must be an integer >= 1"),
+    ({"budget": 0}, "budget must be an integer >= 4"),
+    ({"budget": 3, "fill": "plain"}, "budget must be an integer >= 4"),
+    ({"budget": -3, "fill": "plain"}, "budget must be an integer >= 4"),
+    ({"budget": 2.5, "fill": "plain"}, "budget must be an integer >= 1"),
     ({"fill": "ranked"}, "needs a budget"),
     ({"budget": 12}, "needs the embedder"),
     ({"budget": 12, "fill": "ranked"}, "needs the embedder"),
@@ -96,6 +98,22 @@ def test_refusals(kw, msg):
     _, out, emb = merged_store()
     with pytest.raises(ValueError, match=msg):
         search(out, emb.embed(["bicycle"]), **kw)
+
+
+def test_search_shows_a_piece_with_its_whole_date_and_a_word_or_not_at_all():
+    _, out, emb = merged_store()
+    bare = out.take(np.arange(len(out)))
+    bare.keys = None  # whole nodes, each "[date] text"
+    q = emb.embed(["Where did Bob buy the red bicycle? Porto?"])
+    full = search(bare, q, budget=10_000, fill="plain")[0]
+    first = len(full[0]["text"].split())
+    res = Retriever(bare).search(q, config=RetrievalConfig(k=40))
+    for left in (1, 2, 3):  # what the budget leaves the second piece: part of its date tag, or the tag alone
+        assert [p["id"] for p in search(bare, q, budget=first + left, fill="plain")[0]] == [full[0]["id"]]
+        cut = context(bare, res, q, budget=first + left, fill="plain")[0]  # the evaluation's cut: as tokens fall
+        assert len(cut) == 2 and len(cut[1].text.split()) == left
+    got = search(bare, q, budget=first + 4, fill="plain")[0]
+    assert len(got) == 2 and got[1]["cut"] and got[1]["text"] == " ".join(full[1]["text"].split()[:4])
 
 
 def test_the_evaluations_ranked_fill_is_the_products_context():
@@ -141,12 +159,14 @@ def test_memforest_search_budget_prints_the_pieces(tmp_path, monkeypatch, capsys
     query = "Where did Bob buy the red bicycle? Porto?"
     assert main(["search", str(path), query, "--budget", "12", "--json"]) == 0
     pieces = json.loads(capsys.readouterr().out)
-    assert pieces[0]["sources"] == ["c"] and sum(len(p["text"].split()) for p in pieces) == 12
+    # 10 of the 12 tokens: the next piece would show 2 tokens of its date tag, so it is left out
+    assert pieces[0]["sources"] == ["c"] and sum(len(p["text"].split()) for p in pieces) == 10
     assert main(["search", str(path), query, "--budget", "12", "--fill", "plain"]) == 0
     shown = capsys.readouterr().out
     assert shown.startswith(" 1. (") and "[cut]" in shown and "Porto" not in shown
-    assert main(["search", str(path), query, "--budget", "0"]) != 0
-    assert "--budget must be an integer >= 1" in capsys.readouterr().err
+    assert main(["search", str(path), query, "--budget", "3"]) != 0
+    assert "--budget must be an integer >= 4 (whitespace tokens; a piece's date tag takes 3), got 3" in \
+        capsys.readouterr().err
     assert main(["search", str(path), query, "--fill", "ranked"]) != 0
     assert "--fill ranked needs --budget" in capsys.readouterr().err
     with pytest.raises(SystemExit):

@@ -11,6 +11,7 @@ import torch
 from ..api import compress_file, dry_run_file, read_store, search_file
 from ..mergers import get_merger
 from ..report import MergerStats
+from ..retrieval.context import MIN_BUDGET
 from ..runs.budget_groups import parse_size
 from ..runs.errors import OPTION_WORDS
 from ..runs.paths import check_paths, writes
@@ -267,8 +268,9 @@ def _search(a) -> int:
         raise ValueError(f"QUERY must be a text to search for, got {a.query!r}")
     if a.k is not None and a.k < 1:
         raise ValueError(f"-k must be an integer >= 1, got {a.k}")
-    if a.budget is not None and a.budget < 1:
-        raise ValueError(f"--budget must be an integer >= 1 (whitespace tokens), got {a.budget}")
+    if a.budget is not None and a.budget < MIN_BUDGET:
+        raise ValueError(f"--budget must be an integer >= {MIN_BUDGET} (whitespace tokens; a piece's date tag takes "
+                         f"3), got {a.budget}")
     if a.fill is not None and a.budget is None:
         raise ValueError(f"--fill {a.fill} needs --budget B (the whitespace tokens of context to fill)")
     hits = search_file(a.store, [a.query], k=a.k, agpr=a.agpr, tenant=a.tenant, embedder=a.embedder,

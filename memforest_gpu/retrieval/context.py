@@ -41,10 +41,12 @@ import torch
 from ..mergers.extractive import split_sentences
 from ..store.timeutil import DATE_TAG, format_date
 
-__all__ = ["FILLS", "Piece", "context", "dated_sentences", "key_parts", "part_scores", "in_rule_order",
-           "ranked_pieces", "fit", "focus", "focus_many", "fit_focused", "default_fill", "check_fill", "has_keys"]
+__all__ = ["FILLS", "MIN_BUDGET", "Piece", "context", "whole_tags", "dated_sentences", "key_parts", "part_scores",
+           "in_rule_order", "ranked_pieces", "fit", "focus", "focus_many", "fit_focused", "default_fill", "check_fill",
+           "has_keys"]
 
 FILLS = ("ranked", "plain", "focused", "pooled")
+MIN_BUDGET = 4  # what search takes, in whitespace tokens: a piece's date tag (3) and one word of its text
 POOL = 4  # fill="pooled": the first piece that does not fit and the 3 after it share what is left
 _WS = re.compile(r"\S+")
 
@@ -181,6 +183,17 @@ def ranked_pieces(store, nodes: Sequence[int], q_vec: torch.Tensor, embed: Calla
         yield from (scored(j)[0][1] for j in nodes)
         return
     yield from in_rule_order(scored(j) for j in nodes)
+
+
+def whole_tags(pieces: list[Piece]) -> list[Piece]:
+    """``pieces`` without a last piece cut inside its date tag or right after it: what search
+    shows of a piece is its date and at least one word of its text (the evaluation's ``@B`` cut,
+    :func:`fit`, counts the tokens as they fall)."""
+    if pieces and pieces[-1].cut:
+        m = DATE_TAG.match(pieces[-1].text)
+        if m is None and pieces[-1].text.startswith("[") or m is not None and not pieces[-1].text[m.end():].strip():
+            return pieces[:-1]
+    return pieces
 
 
 def fit(items: Iterable, budget: int, n_tokens: Callable) -> list[tuple[object, int | None]]:

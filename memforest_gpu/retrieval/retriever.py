@@ -2,6 +2,7 @@
 of tenants, never across tenants."""
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -11,7 +12,7 @@ import torch
 from ..config import RetrievalConfig
 from ..kernels.agpr import agpr_rerank, topk_rows, topk_search
 from ..store.memory_store import MemoryStore
-from .context import check_fill, context, default_fill
+from .context import MIN_BUDGET, check_fill, context, default_fill, whole_tags
 from .keyed import KeyedLayout, keyed_search, node_best
 
 __all__ = ["Retriever", "SearchResult", "search"]
@@ -33,9 +34,10 @@ class SearchResult:
         (id, sources, text with its date tag, score, cut) in the order shown; ``fill``: ``"pooled"``
         (a merged node's parts that matched first, the last pieces by their best sentences; the
         default for a store with keys, which needs ``embedder``), ``"ranked"``, ``"focused"`` or
-        ``"plain"`` (whole nodes in rank order). :mod:`.context`."""
+        ``"plain"`` (whole nodes in rank order); a last piece cut inside its date tag is left out
+        (:func:`~.context.whole_tags`). :mod:`.context`."""
         ctx = context(store, self, queries, budget=budget, fill=fill, embedder=embedder)
-        return [[{k: v for k, v in p.as_dict().items() if k != "node"} for p in row] for row in ctx]
+        return [[{k: v for k, v in p.as_dict().items() if k != "node"} for p in whole_tags(row)] for row in ctx]
 
     def hits(self, store: MemoryStore) -> list[list[dict]]:
         """Per query, the hits as dicts (id, text, timestamp, tenant, sources, score,
@@ -284,10 +286,14 @@ def search(store: MemoryStore, queries, *, k: int | None = None, agpr: bool = Fa
     """Search ``store`` with text queries (needs ``embedder``) or a (Q, D) tensor of query
     embeddings. Returns per query a list of hit dicts, best first (``k`` hits, default 10); with
     ``budget``, the context of :meth:`SearchResult.context` instead: pieces filling ``budget``
-    whitespace tokens from the best ``k`` hits (default :data:`CONTEXT_DEPTH`), by ``fill``."""
+    whitespace tokens (at least :data:`~.context.MIN_BUDGET`) from the best ``k`` hits (default
+    :data:`CONTEXT_DEPTH`), by ``fill``."""
     if budget is None and fill is not None:
         raise ValueError(f"fill={fill!r} needs a budget (whitespace tokens of context)")
     if budget is not None:  # refused before any embedding or search
+        if isinstance(budget, numbers.Integral) and not isinstance(budget, bool) and budget < MIN_BUDGET:
+            raise ValueError(f"budget must be an integer >= {MIN_BUDGET} (whitespace tokens; a piece's date tag "
+                             f"takes 3), got {budget!r}")
         check_fill(default_fill(store) if fill is None else fill, budget, store, embedder)
     cfg = config or RetrievalConfig(k=k if k is not None else 10 if budget is None else CONTEXT_DEPTH, agpr=agpr)
     if isinstance(queries, str):
