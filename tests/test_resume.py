@@ -145,6 +145,25 @@ def test_crash_then_resume_equals_an_uninterrupted_run(store_file, tmp_path):
     assert not os.path.exists(journal_path(out))
 
 
+@pytest.mark.parametrize("budget", [[], ["--memory-budget", "1G"]])
+def test_resume_without_a_journal_says_so_and_runs_from_the_beginning(store_file, tmp_path, caplog, capsys, budget):
+    from memforest_gpu.cli.commands import main
+
+    out = tmp_path / "out.jsonl"
+    with caplog.at_level("WARNING", logger="memforest_gpu"):
+        assert main(["compress", store_file, str(out), "--embedder", "none", "--quiet", "--resume", *budget]) == 0
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == [f"--resume: no journal of an interrupted run at '{journal_path(out)}': nothing to resume, "
+                    "starting from the beginning"], said
+    caplog.clear()
+    first = Counting(crash_at=2)  # a journal to resume: no such warning
+    with pytest.raises(Crash):
+        _run(store_file, tmp_path / "again.jsonl", first)
+    with caplog.at_level("WARNING", logger="memforest_gpu"):
+        _run(store_file, tmp_path / "again.jsonl", Counting(), resume=True)
+    assert not [r for r in caplog.records if "nothing to resume" in r.getMessage()]
+
+
 def test_resume_with_other_options_is_refused(store_file, tmp_path):
     out = tmp_path / "out.jsonl"
     with pytest.raises(Crash):

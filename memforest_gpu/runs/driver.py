@@ -15,18 +15,22 @@ one :class:`MergerRun` per rank (each rank its own journal) and the combined rep
 """
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 
 from ..engine import CompressResult, compress
 from ..mergers import get_merger
 from ..mergers.embedders import MEAN_EMBEDDER
+from .budget_groups import parts_dir
 from .journal import JournaledMerger, JournalExistsError, journal_path, run_fingerprint
 from .loading import RunInterrupted
 from .outputs import OutputLock
 from .preflight import preflight
 
 __all__ = ["run_locked", "resolve_merger", "MergerRun", "MergerFailedError"]
+
+log = logging.getLogger("memforest_gpu")
 
 
 class MergerFailedError(ValueError):
@@ -75,7 +79,9 @@ class MergerRun:
     ``rank`` of a distributed run keeps ``OUT.rankR.journal.jsonl``, with ``more`` in its
     fingerprint, see :func:`~.journal.run_fingerprint`). A journal left by an interrupted run
     is refused unless ``resume`` (:class:`~.journal.JournalExistsError`, before anything is
-    loaded). ``merger`` ``None``: the engine's default (the extractive merger)."""
+    loaded); ``resume`` with nothing to resume (no journal, no parts folder) says so in one
+    warning and runs from the start. ``merger`` ``None``: the engine's default (the extractive
+    merger)."""
 
     def __init__(self, src: str | None, dst: str | None, config, merger, *, journal: bool = True,
                  resume: bool = False, rank: int | None = None, more: dict | None = None):
@@ -83,6 +89,10 @@ class MergerRun:
         self.path = journal_path(dst, rank) if journal else None
         if self.path is not None and os.path.exists(self.path) and not resume:
             raise JournalExistsError(self.path)
+        if resume and rank is None and self.path is not None and not os.path.exists(self.path) and \
+                not os.path.exists(parts_dir(dst)):
+            log.warning("{resume}: no journal of an interrupted run at %r: nothing to resume, "
+                        "starting from the beginning", self.path)
         self.journal: JournaledMerger | None = None
         self.started = False
 
