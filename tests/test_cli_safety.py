@@ -491,6 +491,23 @@ def test_search_k_above_the_tenants_nodes_is_cut_to_them_with_one_warning(tmp_pa
     assert len(json.loads(capsys.readouterr().out)) == 4 and asked[-1] == 4 and not caplog.records
 
 
+def test_review_pages_take_the_suffixes_the_docs_name(tmp_path, capsys):
+    from memforest_gpu.cli.review import check_review
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "cli.md"), encoding="utf-8") as f:
+        doc = " ".join(f.read().split())
+    assert "The path must end in `.html` or `.htm` (any case; another suffix is refused in one line)" in doc
+    for name in ("p.html", "p.htm", "P.HTM"):
+        check_review(str(tmp_path / name))
+    src = _jsonl(tmp_path / "in.jsonl")
+    for name in ("p.txt", "p.html.bak", "p"):
+        assert main(["compress", src, str(tmp_path / "o.jsonl"), "--review", str(tmp_path / name),
+                     "--embedder", "none", "--quiet"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--review must be an .html file" in err[0], err
+    assert sorted(os.listdir(tmp_path)) == ["in.jsonl"]
+
+
 def test_report_says_no_node_cap(tmp_path, capsys):
     src = _jsonl(tmp_path / "in.jsonl")
     assert main(["compress", src, str(tmp_path / "o.jsonl"), "--embedder", "none", "--quiet"]) == 0
