@@ -347,6 +347,9 @@ CASES = [
     ("compact: --max-nodes-per-tenant 1", lambda tmp: ["compact", _store(tmp), "--max-nodes-per-tenant", "1", *NONE],
      2, "--max-nodes-per-tenant must be at least 2 with --low-water 0.8 (a tenant over budget is compacted to "
         "floor(0.8 x N) memories, which must leave one), got 1"),
+    # a query holding bytes that are not UTF-8 (they arrive as lone surrogates)
+    ("search: a query that is not UTF-8", lambda tmp: ["search", _store(tmp), "x \udcff", "--tenant", "a"], 2,
+     "QUERY must be UTF-8 text, got 'x \\udcff' (a byte that is not UTF-8 at character 2)"),
     # a context budget smaller than a date tag
     ("search: --budget 1", lambda tmp: ["search", _store(tmp), "x", "--tenant", "a", "--budget", "1"], 2,
      "--budget must be an integer >= 4 (whitespace tokens; a piece's date tag takes 3), got 1"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 
 import torch
@@ -266,6 +267,10 @@ def _search(a) -> int:
     check_embedder_flag(a.embedder, allowed=("auto", "default"))
     if not a.query.strip():
         raise ValueError(f"QUERY must be a text to search for, got {a.query!r}")
+    bad = re.search("[\ud800-\udfff]", a.query)  # bytes that are not UTF-8 arrive as lone surrogates
+    if bad:
+        raise ValueError(f"QUERY must be UTF-8 text, got {a.query!r} (a byte that is not UTF-8 at character "
+                         f"{bad.start()})")
     if a.k is not None and a.k < 1:
         raise ValueError(f"-k must be an integer >= 1, got {a.k}")
     if a.budget is not None and a.budget < MIN_BUDGET:
