@@ -16,8 +16,9 @@ from compact_helpers import arrivals, check_compaction, origin_tenants, same_sto
 from memforest_gpu.cli.commands import main as cli
 from memforest_gpu.config import CompactConfig, CompressConfig
 from memforest_gpu.engine.compaction import compact
-from memforest_gpu.runs.compact import CompactingStore, compact_file
-from memforest_gpu.runs.compact_files import inbox_path
+from memforest_gpu.runs.compact import compact_file
+from memforest_gpu.runs.compacting_store import CompactingStore
+from memforest_gpu.runs.inbox_files import inbox_path
 from memforest_gpu.store.io import read_store, write_store
 from memforest_gpu.store.splice import append
 
@@ -55,19 +56,28 @@ def test_file_compactions_equal_the_in_memory_ones(tmp_path, fmt):
     assert not compact_file(path, CompactConfig(max_nodes=10_000), PAPER, embedder="none").written  # nothing to do
 
 
-def test_an_inbox_folded_by_a_killed_run_is_not_folded_twice(tmp_path):
-    path = str(tmp_path / "s.parquet")
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_an_inbox_folded_by_a_killed_run_is_not_folded_twice(tmp_path, monkeypatch, fmt):
+    import memforest_gpu.runs.compact as run_module
+
+    path = str(tmp_path / f"s.{fmt}")
     write_store(store_of(arrivals(0, 30, ["a", "b"])), path)
-    new = arrivals(1, 25, ["a"])
-    _add_to_inbox(path, new)
+    _add_to_inbox(path, arrivals(1, 25, ["a"]))  # a goes over budget: some of these records are merged
     saved = open(inbox_path(path), "rb").read()
+    real = run_module.release
+    monkeypatch.setattr(run_module, "release", lambda store, folded: None)  # killed after writing the store
     compact_file(path, CompactConfig(max_nodes=40), PAPER, embedder="none")
     after = read_store(path)
-    assert not os.path.exists(inbox_path(path))
-    with open(inbox_path(path), "wb") as f:  # as if killed after the store was written, before the inbox was emptied
-        f.write(saved)
+    taken = path + ".inbox.taken-1.jsonl"
+    assert not os.path.exists(inbox_path(path)) and open(taken, "rb").read() == saved
+    assert any(len(s) > 1 and any(x.startswith("a-s1-") for x in s) for s in after.sources)
+    _add_to_inbox(path, arrivals(2, 1, ["b"]))  # appended since
+    monkeypatch.setattr(run_module, "release", real)
     r = compact_file(path, CompactConfig(max_nodes=40), PAPER, embedder="none")
-    assert same_store(read_store(path), after) and r.report.merges == 0
+    assert r.inbox == 1 and r.inbox_known == 0 and r.report.merges == 0  # the taken records are not read again
+    assert not os.path.exists(taken) and not os.path.exists(inbox_path(path))
+    ids = [x for s in read_store(path).sources for x in s]
+    assert sorted(ids) == sorted([x for s in after.sources for x in s] + ["b-s2-0"])
 
 
 def test_service_object_carries_on_after_a_restart(tmp_path):
@@ -82,8 +92,14 @@ def test_service_object_carries_on_after_a_restart(tmp_path):
     st = read_store(path)
     assert sorted(x for s in st.sources for x in s) == sorted(
         [r["id"] for k, n in ((0, 20), (1, 5), (2, 6)) for r in arrivals(k, n, ["a", "b"] if k == 0 else ["a"])])
-    again = cs2.add(arrivals(2, 1, ["a"]) + arrivals(3, 1, ["b"]))  # a2-0 is in the store: adding is idempotent
-    assert again is None and cs2.compact().inbox == 1 and cs2.counts() == {"a": 15, "b": 21}
+    plain = next(r for r in st.records(with_embedding=True) if r["sources"] == [r["id"]])
+    again = cs2.add([{k: plain[k] for k in ("id", "text", "timestamp", "tenant", "embedding")}] + arrivals(3, 1, ["b"]))
+    assert again is None and cs2.compact().inbox == 1 and cs2.counts() == {"a": 15, "b": 21}  # idempotent by id
+    inside = next(x for s in st.sources if len(s) > 1 for x in s)
+    with pytest.raises(ValueError, match=f"id of a new memory must not be an original inside a merged node, got "
+                                         f"'{inside}'"):
+        cs2.add([dict(arrivals(5, 1, ["a"])[0], id=inside)])
+    assert cs2.counts() == {"a": 15, "b": 21}  # nothing appended
     cs2.add(arrivals(4, 1, ["b"]))
     with pytest.raises(ValueError, match="inbox already"):
         cs2.add(arrivals(4, 1, ["b"]))
@@ -116,7 +132,7 @@ _SCRIPT = textwrap.dedent('''
     from memforest_gpu.config import CompactConfig, CompressConfig
     from memforest_gpu.mergers.extractive import ExtractiveMerger
     from memforest_gpu.runs.compact import compact_file
-    from memforest_gpu.runs.compact_files import inbox_path
+    from memforest_gpu.runs.inbox_files import inbox_files, inbox_path
 
     class Killer(ExtractiveMerger):
         """The extractive merger; kills its own process (kill -9) at its call number kill_at."""
@@ -134,7 +150,7 @@ _SCRIPT = textwrap.dedent('''
     path, lo, hi, kill_at = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     budget = CompactConfig(max_nodes={"a": 50, "b": 80, "c": 40}, low_water=0.8)
     for k in range(lo, hi):
-        if not os.path.exists(inbox_path(path)) or k > lo:
+        if not inbox_files(path) or k > lo:  # a killed run's step: its inbox is there, taken
             with open(inbox_path(path), "a") as f:
                 for r in arrivals(k + 1, 10, ["a", "b", "c"][: k % 3 + 1]):
                     f.write(json.dumps(r) + "\\n")
@@ -166,7 +182,8 @@ def test_kill_9_in_the_middle_of_a_sequence(tmp_path):
     r = _steps(tmp_path, killed, 6, 7, kill_at=2)  # kill -9 at the merger's second call of compaction 7
     assert r.returncode == -9, (r.returncode, r.stdout, r.stderr)
     assert open(killed, "rb").read() == before  # the previous store, intact
-    assert os.path.exists(inbox_path(killed)) and os.path.exists(killed + ".lock")
+    assert os.path.exists(killed + ".inbox.taken-1.jsonl") and os.path.exists(killed + ".lock")  # taken, not folded
+    assert not os.path.exists(inbox_path(killed))
     with open(killed + ".journal.jsonl") as f:
         assert len(f.read().splitlines()) >= 2  # the header and the first round's merges
     r = _steps(tmp_path, killed, 6, 12)  # a re-run: takes over the stale lock, replays the journal
@@ -175,6 +192,7 @@ def test_kill_9_in_the_middle_of_a_sequence(tmp_path):
     assert steps[0]["replayed"] > 0 and steps[0]["merges"] > steps[0]["replayed"]
     assert same_store(read_store(killed), read_store(ref))
     assert not os.path.exists(killed + ".journal.jsonl") and not os.path.exists(killed + ".lock")
+    assert not [f for f in os.listdir(tmp_path) if ".inbox." in f]
     got = read_store(killed)
     n = {t: int(c) for t, c in zip(got.tenant_table, np.bincount(got.tenant_codes_np))}
     assert all(n[t] <= b for t, b in BUDGET.max_nodes.items())

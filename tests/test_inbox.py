@@ -16,7 +16,7 @@ from compact_helpers import arrivals, store_of
 
 from memforest_gpu.cli.commands import main
 from memforest_gpu.config import CompactConfig, CompressConfig
-from memforest_gpu.runs.compact import CompactingStore
+from memforest_gpu.runs.compacting_store import CompactingStore
 from memforest_gpu.store.io import read_store, write_store
 
 PAPER = ["--preset", "paper", "--embedder", "none", "--quiet"]
@@ -59,15 +59,19 @@ def _files(path) -> dict:
 
 def test_a_last_line_without_its_newline_is_left_and_reported(store, capsys):
     box = _inbox(store, _line(_rec(0)) + _line(_rec(1)) + json.dumps(_rec(2)))
+    writer = open(box, "a")  # the writer of the last line, still writing
     assert _compact(store) == 0
     out = capsys.readouterr().out
+    taken = store + ".inbox.taken-1.jsonl"  # the inbox the run took (the live one is gone until the next append)
     assert "2 inbox records folded in" in out
-    assert f"1 incomplete line left in {box}" in out
-    assert open(box).read() == json.dumps(_rec(2))  # left for the next run, untouched
-    with open(box, "a") as f:
-        f.write("\n")  # the writer finishes its record
+    assert f"1 incomplete line left in {taken}" in out
+    body = _line(_rec(0)) + _line(_rec(1)) + json.dumps(_rec(2))
+    assert open(taken).read() == body and not os.path.exists(box)  # left whole: the store records what it folded
+    writer.write("\n")  # the writer finishes its record, in the file it opened
+    writer.close()
     assert _compact(store) == 0
-    assert "1 inbox records folded in" in capsys.readouterr().out and not os.path.exists(box)
+    assert "1 inbox records folded in" in capsys.readouterr().out
+    assert not os.path.exists(box) and not os.path.exists(taken)
     assert Counter(read_store(store).tenants)["a"] == 33
 
 
@@ -163,14 +167,20 @@ def test_replacing_a_tree_centre_partitions_its_tenant_again(tmp_path, capsys, f
     assert "partitioned in full" in capsys.readouterr().out
 
 
-def test_an_id_inside_a_merged_node_is_counted_as_held(store, capsys):
+@pytest.mark.parametrize("flag", [[], ["--replace-changed"]])
+def test_an_id_inside_a_merged_node_refuses_the_run(store, capsys, flag):
     assert _compact(store, budget="20") == 0  # merges: some originals now live inside merged nodes
     capsys.readouterr()
     merged = next(r for r in read_store(store).records() if len(r["sources"]) > 1)
     gone = merged["sources"][0]
-    _inbox(store, _line(_rec(0, id=gone, text="whatever it said")))
-    assert _compact(store, budget="100") == 0
-    assert "1 inbox record(s) already in the store" in capsys.readouterr().out
+    box = _inbox(store, _line(_rec(0)) + _line(_rec(1, id=gone, text="whatever it said")))
+    before = _files(store)
+    assert _compact(store, *flag, budget="100") == 2
+    err = capsys.readouterr().err
+    assert f"{box}, line 2: id of record {gone!r} must be new to the store, got an original inside the merged node " \
+           f"{merged['id']!r}" in err and "give the record a new id" in err
+    assert len(err.strip().splitlines()) == 1
+    assert _files(store) == before  # nothing folded in, the inbox as it was
 
 
 def test_sources_naming_a_held_original_are_refused_naming_inbox_and_record(store, capsys):

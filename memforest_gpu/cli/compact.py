@@ -12,7 +12,6 @@ from ..config import CompactConfig, ConfigError
 from ..engine.compaction import keys_bound, rule_differs
 from ..mergers import MissingOptionError, get_merger
 from ..runs.compact import compact_file
-from ..runs.compact_files import inbox_path
 from ..runs.preflight import check_store
 from ..store.atomic import atomic_write_text
 from ..store.io import file_keys_rule
@@ -130,7 +129,7 @@ def run(a) -> int:
     res = compact_file(a.store, budget, cfg, embedder=a.embedder, merger=merger, device=a.device,
                        progress=not a.quiet and sys.stderr.isatty(), dry_run=a.dry_run,
                        replace_changed=a.replace_changed, review=bool(a.review))
-    print(format_compact(res, store=a.store))
+    print(format_compact(res))
     if a.dry_run:
         print("dry run: nothing merged, nothing written")
     elif res.written:
@@ -141,7 +140,8 @@ def run(a) -> int:
         print("every tenant is within budget and the inbox is empty: nothing written")
     d = res.report.to_dict()
     d.update({"written": res.written, "inbox": res.inbox, "replayed": res.replayed, "seconds": res.seconds,
-              "inbox_known": res.inbox_known, "inbox_incomplete": res.inbox_incomplete,
+              "inbox_known": res.inbox_known, "inbox_incomplete": len(res.inbox_incomplete),
+              "inbox_incomplete_files": res.inbox_incomplete,
               "inbox_replaced": res.inbox_replaced})
     if a.report:
         atomic_write_text(a.report, json.dumps(d, indent=2, default=str))
@@ -166,9 +166,8 @@ def review_page(res, d: dict, store: str, *, dry_run: bool, command: str) -> dic
     return review_cli.page_from_merges(work, res.merges, rep, command=command, paths=paths, notes=notes)
 
 
-def inbox_lines(res, store: str | None = None) -> list[str]:
+def inbox_lines(res) -> list[str]:
     """What the inbox held besides the records folded in (nothing when it held nothing else)."""
-    box = inbox_path(store) if store else "the inbox"
     lines = []
     if res.inbox_known:
         lines.append(f"{res.inbox_known} inbox record(s) already in the store (same id and text, or merged): not "
@@ -176,13 +175,13 @@ def inbox_lines(res, store: str | None = None) -> list[str]:
     if res.inbox_replaced:
         lines.append(f"{res.inbox_replaced} store memories replaced by inbox records with other text "
                      "(--replace-changed)")
-    if res.inbox_incomplete:
-        lines.append(f"{res.inbox_incomplete} incomplete line left in {box} (no final newline: a record still being "
-                     "written, or cut off; it is read once it ends with a newline)")
+    for path in res.inbox_incomplete:
+        lines.append(f"1 incomplete line left in {path} (no final newline: a record still being written, or cut off; "
+                     "it is read once it ends with a newline)")
     return lines
 
 
-def format_compact(res, *, max_tenants: int = 20, store: str | None = None) -> str:
+def format_compact(res, *, max_tenants: int = 20) -> str:
     """Per compacted tenant: nodes in, budget, kept, new memories, placed, new trees, trees
     re-planned of all; then totals and time per step."""
     r = res.report
@@ -202,6 +201,6 @@ def format_compact(res, *, max_tenants: int = 20, store: str | None = None) -> s
                  + (f"; {res.replayed} merges replayed from the journal" if res.replayed else ""))
     if r.shortfall:
         lines.append(f"shortfall: {r.shortfall} removals could not be made (reported per tenant above)")
-    lines += inbox_lines(res, store)
+    lines += inbox_lines(res)
     lines.append("time: " + ", ".join(f"{k} {v:.2f}s" for k, v in res.seconds.items()))
     return "\n".join(lines)

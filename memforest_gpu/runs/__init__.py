@@ -8,10 +8,13 @@ bigger than memory one group of whole tenants at a time
 output from the parts); :mod:`.journal` appends every finished merge so an interrupted run
 resumes without redoing it; :mod:`.outputs` checks an output path before any work and locks
 it while the run writes; :mod:`.compact` keeps a store file within a budget per tenant in
-place (:mod:`.compact_files`: the pass-through of untouched rows and the inbox).
+place (:mod:`.compact_files`: the pass-through of untouched rows; :mod:`.inbox` and
+:mod:`.inbox_files`: the inbox's records and files), and :mod:`.compacting_store` is that
+for a service that adds memories as they come.
 """
 from .budgeted import BudgetedResult, compress_budgeted, compress_file_budgeted
-from .compact import CompactFileResult, CompactingStore, compact_file
+from .compact import CompactFileResult, compact_file
+from .compacting_store import CompactingStore
 from .driver import MergerFailedError
 from .journal import JournaledMerger, JournalExistsError, JournalWriteError, journal_path, run_fingerprint
 from .outputs import OutputLock, check_not_input, check_output

@@ -8,9 +8,10 @@ replays the journaled merges (``--resume`` or not: the journal's records are key
 exact inputs, so a record is only ever replayed for the pair it was made from) and reaches
 the same store. A journal made with another config, merger or embedder is refused.
 
-:class:`CompactingStore` is the same for a service: ``add`` appends to the inbox, and the
-store is compacted when a tenant goes over budget. Its state is the files (store, inbox,
-journal), so a restarted process carries on where the last one stopped.
+The inbox is read, taken and released by the protocol of :mod:`.inbox_files` (no append is
+lost, no record folded twice). :class:`~.compacting_store.CompactingStore` is the same for a
+service: ``add`` appends to the inbox, and the store is compacted when a tenant goes over
+budget.
 """
 from __future__ import annotations
 
@@ -26,22 +27,24 @@ import numpy as np
 from ..config import CompactConfig, CompressConfig
 from ..engine.compaction import CompactReport, compact
 from ..mergers.embedders import MEAN_EMBEDDER
-from ..store.atomic import atomic_open, atomic_write_text, fsync_dir
+from ..store.atomic import atomic_open
+from ..store.event_trees import EventTrees
 from ..store.io import detect_format, read_store, write_store
 from ..store.memory_store import MemoryStore
 from ..store.parquet import PARQUET_EMBEDDER_KEY
 from ..store.splice import append, splice
 from ..timer import StageTimer
-from .compact_files import NoModel, PassThrough, inbox_path, memforest_layout, parquet_schema, placeless
+from .compact_files import NoModel, PassThrough, memforest_layout, parquet_schema, placeless, store_folded
 from .driver import resolve_merger
 from .errors import OptionError
 from .inbox import drop_rows, ids_in, read_inbox
+from .inbox_files import folded_entry, inbox_files, inbox_path, release, take
 from .journal import JournaledMerger, journal_path, merger_identity
 from .loading import RunInterrupted, load_store_and_embedder, resolve_embedder
 from .outputs import OutputLock
 from .preflight import check_store
 
-__all__ = ["compact_file", "CompactFileResult", "CompactingStore", "compact_fingerprint"]
+__all__ = ["compact_file", "CompactFileResult", "compact_fingerprint"]
 
 log = logging.getLogger("memforest_gpu")
 
@@ -54,7 +57,7 @@ class CompactFileResult:
     written: bool
     inbox: int = 0  # inbox records folded into the store
     inbox_known: int = 0  # inbox records the store already held (not folded again)
-    inbox_incomplete: int = 0  # a last inbox line without its newline, left for the next run
+    inbox_incomplete: list = dataclasses.field(default_factory=list)  # inbox files whose last line has no newline
     inbox_replaced: int = 0  # store nodes replaced by inbox records (replace_changed)
     replayed: int = 0  # merges taken from the journal
     seconds: dict = dataclasses.field(default_factory=dict)
@@ -99,7 +102,7 @@ def compact_file(path, budget: CompactConfig, config: CompressConfig | None = No
     run.review = review
     if dry_run:
         return run.run()
-    with OutputLock(path, also=[inbox_path(path)]):  # the inbox is rewritten under the store's lock
+    with OutputLock(path, also=inbox_files(path)):  # the inbox is taken and released under the store's lock
         return run.run()
 
 
@@ -112,6 +115,7 @@ class _Run:
         self.replace = replace
         self.review = False
         self.counts = None  # a pass-through store's nodes per tenant, read once
+        self.folded: list[dict] = []  # the taken inbox bytes this run folds (recorded with the store)
         self.restart: set = set()  # tenants whose tree centre an inbox record replaced: partitioned again
         self.gone_rows, self.gone_tenants = np.zeros(0, dtype=np.int64), []  # pass-through: rows replaced
         self.timer = StageTimer()
@@ -121,19 +125,31 @@ class _Run:
             self.pt = PassThrough(path)
 
     def run(self) -> CompactFileResult:
+        """Read and check the inbox, take it, compact, write the store with the record of the
+        inbox bytes it folded, then release them (:mod:`.inbox_files`: no append is lost, no
+        record folded twice)."""
         emb, store = self._embedder_and_store()
-        box = read_inbox(inbox_path(self.path))
+        folded = store_folded(self.path)
+        if not self.dry_run:
+            release(self.path, folded)  # what a run killed after writing the store left in its taken files
+        box = read_inbox(self.path, folded)
         store, inbox = self._settle(box, store, emb)
+        live = taken = inbox_path(self.path)
+        if not self.dry_run and box.read.get(live):
+            taken = take(self.path)  # appends from now on go to a new inbox
+            box.read[taken] = box.read.pop(live)
+        self.folded = [folded_entry(p, data) for p, data in box.read.items() if p != live]
         self.timer.lap("read")
         if self.pt is not None:
             res, written = self._run_pass_through(inbox, emb)
         else:
             res, written = self._run_whole(store, inbox, emb)
-        if not self.dry_run and (written or box.known):
-            self._consume_inbox(box.consumed)  # the records folded in, and those the store already held
+        if not self.dry_run:
+            release(self.path, self.folded)  # the store holds them (written), or held them already (known)
         res.seconds = self.timer.finish()
         res.inbox = len(inbox) if inbox is not None and written else 0
-        res.inbox_known, res.inbox_incomplete = box.known, box.incomplete
+        res.inbox_known = box.known
+        res.inbox_incomplete = [taken if p == live else p for p in box.incomplete]
         res.inbox_replaced = len(box.replaced) if written else 0
         return res
 
@@ -215,6 +231,9 @@ class _Run:
         self.timer.lap("compact")
         written = not self.dry_run and (res.store is not store or inbox is not None)
         if written:
+            if res.store.event_trees is None:
+                res.store.event_trees = EventTrees.empty(len(res.store))
+            res.store.event_trees.folded = self.folded
             write_store(res.store, self.path, time_format=store.time_format)
             self.timer.lap("write")
         return self._done(res, jm, written), written
@@ -257,7 +276,7 @@ class _Run:
         with atomic_open(self.path) as f:
             states = {t: v for t, v in self.pt.states().items() if t not in restart}
             states.update(res.store.event_trees.tenants if res.store.event_trees is not None else {})
-            self.pt.write(f, res.store, wkeys[res.keys], drop, states)
+            self.pt.write(f, res.store, wkeys[res.keys], drop, states, self.folded)
         self.timer.lap("write")
         res.report.nodes_in = n - len(gone) + (len(inbox) if inbox is not None else 0)
         res.report.nodes_out = n - len(drop) + len(res.store)
@@ -274,114 +293,3 @@ class _Run:
         if self.review:
             out.work, out.merges, out.planned = res.work, res.merges, res.planned
         return out
-
-    def _consume_inbox(self, consumed: int) -> None:
-        """Drop the folded records from the inbox, keeping anything appended after them."""
-        p = inbox_path(self.path)
-        if not os.path.exists(p):
-            return
-        with open(p, "rb") as f:
-            rest = f.read()[consumed:]
-        if rest.strip():
-            atomic_write_text(p, rest.decode("utf-8"))
-        else:
-            os.unlink(p)
-            fsync_dir(os.path.dirname(os.path.abspath(p)))
-
-
-class CompactingStore:
-    """A store file kept within a budget per tenant as memories are added.
-
-        cs = CompactingStore("memories.parquet", CompactConfig(max_nodes=500), embedder=emb)
-        cs.add([{"id": "m1", "text": "...", "timestamp": 1715000000, "tenant": "alice"}])
-
-    ``add`` appends the records to the inbox (``STORE.inbox.jsonl``, fsynced; records without
-    ``embedding`` are embedded first with ``embedder``) and, with ``auto``, compacts the
-    store when a tenant it added to is over budget. Adding is idempotent by id: a record
-    whose id the store already holds (as a node or inside a merged node) is dropped when the
-    inbox is folded in; an id already waiting in the inbox is refused. Nothing lives only in
-    memory: a new object on the same files carries on (the tenant counts are read again).
-    """
-
-    def __init__(self, path, budget: CompactConfig, config: CompressConfig | None = None, *, embedder=None,
-                 merger="extractive", device=None, auto: bool = True):
-        self.path = os.fspath(path)
-        self.budget, self.config, self.embedder = budget, config or CompressConfig(), embedder
-        self.merger, self.device, self.auto = merger, device, auto
-        self.last: CompactFileResult | None = None
-
-    def counts(self) -> dict[str, int]:
-        """Nodes per tenant, inbox included (its complete records)."""
-        counts = self._store_counts()
-        for r in read_inbox(inbox_path(self.path)).records:
-            t = r.get("tenant") or self._only_tenant(counts)
-            counts[t] = counts.get(t, 0) + 1
-        return counts
-
-    def _store_counts(self) -> dict[str, int]:
-        if not os.path.exists(self.path):
-            return {}
-        if self._pass_through():
-            return PassThrough(self.path).tenant_counts()
-        try:
-            st = read_store(self.path, embedder=NoModel())
-        except ValueError as e:  # the reader names the file; NoModel's message names an option
-            if isinstance(e.__cause__, OptionError):
-                raise OptionError(f"{self.path}: {e.__cause__.template}") from None
-            raise
-        return dict(zip(st.tenant_table, np.bincount(st.tenant_codes_np).tolist()))
-
-    def _only_tenant(self, counts: dict) -> str:
-        if len(counts) != 1:
-            raise ValueError(f"tenant of a new memory must be given when the store has {len(counts)} tenants, "
-                             "got none")
-        return next(iter(counts))
-
-    def _pass_through(self) -> bool:
-        return detect_format(self.path) == "parquet" and memforest_layout(parquet_schema(self.path))
-
-    def add(self, records: list[dict]) -> CompactFileResult | None:
-        """Append ``records`` (the store's record layout) to the inbox; compact when a tenant
-        is over budget (with ``auto``). Returns the compaction's result, if one ran. A record
-        without ``tenant`` goes to the store's only tenant (refused when it has several)."""
-        recs = [dict(r) for r in records]
-        if any(r.get("tenant") is None for r in recs):
-            only = self._only_tenant(self._store_counts())
-            for r in recs:
-                r["tenant"] = r.get("tenant") or only
-        todo = [r for r in recs if r.get("embedding") is None]
-        if todo:
-            if self.embedder is None:
-                raise ValueError("records without an embedding need the CompactingStore's embedder")
-            vecs = self.embedder.embed([r["text"] for r in todo]).detach().cpu().float().numpy()
-            for r, v in zip(todo, vecs):
-                r["embedding"] = v.tolist()
-        MemoryStore.from_records(recs)  # refuse bad records (and ids repeated among them) before the inbox
-        waiting = {r["id"] for r in read_inbox(inbox_path(self.path)).records}
-        for r in recs:
-            if str(r["id"]) in waiting:
-                raise ValueError(f"id of a new memory must not be in the inbox already, got {r['id']!r}")
-        with OutputLock(self.path, also=[inbox_path(self.path)]), open(inbox_path(self.path), "ab") as f:
-            f.write(b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in recs))
-            f.flush()
-            os.fsync(f.fileno())
-        if not self.auto:
-            return None
-        counts = self.counts()
-        touched = {r["tenant"] for r in recs}
-        if any((self.budget.budget(t) or 0) and counts.get(t, 0) > self.budget.budget(t) for t in touched):
-            return self.compact()
-        return None
-
-    def compact(self, *, dry_run: bool = False) -> CompactFileResult:
-        """Compact now (folds the inbox even when no tenant is over budget)."""
-        if not os.path.exists(self.path):
-            raise FileNotFoundError(f"memory store file not found: {self.path!r}")
-        emb = "none" if self.embedder is None else self.embedder
-        self.last = compact_file(self.path, self.budget, self.config, embedder=emb, merger=self.merger,
-                                 device=self.device, dry_run=dry_run)
-        return self.last
-
-    def store(self) -> MemoryStore:
-        """The store file as it is now (the inbox not included)."""
-        return read_store(self.path, device=self.device)

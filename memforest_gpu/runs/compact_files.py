@@ -10,18 +10,18 @@ other column types) is read whole (:func:`read_whole`).
 
 The inbox ``STORE.inbox.jsonl`` holds memories added since (one JSON object per line, the
 store's record layout; :class:`~memforest_gpu.runs.compact.CompactingStore` appends to it);
-its protocol is :mod:`.inbox`.
+its records' protocol is :mod:`.inbox`, its files' :mod:`.inbox_files`.
 """
 from __future__ import annotations
-
-import os
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_json, tree_from_column
+from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_json, folded_from_json, tree_from_column
+from ..store.io import detect_format
+from ..store.jsonl import header_forest
 from ..store.keys_io import KEY_COLUMNS, PARQUET_KEYS_KEY, keys_from_columns
 from ..store.memory_store import MemoryStore
 from ..store.parquet import (
@@ -34,14 +34,19 @@ from ..store.parquet import (
 from .errors import OptionError
 from .inbox import StoreIds
 
-__all__ = ["INBOX_SUFFIX", "inbox_path", "PassThrough", "memforest_layout", "parquet_schema", "placeless", "NoModel"]
+__all__ = ["PassThrough", "memforest_layout", "parquet_schema", "placeless", "NoModel", "store_folded"]
 
-INBOX_SUFFIX = ".inbox.jsonl"
 _BATCH = 1 << 16
 
 
-def inbox_path(store: str | os.PathLike) -> str:
-    return os.fspath(store) + INBOX_SUFFIX
+def store_folded(path: str) -> list[dict]:
+    """The inbox files the store file ``path`` records as folded in (its event trees JSON's
+    ``"inbox"``, :mod:`.inbox_files`), read from its metadata or header only."""
+    if detect_format(path) == "parquet":
+        text = (parquet_schema(path).metadata or {}).get(PARQUET_EVENT_TREES_KEY)
+    else:
+        text = header_forest(path)
+    return folded_from_json(text, path)
 
 
 def parquet_schema(path: str):
@@ -170,10 +175,10 @@ class PassThrough:
     def states(self) -> dict:
         return event_trees_from_json((self.schema.metadata or {}).get(PARQUET_EVENT_TREES_KEY), self.path)
 
-    def write(self, f, out, keys: np.ndarray, drop: np.ndarray, states: dict) -> None:
+    def write(self, f, out, keys: np.ndarray, drop: np.ndarray, states: dict, folded: list[dict]) -> None:
         """Write the store to the open file ``f``: the kept file rows (``drop``: file rows the
         compaction replaced) and the rows of ``out`` at their ``keys`` (file rows; keys past the
-        file's rows come after it), with every tenant's state."""
+        file's rows come after it), with every tenant's state and the inbox files ``folded``."""
 
         table = to_arrow_table(out)  # (len(out),) sorted by key
         if "keys" in self.schema.names:  # the file's nodes keep their keys when the new rows have none
@@ -182,7 +187,7 @@ class PassThrough:
         names = sorted(set(states) | set(out.tenant_table))
         meta = dict(self.schema.metadata or {})
         meta.update(schema.metadata or {})
-        meta[PARQUET_EVENT_TREES_KEY] = event_trees_json(EventTrees(np.zeros(0, dtype=np.int64), states),
+        meta[PARQUET_EVENT_TREES_KEY] = event_trees_json(EventTrees(np.zeros(0, dtype=np.int64), states, folded),
                                                          names).encode("utf-8")
         schema = schema.with_metadata(meta)
         writer = pq.ParquetWriter(f, schema, compression="zstd")

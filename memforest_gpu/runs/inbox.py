@@ -1,20 +1,24 @@
-"""The inbox of a store file, ``STORE.inbox.jsonl``: memories added since the last compaction.
+"""The records of a store file's inbox: memories added since the last compaction.
 
-The protocol (docs/compaction.md, "The inbox"):
+The inbox is ``STORE.inbox.jsonl`` and the files a compaction took from it
+(:mod:`.inbox_files`, which says how a compaction takes them without losing an append).
+The protocol of its lines (docs/compaction.md, "The inbox"):
 
 - one JSON object per line, in the store's record layout; a record is complete when its line
   ends with a newline. Blank lines are ignored.
 - a last line without its newline is a record still being written (or a torn write): it is
-  left in the file, untouched, for the next run, and reported (``incomplete``).
+  left in its file for the next run, and reported (``incomplete``).
 - a line that is not one JSON object (bad JSON, two records glued on one line, an array), a
   record the store's layout refuses, or an id twice in the inbox refuses the whole
   compaction, naming the file, the line and the reason: nothing is folded in.
 - a record without ``tenant`` belongs to the store's only tenant; with several tenants it is
   refused.
 - a record whose id the store already holds is counted (``known``) and not folded again when
-  the store's node has the same text, or when the id is inside a merged node (its original
-  text is gone, nothing to compare); a node with other text refuses the compaction, unless
-  ``replace``: the record then replaces that unmerged node.
+  the store's node has the same text; a node with other text refuses the compaction, unless
+  ``replace``: the record then replaces that unmerged node. An id that is an original inside
+  a merged node refuses it, with or without ``replace`` (that text is gone: nothing to compare,
+  and nothing replaces part of a merged node). A record the store already folded from a taken
+  file is never read again (:mod:`.inbox_files`: the store records what it folded).
 - a record whose ``sources`` name an original the store holds is refused (every original is
   in exactly one node).
 - a record's fields are the store's record layout (``id``, ``text``, ``timestamp``,
@@ -36,6 +40,7 @@ import pyarrow.compute as pc
 
 from ..store.memory_store import MemoryStore
 from .errors import OptionError
+from .inbox_files import folded_prefix, inbox_files, inbox_path
 
 __all__ = ["Inbox", "read_inbox", "StoreIds", "ids_in", "drop_rows"]
 
@@ -47,13 +52,13 @@ _MADE = {"tree", "keys", "key_sources"}  # what compaction makes: never in a new
 class StoreIds:
     """What a store holds of some wanted ids. Per id that names a node: ``row`` (its row),
     ``tenant``, ``text`` (filled by the caller from ``row``); ``merged``: those nodes that are
-    merged; ``inside``: ids found inside a merged node's sources."""
+    merged; ``inside``: ids found inside a merged node's sources, with that node's id."""
 
     row: dict = field(default_factory=dict)
     tenant: dict = field(default_factory=dict)
     text: dict = field(default_factory=dict)
     merged: set = field(default_factory=set)
-    inside: set = field(default_factory=set)
+    inside: dict = field(default_factory=dict)
 
     def add(self, ids, sources, tenant_of, wanted: pa.Array, offset: int = 0) -> None:
         """Look ``wanted`` (Arrow large strings) up in one batch of a store's columns (Arrow
@@ -67,7 +72,11 @@ class StoreIds:
                     self.merged.add(w)
         flat = sources.flatten().cast(pa.large_string())
         hit = pc.is_in(wanted, value_set=flat).to_numpy(zero_copy_only=False)
-        self.inside.update(w for w, h in zip(wanted.to_pylist(), hit) if h and w not in self.row)
+        found = [w for w, h in zip(wanted.to_pylist(), hit) if h and w not in self.row]
+        if found:
+            at = pc.index_in(pa.array(found, type=pa.large_string()), value_set=flat).to_numpy(zero_copy_only=False)
+            parent = pc.list_parent_indices(sources).to_numpy(zero_copy_only=False)
+            self.inside.update((w, ids[int(parent[a])].as_py()) for w, a in zip(found, at))
 
     def held(self, x: str) -> bool:
         return x in self.row or x in self.inside
@@ -75,20 +84,21 @@ class StoreIds:
 
 @dataclass
 class Inbox:
-    """The complete records of an inbox file (``records``, with their ``lines``), the bytes they
-    take (``consumed``), and what was not folded: ``incomplete`` (a last line without its
-    newline: 0 or 1) and ``known`` (records whose id the store already holds)."""
+    """The complete records of a store's inbox files (``records``, each read at ``where[j]``:
+    its file and line), the bytes read of each file up to its last newline (``read``), and what
+    was not folded: ``incomplete`` (the files whose last line has no newline yet) and ``known``
+    (records whose id the store already holds)."""
 
-    path: str
     records: list[dict]
-    lines: list[int]
-    consumed: int
-    incomplete: int = 0
+    where: list[tuple[str, int]]
+    read: dict[str, bytes] = field(default_factory=dict)
+    incomplete: list[str] = field(default_factory=list)
     known: int = 0
     replaced: list[str] = field(default_factory=list)
 
     def _where(self, j: int) -> str:
-        return f"{self.path}, line {self.lines[j]}"
+        path, line = self.where[j]
+        return f"{path}, line {line}"
 
     def set_tenants(self, tenants: list[str]) -> None:
         """Give a record without ``tenant`` the store's only tenant; refuse it otherwise."""
@@ -127,15 +137,17 @@ class Inbox:
                                      f"replaces ({held.tenant[i]!r}), got {r['tenant']!r}")
                 self.replaced.append(i)
             elif i in held.inside:
-                self.known += 1
-                continue
+                raise OptionError(f"{self._where(j)}: id of record {i!r} must be new to the store, got an original "
+                                  f"inside the merged node {held.inside[i]!r}, whose own text is gone (it cannot be "
+                                  "compared, and nothing replaces part of a merged node): give the record a new id, "
+                                  "or remove the line if it is a memory the store already holds")
             for x in r.get("sources") or []:
                 if isinstance(x, str) and x != i and held.held(x):
                     raise ValueError(f"{self._where(j)}: sources of record {i!r} must not name a memory the store "
                                      f"holds, got {x!r} (every original is in exactly one node)")
             keep.append(j)
         self.records = [self.records[j] for j in keep]
-        self.lines = [self.lines[j] for j in keep]
+        self.where = [self.where[j] for j in keep]
 
     def store(self, embedder, dim: int | None = None) -> MemoryStore | None:
         """The records as a store (embedded with ``embedder`` when they have no vectors), or
@@ -163,7 +175,7 @@ class Inbox:
         for j, r in enumerate(self.records):
             if repr(r["id"]) in message or repr(str(r["id"])) in message:
                 return self._where(j)
-        return self.path
+        return ", ".join(dict.fromkeys(p for p, _ in self.where))
 
 
 def _short(names: list[str], n: int = 5) -> str:
@@ -224,36 +236,46 @@ def _shown(value) -> str:
     return f"{kind} {r if len(r) <= 60 else r[:57] + '...'}"
 
 
-def read_inbox(path: str | os.PathLike) -> Inbox:
-    """Parse the inbox file ``path`` by the protocol (module docstring); an absent file is an
-    empty inbox."""
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        return Inbox(path, [], [], 0)
-    if not os.path.isfile(path):
-        raise ValueError(f"the inbox {path!r} must be a file of JSON lines, got a folder or another kind of file")
-    with open(path, "rb") as f:
-        data = f.read()
-    good = data.rfind(b"\n") + 1
-    records, lines, first = [], [], {}
-    dim = None  # (values per embedding, the line that set it)
-    for ln, raw in enumerate(data[:good].split(b"\n")[:-1], 1):
-        rec = _parse(raw, ln, path)
-        if rec is None:
-            continue
-        if rec["id"] in first:
-            raise ValueError(f"{path}, line {ln}: id must be new to the inbox, got {rec['id']!r}, already on line "
-                             f"{first[rec['id']]}; nothing was folded in")
-        first[rec["id"]] = ln
-        if rec.get("embedding") is not None:
-            if dim is None:
-                dim = (len(rec["embedding"]), ln)
-            elif len(rec["embedding"]) != dim[0]:
-                raise ValueError(f"{path}, line {ln}: embedding of record {rec['id']!r} must have {dim[0]} values like "
-                                 f"the record on line {dim[1]}, got {len(rec['embedding'])}; nothing was folded in")
-        records.append(rec)
-        lines.append(ln)
-    return Inbox(path, records, lines, good, incomplete=int(bool(data[good:].strip())))
+def read_inbox(store: str | os.PathLike, folded: list[dict] | tuple = ()) -> Inbox:
+    """Parse every inbox file of the store file ``store`` (:func:`~.inbox_files.inbox_files`:
+    the taken files, oldest first, then the live inbox) by the protocol (module docstring).
+    ``folded``: the store's record of the taken bytes it already holds; those bytes are
+    skipped (a run killed after writing the store, before releasing them). No file: an empty
+    inbox."""
+    box = Inbox([], [])
+    first: dict = {}  # id -> (file, line) where it was first seen
+    dim = None  # (values per embedding, where the first one was)
+    for path in inbox_files(store):
+        if not os.path.isfile(path):
+            raise ValueError(f"the inbox {path!r} must be a file of JSON lines, got a folder or another kind of file")
+        with open(path, "rb") as f:
+            data = f.read()
+        start = folded_prefix(path, data, list(folded)) if path != inbox_path(store) else 0
+        good = data.rfind(b"\n") + 1
+        line0 = data[:start].count(b"\n")
+        for ln, raw in enumerate(data[start:good].split(b"\n")[:-1], line0 + 1):
+            rec = _parse(raw, ln, path)
+            if rec is None:
+                continue
+            if rec["id"] in first:
+                at = first[rec["id"]]
+                seen = f"line {at[1]}" if at[0] == path else f"{at[0]}, line {at[1]}"
+                raise ValueError(f"{path}, line {ln}: id must be new to the inbox, got {rec['id']!r}, already on "
+                                 f"{seen}; nothing was folded in")
+            first[rec["id"]] = (path, ln)
+            if rec.get("embedding") is not None:
+                if dim is None:
+                    dim = (len(rec["embedding"]), path, ln)
+                elif len(rec["embedding"]) != dim[0]:
+                    seen = f"line {dim[2]}" if dim[1] == path else f"{dim[1]}, line {dim[2]}"
+                    raise ValueError(f"{path}, line {ln}: embedding of record {rec['id']!r} must have {dim[0]} values "
+                                     f"like the record on {seen}, got {len(rec['embedding'])}; nothing was folded in")
+            box.records.append(rec)
+            box.where.append((path, ln))
+        box.read[path] = data[:max(good, start)]
+        if data[max(good, start):].strip():
+            box.incomplete.append(path)
+    return box
 
 
 def ids_in(store: MemoryStore, wanted: pa.Array) -> StoreIds:

@@ -19,7 +19,7 @@ import secrets
 from dataclasses import dataclass
 
 from .budget_groups import parts_dir
-from .compact_files import inbox_path
+from .inbox_files import inbox_path
 from .journal import journal_path
 from .outputs import LOCK_SUFFIX, why_not_created
 

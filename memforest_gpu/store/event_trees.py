@@ -19,6 +19,11 @@ since; ``k``: index into ``configs``; ``r`` (optional): each tree's radius, the 
 of a member to its centre (kept so that placing a few memories does not read every member).
 Tenants are written in sorted order, so a state split over files (``--memory-budget``
 parts) joins back to the same text.
+
+``"inbox"`` (optional): the inbox files a compaction folded into the store, each
+``{"file": name, "bytes": n, "sha256": hex}`` (the first ``n`` bytes of that taken file, and
+their digest), so that a run killed before it released them never folds them twice
+(:mod:`memforest_gpu.runs.inbox_files`).
 """
 from __future__ import annotations
 
@@ -31,8 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = ["EventTrees", "TenantTrees", "EVENT_TREES_VERSION", "event_trees_json", "event_trees_from_json",
-           "tree_column",
-           "tree_from_column", "NegativeTreeError"]
+           "folded_from_json", "tree_column", "tree_from_column", "NegativeTreeError"]
 
 EVENT_TREES_VERSION = 1
 
@@ -60,6 +64,7 @@ class EventTrees:
 
     tree: np.ndarray
     tenants: dict[str, TenantTrees] = field(default_factory=dict)
+    folded: list[dict] = field(default_factory=list)  # the inbox files this store folded in (module docstring)
 
     def take(self, idx: np.ndarray, names: list[str]) -> EventTrees:
         """The rows ``idx``, with the state of the tenants ``names`` (those present)."""
@@ -84,8 +89,10 @@ def event_trees_json(trees: EventTrees, names: list[str]) -> str:
         tenants[t] = {"c": list(s.centres), "p": int(s.partitioned), "a": int(s.arrived), "k": keys[key]}
         if s.radius is not None:
             tenants[t]["r"] = [float(x) for x in s.radius]
-    return json.dumps({"version": EVENT_TREES_VERSION, "configs": configs, "tenants": tenants}, ensure_ascii=False,
-                      separators=(",", ":"))
+    out = {"version": EVENT_TREES_VERSION, "configs": configs, "tenants": tenants}
+    if trees.folded:
+        out["inbox"] = trees.folded
+    return json.dumps(out, ensure_ascii=False, separators=(",", ":"))
 
 
 def event_trees_from_json(text: str | bytes | None, where: str) -> dict[str, TenantTrees]:
@@ -124,6 +131,26 @@ def event_trees_from_json(text: str | bytes | None, where: str) -> dict[str, Ten
         out[str(t)] = TenantTrees([str(c) for c in s["c"]], s["p"], s["a"], dict(configs[s["k"]]),
                                   [float(x) for x in r] if r is not None else None)
     return out
+
+
+def folded_from_json(text: str | bytes | None, where: str) -> list[dict]:
+    """The ``"inbox"`` record of the files' JSON text (module docstring): the inbox files the
+    store folded in; ``[]`` without one. A record of another shape is refused naming the file."""
+    if text is None:
+        return []
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return []  # event_trees_from_json refuses it, naming the file
+    value = d.get("inbox") if isinstance(d, dict) else None
+    if value is None:
+        return []
+    _need(isinstance(value, list) and all(
+        isinstance(e, dict) and isinstance(e.get("file"), str) and isinstance(e.get("sha256"), str)
+        and _count(e.get("bytes")) for e in value),
+        f"{where}: the inbox files recorded in the store (memforest.forest)",
+        "a list of {file, bytes, sha256} objects", value)
+    return [{"file": e["file"], "bytes": e["bytes"], "sha256": e["sha256"]} for e in value]
 
 
 def _count(x) -> bool:

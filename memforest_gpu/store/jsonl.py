@@ -18,7 +18,7 @@ from .keys_io import keys_records, keys_rule_of
 from .layout import HEADER_KEY, REQUIRED_COLUMNS, TREE_COLUMN
 from .memory_store import DEFAULT_TENANT, MemoryStore
 
-__all__ = ["read_jsonl_columns", "select_tenants", "iter_jsonl_objects", "write_jsonl"]
+__all__ = ["read_jsonl_columns", "select_tenants", "iter_jsonl_objects", "write_jsonl", "header_forest"]
 
 
 def _items(path: str):
@@ -187,6 +187,19 @@ def header_keys_rule(path: str) -> dict | None:
             return keys_rule_of(None, None, path)
         first = False
     return None
+
+
+def header_forest(path: str) -> str | None:
+    """The event trees JSON a JSON Lines store's header records (``None``: no header, or none
+    there), read from its first line only."""
+    with open(path, "rb") as f:
+        line = f.readline().lstrip(b"\xef\xbb\xbf")
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None
+    hdr = rec.get(HEADER_KEY) if isinstance(rec, dict) else None
+    return json.dumps(hdr["forest"]) if isinstance(hdr, dict) and hdr.get("forest") is not None else None
 
 
 def _read_json_array(path: str):
