@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from compact_helpers import arrivals, check_compaction, origin_tenants, same_store, store_of
 
@@ -196,3 +197,36 @@ def test_kill_9_in_the_middle_of_a_sequence(tmp_path):
     got = read_store(killed)
     n = {t: int(c) for t, c in zip(got.tenant_table, np.bincount(got.tenant_codes_np))}
     assert all(n[t] <= b for t, b in BUDGET.max_nodes.items())
+
+
+def test_a_store_naming_its_model_in_a_column_is_compacted_on_the_fast_path(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    from memforest_gpu.runs import compact_files
+    from memforest_gpu.store.embedder_io import file_embedder
+
+    path = str(tmp_path / "s.parquet")
+    st = store_of(arrivals(0, 30, ["a", "b"]))
+    st.embedder = "some/model"
+    write_store(st, path)
+    assert "embedder" in pq.read_schema(path).names
+    assert compact_files.memforest_layout(compact_files.parquet_schema(path))
+    loads = []
+    real = compact_files.PassThrough.load
+    monkeypatch.setattr(compact_files.PassThrough, "load", lambda self, t: loads.append(t) or real(self, t))
+    _add_to_inbox(path, arrivals(1, 5, ["a"]))
+    assert compact_file(path, CompactConfig(max_nodes=30), PAPER, embedder="none").written
+    assert loads == [["a"]]  # the rows passed through; only the tenant over budget was converted
+    table = pq.read_table(path)
+    assert table.column("embedder").to_pylist() == ["some/model"] * table.num_rows  # the new rows name it too
+    assert file_embedder(pq.ParquetFile(path), path) == "some/model"
+    tree = table.column("tree").to_pylist()
+    j = table.column("tenant").to_pylist().index("a")  # a row of the tenant the next run converts
+    tree[j] = -3
+    bad = table.set_column(table.schema.get_field_index("tree"), "tree",
+                           pa.array(tree, type=pa.int64())).replace_schema_metadata(table.schema.metadata)
+    pq.write_table(bad, path)
+    _add_to_inbox(path, arrivals(2, 10, ["a"]))  # a goes over its budget again
+    with pytest.raises(ValueError, match=f"{path}: node {table.column('id')[j].as_py()!r}: tree must be an integer "
+                                         ">= 0 or null"):
+        compact_file(path, CompactConfig(max_nodes=30), PAPER, embedder="none")

@@ -31,7 +31,6 @@ from ..store.atomic import atomic_open
 from ..store.event_trees import EventTrees
 from ..store.io import detect_format, read_store, write_store
 from ..store.memory_store import MemoryStore
-from ..store.parquet import PARQUET_EMBEDDER_KEY
 from ..store.splice import append, splice
 from ..timer import StageTimer
 from .compact_files import NoModel, PassThrough, memforest_layout, parquet_schema, placeless, store_folded
@@ -192,8 +191,7 @@ class _Run:
             store, emb = load_store_and_embedder(self.path, embedder=self.spec, device=self.device)
             return emb, store
 
-        name = (self.pt.schema.metadata or {}).get(PARQUET_EMBEDDER_KEY)
-        name = name.decode("utf-8") if name else None
+        name = self.pt.embedder()
         emb = self.spec if not isinstance(self.spec, str) else resolve_embedder(self.spec, name, device=self.device)
         if emb is not None and emb.dim != self.pt.schema.field("embedding").type.list_size:
             raise OptionError(f"{{embedder}}'s dimension must match the store's "

@@ -19,13 +19,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..store.event_trees import EventTrees, event_trees_from_json, event_trees_json, folded_from_json, tree_from_column
+from ..store.embedder_io import EMBEDDER_COLUMN, embedder_arrow, file_embedder
+from ..store.event_trees import (
+    EventTrees,
+    NegativeTreeError,
+    event_trees_from_json,
+    event_trees_json,
+    folded_from_json,
+    tree_from_column,
+)
 from ..store.io import detect_format
 from ..store.jsonl import header_forest
 from ..store.keys_io import KEY_COLUMNS, PARQUET_KEYS_KEY, keys_from_columns
 from ..store.memory_store import MemoryStore
 from ..store.parquet import (
-    PARQUET_EMBEDDER_KEY,
     PARQUET_EVENT_TREES_KEY,
     to_arrow_table,
     vector_codes_of,
@@ -66,7 +73,9 @@ def memforest_layout(schema) -> bool:
             "sources": pa.list_(pa.string()), "metadata": pa.string()}
     names = set(schema.names)
     if not set(want) <= names or "embedding" not in names or \
-            not names <= set(want) | {"embedding", "tree", *KEY_COLUMNS}:
+            not names <= set(want) | {"embedding", "tree", EMBEDDER_COLUMN, *KEY_COLUMNS}:
+        return False
+    if EMBEDDER_COLUMN in names and schema.field(EMBEDDER_COLUMN).type != pa.string():
         return False
     if set(KEY_COLUMNS) & names and not _key_columns_ok(schema):
         return False
@@ -154,14 +163,17 @@ class PassThrough:
         meta = self.schema.metadata or {}
         d = t.schema.field("embedding").type.list_size
         emb = t.column("embedding").chunk(0).flatten().to_numpy(zero_copy_only=False).reshape(len(t), d).copy()
-        name = meta.get(PARQUET_EMBEDDER_KEY)
+        name = self.embedder()
         st = MemoryStore.from_columns(
             ids=t.column("id").chunk(0), texts=t.column("text").chunk(0),
             timestamps=t.column("timestamp").chunk(0).to_numpy(zero_copy_only=False), embeddings=emb,
             tenants=t.column("tenant").chunk(0),
             sources=t.column("sources").chunk(0).cast(pa.large_list(pa.large_string())),
-            metadata=t.column("metadata").chunk(0), embedder=name.decode("utf-8") if name else None)
-        tree = tree_from_column(t.column("tree").chunk(0) if "tree" in t.column_names else None, len(st))
+            metadata=t.column("metadata").chunk(0), embedder=name)
+        try:
+            tree = tree_from_column(t.column("tree").chunk(0) if "tree" in t.column_names else None, len(st))
+        except NegativeTreeError as e:
+            raise ValueError(f"{self.path}: node {st.ids[e.row]!r}: {e}") from None
         states = event_trees_from_json(meta.get(PARQUET_EVENT_TREES_KEY), self.path)
         st.event_trees = EventTrees(tree, {k: v for k, v in states.items() if k in st.tenant_table})
         if "keys" in t.column_names:  # what merged nodes are searched by (store/keys.py)
@@ -171,6 +183,12 @@ class PassThrough:
                                          else None}, st, self.path)
         st.vector_codes = vector_codes_of(self.schema)  # int8 codes stay codes (store/codes.py)
         return st
+
+    def embedder(self) -> str | None:
+        """The model of the file's vectors (its metadata, else its embedder column)."""
+        if not hasattr(self, "_embedder"):
+            self._embedder = file_embedder(self.pf, self.path)
+        return self._embedder
 
     def states(self) -> dict:
         return event_trees_from_json((self.schema.metadata or {}).get(PARQUET_EVENT_TREES_KEY), self.path)
@@ -183,6 +201,9 @@ class PassThrough:
         table = to_arrow_table(out)  # (len(out),) sorted by key
         if "keys" in self.schema.names:  # the file's nodes keep their keys when the new rows have none
             table = _null_columns(table, KEY_COLUMNS, self.schema)
+        if EMBEDDER_COLUMN in self.schema.names:  # the model's name on the new rows too
+            table = table.append_column(self.schema.field(EMBEDDER_COLUMN),
+                                        embedder_arrow(self.embedder() or "", len(table)))
         schema = table.schema
         names = sorted(set(states) | set(out.tenant_table))
         meta = dict(self.schema.metadata or {})
