@@ -462,6 +462,20 @@ def test_tables_escape_tenant_names(tmp_path, capsys, cmd):
     assert "evil\\nTOTAL 9999 FORGED\\x1b[31m"[:24 if cmd[-1] != "--dry-run" else 16] in out
 
 
+def test_the_mem0_plan_escapes_names_ids_and_texts():
+    from types import SimpleNamespace
+
+    from memforest_gpu.adapters.mem0.plan import format_plan
+
+    group = SimpleNamespace(tenant=EVIL, members=["m\x1b[2J1", "m2"], new_id="n\r1", text="merged \x1b[31m text")
+    res = SimpleNamespace(scope=SimpleNamespace(describe=lambda: f"user_id={EVIL}"), n_in=2, groups=[group],
+                          left_alone={}, previews={"m2": ("2024-01-01\x07", "a \x1b]8;;http://x\x07link")})
+    out = format_plan(res)
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", out), out
+    assert not any(line.startswith("TOTAL") for line in out.splitlines())
+    assert "[evil\\nTOTAL 9999 FORGED\\x1b[31m]" in out and "m\\x1b[2J1" in out
+
+
 def test_search_k_above_the_tenants_nodes_is_cut_to_them_with_one_warning(tmp_path, capsys, monkeypatch, caplog):
     from eval_fixtures import BagOfWordsEmbedder
 

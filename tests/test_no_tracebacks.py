@@ -1,5 +1,5 @@
-"""The traceback sweep: the command line over a table of bad inputs (issue 41's items, each a
-row), in process. Every row must end with its exit status (2 for bad input, non-zero for a
+"""The traceback sweep: the command line over a table of bad inputs (one row each), in
+process. Every row must end with its exit status (2 for bad input, non-zero for a
 run that failed), exactly one line on stderr naming what is wrong (the flag, the file, the
 line or the field), no traceback and no uncaught exception, and no file written (the files
 a row's setup made are all that is there afterwards, unless the row says otherwise)."""

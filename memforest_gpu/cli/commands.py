@@ -11,6 +11,7 @@ import torch
 
 from ..api import compress_file, dry_run_file, read_store, search_file
 from ..mergers import get_merger
+from ..printable import printable
 from ..report import MergerStats
 from ..retrieval.context import MIN_BUDGET
 from ..runs.budget_groups import parse_size
@@ -35,7 +36,6 @@ from .flags import (
     option_error,
 )
 from .parser import HelpFormatter, Parser  # noqa: F401 (HelpFormatter: re-exported)
-from .printable import printable
 from .report import format_report
 
 __all__ = ["main", "build_parser", "printable"]

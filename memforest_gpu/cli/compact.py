@@ -11,6 +11,7 @@ import sys
 from ..config import CompactConfig, ConfigError
 from ..engine.compaction import keys_bound, rule_differs
 from ..mergers import MissingOptionError, get_merger
+from ..printable import printable
 from ..runs.compact import compact_file
 from ..runs.preflight import check_store
 from ..store.atomic import atomic_write_text
@@ -25,7 +26,6 @@ from .flags import (
     option_error,
     parse_options,
 )
-from .printable import printable
 
 __all__ = ["add_parser", "run", "format_compact", "add_budget_arguments", "budget_from_args"]
 

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from ..engine.setup import STAGES
+from ..printable import printable
 from ..report import CompressReport
-from .printable import printable
 
 __all__ = ["format_report"]
 
