@@ -15,8 +15,8 @@ def format_plan(res, *, width: int = 72, max_groups: int | None = 50) -> str:
         return t if len(t) <= width else t[: width - 3] + "..."
 
     n_merged_away = sum(len(g.members) for g in res.groups)
-    lines = [f"scope {printable(res.scope.describe())}: {res.n_in} memories; {n_merged_away} merge into {len(res.groups)} "
-             f"-> {res.n_in - n_merged_away + len(res.groups)} memories"]
+    lines = [f"scope {printable(res.scope.describe())}: {res.n_in} memories; {n_merged_away} merge into "
+             f"{len(res.groups)} -> {res.n_in - n_merged_away + len(res.groups)} memories"]
     for why, n in sorted(res.left_alone.items()):
         lines.append(f"  left alone: {n} ({why})")
     shown = res.groups if max_groups is None else res.groups[:max_groups]
