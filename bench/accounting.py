@@ -25,6 +25,7 @@ On a GPU the same records come out of ``bench/gpu_compress.py`` (``bench/gpu.sh`
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import time
 from collections import defaultdict
@@ -245,3 +246,9 @@ def text_stages(seconds: dict, merges: list, out_texts) -> dict:
         floor = text_floor(texts)
         out["output"] = {"us_per_row": per, "floor_us": floor, "x_floor": per / floor if floor else None}
     return out
+
+
+if __name__ == "__main__":  # a module the benchmarks import: run alone, it only explains itself
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="Imported by other bench/ scripts (bench/README.md); it runs nothing "
+                                   "by itself.").parse_args()

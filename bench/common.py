@@ -1,6 +1,7 @@
 """Shared bits of the benchmark scripts: hardware line, timing, JSON output."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -94,3 +95,9 @@ def run_measured(cmd: list[str], *, env: dict | None = None) -> dict:
     tail = (p.stdout + p.stderr)[-3000:]
     return {"seconds": seconds, "peak_rss_mb": peak, "peak_source": source, "returncode": p.returncode,
             "output_tail": tail, "output": p.stdout + p.stderr}
+
+
+if __name__ == "__main__":  # a module the benchmarks import: run alone, it only explains itself
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="Imported by other bench/ scripts (bench/README.md); it runs nothing "
+                                   "by itself.").parse_args()

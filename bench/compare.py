@@ -104,15 +104,20 @@ def table(a: list[dict], b: list[dict], name_a: str, name_b: str) -> str:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--" not in argv:
-        raise SystemExit("usage: compare.py REV_A REV_B [--reps N] [--workdir DIR] -- BENCHMARK COMMAND ...")
-    cut = argv.index("--")
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 usage="compare.py REV_A REV_B [--reps N] [--workdir DIR] [--json FILE] -- "
+                                       "BENCHMARK COMMAND ...")
     ap.add_argument("rev_a")
     ap.add_argument("rev_b")
     ap.add_argument("--reps", type=int, default=3, help="runs of each revision (default 3)")
     ap.add_argument("--workdir", default="/tmp/memforest-compare", help="where the worktrees go")
     ap.add_argument("--json", default=None, help="also write every run's figures here")
+    if "--" not in argv:
+        if {"-h", "--help"} & set(argv):
+            ap.print_help()
+            return 0
+        raise SystemExit("usage: compare.py REV_A REV_B [--reps N] [--workdir DIR] -- BENCHMARK COMMAND ...")
+    cut = argv.index("--")
     a = ap.parse_args(argv[:cut])
     cmd = argv[cut + 1:]
     if not cmd:

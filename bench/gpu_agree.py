@@ -7,6 +7,7 @@ on the device against the method's invariants. Each record states the rule it wa
 """
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -250,3 +251,8 @@ def step_agreement(ctx: Ctx) -> None:
                      ("retrieval_device_vs_cpu", check_retrieval), ("engine_invariants", check_engine)):
         _agree(ctx, name, partial(fn, ctx))
 
+
+if __name__ == "__main__":  # a module the benchmarks import: run alone, it only explains itself
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="Imported by other bench/ scripts (bench/README.md); it runs nothing "
+                                   "by itself.").parse_args()

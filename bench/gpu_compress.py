@@ -9,6 +9,7 @@ the stream), in all and per round. One record per preset, written as soon as it 
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import time
 
@@ -107,3 +108,9 @@ def _one(ctx: Ctx, compress, store, cfg, name: str, build_s: float) -> None:
 
 def _mb(v) -> str:
     return "n/a (CPU)" if v is None else f"{v / 1024:.1f} GiB"
+
+
+if __name__ == "__main__":  # a module the benchmarks import: run alone, it only explains itself
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="Imported by other bench/ scripts (bench/README.md); it runs nothing "
+                                   "by itself.").parse_args()

@@ -2,6 +2,7 @@
 record writer) and a fast synthetic store. Imports nothing heavy at module level."""
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -117,3 +118,9 @@ def noisy_queries(store, Q: int, seed: int = 0):
     noise = 0.3 * torch.randn(Q, store.dim, generator=g) / store.dim ** 0.5
     e = store.embeddings[rows.to(store.device)] + noise.to(store.device)  # (Q, D) noisy copies of stored rows
     return torch.nn.functional.normalize(e, dim=1), [store.tenants[i] for i in rows.tolist()]
+
+
+if __name__ == "__main__":  # a module the benchmarks import: run alone, it only explains itself
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="Imported by other bench/ scripts (bench/README.md); it runs nothing "
+                                   "by itself.").parse_args()

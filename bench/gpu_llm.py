@@ -11,6 +11,7 @@ prompt length in tokens.
 """
 from __future__ import annotations
 
+import argparse
 import tempfile
 import time
 
@@ -167,3 +168,9 @@ def encoder_throughput(shape: dict, texts: list[str], batches: list[int], device
              summary=f"{b / sec:9.0f} texts/s ({ntok / b:.0f} tok/text, {sec * 1e3:.1f} ms)", batch=b, seconds=sec,
              texts_per_s=b / sec, tokens_per_text=ntok / b, dim=shape["hidden_size"], dtype="float32",
              note="random weights (MiniLM-L6 shape): vectors are meaningless, the throughput is real")
+
+
+if __name__ == "__main__":  # a module the benchmarks import: run alone, it only explains itself
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="Imported by other bench/ scripts (bench/README.md); it runs nothing "
+                                   "by itself.").parse_args()

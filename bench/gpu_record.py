@@ -11,6 +11,7 @@ Every record has the same keys first, then its own figures::
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import time
@@ -70,3 +71,9 @@ def summary_table(records: list[dict]) -> str:
     lines = [f"{a:<{w[0]}}  {b:<{w[1]}}  {c:<{w[2]}}  {d}" for a, b, c, d in rows]
     lines.insert(1, "-" * min(120, sum(w) + 6 + max(len(str(r[3])) for r in rows)))
     return "\n".join(lines)
+
+
+if __name__ == "__main__":  # a module the benchmarks import: run alone, it only explains itself
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="Imported by other bench/ scripts (bench/README.md); it runs nothing "
+                                   "by itself.").parse_args()

@@ -30,11 +30,20 @@ from memforest_gpu.evaluation.cache import CachedEmbedder  # noqa: E402
 from memforest_gpu.evaluation.locomo import load_locomo  # noqa: E402
 from memforest_gpu.evaluation.metrics import NodeViews, score_ranked  # noqa: E402
 from memforest_gpu.mergers.embedders import SentenceTransformerEmbedder  # noqa: E402
-from memforest_gpu.retrieval.keyed import blend  # noqa: E402
+from memforest_gpu.retrieval.keyed import node_best  # noqa: E402
 from memforest_gpu.store.io import read_store  # noqa: E402
 from memforest_gpu.store.merged_keys import derive_keys  # noqa: E402
 
 K, C = 10, 40  # the protocol's k and the ranked list it cuts (L * k)
+
+
+def blend(S: torch.Tensor, Sk: torch.Tensor, column: torch.Tensor, has: torch.Tensor, w: float) -> torch.Tensor:
+    """The keys' rule from the text cosines and the keys' cosines: ``w S + (1 - w)`` the best key's
+    cosine for a node with keys, ``S`` for the others.
+
+    Shape: S (Q, n) text cosines, Sk (Q, m) key cosines, column (m,) each key's node, has (n,) bool -> (Q, n)
+    """
+    return torch.where(has, w * S + (1.0 - w) * node_best(Sk, column, S.shape[1]), S)
 
 
 def ranked(store, keys, q: Questions, shortlist: int | None) -> np.ndarray:

@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from memforest_gpu.evaluation.report import _cluster_weights, cluster_bootstrap
+from memforest_gpu.evaluation.bootstrap import cluster_bootstrap, cluster_weights
 
 SELECT = "B|ansr_content"
 
@@ -37,7 +37,7 @@ class Scores:
         self.convs = sorted(set(self.tenants[self.shapes[0]].tolist()))
         self.codes = {s: np.unique(self.tenants[s], return_inverse=True)[1] for s in self.shapes}
         rng = np.random.default_rng(0)
-        self.weights = {s: _cluster_weights(self.codes[s], n_boot, rng) for s in self.shapes}
+        self.weights = {s: cluster_weights(self.codes[s], n_boot, rng) for s in self.shapes}
 
     def get(self, shape, method, ratio, rule, metric, retriever="plain", seed=0) -> np.ndarray:
         if method == "none":

@@ -6,6 +6,7 @@ checked merge for merge against the engine by ``tests/test_merge_order.py``).
 """
 from __future__ import annotations
 
+import argparse
 import math
 
 import numpy as np
@@ -44,3 +45,9 @@ def numpy_kmeans(X: np.ndarray, k: int, *, iters: int = 30, seed: int = 0) -> np
 
 def n_clusters(n: int, alpha: float) -> int:
     return max(1, min(n, int(math.floor(alpha * n))))
+
+
+if __name__ == "__main__":  # a module the benchmarks import: run alone, it only explains itself
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="Imported by other bench/ scripts (bench/README.md); it runs nothing "
+                                   "by itself.").parse_args()
