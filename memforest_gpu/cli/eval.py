@@ -155,7 +155,7 @@ def _add_loo_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the ``eval`` sub-command to a ``memforest`` sub-parser set."""
-    p = subparsers.add_parser("eval", help="measure compression quality on a benchmark (EVAL.md)",
+    p = subparsers.add_parser("eval", help="measure compression quality on a benchmark (docs/evaluation.md)",
                               description="Run methods x ratios x seeds on a benchmark and write results.")
     _add_arguments(p)
     return p
@@ -379,7 +379,7 @@ def dataclasses_dict(c) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = Parser(prog="memforest eval", description="Measure compression quality (EVAL.md).")
+    ap = Parser(prog="memforest eval", description="Measure compression quality (docs/evaluation.md).")
     ap.add_argument("-v", "--verbose", action="store_true")
     _add_arguments(ap)
     a = ap.parse_args(argv)
