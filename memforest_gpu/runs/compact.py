@@ -37,7 +37,7 @@ from .compact_files import NoModel, PassThrough, memforest_layout, parquet_schem
 from .driver import resolve_merger
 from .errors import OptionError
 from .inbox import drop_rows, ids_in, read_inbox
-from .inbox_files import folded_entry, inbox_files, inbox_path, release, take
+from .inbox_files import folded_entry, inbox_path, release, take, taken_paths
 from .journal import JournaledMerger, journal_path, merger_identity
 from .loading import RunInterrupted, load_store_and_embedder, resolve_embedder
 from .outputs import OutputLock
@@ -101,7 +101,7 @@ def compact_file(path, budget: CompactConfig, config: CompressConfig | None = No
     run.review = review
     if dry_run:
         return run.run()
-    with OutputLock(path, also=inbox_files(path)):  # the inbox is taken and released under the store's lock
+    with OutputLock(path, also=[inbox_path(path), *taken_paths(path)]):  # the inbox is taken and released under it
         return run.run()
 
 
