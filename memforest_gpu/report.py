@@ -7,10 +7,10 @@ place that says how each figure adds up:
 
 - per tenant: counts add up (a tenant whose trees were spread over ranks has one row per
   rank), the ratio is computed again;
-- per run: counts add up, rounds are the most any part ran (tenants never interact, so
-  the whole run's rounds are its slowest tenant's), k-means iterations are the most per
-  size class (see :func:`combine_iterations`), and the run's fields (schedule, merger,
-  embedder, node cap) are the parts' own.
+- per run: counts add up (the sizes' rows and bytes too), rounds are the most any part ran
+  (tenants never interact, so the whole run's rounds are its slowest tenant's), k-means
+  iterations are the most per size class (see :func:`combine_iterations`), and the run's
+  fields (schedule, merger, embedder, node cap) are the parts' own.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["TenantRow", "CompressReport", "MergerStats", "combine_iterations"]
+__all__ = ["TenantRow", "CompressReport", "MergerStats", "combine_iterations", "combine_sizes"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,10 @@ class CompressReport:
     condensed: int = 0  # merges cut to the node cap (cap_policy "condense")
     condensed_tokens: int = 0  # tokens those merges dropped, in all
     kept: int = 0  # nodes the keep rule (MergeConfig.keep_pattern) held out of merging
+    # the input's and the output's size in the output's encoding (store/size.py: vector rows a search
+    # scores, vectors held, bytes of texts and vectors); empty for a dry run
+    size_in: dict = field(default_factory=dict)
+    size_out: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.tenants = [r if isinstance(r, TenantRow) else TenantRow.from_dict(r) for r in self.tenants]
@@ -155,7 +159,19 @@ class CompressReport:
             moved_by_reassignment=sum(p.moved_by_reassignment for p in parts),
             kmeans_iterations=combine_iterations([p.kmeans_iterations for p in parts]),
             condensed=sum(p.condensed for p in parts), condensed_tokens=sum(p.condensed_tokens for p in parts),
-            kept=sum(p.kept for p in parts))
+            kept=sum(p.kept for p in parts), size_in=combine_sizes([p.size_in for p in parts]),
+            size_out=combine_sizes([p.size_out for p in parts]))
+
+
+def combine_sizes(parts: Sequence[dict]) -> dict:
+    """The size of a run's whole store from its parts' (disjoint nodes): counts and bytes add
+    up, in the parts' one encoding; a part without a size (a distributed run's partition, which
+    holds no node) adds nothing; empty when no part has one."""
+    parts = [p for p in parts if p]
+    if not parts:
+        return {}
+    out = {k: sum(p[k] for p in parts) for k in parts[0] if k != "encoding"}
+    return {**out, "encoding": parts[0]["encoding"]}
 
 
 _BUCKET = re.compile(r"n<=(\d+)")

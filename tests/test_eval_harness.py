@@ -51,6 +51,20 @@ def test_records_are_flat_and_complete(grid):
     assert _value(res, "none", "ctx", cut="B") == fact_budget()
 
 
+def test_each_store_reports_its_rows_and_bytes_against_the_uncompressed_one(grid):
+    _, res, _ = grid
+    assert _value(res, "none", "rows_share", retriever="-", cut="-") == 1.0
+    assert _value(res, "none", "bytes_share", retriever="-", cut="-") == 1.0
+    n = _value(res, "none", "rows", retriever="-", cut="-")
+    for method, schedule in (("memforest", "matching"), ("tome", None), ("random_prune", None)):
+        rows = _value(res, method, "rows", schedule=schedule, retriever="-", cut="-")
+        assert rows == _value(res, method, "nodes", schedule=schedule, retriever="-", cut="-") == n / 2
+        share = _value(res, method, "bytes_share", schedule=schedule, retriever="-", cut="-")
+        assert 0 < share < 1
+    table = markdown(res)
+    assert "| rows | bytes % |" in table
+
+
 def test_only_the_maximum_spanning_tree_keeps_every_answer(grid):
     _, res, _ = grid
     for seed in (0, 1):

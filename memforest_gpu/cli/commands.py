@@ -20,6 +20,7 @@ from ..runs.paths import check_paths, writes
 from ..runs.preflight import preflight
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
+from ..store.size import bytes_per_vector, store_size
 from ..store.timeutil import format_date
 from . import adapters as adapters_cli
 from . import compact as compact_cli
@@ -36,7 +37,7 @@ from .flags import (
     option_error,
 )
 from .parser import HelpFormatter, Parser  # noqa: F401 (HelpFormatter: re-exported)
-from .report import format_report
+from .report import format_report, kb
 
 __all__ = ["main", "build_parser", "printable"]
 
@@ -296,10 +297,15 @@ def _search(a) -> int:
 def _info(a) -> int:
     detect_format(a.store, None, flag=None)  # no --format to suggest here
     probe = _NoVectors()
-    info = read_store(a.store, embedder=probe).info()
+    st = read_store(a.store, embedder=probe)
+    info = st.info()
     if probe.used:  # the file holds no vectors: counts only
         info["dim"], info["embedder"] = None, None
     info["has_embeddings"] = not probe.used
+    if not probe.used:  # rows and bytes, and the vectors the uncompressed store takes in the same encoding
+        size = store_size(st)
+        info["size"] = size.to_dict()
+        info["uncompressed_vector_bytes"] = size.originals * bytes_per_vector(st.dim, size.encoding)
     if a.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -316,6 +322,15 @@ def _info(a) -> int:
         rule = info["keys_rule"]
         print(f"keys       {info['keys']}  (merged nodes searched by {rule['text_weight']:g} x text + "
               f"{1 - rule['text_weight']:g} x best of at most {rule['max_keys'] or 'all'} keys)")
+    if "size" in info:
+        z, full = info["size"], info["uncompressed_vector_bytes"]
+        print(f"size       {z['rows']} vector rows searched ({z['rows'] / max(z['originals'], 1):.2f} per memory), "
+              f"{z['vectors']} vectors held; texts {kb(z['text_bytes'])} + vectors {kb(z['vector_bytes'])} "
+              f"({z['encoding']})")
+        if z["originals"] != z["nodes"] or z["vectors"] != z["nodes"]:
+            print(f"           uncompressed, in {z['encoding']}: {z['originals']} vectors, {kb(full)} (these "
+                  f"vectors are {z['vector_bytes'] / max(full, 1):.0%} of that); the originals' texts are not kept "
+                  "apart in the file (compress reports both sizes)")
     print(f"time span  {info['time_first']} .. {info['time_last']}")
     return 0
 

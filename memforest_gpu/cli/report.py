@@ -5,7 +5,24 @@ from ..engine.setup import STAGES
 from ..printable import printable
 from ..report import CompressReport
 
-__all__ = ["format_report"]
+__all__ = ["format_report", "size_line", "kb"]
+
+
+def kb(n: int) -> str:
+    """Bytes as a short figure (KB, MB or GB, 1,000-based)."""
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= div:
+            return f"{n / div:,.1f} {unit}"
+    return f"{n} B"
+
+
+def size_line(inp: dict, out: dict) -> str:
+    """The output's size against its input in the same encoding (store/size.py)."""
+    rows = out["rows"] / inp["originals"] if inp["originals"] else 0.0
+    share = out["bytes"] / inp["bytes"] if inp["bytes"] else 0.0
+    return (f"size: {inp['rows']:,} -> {out['rows']:,} vector rows searched ({rows:.2f} per memory); texts + "
+            f"vectors {kb(inp['bytes'])} -> {kb(out['bytes'])}, {share:.0%} of the uncompressed store in the same "
+            f"encoding ({out['encoding']})")
 
 
 def format_report(r: CompressReport, *, max_tenants: int = 20, keep_pattern: str | None = None) -> str:
@@ -40,6 +57,8 @@ def format_report(r: CompressReport, *, max_tenants: int = 20, keep_pattern: str
                  + (f"; {r.condensed} merges condensed to the cap ({r.condensed_tokens} tokens dropped, "
                     f"{r.condensed_tokens / r.condensed:.0f} per condensed merge)" if getattr(r, "condensed",
                                                                                               0) else ""))
+    if r.size_in and r.size_out:
+        lines.append(size_line(r.size_in, r.size_out))
     s = r.seconds
     stages = ", ".join(f"{k} {s[k]:.2f}s" for k in STAGES
                        if k in s)

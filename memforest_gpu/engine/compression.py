@@ -24,6 +24,7 @@ from ..heap import release_free_heap
 from ..mergers.embedders import MEAN_EMBEDDER
 from ..report import TenantRow
 from ..store.memory_store import MemoryStore
+from ..store.size import store_size
 from .assemble import assemble, output_keys
 from .merge_call import with_fallback
 from .merge_log import MergeLog
@@ -160,6 +161,9 @@ def run_report(s: RunSetup, store: MemoryStore, *, out: MemoryStore | None = Non
     shortfall = q.shortfall if shortfall is None else shortfall
     tally = tally or Tally()
     rows = _tenant_rows(s, out, shortfall) if merger is not None else []
+    enc = out.vector_codes if merger is not None else s.cfg.merge.vectors
+    sizes = {"size_in": store_size(store, enc).to_dict(), "size_out": store_size(out, enc).to_dict()} \
+        if merger is not None else {}  # against the input in the output's encoding (store/size.py)
     return CompressReport(
         tenants=rows, nodes_in=len(store), nodes_out=len(out), trees=len(q.per_tree), rounds=tally.rounds,
         merges=tally.merges, schedule=s.cfg.merge.schedule,
@@ -167,7 +171,7 @@ def run_report(s: RunSetup, store: MemoryStore, *, out: MemoryStore | None = Non
         embedder=embedder.name if embedder is not None else MEAN_EMBEDDER, max_node_tokens=s.cap,
         seconds=s.timer.finish(), fallbacks=tally.fallbacks, moved_by_reassignment=s.part.moved,
         kmeans_iterations=s.part.iterations, kept=int(s.kept.sum()) if s.kept is not None else 0,
-        condensed=tally.condensed, condensed_tokens=tally.condensed_tokens)
+        condensed=tally.condensed, condensed_tokens=tally.condensed_tokens, **sizes)
 
 
 def _tenant_rows(s: RunSetup, out: MemoryStore, shortfall: np.ndarray) -> list[TenantRow]:

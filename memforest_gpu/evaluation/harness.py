@@ -37,6 +37,7 @@ from ..mergers.extractive import ExtractiveMerger
 from ..retrieval.context import FILLS
 from ..retrieval.retriever import Retriever
 from ..store.memory_store import MemoryStore
+from ..store.size import store_size
 from .context_fill import contexts, score_contexts
 from .dataset import Benchmark
 from .key_parts import key_split
@@ -202,7 +203,7 @@ def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
     flush()
     t_embed = time.perf_counter() - t0
     originals = dict(zip(store.ids, store.texts))
-    out = _Records(bench.name, q)
+    out = _Records(bench.name, q, base.merge.vectors)
     base_retr = out.uncompressed(store, originals, cfg, qa, embedder)
 
     cells = [(s, r, sd) for r in ratios for s in specs for sd in seeds]
@@ -264,10 +265,11 @@ def _run_facts(cfg: EvalConfig, base: CompressConfig, dev, q: _Questions, qa, em
 class _Records:
     """The grid's results as they come: one record per (cell, retriever, cut, metric, category),
     the per-question scores of each cell, and the uncompressed store's means (the
-    denominators of every retention)."""
+    denominators of every retention) and size (of every size's share)."""
 
-    def __init__(self, name: str, q: _Questions):
+    def __init__(self, name: str, q: _Questions, encoding: str = "float32"):
         self.name, self.q = name, q
+        self.encoding = encoding  # the outputs' vectors: every size is taken in it (store/size.py)
         self.records: list[dict] = []
         self.per_q: dict[str, np.ndarray] = {}
         self.denom: dict = {}
@@ -303,7 +305,17 @@ class _Records:
             ta, _ = _time_search(base_retr, base_retr, self.q, cfg.retrieval(kind), cfg.search_repeats)
             self.emit("none", "-", 0.0, 0, kind, "-", "search_ms", "all", 1e3 * ta)
         self.emit("none", "-", 0.0, 0, "-", "-", "nodes", "all", len(store))
+        self.size_in = store_size(store, self.encoding)
+        self._size("none", "-", 0.0, 0, self.size_in)
         return base_retr
+
+    def _size(self, method, schedule, ratio, seed, size) -> None:
+        """Vector rows and bytes, and their share of the uncompressed store's (same encoding)."""
+        whole = {"rows": self.size_in.rows, "bytes": self.size_in.bytes}
+        for metric, value in (("rows", size.rows), ("bytes", size.bytes)):
+            self.emit(method, schedule, ratio, seed, "-", "-", metric, "all", value)
+            self.emit(method, schedule, ratio, seed, "-", "-", f"{metric}_share", "all",
+                      value / whole[metric] if whole[metric] else None)
 
     def cell(self, spec: MethodSpec, ratio, seed, scores, res, t_comp: float, base_retr, retr,
              cfg: EvalConfig) -> None:
@@ -319,6 +331,7 @@ class _Records:
         self.emit(spec.name, spec.schedule, ratio, seed, "-", "-", "ratio_reached", "all", rep.ratio_reached)
         self.emit(spec.name, spec.schedule, ratio, seed, "-", "-", "shortfall", "all", rep.shortfall)
         self.emit(spec.name, spec.schedule, ratio, seed, "-", "-", "compress_s", "all", t_comp)
+        self._size(spec.name, spec.schedule, ratio, seed, store_size(res.store, self.encoding))
 
 
 def _seed_free(spec: MethodSpec, cfg: CompressConfig, tenant_sizes: list[int]) -> bool:

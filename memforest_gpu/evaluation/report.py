@@ -141,8 +141,9 @@ def _calls(comp: list[dict], reference: str) -> dict:
 
 
 def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str = REFERENCE) -> str:
-    """The results in the paper's layout (methods as rows, one block per ratio), then a
-    retention summary, AGPR, the bootstrap calls and the search speedups."""
+    """The results in the paper's layout (methods as rows, one block per ratio, with each store's
+    vector rows per memory and bytes against the uncompressed store in the same encoding), then
+    a retention summary, AGPR, the bootstrap calls and the search speedups."""
     agg = aggregate(res.records)
     meta = res.meta
     apart = res.meta.get("categories_apart") or []  # abstention: last, never in "all"
@@ -175,7 +176,8 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
                 if meta.get("questions_skipped_missing_context") else ""))
     L.append("")
     head = (["Method"] + [f"AnsR@B {cat_label(c)}" for c in cats]
-            + ["AnsR@B all", "%", "AnsR-c@B all", "%", f"EvR@{k}", "%", "EvR@B", "%", f"Ctx@{k}", "Dates@B", "speedup"])
+            + ["AnsR@B all", "%", "AnsR-c@B all", "%", f"EvR@{k}", "%", "EvR@B", "%", f"Ctx@{k}", "Dates@B", "speedup",
+               "rows", "bytes %"])
     L.append("| " + " | ".join(head) + " |")
     L.append("|" + "---|" * len(head))
 
@@ -188,7 +190,9 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
                   _pm(agg, (*key, "B", "evr", "all")), _pm(agg, (*key, "B", "evr_retention", "all")),
                   _plain(agg, (*key, "k", "ctx", "all"), scale=1, digits=0),
                   _plain(agg, (*key, "B", "dates", "all"), scale=1, digits=1),
-                  "–" if label == "none" else _plain(agg, (*key, "-", "search_speedup", "all"), scale=1, digits=2)]
+                  "–" if label == "none" else _plain(agg, (*key, "-", "search_speedup", "all"), scale=1, digits=2),
+                  _plain(agg, (label, ratio, "-", "-", "rows_share", "all"), scale=1, digits=2),
+                  _plain(agg, (label, ratio, "-", "-", "bytes_share", "all"), scale=100, digits=0)]
         L.append(f"| {name} | " + " | ".join(cells) + " |")
 
     row("uncompressed", "none", 0.0, "plain")
