@@ -200,10 +200,13 @@ class MergeConfig:
     # M3-Agent clip) or a metadata key (equal values; nodes without the key are one group);
     # None: any two nodes of a tenant may merge
     merge_within: str | None = None
-    # what a merged node keeps to be searched by besides its text's vector (store/keys.py): up to `keys` key
-    # vectors, its sources' own vectors or `keys` centres of them when it has more (-1: every source; 0: none,
-    # the paper: its text's vector alone); such a node scores text_weight * cos(text) + (1 - text_weight) *
-    # its best key's cos, in every search of the store (the store keeps the keys and the weight)
+    # what a merged node is searched by (docs/merged-keys.md). 0: its text's vector alone (the paper).
+    # 1: one vector, the blend normalize(text_weight * t + (1 - text_weight) * c) of its text's vector t and
+    # the centre c of its sources' vectors, held as its vector: one vector per node, whatever it merged.
+    # K >= 2 / -1 (every source): its text's vector and K key vectors (its sources' own, or K centres of
+    # them), scored text_weight * cos(text) + (1 - text_weight) * its best key's cos in every search (the
+    # store keeps the keys and the weight; -1 regroups without losing a vector, so the store keeps as many
+    # vectors as its input)
     keys: int = 0
     text_weight: float = 1.0
     # how the output store's file holds its vectors (text vectors and keys): "float32", or "int8" codes
@@ -214,6 +217,11 @@ class MergeConfig:
     def max_keys(self) -> int | None:
         """The bound on keys per node (``None``: every source); meaningful when ``keys != 0``."""
         return None if self.keys == -1 else self.keys
+
+    @property
+    def folds(self) -> bool:
+        """One vector per node: a merged node's key is blended into its vector (``keys == 1``)."""
+        return self.keys == 1
 
     def __post_init__(self):
         _check_range("ratio", self.ratio, 0.0, 1.0, lo_open=True, hi_open=True)
@@ -326,10 +334,10 @@ PRESETS: dict[str, CompressConfig] = {
         partition=PartitionConfig(alpha=0.001),  # ~1,000 nodes per event tree (one per LoCoMo conversation)
         # related neighbours in time (cosine >= 0.3) and short nodes merge first
         tree=TreeConfig(time_weight=0.5, time_rule="gated", time_min_cos=0.3, size_weight=0.2),
-        # disjoint pairs per round; a merged node keeps every source's vector as a key and is searched
-        # by half its text's similarity and half its best key's; the file holds every vector as int8 codes
-        # (docs/merged-keys.md)
-        merge=MergeConfig(schedule="matching", keys=-1, text_weight=0.5, vectors="int8"),
+        # disjoint pairs per round; one vector per node: a merged node's is the blend 0.8 t + 0.2 c of its
+        # text's vector and its sources' centre, so a store holds as many vectors as nodes; the file holds
+        # them as int8 codes (docs/studies/one-vector-per-node.md)
+        merge=MergeConfig(schedule="matching", keys=1, text_weight=0.8, vectors="int8"),
     ),
     "paper": CompressConfig(),  # the method's values (docs/method.md)
 }

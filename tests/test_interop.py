@@ -34,12 +34,12 @@ def _input(path, n=80, tenants=("u1", "u2", "u3")):
 
 @pytest.fixture(scope="module")
 def compressed(tmp_path_factory):
-    """A store compressed by the default preset (keys of every source, int8 codes), then compacted
-    once so that it also holds the event trees' state."""
+    """A store compressed with every source's key (--keys all: the keys' columns and rule) in int8
+    codes, then compacted once so that it also holds the event trees' state."""
     d = tmp_path_factory.mktemp("interop")
     out = d / "store.parquet"
     assert main(["compress", str(_input(d / "in.jsonl")), str(out), "--ratio", "0.5", "--embedder", "none",
-                 "--quiet"]) == 0
+                 "--keys", "all", "--quiet"]) == 0
     assert main(["compact", str(out), "--max-nodes-per-tenant", "20", "--embedder", "none", "--quiet"]) == 0
     return out
 
@@ -120,6 +120,26 @@ def test_a_rewritten_store_reads_searches_compresses_and_compacts(compressed, tm
     after = read_store(dst)
     assert sorted(x for s in after.sources for x in s) == sorted(x for s in before.sources for x in s)
     assert after.event_trees is not None and after.event_trees.tenants  # partitioned again, state written
+
+
+@pytest.mark.parametrize("tool", sorted(REWRITES))
+def test_the_default_stores_one_vector_per_node_survives_a_rewrite(tmp_path, tool, capsys):
+    """The default preset's store (one blended vector per node, int8 codes, no key columns) reads
+    and searches the same after a tool rewrote it without its metadata."""
+    src = tmp_path / "store.parquet"
+    assert main(["compress", str(_input(tmp_path / "in.jsonl")), str(src), "--ratio", "0.5", "--embedder", "none",
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    before = read_store(src)
+    assert before.keys is None and "keys" not in pq.read_schema(src).names and before.vector_codes == "int8"
+    dst = tmp_path / "rewritten.parquet"
+    REWRITES[tool](str(src), str(dst))
+    store = read_store(dst)
+    assert store.keys is None and store.vector_codes == "int8" and torch.equal(store.embeddings, before.embeddings)
+    assert _hits(dst) == _hits(src)
+    assert main(["info", str(dst), "--json"]) == 0
+    size = json.loads(capsys.readouterr().out)["size"]
+    assert size["rows"] == size["vectors"] == len(before) and size["originals"] == 80
 
 
 @pytest.fixture(scope="module")

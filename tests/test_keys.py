@@ -58,7 +58,7 @@ def check_keys(inp: MemoryStore, out: MemoryStore, max_keys):
                 torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("keys", [1, 2, 3, -1])
+@pytest.mark.parametrize("keys", [2, 3, -1])
 def test_compress_keeps_keys_with_their_sources(store, keys):
     res = compress(store, keyed(keys=keys), device="cpu")
     out = res.store
@@ -69,6 +69,23 @@ def test_compress_keeps_keys_with_their_sources(store, keys):
     assert (out.keys.counts[merged] >= 1).all() and (out.keys.counts[~merged] == 0).all()
     if keys == -1:  # every source is a key
         assert out.keys.counts.sum() == sum(len(s) for s, m in zip(out.sources, merged) if m)
+
+
+@pytest.mark.parametrize("w", [0.5, 0.8])
+def test_one_key_is_folded_into_one_vector_per_node(store, w):
+    """keys=1: no key columns; a merged node's vector is normalize(w t + (1 - w) c), t its text's
+    vector (the run without keys), c the centre of its sources' input vectors; the rest as before."""
+    text = compress(store, keyed(keys=0, text_weight=1.0), device="cpu").store
+    one = compress(store, keyed(keys=1, text_weight=w), device="cpu").store
+    assert one.keys is None and len(one) == len(text) and list(one.ids) == list(text.ids)
+    c = derive_keys(store, text.sources.arrow, max_keys=1, text_weight=w)
+    merged = np.flatnonzero(c.counts == 1)
+    assert len(merged) and merged.tolist() == [i for i, s in enumerate(text.sources) if len(s) > 1]
+    want = torch.nn.functional.normalize(w * text.embeddings[merged] + (1 - w) * c.unit(), dim=1)
+    torch.testing.assert_close(one.embeddings[merged], want, atol=1e-6, rtol=0)
+    rest = np.setdiff1d(np.arange(len(one)), merged)
+    assert torch.equal(one.embeddings[rest], text.embeddings[rest])  # originals keep their own vector
+    assert torch.allclose(one.embeddings.norm(dim=1), torch.ones(len(one)), atol=1e-5)
 
 
 def test_without_keys_the_output_is_as_before(store):

@@ -160,11 +160,14 @@ def test_m3_agent_holds_text_and_keys_found_by_its_max(tmp_path):
 
 
 def test_mem0_keeps_one_vector_per_memory(monkeypatch):
-    """A Mem0 memory holds one vector: compress_mem0 and compact_mem0 run without keys."""
+    """A Mem0 memory holds one vector: compress_mem0 and compact_mem0 run with one blended vector
+    per memory (keys 1), whatever the config's keys."""
     from memforest_gpu.adapters.mem0 import compaction as mem0_compact
     from memforest_gpu.adapters.mem0 import inplace as mem0
 
-    assert mem0.single_vector(KEYED).merge.keys == 0 and mem0.single_vector(KEYED).merge.text_weight == 1.0
+    one = mem0.single_vector(KEYED)
+    assert one.merge.keys == 1 and one.merge.text_weight == KEYED.merge.text_weight  # one blended vector
+    assert mem0.single_vector(CompressConfig.preset("paper")).merge.keys == 0
     assert mem0.single_vector(None) is None
     seen = []
 
@@ -200,4 +203,4 @@ def test_mem0_keeps_one_vector_per_memory(monkeypatch):
     monkeypatch.setattr(mem0_compact, "compact", fake)
     with pytest.raises(Stop):
         mem0_compact.compact_mem0(None, CompactConfig(max_nodes=5), KEYED)
-    assert seen == [0, 0]
+    assert seen == [1, 1]  # one blended vector per memory, never every source's key

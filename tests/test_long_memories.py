@@ -1,6 +1,7 @@
 """Issue 38: long-memory shapes, the matched context fill and the lost-answer causes."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -66,8 +67,9 @@ def _store_and_questions(ratio=0.5):
     store = bench.store(emb, device="cpu")
     q = _Questions(bench, emb, "cpu")
     spec = parse_method("memforest:matching")
-    out = compress_with(spec, store, spec.config(preset("memforest"), ratio=ratio, seed=0), embedder=emb,
-                        device="cpu").store
+    cfg = preset("memforest")
+    cfg = dataclasses.replace(cfg, merge=dataclasses.replace(cfg.merge, keys=-1))  # every source a key: parts per key
+    out = compress_with(spec, store, spec.config(cfg, ratio=ratio, seed=0), embedder=emb, device="cpu").store
     return store, out, q
 
 

@@ -21,6 +21,10 @@ from memforest_gpu import CompressConfig
 from memforest_gpu.adapters.m3agent import compress_video_graph, load_video_graph, save_video_graph
 from memforest_gpu.config import MergeConfig
 
+PRESET = CompressConfig.preset("memforest")
+#: every source's vector kept as a key (the lossless option, --keys all): what the vector bounds are about
+KEYED = dataclasses.replace(PRESET, merge=dataclasses.replace(PRESET.merge, keys=-1))
+
 
 @pytest.fixture(scope="module")
 def m3():
@@ -224,7 +228,7 @@ def test_compressed_graph_holds_no_more_vectors_than_its_input(m3, tmp_path, rat
     per text node) used to come out with every text node padded to the longest list (9 vectors
     each at 0.5 on its 377-node video): now to the bound input vectors // output text nodes."""
     g = m3.build.build_video(24)
-    cfg = CompressConfig.preset("memforest")
+    cfg = KEYED
     assert cfg.merge.keys != 0
     cfg = CompressConfig(partition=cfg.partition, tree=cfg.tree, merge=dataclasses.replace(cfg.merge, ratio=ratio))
     out, res = _compress(m3, g, tmp_path, cfg)
@@ -246,7 +250,7 @@ def test_compressed_graph_holds_no_more_vectors_than_its_input(m3, tmp_path, rat
 @pytest.mark.parametrize("bound", [1, 2, 3, 6])
 def test_a_bound_given_is_honoured(m3, tmp_path, bound):
     g = m3.build.build_video(12, seed=3)
-    out, res = _compress(m3, g, tmp_path, CompressConfig.preset("memforest"), vectors=bound)
+    out, res = _compress(m3, g, tmp_path, KEYED, vectors=bound)
     e = check_vectors_and_key_sources(out, bound)
     assert res.info["vector_bound"] == bound and e == min(bound, 1 + max(
         len(n.metadata.get("merged_from", [])) for n in _text_nodes(out)))
@@ -264,7 +268,7 @@ def test_compressing_a_bounded_graph_again(m3, tmp_path):
     """A compressed graph (keys read back from embeddings[1:] and key_sources) compresses again
     under any bound, each source still in exactly one key; M3-Agent's characters stay."""
     g = m3.build.build_video(12, seed=3)
-    cfg = CompressConfig.preset("memforest")
+    cfg = KEYED
     for first, second in ((3, "auto"), (1, 3), ("all", 2), (4, "auto")):
         once, _ = _compress(m3, g, tmp_path, cfg, vectors=first, name="once.pkl")
         twice, res = _compress(m3, once, tmp_path, cfg, vectors=second, name="twice.pkl")
@@ -315,12 +319,18 @@ def test_m3_vectors_flag(m3, tmp_path, capsys):
     src, dst = tmp_path / "video.pkl", tmp_path / "out.pkl"
     with open(src, "wb") as f:
         pickle.dump(g, f)
-    assert main(["graph", "compress", str(src), str(dst), "--quiet", "--m3-vectors", "2"]) == 0
+    assert main(["graph", "compress", str(src), str(dst), "--quiet", "--m3-vectors", "2"]) == 2
+    assert "--m3-vectors bounds a merged node's text vector and keys: it applies with --keys K >= 2 or all, got " \
+           "--keys 1" in capsys.readouterr().err
+    assert not dst.exists()
+    assert main(["graph", "compress", str(src), str(dst), "--quiet", "--m3-vectors", "2", "--keys", "all"]) == 0
     assert "per node; --m3-vectors 2: at most 2)" in capsys.readouterr().out
     with open(dst, "rb") as f:
         assert check_vectors_and_key_sources(pickle.load(f), 2) == 2
     assert main(["graph", "compress", str(src), str(tmp_path / "auto.pkl"), "--quiet"]) == 0
     n = len(_text_nodes(g))
+    with open(tmp_path / "auto.pkl", "rb") as f:  # the preset: one vector per text node
+        assert all(len(x.embeddings) == 1 for x in _text_nodes(pickle.load(f)))
     assert f"text-node vectors {n} -> " in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["graph", "compress", str(src), str(tmp_path / "o.pkl"), "--m3-vectors", "0"])

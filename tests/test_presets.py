@@ -27,7 +27,7 @@ def test_memforest_preset_values():
     assert (c.partition.alpha, c.tree.time_weight, c.tree.size_weight, c.merge.schedule) == (0.001, 0.5, 0.2,
                                                                                            "matching")
     assert (c.tree.time_rule, c.tree.time_min_cos) == ("gated", 0.3)  # related neighbours only (issue 22)
-    assert (c.merge.keys, c.merge.text_weight) == (-1, 0.5)  # merged nodes found by text and best source (issue 31)
+    assert (c.merge.keys, c.merge.text_weight) == (1, 0.8)  # one vector per node: 0.8 text + 0.2 sources' centre
     # everything else is the method's
     p = preset("paper")
     assert dataclasses.replace(c, partition=p.partition, tree=p.tree, merge=p.merge) == p

@@ -22,7 +22,7 @@ def _run(cfg, copy: bool):
     return st, res
 
 
-@pytest.mark.parametrize("preset,keys", [("memforest", None), ("memforest", 0), ("paper", None)])
+@pytest.mark.parametrize("preset,keys", [("memforest", -1), ("memforest", 0), ("paper", None)])
 def test_reusing_rows_gives_the_copying_runs_output(monkeypatch, preset, keys):
     cfg = PRESETS[preset]
     if keys is not None:

@@ -345,6 +345,9 @@ def _m3_compress(a) -> int:
                              f"back as one, got {a.output!r}, whose suffix says {fmt}; name it .pkl (or pass "
                              "--out-format m3-agent to write the pickle there anyway)")
     cfg, merger = _config(a), _merger(a)
+    if a.method != "streammeco" and a.m3_vectors != "auto" and cfg.merge.keys in (0, 1):
+        raise ValueError(f"--m3-vectors bounds a merged node's text vector and keys: it applies with --keys K >= 2 or "
+                         f"all, got --keys {cfg.merge.keys} (one vector per node, whatever --m3-vectors says)")
     g = load_video_graph(a.input)
     # auto: the mean of the merged vectors; StreamMeCo merges nothing, so it needs no model (and no warning)
     emb = None if a.method == "streammeco" else resolve_embedder(a.embedder, None, device=a.device)

@@ -9,7 +9,7 @@ from ..config import MergeConfig
 from ..kernels.blocks import stream_rows
 from ..store.keys import NodeKeys
 from ..store.memory_store import MemoryStore
-from ..store.merged_keys import derive_keys
+from ..store.merged_keys import derive_keys, fold_keys
 from .node_table import NodeTable
 
 __all__ = ["assemble", "output_keys", "OutputKeys"]
@@ -90,15 +90,19 @@ def _copy_rows(out: torch.Tensor, at: np.ndarray, src: torch.Tensor, rows: np.nd
 # them (:func:`~memforest_gpu.store.merged_keys.derive_keys`).
 class OutputKeys:
     """Keys made before the output is assembled (assembling may overwrite the input's vectors),
-    attached to it after."""
+    attached to it after; ``fold``: blended into the nodes' own vectors instead, one vector per
+    node (:func:`~memforest_gpu.store.merged_keys.fold_keys`)."""
 
-    def __init__(self, keys: NodeKeys | None, vectors: str = "float32"):
+    def __init__(self, keys: NodeKeys | None, vectors: str = "float32", fold: bool = False):
         self.keys = keys
         self.vectors = vectors
+        self.fold = fold
 
     def attach(self, out: MemoryStore) -> MemoryStore:
         if self.keys is not None:
             out.keys = self.keys.to(out.device)
+            if self.fold:
+                fold_keys(out, out.keys)
         out.vector_codes = self.vectors  # how its file holds the vectors (store/codes.py)
         return out
 
@@ -111,4 +115,4 @@ def output_keys(store: MemoryStore, table, live: np.ndarray, merge: MergeConfig,
         return OutputKeys(None, merge.vectors)
     out_sources = table.sources_arrow(table.output_order(np.flatnonzero(live)))
     return OutputKeys(derive_keys(store, out_sources, max_keys=merge.max_keys, text_weight=merge.text_weight,
-                                  codes=merge.vectors, saved=saved), merge.vectors)
+                                  codes=merge.vectors, saved=saved), merge.vectors, fold=merge.folds)

@@ -25,7 +25,7 @@ from ..adapters.streammeco import streammeco
 from ..config import SCHEDULES, CompressConfig, ConfigError, PartitionConfig, TreeConfig
 from ..engine import CompressResult, compress
 from ..store.memory_store import MemoryStore
-from ..store.merged_keys import derive_keys
+from ..store.merged_keys import derive_keys, fold_keys
 from .baselines import BASELINES, _report
 
 __all__ = ["MethodSpec", "parse_method", "compress_with", "ABLATIONS", "DEFAULT_METHODS", "ABLATION_METHODS",
@@ -126,5 +126,9 @@ def compress_with(method: str | MethodSpec, store: MemoryStore, config: Compress
         res.store.keys = derive_keys(store, res.store.sources.arrow, max_keys=cfg.merge.max_keys,
                                      text_weight=cfg.merge.text_weight, device=res.store.device,
                                      codes=cfg.merge.vectors)
+        if cfg.merge.folds:  # one vector per node, blended in place: the output must own its vectors
+            if res.store.embeddings.untyped_storage().data_ptr() == store.embeddings.untyped_storage().data_ptr():
+                res.store.embeddings = res.store.embeddings.clone()
+            fold_keys(res.store, res.store.keys)
         res.store.vector_codes = cfg.merge.vectors
     return res

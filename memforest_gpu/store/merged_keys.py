@@ -25,7 +25,7 @@ from .codes import int8_codes
 from .keys import NodeKeys, ranges
 from .memory_store import MemoryStore
 
-__all__ = ["derive_keys", "centres", "input_rows"]
+__all__ = ["derive_keys", "centres", "input_rows", "fold_keys"]
 
 _LLOYD_STEPS = 10
 _BLOCK = 1 << 24  # most (B, S, S) similarity entries of one batched k-means
@@ -127,6 +127,32 @@ def derive_keys(inp: MemoryStore, out_sources: pa.Array, *, max_keys: int | None
     vec, src, counts = _reduce(inp, u_origin, u_src, u_w, unit_rows, per_node, max_keys, codes, saved or None)
     dev = inp.embeddings.device if device is None else device
     return NodeKeys.from_lists(counts, vec.to(dev), src, text_weight=text_weight, max_keys=max_keys)
+
+
+def fold_keys(out: MemoryStore, keys: NodeKeys) -> MemoryStore:
+    """One vector per node: each node of ``out`` with one key ``k`` (a merged node; ``keys`` made
+    with ``max_keys=1``: the centre of its sources) gets the unit blend
+    ``normalize(w t + (1 - w) k)`` of its text's vector ``t`` and that key as its vector, with
+    ``w = keys.text_weight``, and ``out`` keeps no keys. Since a query is one vector,
+    ``q . (w t + (1 - w) k)`` is the keys' rule with one key; held as a unit vector like every
+    vector of a store, a node's score is that rule over ``|w t + (1 - w) k|`` (at most 1). The
+    vectors are changed in place: ``out`` must own them.
+
+    Shape: out (N, D), keys of N nodes with counts <= 1 -> out, every row a unit vector
+    """
+    counts = keys.counts
+    if counts.size and counts.max() > 1:
+        raise ValueError(f"keys to fold must be at most one per node, got {int(counts.max())}")
+    nodes = np.flatnonzero(counts == 1)  # the keys are in node order: key j is nodes[j]'s
+    emb = out.embeddings
+    w = float(keys.text_weight)
+    for lo in range(0, len(nodes), _CODE_ROWS):
+        at = torch.as_tensor(nodes[lo:lo + _CODE_ROWS], dtype=torch.int64, device=emb.device)
+        k = keys.unit(torch.arange(lo, lo + len(at), device=keys.vectors.device)).to(emb.device, emb.dtype)
+        blend = torch.nn.functional.normalize(w * emb.index_select(0, at) + (1.0 - w) * k, dim=1)  # (B, D)
+        emb.index_copy_(0, at, blend)
+    out.keys = None
+    return out
 
 
 def _reduce(inp: MemoryStore, u_origin: np.ndarray, u_src: pa.Array, u_w: np.ndarray, unit_rows: np.ndarray,

@@ -9,7 +9,8 @@ What :func:`compress_mem0` does, in order:
 1. reads every memory of the scope with its vector from the vector store itself
    (:mod:`.vectors`: Qdrant scroll, Chroma paged get, a pgvector server-side cursor, FAISS
    reconstruct);
-2. compresses them with MemForest (one vector per memory: no keys, :func:`single_vector`).
+2. compresses them with MemForest (one vector per memory, :func:`single_vector`: the preset's
+   blend of a merged memory's text vector and its sources' centre).
    Tenants are Mem0 scopes: memories with different
    ``user_id`` / ``agent_id`` / ``run_id`` (or ``actor_id``) never merge. Merged text is
    embedded with Mem0's own embedder. Memories with an ``expiration_date`` and procedural
@@ -180,11 +181,13 @@ def store_of_points(points: list[Point], embedder_name: str) -> MemoryStore:
 
 
 def single_vector(config: CompressConfig | None) -> CompressConfig | None:
-    """``config`` without keys (``merge.keys = 0``): a Mem0 memory holds one vector, so a merged
-    memory is searched by its text's vector alone, whatever the preset keeps elsewhere."""
-    if config is None or config.merge.keys == 0:
+    """``config`` with one vector per memory, as a Mem0 memory holds: ``merge.keys`` 0 (a merged
+    memory's text's vector) or 1 (the blend of that vector and its sources' centre, the preset's)
+    as given; more keys (K >= 2, or every source) become that one blend, with the config's text
+    weight."""
+    if config is None or config.merge.keys in (0, 1):
         return config
-    return dataclasses.replace(config, merge=dataclasses.replace(config.merge, keys=0, text_weight=1.0))
+    return dataclasses.replace(config, merge=dataclasses.replace(config.merge, keys=1))
 
 
 def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *, merger=None, backup=None,
