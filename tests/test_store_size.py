@@ -6,10 +6,11 @@ import dataclasses
 import json
 
 import pytest
+from compact_helpers import arrivals, store_of
 
 from memforest_gpu import CompressConfig, compress
 from memforest_gpu.cli.commands import main
-from memforest_gpu.store.io import write_store
+from memforest_gpu.store.io import read_store, write_store
 from memforest_gpu.store.size import bytes_per_vector, store_size
 from memforest_gpu.store.synthetic import synthetic_store
 
@@ -64,3 +65,18 @@ def test_compress_and_info_report_rows_and_bytes_against_the_same_encoding(store
     text = capsys.readouterr().out
     assert "150 vector rows searched (0.50 per memory), 150 vectors held" in text
     assert "uncompressed, in int8: 300 vectors" in text
+
+
+def test_compaction_keeps_one_vector_per_node_whatever_arrived(tmp_path, capsys):
+    """A tenant compacted again and again holds as many vectors as nodes: the budget bounds the
+    store's rows and bytes, not only its node count."""
+    path = tmp_path / "s.parquet"
+    write_store(store_of(arrivals(0, 100, ["a", "b", "c"])), path)
+    for step in range(1, 8):
+        with open(f"{path}.inbox.jsonl", "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in arrivals(step, 40, ["a", "b", "c"]))
+        assert main(["compact", str(path), "--max-nodes-per-tenant", "60", "--embedder", "none", "--quiet"]) == 0
+        z = store_size(read_store(path))
+        assert z.originals == 300 + 120 * step and z.nodes <= 180
+        assert z.rows == z.vectors == z.nodes  # one row a node (<= 1.1 asked)
+    capsys.readouterr()
