@@ -4,7 +4,7 @@
         --shapes turns,facts,w4,w8,sessions --ratios 0.5,0.7 [--metric ansr_content] \\
         [--max-bytes 0.5:55,0.7:40 --bytes bytes_pct|file_bytes_pct]
 
-Selection metric (the one of issue 22, docs/presets.md): the mean over shapes and ratios of the
+Selection metric (the preset selection's, docs/studies/preset-selection.md): the mean over shapes and ratios of the
 retention (the candidate's mean over the training conversations' questions divided by the
 uncompressed store's) on the four training conversations; the candidate with the highest is scored
 on the held-out conversation. ``--max-bytes RATIO:PCT,...``: only candidates whose store is within

@@ -5,7 +5,7 @@ Stage 1: per tenant, one product of its queries with its nodes' text vectors and
 batched product, each node's best key by ``scatter_reduce``, the rule's top c. Compared in one
 run, interleaved, with the uncompressed store, the compressed store's exact rule and its text
 alone (:class:`~memforest_gpu.retrieval.retriever.Retriever`); prints queries/s and the share of
-the exact rule's top 10 that the two-stage search finds (docs/merged-keys.md, "Search speed").
+the exact rule's top 10 that the two-stage search finds (docs/studies/search-speed.md).
 
     python bench/shortlist_speed.py --nodes 50000 --tenants 50 --shortlists 20,40   # or --input IN --output OUT
 """
