@@ -55,7 +55,7 @@ from memforest_gpu.store.keys import NodeKeys  # noqa: E402
 from memforest_gpu.store.merged_keys import derive_keys  # noqa: E402
 
 KEPT = (("B", "ansr"), ("B", "ansr_content"), ("B", "evr"), ("k", "evr"), ("k", "ansr"))
-K, L, LAM, BUDGET = 10, 4, 0.2, 256  # the protocol's defaults (EVAL.md)
+K, L, LAM, BUDGET = 10, 4, 0.2, 256  # the protocol's defaults (docs/evaluation.md)
 
 
 def rankings():
