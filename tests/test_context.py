@@ -67,7 +67,7 @@ def test_the_piece_that_matched_comes_first_though_the_node_begins_with_other_so
     assert sorted(s for p in big for s in p.sources) == ["a", "b", "c", "f0", "f1"]
 
 
-def test_search_gives_the_context_by_default_pooled_for_a_store_with_keys():
+def test_search_gives_the_context_by_default_pooled_for_a_store_with_merged_nodes():
     _, out, emb = merged_store()
     query = "Where did Bob buy the red bicycle? Porto?"
     pieces = search(out, query, embedder=emb, budget=12)[0]
@@ -77,10 +77,15 @@ def test_search_gives_the_context_by_default_pooled_for_a_store_with_keys():
     whole = search(out, query, embedder=emb, budget=12, fill="plain")[0]
     assert whole[0]["sources"] == ["a", "b", "c"] and whole[0]["cut"]
     bare = out.take(np.arange(len(out)))
-    bare.keys = None  # no keys: whole nodes under either fill, and no embedder needed
+    bare.keys = None  # no keys (one vector per node): whole nodes, pooled by default, which needs the embedder
     q = emb.embed([query])
-    assert search(bare, q, budget=12) == search(bare, q, budget=12, fill="plain") == \
-        search(bare, q, budget=12, fill="ranked")
+    assert search(bare, q, budget=12, fill="plain") == search(bare, q, budget=12, fill="ranked")
+    assert search(bare, q, budget=12, embedder=emb) == search(bare, q, budget=12, embedder=emb, fill="pooled")
+    with pytest.raises(ValueError, match="needs the embedder"):
+        search(bare, q, budget=12)
+    originals = out.take(np.flatnonzero([len(s) == 1 for s in out.sources]))
+    originals.keys = None  # a store of originals: whole nodes, no embedder needed
+    assert search(originals, q, budget=12) == search(originals, q, budget=12, fill="plain")
     assert len(search(out, query, embedder=emb)[0]) == 3  # no budget: the hits, as before
 
 

@@ -56,8 +56,8 @@ def _add_search_parser(sub) -> None:
                    help="show the context instead: pieces filling B whitespace tokens (256: the evaluation's @B)")
     s.add_argument("--fill", default=None, choices=("pooled", "ranked", "focused", "plain"),
                    help="with --budget: pooled (the part of a merged node that matched first, the last pieces by "
-                        "their best sentences; the default for a store with keys) | ranked (parts, the last cut) | "
-                        "focused (the last piece by its best sentences) | plain (whole nodes in rank order)")
+                        "their best sentences; the default for a store with merged nodes) | ranked (parts, the last "
+                        "cut) | focused (the last piece by its best sentences) | plain (whole nodes in rank order)")
     s.add_argument("--embedder", default="auto",
                    help="auto: the store's recorded model (all-MiniLM-L6-v2 for a store without vectors) | "
                         "default (all-MiniLM-L6-v2) | PATH: the model of the store's vectors")

@@ -17,7 +17,8 @@ without keys, and every node of a store without keys is one piece, its whole tex
 Pieces are shown until ``budget`` whitespace tokens are used (the token count of the evaluation's
 ``@B`` cut, docs/evaluation.md); only the last piece is cut, to its first tokens that fit.
 ``fill="focused"`` shows that last piece by its sentences that match the query best instead
-(:func:`focus`), and ``fill="pooled"`` (**the default for a store with keys**) lets it and the
+(:func:`focus`), and ``fill="pooled"`` (**the default for a store with merged nodes**, given its
+embedder) lets it and the
 :data:`POOL` - 1 pieces after it share what is left, sentence by sentence (:func:`focus_many`): a
 session or a long merged node longer than the budget is no longer cut to its first tokens. AGPR's
 hits are read in AGPR's order by the same rule (a part waits only for a later node that could beat
@@ -36,6 +37,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
+import pyarrow.compute as pc
 import torch
 
 from ..mergers.extractive import split_sentences
@@ -43,7 +45,7 @@ from ..store.timeutil import DATE_TAG, format_date
 
 __all__ = ["FILLS", "MIN_BUDGET", "Piece", "context", "whole_tags", "dated_sentences", "key_parts", "part_scores",
            "in_rule_order", "ranked_pieces", "fit", "focus", "focus_many", "fit_focused", "default_fill", "check_fill",
-           "has_keys"]
+           "has_keys", "has_merged"]
 
 FILLS = ("ranked", "plain", "focused", "pooled")
 MIN_BUDGET = 4  # what search takes, in whitespace tokens: a piece's date tag (3) and one word of its text
@@ -76,10 +78,17 @@ def has_keys(store) -> bool:
 
 
 def default_fill(store) -> str:
-    """``"pooled"`` for a store with keys (chosen by leave one conversation out over turns, facts,
-    4-turn windows and sessions: docs/presets.md, docs/long-memories.md), ``"plain"`` otherwise
-    (no embedder needed; ``"pooled"`` is asked for by name there)."""
-    return "pooled" if has_keys(store) else "plain"
+    """``"pooled"`` for a store with merged nodes or keys (chosen over whole nodes on the dev file:
+    docs/studies/one-vector-per-node.md, docs/studies/long-memories.md; it needs the embedder of the
+    store's vectors, which matches a long piece's sentences to the query), ``"plain"`` (whole
+    nodes, no embedder needed) for a store of originals only."""
+    return "pooled" if has_keys(store) or has_merged(store) else "plain"
+
+
+def has_merged(store) -> bool:
+    """Whether any node of ``store`` stands for more than one original."""
+    lengths = pc.list_value_length(store.columns()["sources"])
+    return bool(len(store)) and (pc.max(lengths).as_py() or 0) > 1
 
 
 def check_fill(fill: str, budget, store, embedder) -> None:
