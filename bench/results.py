@@ -245,10 +245,26 @@ def revision() -> str:
     return r.stdout.strip() if r.returncode == 0 else ""
 
 
+def slim_eval(data: dict) -> dict:
+    """What a page shows of a results.json: each metric over all questions (not per category),
+    averaged over seeds (``seeds``: how many), without the per-cell timings."""
+    groups: dict[tuple, list[float]] = {}
+    for r in data["records"]:
+        if r.get("category", "all") != "all" or r.get("seed") == "mean" or r.get("value") is None:
+            continue
+        key = (r["method"], r.get("schedule") or "-", r["ratio"], r["retriever"], r["cut"], r["metric"])
+        groups.setdefault(key, []).append(float(r["value"]))
+    records = [{"method": m, "schedule": s, "ratio": x, "retriever": rt, "cut": c, "metric": k,
+                "value": statistics.fmean(v), "seeds": len(v)} for (m, s, x, rt, c, k), v in groups.items()]
+    return {"meta": {k: v for k, v in data.get("meta", {}).items() if k != "cells"}, "records": records}
+
+
 def add(kind: str, a) -> Path:
     """Wrap a run's own output file into a record, write it, and render the page again."""
     with open(a.file, encoding="utf-8") as f:
         data = json.load(f)
+    if kind == "eval":
+        data = slim_eval(data)
     rec = {"format": FORMAT, "title": a.title, "section": a.section, "order": a.order,
            "command": a.command or (" ".join(data["command"]) if kind == "compare" else ""),
            "machine": a.machine or machine_line(), "date": a.date or time.strftime("%Y-%m-%d"),
