@@ -203,3 +203,26 @@ def test_key_split_finds_the_sources_parts_without_the_originals():
     b = contexts(ranked, out, views, 10, fill="ranked", split=split, **kw)
     assert [[(j, v.rendered, v.sources, c) for j, v, c in x] for x in a] == \
         [[(j, v.rendered, v.sources, c) for j, v, c in x] for x in b]
+
+
+def test_eval_reports_the_points_lost_to_condensing():
+    """Long memories merged to the node cap lose words (condense); eval counts the answers lost that
+    way per cell, and none when the cap keeps every sentence (keep)."""
+    from memforest_gpu.evaluation.dataset import Benchmark, Question
+    from memforest_gpu.evaluation.harness import run_grid
+
+    emb = BagOfWordsEmbedder()  # a window of 256 tokens
+    nodes = [{"id": f"t:n{i}", "text": " ".join(f"w{i}x{k}." for k in range(150)), "timestamp": DAY0 + i,
+              "tenant": "t"} for i in range(8)]
+    qs = [Question(f"t:q{i}-{k}", "t", f"w{i}x{k}", f"w{i}x{k}", (f"t:n{i}",), "1")
+          for i in range(8) for k in (0, 75, 149)]
+    base = preset("memforest")
+    got = {}
+    for policy in ("condense", "keep"):
+        cfg = dataclasses.replace(base, merge=dataclasses.replace(base.merge, cap_policy=policy))
+        res = run_grid(Benchmark("syn", nodes, qs), ["memforest:matching"], [0.5], [0], embedder=emb,
+                       base_config=cfg, eval_config=EvalConfig(budget=256, search_repeats=1), device="cpu")
+        got[policy] = {r["metric"]: r["value"] for r in res.records
+                       if r["method"] == "memforest" and r["metric"].startswith("condensed_")}
+    assert got["condense"]["condensed_answers"] > 0 and got["condense"]["condensed_points"] > 0
+    assert got["keep"] == {"condensed_answers": 0, "condensed_points": 0.0}

@@ -41,6 +41,7 @@ from ..store.size import store_size
 from .context_fill import contexts, score_contexts
 from .dataset import Benchmark
 from .key_parts import key_split
+from .lost_answers import classify, lost_table
 from .methods import MethodSpec, compress_with, parse_method
 from .metrics import CUTS, NodeViews, answer_tokens, nanmean, option_tokens, score_ranked
 
@@ -156,6 +157,7 @@ def _score_store(store: MemoryStore, q: _Questions, cfg: EvalConfig, originals: 
     views = NodeViews.build(store, originals)
     out = {}
     qa_ctx = []
+    shown = None  # the plain retriever's @B contexts: where lost answers went (lost_answers.classify)
     for kind in RETRIEVERS:
         ranked = ranked_candidates(retr, q.emb, q.tenants, cfg, kind)
         for (cut, metric), v in score_ranked(ranked, views, q.answers, q.evidence, k=cfg.k,
@@ -167,13 +169,17 @@ def _score_store(store: MemoryStore, q: _Questions, cfg: EvalConfig, originals: 
             ctx = contexts(ranked, store, views, cfg.budget, fill=cfg.fill, q_emb=q.emb, original_text=originals,
                            split=key_split(embedder.embed))
             out.update({(kind, "B", m): v for m, v in score_contexts(ctx, q.answers, q.evidence).items()})
+        elif kind == "plain":
+            ctx = contexts(ranked, store, views, cfg.budget)
+        if kind == "plain":
+            shown = ctx
         qa_ctx += [[views.rendered[j] for j in row[:cfg.k] if j >= 0] for row in ranked.tolist()]
     if qa is not None:
         Q = len(q.ids)
         for metric, v in qa.score(q.questions * len(RETRIEVERS), qa_ctx).items():
             for r, kind in enumerate(RETRIEVERS):
                 out[kind, "k", metric] = v[r * Q:(r + 1) * Q]
-    return retr, out
+    return retr, out, shown
 
 
 def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
@@ -220,17 +226,18 @@ def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
         key = (spec.label, ratio, _without_seeds(c)) if _seed_free(spec, c, tenant_sizes) else None
         t1 = time.perf_counter()
         if key is not None and key in done:
-            res, t_comp, retr, scores = done[key]  # the same output whatever the seed: computed and scored once
+            res, t_comp, retr, scores, shown = done[key]  # the same output whatever the seed: scored once
         else:
             t0 = time.perf_counter()
             res = compress_with(spec, store, c, merger=merger, embedder=embedder, device=dev)
             t_comp = time.perf_counter() - t0
             flush()
             t1 = time.perf_counter()
-            retr, scores = _score_store(res.store, q, cfg, originals, qa, embedder)
+            retr, scores, shown = _score_store(res.store, q, cfg, originals, qa, embedder)
             if key is not None:
-                done[key] = (res, t_comp, retr, scores)
+                done[key] = (res, t_comp, retr, scores, shown)
         out.cell(spec, ratio, seed, scores, res, t_comp, base_retr, retr, cfg)
+        out.lost(spec, ratio, seed, res.store, shown, originals)
         timings.append({"method": spec.label, "ratio": ratio, "seed": seed, "compress_s": t_comp,
                         "score_s": time.perf_counter() - t1})
         if on_cell is not None:
@@ -296,7 +303,8 @@ class _Records:
     def uncompressed(self, store: MemoryStore, originals: dict, cfg: EvalConfig, qa=None, embedder=None) -> Retriever:
         """Score the uncompressed store (the denominators of every retention); returns its
         retriever."""
-        base_retr, base_scores = _score_store(store, self.q, cfg, originals, qa, embedder)
+        base_retr, base_scores, self.base_shown = _score_store(store, self.q, cfg, originals, qa, embedder)
+        self.base_ansr = base_scores["plain", "B", "ansr"]
         self.denom = {(cut, metric, cat): nanmean(base_scores["plain", cut, metric][mask])
                       for cut in CUTS for metric in RETAINED for cat, mask in self.q.cat_mask.items()
                       if ("plain", cut, metric) in base_scores}
@@ -316,6 +324,14 @@ class _Records:
             self.emit(method, schedule, ratio, seed, "-", "-", metric, "all", value)
             self.emit(method, schedule, ratio, seed, "-", "-", f"{metric}_share", "all",
                       value / whole[metric] if whole[metric] else None)
+
+    def lost(self, spec: MethodSpec, ratio, seed, store: MemoryStore, shown, originals: dict) -> None:
+        """The AnsR@B points and answers (plain top-k) lost to condensing: answer tokens of an
+        evidence memory that the merged node holding it no longer has (lost_answers.classify)."""
+        cause, lost = classify(self.base_shown, shown, store, self.q.answers, self.q.evidence, originals)
+        t = lost_table(cause, lost, self.base_ansr, self.q.cat_mask["all"])["condensed"]
+        self.emit(spec.name, spec.schedule, ratio, seed, "plain", "B", "condensed_points", "all", t["points"] / 100)
+        self.emit(spec.name, spec.schedule, ratio, seed, "plain", "B", "condensed_answers", "all", t["answers"])
 
     def cell(self, spec: MethodSpec, ratio, seed, scores, res, t_comp: float, base_retr, retr,
              cfg: EvalConfig) -> None:

@@ -142,8 +142,9 @@ def _calls(comp: list[dict], reference: str) -> dict:
 
 def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str = REFERENCE) -> str:
     """The results in the paper's layout (methods as rows, one block per ratio, with each store's
-    vector rows per memory and bytes against the uncompressed store in the same encoding), then
-    a retention summary, AGPR, the bootstrap calls and the search speedups."""
+    vector rows per memory, bytes against the uncompressed store in the same encoding and the
+    AnsR@B points lost to condensing), then a retention summary, AGPR, the bootstrap calls and
+    the search speedups."""
     agg = aggregate(res.records)
     meta = res.meta
     apart = res.meta.get("categories_apart") or []  # abstention: last, never in "all"
@@ -165,7 +166,10 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
                 if ev.get("fill") == "ranked" else ". ")
              + "Values are x100, mean ± std over seeds; % = retention against the uncompressed store "
              "with plain top-k. AnsR-c (AnsR-content) credits answer tokens only from node text and from "
-             "the dates of nodes that hold the question's evidence, not from unrelated nodes' date headers."
+             "the dates of nodes that hold the question's evidence, not from unrelated nodes' date headers. "
+             "rows: vector rows searched per memory; bytes %: texts and vectors against the uncompressed store "
+             "in the same encoding; cond.: AnsR@B points (of the uncompressed mean, plain top-k) lost to "
+             "condensing, answer words of an evidence memory that its merged node no longer holds."
              + _evidence_counts(meta)
              + (f" Categories {', '.join(meta['categories_apart'])} (abstention questions) are reported apart: "
                 f"not in 'all'." if meta.get("categories_apart") else "")
@@ -177,7 +181,7 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
     L.append("")
     head = (["Method"] + [f"AnsR@B {cat_label(c)}" for c in cats]
             + ["AnsR@B all", "%", "AnsR-c@B all", "%", f"EvR@{k}", "%", "EvR@B", "%", f"Ctx@{k}", "Dates@B", "speedup",
-               "rows", "bytes %"])
+               "rows", "bytes %", "cond."])
     L.append("| " + " | ".join(head) + " |")
     L.append("|" + "---|" * len(head))
 
@@ -192,7 +196,8 @@ def markdown(res: EvalResult, comp: list[dict] | None = None, *, reference: str 
                   _plain(agg, (*key, "B", "dates", "all"), scale=1, digits=1),
                   "–" if label == "none" else _plain(agg, (*key, "-", "search_speedup", "all"), scale=1, digits=2),
                   _plain(agg, (label, ratio, "-", "-", "rows_share", "all"), scale=1, digits=2),
-                  _plain(agg, (label, ratio, "-", "-", "bytes_share", "all"), scale=100, digits=0)]
+                  _plain(agg, (label, ratio, "-", "-", "bytes_share", "all"), scale=100, digits=0),
+                  _plain(agg, (label, ratio, "plain", "B", "condensed_points", "all"), scale=100, digits=1)]
         L.append(f"| {name} | " + " | ".join(cells) + " |")
 
     row("uncompressed", "none", 0.0, "plain")

@@ -275,6 +275,6 @@ def _offline(full: MemoryStore, sizes: dict, spec: MethodSpec, cfg, merger, embe
 
 
 def _score(out: _Records, spec: MethodSpec, ratio, seed, store, q, cfg_eval, originals) -> None:
-    _, scores = _score_store(store, q, cfg_eval, originals)
+    _, scores, _ = _score_store(store, q, cfg_eval, originals)
     out.scores(spec, ratio, seed, scores)
     out.emit(spec.name, spec.schedule, ratio, seed, "-", "-", "nodes", "all", len(store))
