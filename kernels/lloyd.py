@@ -27,12 +27,11 @@ import torch
 
 from .assign import best_match
 from .blocks import row_blocks, stream_rows
+from .choices import SEEDINGS
 from .seeding import batched_d2_seeds, kmeans_plus_plus
 from .settled import SettledRows
 
 __all__ = ["kmeans", "lloyd_step", "initial_centroids", "cluster_means", "cluster_centres", "LocalReduce", "SEEDINGS"]
-
-SEEDINGS = ("batched", "k-means++")
 
 
 def cluster_means(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, K: int, *, reduce=None,

@@ -3,16 +3,29 @@
 >>> from memforest_gpu import MemoryStore, compress, CompressConfig, MergeConfig
 >>> result = compress(store, CompressConfig(merge=MergeConfig(ratio=0.5)))
 >>> result.store, result.report
+
+The public names are imported at their first use (:func:`__getattr__`), so importing the
+package, or a light module of it such as :mod:`.config` or the command line's parser, does
+not load torch.
 """
-from .config import CompactConfig, CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
-from .engine import CompactResult, CompressReport, CompressResult, compact, compress
-from .mergers import ExtractiveMerger, MemoryItem, MergePair, Merger
-from .mergers.embedders import SentenceTransformerEmbedder
-from .retrieval.retriever import Retriever, SearchResult, search
-from .store.io import read_store, write_store
-from .store.memory_store import MemoryStore
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
+
+#: public name -> the module that defines it
+_PUBLIC = {
+    **dict.fromkeys(["CompactConfig", "CompressConfig", "MergeConfig", "PartitionConfig", "RetrievalConfig",
+                     "TreeConfig"], "memforest_gpu.config"),
+    **dict.fromkeys(["CompactResult", "CompressReport", "CompressResult", "compact", "compress"],
+                    "memforest_gpu.engine"),
+    **dict.fromkeys(["ExtractiveMerger", "MemoryItem", "MergePair", "Merger"], "memforest_gpu.mergers"),
+    "SentenceTransformerEmbedder": "memforest_gpu.mergers.embedders",
+    **dict.fromkeys(["Retriever", "SearchResult", "search"], "memforest_gpu.retrieval.retriever"),
+    **dict.fromkeys(["read_store", "write_store"], "memforest_gpu.store.io"),
+    "MemoryStore": "memforest_gpu.store.memory_store",
+}
 
 __all__ = [
     "MemoryStore", "read_store", "write_store", "compress", "CompressResult", "CompressReport",
@@ -21,3 +34,17 @@ __all__ = [
     "SentenceTransformerEmbedder", "Merger", "MergePair", "MemoryItem", "ExtractiveMerger",
     "Retriever", "SearchResult", "search",
 ]
+
+
+def __getattr__(name: str):
+    """A public name, imported from its module at its first use (then kept in the package)."""
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memforest_gpu' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -4,11 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from .kernels.lloyd import SEEDINGS
-from .store.codes import VECTOR_CODES
+from .kernels.choices import SEEDINGS
 
 __all__ = [
     "ConfigError",
@@ -26,6 +22,7 @@ __all__ = [
     "KMEANS_METHODS",
     "SEEDINGS",
     "CAP_POLICIES",
+    "VECTOR_CODES",
     "PRESETS",
     "DEFAULT_PRESET",
     "preset",
@@ -38,6 +35,7 @@ TIME_RULES = ("flat", "scaled", "gated")
 GRAPHS = ("knn", "dense")
 KMEANS_METHODS = ("exact", "two-level")
 CAP_POLICIES = ("condense", "strict", "keep")
+VECTOR_CODES = ("float32", "int8")  # how a store file holds its vectors (store/codes.py)
 
 
 class ConfigError(ValueError):
@@ -77,9 +75,12 @@ def _check_choice(name: str, value: str, valid: tuple[str, ...]):
 
 
 def _check_regex(name: str, value: str):
-    """A non-empty regular expression that Arrow's RE2 compiles (the engine matches with it)."""
+    """A non-empty regular expression that Arrow's RE2 compiles (the engine matches with it).
+    Arrow is imported here, for a pattern, so that importing the configs stays light."""
     if not isinstance(value, str) or not value:
         raise ConfigError(name, f"must be a non-empty regular expression, got {value!r}")
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     try:
         pc.match_substring_regex(pa.array([""]), value)
