@@ -12,6 +12,12 @@ stopped at the end.
 --low-water 1.0`` (every user to half), then ``--late`` (1%) new memories added through Mem0
 (spread over the users) and a second ``mem0 compact``, each timed end to end.
 
+``--search Q``: Mem0's own search timed on the store before the compress and after it (before
+the restore): Q queries over the users, ``Memory.search(query, filters={"user_id": ...},
+top_k=10)`` end to end (the query embedded by Mem0's embedder), and the vector store's own
+``search`` with the query vectors given (what the compression can speed up); best of three
+passes each, ms per query, and the speedup.
+
 ``--write-path``: ``batch`` (default) or ``mem0`` (Mem0's ``add`` / ``delete`` one memory at a
 time, the reference). ``--build batch`` builds the store with the batched write path (the
 same rows as Mem0's ``add``, tested; embeddings in batches) instead of one ``add`` per memory.
@@ -121,6 +127,38 @@ def snapshot(cfg: dict) -> dict:
     return out
 
 
+def search_times(cfg: dict, n: int, users: int, k: int = 10, reps: int = 3) -> dict:
+    """Milliseconds per query of Mem0's search (end to end) and of its vector store's search
+    (query vectors given), best of ``reps`` passes over ``n`` queries spread over the users."""
+    from memforest_gpu.adapters.mem0.inplace import close_memory, load_memory
+
+    m = load_memory(cfg, quiet=True)
+    queries = [(j % users, next(iter(memories_of(j % users, j // users + 1)))[0].split(" (note")[0])
+               for j in range(n)]
+    vecs = m.embedding_model.embed_batch([q for _, q in queries], "search")
+
+    def full():
+        for u, q in queries:
+            m.search(q, filters={"user_id": f"user{u}"}, top_k=k)
+
+    def store_only():
+        for (u, q), v in zip(queries, vecs):
+            m.vector_store.search(query=q, vectors=v, top_k=k, filters={"user_id": f"user{u}"})
+
+    out = {}
+    for name, f in (("mem0_search_ms", full), ("store_search_ms", store_only)):
+        best = min(_timed(f) for _ in range(reps))
+        out[name] = 1e3 * best / n
+    close_memory(m)
+    return out
+
+
+def _timed(f) -> float:
+    t = time.perf_counter()
+    f()
+    return time.perf_counter() - t
+
+
 def _steps(seconds: dict, wall: float, added: int, deleted: int) -> None:
     for k, v in seconds.items():
         extra = ""
@@ -181,6 +219,8 @@ def compact_steps(a, cli, cfg_path: str, work: str, cfg: dict) -> dict:
 def compress_steps(a, cli, cfg_path: str, work: str, cfg: dict, rec: dict) -> bool:
     """mem0 compress --all-tenants, then a restore; True when the restore is exact."""
     before = snapshot(cfg)
+    if a.search:
+        rec["search_before"] = search_times(cfg, a.search, a.users)
     backup, report = os.path.join(work, "backup.parquet"), os.path.join(work, "report.json")
     t = time.perf_counter()
     rc = cli(["mem0", "compress", "--config", cfg_path, "--all-tenants", "--ratio", str(a.ratio), "--backup", backup,
@@ -196,6 +236,11 @@ def compress_steps(a, cli, cfg_path: str, work: str, cfg: dict, rec: dict) -> bo
     print(f"compress   {rep['memories_in']} -> {len(after)} memories ({added} merged added, {deleted} deleted): "
           f"{wall:.1f} s wall, {rep['memories_in'] / wall:.1f} memories/s through the whole protocol")
     _steps(rep["seconds"], wall, added, deleted)
+    if a.search:
+        b, c = rec["search_before"], rec["search_after"] = rec["search_before"], search_times(cfg, a.search, a.users)
+        for key, what in (("mem0_search_ms", "Mem0's search, end to end"), ("store_search_ms", "its vector store")):
+            print(f"search     {what}: {b[key]:.2f} -> {c[key]:.2f} ms per query, {b[key] / c[key]:.2f}x "
+                  f"({a.search} queries, top 10, best of 3)", flush=True)
     t = time.perf_counter()
     rc = cli(["mem0", "restore", backup, "--config", cfg_path])
     rwall = time.perf_counter() - t
@@ -241,6 +286,8 @@ def main() -> int:
     ap.add_argument("--reuse", action="store_true", help="reuse a store already built under --root (qdrant)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (MiniLM)")
     ap.add_argument("--json", default=None, help="write the records here")
+    ap.add_argument("--search", type=int, default=0, help="time Mem0's search with this many queries before and "
+                                                           "after the compress (0: not)")
     ap.add_argument("--compact", action="store_true", help="mem0 compact (every user to half), then 1%% new, again")
     ap.add_argument("--late", type=float, default=0.01, help="--compact: new memories before the second compact, "
                                                              "as a share of --memories")
