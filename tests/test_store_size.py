@@ -80,3 +80,18 @@ def test_compaction_keeps_one_vector_per_node_whatever_arrived(tmp_path, capsys)
         assert z.originals == 300 + 120 * step and z.nodes <= 180
         assert z.rows == z.vectors == z.nodes  # one row a node (<= 1.1 asked)
     capsys.readouterr()
+
+
+def test_a_faiss_index_of_the_presets_store_holds_one_row_per_node(store):
+    """The faiss index honours the bound: one vector a node, as many rows as the store's nodes
+    (every source's key would index the input's count again)."""
+    from extras import need
+
+    need("faiss")
+    from memforest_gpu.retrieval.index import IndexedRetriever
+
+    for keys, rows in ((1, 150), (-1, 300)):
+        out = compress(store, _cfg(keys), device="cpu").store
+        r = IndexedRetriever(out, "faiss-flat")
+        held = sum(getattr(ix, "inner", ix).index.ntotal for ix in r.indexes.values())
+        assert held == rows == store_size(out).rows
