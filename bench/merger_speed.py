@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 import extractive_reference as ref_module  # noqa: E402
 from extractive_corpus import dev_items, merge_levels, synthetic_items  # noqa: E402
 
-from memforest_gpu.mergers import sentences  # noqa: E402
+from memforest_gpu import sentences  # noqa: E402
 from memforest_gpu.mergers.base import MergePair  # noqa: E402
 from memforest_gpu.mergers.extractive import ExtractiveMerger  # noqa: E402
 from memforest_gpu.mergers.word_count import count_words  # noqa: E402

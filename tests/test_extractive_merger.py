@@ -7,7 +7,8 @@ import re
 import pytest
 
 from memforest_gpu.mergers.base import MemoryItem, MergePair, Merger
-from memforest_gpu.mergers.extractive import ExtractiveMerger, normalize, split_sentences
+from memforest_gpu.mergers.extractive import ExtractiveMerger
+from memforest_gpu.sentences import normalize, split_sentences
 
 DAY = 86400.0
 T0 = 1683554160.0  # 8 May 2023, 13:56 UTC
@@ -324,8 +325,7 @@ def test_merging_in_worker_processes_gives_the_same_texts():
 def test_a_run_empties_the_mergers_memos_after_its_last_round():
     """The memos of texts and sentences read and written are held through the rounds only
     (1M nodes: ~100 MB); the run's texts are the same as with cold memos."""
-    from memforest_gpu import CompressConfig, MergeConfig, compress
-    from memforest_gpu.mergers import sentences
+    from memforest_gpu import CompressConfig, MergeConfig, compress, sentences
     from memforest_gpu.store.synthetic import synthetic_store
 
     store = synthetic_store(600, dim=16, seed=3)

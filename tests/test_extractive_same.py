@@ -11,8 +11,9 @@ from extractive_corpus import dev_items, merge_levels, pairs_of, synthetic_items
 from extractive_reference import ExtractiveMerger as Reference
 
 from memforest_gpu.mergers.base import MergePair
-from memforest_gpu.mergers.extractive import ExtractiveMerger, dedup_sentences, split_sentences
+from memforest_gpu.mergers.extractive import ExtractiveMerger, dedup_sentences
 from memforest_gpu.mergers.word_count import count_words
+from memforest_gpu.sentences import split_sentences
 
 THRESHOLDS = (0.9, 1.0, 0.75, 0.5, 0.2)
 CAPS = (1, 2, 5, 13, 40)
@@ -101,7 +102,8 @@ def test_helpers_same(all_pairs):
 def test_a_written_text_reads_back_as_remembered(all_pairs):
     """A merged text parsed from how it was written (sentences.remember_written) has the parse
     reading it gives; and the shortcut is taken for most merges of this corpus."""
-    from memforest_gpu.mergers import extractive, sentences
+    from memforest_gpu import sentences
+    from memforest_gpu.mergers import extractive
 
     taken = 0
     for q in extractive._quads(all_pairs):

@@ -15,8 +15,8 @@ from memforest_gpu.evaluation.long_shapes import UPDATES, load_shape
 from memforest_gpu.evaluation.lost_answers import classify, update_reading
 from memforest_gpu.evaluation.methods import compress_with, parse_method
 from memforest_gpu.evaluation.metrics import NodeViews, score_ranked
-from memforest_gpu.mergers.extractive import split_sentences
 from memforest_gpu.retrieval.retriever import Retriever
+from memforest_gpu.sentences import split_sentences
 
 
 def _locomo(path, sessions: int = 4):

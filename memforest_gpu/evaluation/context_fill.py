@@ -57,8 +57,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..mergers.extractive import split_sentences
 from ..retrieval.context import POOL, fit, fit_focused, in_rule_order, part_scores, ranked_pieces
+from ..sentences import split_sentences
 from ..store.timeutil import DATE_TAG, format_date
 from .metrics import STOP_WORDS, NodeViews, source_starts, tokens
 

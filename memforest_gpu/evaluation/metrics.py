@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..mergers.extractive import split_sentences
+from ..sentences import split_sentences
 from ..store.memory_store import MemoryStore
 from ..store.timeutil import DATE_TAG, format_date
 

@@ -45,14 +45,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
+from .. import sentences
 from ..config import ConfigError
+from ..sentences import day_of, parse, remember_written, sentence_info, split_sentences
 from ..store.timeutil import MONTHS, format_date
-from . import sentences
 from .base import MergePair
 from .parallel import map_parts, spare_cores
-from .sentences import day_of, normalize, parse, remember_written, sentence_info, split_sentences
 
-__all__ = ["ExtractiveMerger", "split_sentences", "normalize", "dedup_sentences", "has_info"]
+__all__ = ["ExtractiveMerger", "dedup_sentences", "has_info", "split_sentences"]
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
@@ -77,7 +77,7 @@ def _in_order(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
 
 
 def _repeats_one(info: tuple, kept: list, threshold: float) -> bool:
-    """Whether a sentence (its :func:`~.sentences.sentence_info`) repeats a kept one (rule 3):
+    """Whether a sentence (its :func:`sentence_info`) repeats a kept one (rule 3):
     same negations, every number of it in the kept one and in the same order, and its tokens
     contained in the kept one's (3+ tokens) or at Jaccard >= ``threshold`` with them. The
     size test first: the Jaccard index never exceeds min/max (and rounding keeps that order)."""
@@ -112,7 +112,7 @@ def _repeats_indexed(info: tuple, kept: list, postings: dict, threshold: float) 
 
 
 def _dedup(groups: Sequence[Sequence[tuple]], threshold: float) -> list[list[tuple]]:
-    """:func:`dedup_sentences` over the sentences' :func:`~.sentences.sentence_info`; with many
+    """:func:`dedup_sentences` over the sentences' :func:`sentence_info`; with many
     sentences, each is compared only with the kept ones that share enough tokens
     (:func:`_repeats_indexed`), not with every kept one."""
     indexed = sum(map(len, groups)) >= _INDEX_ABOVE
@@ -287,7 +287,7 @@ def _write(labels: Sequence[str], groups: Sequence[Sequence[str]], tagged: bool)
 
 
 def _write_infos(labels: Sequence[str], groups: Sequence[Sequence[tuple]], tagged: bool) -> str:
-    """:func:`_write` of groups of :func:`~.sentences.sentence_info`."""
+    """:func:`_write` of groups of :func:`sentence_info`."""
     if not tagged:
         return " ".join([info[0] for info in groups[0]]) if groups else ""
     return " ".join(f"[{label}] " + " ".join([info[0] for info in g]) for label, g in zip(labels, groups) if g)

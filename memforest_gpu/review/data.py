@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow.compute as pc
 
-from ..mergers.extractive import normalize, split_sentences
+from ..sentences import normalize, split_sentences
 from ..store.memory_store import MemoryStore
 from .groups import Groups, groups_from_merges, groups_from_plan, groups_from_stores, load_columns
 from .sample import Limits, describe, pick

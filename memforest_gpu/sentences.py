@@ -1,6 +1,7 @@
-"""A memory text as the extractive merger reads it: date segments, sentences and their tokens.
+"""A memory text read as sentences: date segments, sentences and their tokens.
 
-The rules are :mod:`.extractive`'s (its docstring, steps 1 and 3); this module reads texts and
+The rules are the extractive merger's (:mod:`.mergers.extractive`, steps 1 and 3); retrieval,
+the review page and the evaluation split texts with them too. This module reads texts and
 remembers what it read, since progressive merging reads the same sentences again in every later
 merge of their node:
 
@@ -21,7 +22,7 @@ import re
 from datetime import date
 from functools import lru_cache
 
-from ..store.timeutil import DATE_TAG, MONTHS, format_date
+from .store.timeutil import DATE_TAG, MONTHS, format_date
 
 __all__ = ["normalize", "split_sentences", "parse", "read", "sentence_info", "day_of", "day_ordinal",
            "remember_written", "written_reads_back", "forget", "Recent", "NEGATIONS"]
