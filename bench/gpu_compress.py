@@ -4,7 +4,7 @@ The command line's default preset, then ``--preset paper``, each as the scaling 
 them (``--kmeans two-level --schedule matching --embedder none``, the extractive merger): the
 seconds of each stage, the peak device memory (``torch.cuda.max_memory_allocated``) of the
 whole run and of each stage (:mod:`stage_memory`'s marks), the rounds, and the host reads
-and host-to-device copies (:func:`memforest_gpu.engine.host_reads.count_host_reads`; both stall
+and host-to-device copies (``tests/host_reads.py``; both stall
 the stream), in all and per round. One record per preset, written as soon as it is done.
 """
 from __future__ import annotations
@@ -69,7 +69,8 @@ def _accounting(ctx: Ctx, compress, store, cfg, name: str) -> None:
 
 
 def _one(ctx: Ctx, compress, store, cfg, name: str, build_s: float) -> None:
-    from memforest_gpu.engine.host_reads import count_host_reads
+    from host_reads import count_host_reads  # tests/host_reads.py (gpu_steps.py puts tests/ on the path)
+
     from memforest_gpu.kernels.triton_assign import fallback_reasons
 
     per_round: list[tuple[int, int]] = []  # (reads, H2D copies) of each round

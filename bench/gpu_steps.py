@@ -21,6 +21,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
+if os.path.join(ROOT, "tests") not in sys.path:  # tests/host_reads.py: the host-read counter
+    sys.path.append(os.path.join(ROOT, "tests"))
 
 from gpu_agree import step_agreement  # noqa: E402
 from gpu_compress import step_compress  # noqa: E402
@@ -86,9 +88,10 @@ SIZES = {
 def step_first_round(ctx: Ctx) -> None:
     """Step 3: the dry run of a 1M-node store (partition + trees + the first round's pairs), per
     k-means kind, with host reads: :func:`memforest_gpu.engine.dry_run`."""
+    from host_reads import count_host_reads
+
     from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig
     from memforest_gpu.engine import dry_run
-    from memforest_gpu.engine.host_reads import count_host_reads
     from memforest_gpu.kernels.triton_assign import fallback_reasons
 
     s = ctx.size

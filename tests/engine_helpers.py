@@ -202,8 +202,9 @@ def _round_sizes(res):
 def compress_counting_reads(store, cfg, merger):
     """``compress`` on the CPU under :func:`count_host_reads`: (result, the counter, the reads
     of each round, in order)."""
+    from host_reads import count_host_reads
+
     from memforest_gpu.engine import compress
-    from memforest_gpu.engine.host_reads import count_host_reads
 
     per_round = []
     with count_host_reads() as reads:

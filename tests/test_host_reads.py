@@ -1,5 +1,5 @@
 """The engine's synchronisation budget, checked on the CPU: device->host reads counted by
-:func:`memforest_gpu.engine.host_reads.count_host_reads` (each one is a GPU synchronisation on CUDA).
+:func:`host_reads.count_host_reads` (tests/host_reads.py) (each one is a GPU synchronisation on CUDA).
 
 A merge round reads the device a constant number of times, whatever the number of trees,
 pairs and tenants; a whole 20,000-node compress stays under a fixed total.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 from engine_helpers import compress_counting_reads
+from host_reads import count_host_reads
 
 from memforest_gpu.config import CompressConfig, MergeConfig
-from memforest_gpu.engine.host_reads import count_host_reads
 from memforest_gpu.store.memory_store import MemoryStore
 from memforest_gpu.store.synthetic import synthetic_store
 
@@ -58,8 +58,7 @@ def test_counter_sees_the_reads_and_restores_torch():
 def test_counter_sees_host_to_device_copies_apart_from_the_reads():
     """A ``meta`` tensor stands for a device one: what crosses is counted, what stays is not."""
     import numpy as np
-
-    from memforest_gpu.engine.host_reads import _way
+    from host_reads import _way
 
     x = torch.arange(4)
     as_tensor = torch.as_tensor

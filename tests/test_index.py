@@ -162,7 +162,7 @@ def test_cuda_store(store):
 def test_search_makes_no_host_round_trip(store):
     """Queries go to faiss as torch tensors and the results come back as tensors: no numpy,
     no .cpu(), no .tolist() per search (on the GPU this is what keeps a search on the device)."""
-    from memforest_gpu.engine.host_reads import count_host_reads
+    from host_reads import count_host_reads
 
     q, _ = _queries(store, 30, seed=6)
     big = store.select_tenant(store.tenant_names()[0])
@@ -211,7 +211,8 @@ def test_gpu_indexes_share_one_gpu_resources_object(monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available() or not hasattr(faiss, "StandardGpuResources"),
                     reason="needs CUDA and faiss-gpu")
 def test_faiss_gpu_search_stays_on_the_device(store):
-    from memforest_gpu.engine.host_reads import count_host_reads
+    from host_reads import count_host_reads
+
     from memforest_gpu.retrieval.index import gpu_resources
 
     st = store.to("cuda")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from host_reads import count_host_reads
 from lloyd_reference import kmeans_before
 
 import memforest_gpu.kernels.settled as settled
-from memforest_gpu.engine.host_reads import count_host_reads
 from memforest_gpu.kernels.assign import best_match
 from memforest_gpu.kernels.lloyd import kmeans
 from memforest_gpu.store.synthetic import synthetic_store

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 from engine_helpers import check_invariants, compress_counting_reads, same_output
+from host_reads import count_host_reads
 from margins import assert_enough, dot_tolerance, retrieval_margins
 
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig
 from memforest_gpu.engine import compress
-from memforest_gpu.engine.host_reads import count_host_reads
 from memforest_gpu.engine.partition import closed_form_centres, partition_nodes, time_order
 from memforest_gpu.kernels.agpr import agpr_rerank, topk_search
 from memforest_gpu.kernels.lloyd import cluster_centres, kmeans
