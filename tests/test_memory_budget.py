@@ -16,8 +16,8 @@ from memforest_gpu.runs.budget_groups import (
     node_bytes,
     output_batch_rows,
     pack_groups,
-    parse_size,
 )
+from memforest_gpu.sizes import parse_size
 from memforest_gpu.store.io import write_store
 from memforest_gpu.store.synthetic import heavy_tailed_sizes, synthetic_store, write_synthetic_parquet
 

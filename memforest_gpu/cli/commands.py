@@ -14,10 +14,10 @@ from ..mergers import get_merger
 from ..printable import printable
 from ..report import MergerStats
 from ..retrieval.context import MIN_BUDGET
-from ..runs.budget_groups import parse_size
 from ..runs.errors import OPTION_WORDS
 from ..runs.paths import check_paths, writes
 from ..runs.preflight import preflight
+from ..sizes import parse_size
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
 from ..store.size import bytes_per_vector, store_size

@@ -33,11 +33,12 @@ import numpy as np
 
 from ..mergers import get_merger
 from ..report import CompressReport
+from ..sizes import format_size
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format, read_store
 from ..timer import StageTimer
 from .budget_files import _output_keys, _split_jsonl, _split_parquet, _write_output, _write_part
-from .budget_groups import TenantScan, format_size, group_capacity, node_bytes, pack_groups, parts_dir, scan_tenants
+from .budget_groups import TenantScan, group_capacity, node_bytes, pack_groups, parts_dir, scan_tenants
 from .driver import MergerRun, run_locked
 from .errors import OPTION_WORDS  # noqa: F401 (the logger's filter writes {memory_budget} in the caller's words)
 from .journal import merger_identity
