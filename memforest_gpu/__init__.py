@@ -10,7 +10,7 @@ not load torch.
 """
 from __future__ import annotations
 
-import importlib
+from .lazy import public_names
 
 __version__ = "0.1.0"
 
@@ -36,15 +36,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """A public name, imported from its module at its first use (then kept in the package)."""
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'memforest_gpu' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = public_names(__name__, _PUBLIC)

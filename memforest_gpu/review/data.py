@@ -21,7 +21,8 @@ import pyarrow.compute as pc
 from ..sentences import normalize, split_sentences
 from ..store.memory_store import MemoryStore
 from .groups import Groups, groups_from_merges, groups_from_plan, groups_from_stores, load_columns
-from .sample import Limits, describe, pick
+from .limits import Limits
+from .sample import describe, pick
 
 __all__ = ["Groups", "Limits", "groups_from_merges", "groups_from_plan", "groups_from_stores", "review_data",
            "load_columns", "dropped_spans", "FLAGS"]
