@@ -18,6 +18,7 @@ import torch
 
 from ..config import ConfigError
 from ..device import resolve_device
+from ..notes import timed_load
 from .word_count import count_words
 
 __all__ = ["MEAN_EMBEDDER", "Embedder", "SentenceTransformerEmbedder", "default_model_path", "count_words",
@@ -90,19 +91,24 @@ class SentenceTransformerEmbedder:
                     )
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            try:
-                from sentence_transformers import SentenceTransformer
-            except ImportError:
-                raise ImportError("the sentence-transformers embedder needs: "
-                                  "pip install 'memforest-gpu[embed]'") from None
-            if not sys.stderr.isatty():
-                _quiet_progress_bars()  # no "Loading weights" bars in logs and pipes
-            self._model = SentenceTransformer(self.model_path, device=str(self.device))
+            with timed_load(f"the embedder {self.name}"):  # noted when it takes more than a few seconds
+                self._model = self._load()
             get_dim = getattr(self._model, "get_embedding_dimension", None) or \
                 self._model.get_sentence_embedding_dimension
             self._dim = int(get_dim())
             self._max_tokens = int(self._model.max_seq_length) if self._model.max_seq_length else None
         return self._model
+
+    def _load(self):
+        """The sentence-transformers model on this embedder's device (its bars quiet off a terminal)."""
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise ImportError("the sentence-transformers embedder needs: "
+                              "pip install 'memforest-gpu[embed]'") from None
+        if not sys.stderr.isatty():
+            _quiet_progress_bars()  # no "Loading weights" bars in logs and pipes
+        return SentenceTransformer(self.model_path, device=str(self.device))
 
     @property
     def loaded(self) -> bool:
