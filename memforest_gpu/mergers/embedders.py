@@ -100,7 +100,7 @@ class SentenceTransformerEmbedder:
         return self._model
 
     def _load(self):
-        """The sentence-transformers model on this embedder's device (its bars quiet off a terminal)."""
+        """The sentence-transformers model on this embedder's device (no bars off a terminal)."""
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError:
