@@ -23,6 +23,7 @@ __all__ = [
     "SEEDINGS",
     "CAP_POLICIES",
     "VECTOR_CODES",
+    "MIN_BUDGET",
     "PRESETS",
     "DEFAULT_PRESET",
     "preset",
@@ -36,6 +37,7 @@ GRAPHS = ("knn", "dense")
 KMEANS_METHODS = ("exact", "two-level")
 CAP_POLICIES = ("condense", "strict", "keep")
 VECTOR_CODES = ("float32", "int8")  # how a store file holds its vectors (store/codes.py)
+MIN_BUDGET = 4  # the least context a search fills, in whitespace tokens: a date tag (3) and a word
 
 
 class ConfigError(ValueError):

@@ -130,7 +130,7 @@ def test_search_needs_tenant_on_multi_tenant_store(tmp_path, capsys):
 
 
 def test_every_config_flag_reaches_its_field_in_every_compress_command():
-    from memforest_gpu.cli.adapters import add_parser as add_adapter_parsers
+    from memforest_gpu.cli.adapters_args import add_parser as add_adapter_parsers
     from memforest_gpu.cli.commands import build_parser
     from memforest_gpu.cli.flags import config_from_args
     from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from test_openai_merger import FakeChatServer, _store  # noqa: E402 (tests/ is on sys.path)
 
-import memforest_gpu.cli.commands as cli_main
+import memforest_gpu.cli.compress as cli_compress
 from memforest_gpu.cli.commands import main
 from memforest_gpu.store.io import read_store, write_store
 
@@ -127,7 +127,7 @@ def test_a_journal_write_error_stops_the_run(tmp_path, capsys, monkeypatch):
             shutil.rmtree(out.parent, ignore_errors=True)
             return super().merge(pairs)
 
-    monkeypatch.setattr(cli_main, "get_merger", lambda name, **kw: Vanishing())
+    monkeypatch.setattr(cli_compress, "get_merger", lambda name, **kw: Vanishing())
     rc = main(["compress", src, str(out), "--embedder", "none", "--quiet"])
     cap = capsys.readouterr()
     assert rc == 2
@@ -305,7 +305,7 @@ def test_ctrl_c_prints_one_line_and_exits_130_then_resumes(tmp_path, capsys, mon
                 raise KeyboardInterrupt
             return super().merge(pairs)
 
-    monkeypatch.setattr(cli_main, "get_merger", lambda name, **kw: CtrlC())
+    monkeypatch.setattr(cli_compress, "get_merger", lambda name, **kw: CtrlC())
     try:
         # the paper preset: sequential rounds, so the third merger call comes before the end
         rc = main(["compress", src, str(out), "--embedder", "none", "--quiet", "--preset", "paper"])

@@ -138,7 +138,8 @@ def test_cli_maps_config_flags():
     import argparse
 
     from memforest_gpu.cli.commands import build_parser
-    from memforest_gpu.cli.eval import _add_arguments, _config, _methods
+    from memforest_gpu.cli.eval import _config, _methods
+    from memforest_gpu.cli.eval_args import add_arguments as _add_arguments
     from memforest_gpu.cli.flags import config_from_args
     from memforest_gpu.config import CompressConfig, preset
 

@@ -33,7 +33,8 @@ def test_keys_fields_and_the_grid():
 
 def test_flags_set_the_rule(capsys):
     from memforest_gpu.cli.commands import main as cli_main
-    from memforest_gpu.cli.eval import _add_arguments, _config
+    from memforest_gpu.cli.eval import _config
+    from memforest_gpu.cli.eval_args import add_arguments as _add_arguments
     from memforest_gpu.cli.flags import keys_count
 
     assert keys_count("all") == -1 and keys_count("2") == 2

@@ -7,6 +7,13 @@ and bench/, read with ``ast`` (nothing is imported, imports inside functions cou
   and no module reads another package's private names;
 - imports inside functions only for optional heavy dependencies (and the lazy backends), and
   Arrow in the light modules the command line checks its flags with (``LAZY_IN``);
+- imports deferred by module path (``importlib.import_module``) only in the resolvers of
+  ``DEFERRED`` tables, whose paths count as imports everywhere else in the check: the public
+  names of a package, resolved at their first use, and the module that runs each command of
+  ``memforest``, imported once its flags are checked, so that ``--help`` and a usage error
+  answer without loading torch;
+- the command line (cli/) never imports the distributed package, which hands its command
+  line the function that runs a rank;
 - no module passes 400 lines, no function 80, no docstring line 100 characters.
 """
 from __future__ import annotations
@@ -31,7 +38,12 @@ LAZY_OK = {"mem0", "qdrant_client", "chromadb", "faiss", "vllm", "transformers",
            "plotly"}  # the review page's plots (the `review` extra), imported only when a page is asked for
 #: what one module may import inside a function besides those: modules the command line imports before it
 #: checks anything, which must not load Arrow then (an answer to a usage error stays under a second)
-LAZY_IN = {"memforest_gpu.config": {"pyarrow"}}  # the RE2 check of a keep_pattern
+LAZY_IN = {"memforest_gpu.config": {"pyarrow"},  # the RE2 check of a keep_pattern
+           "memforest_gpu.cli.tenants": {"pyarrow"}}  # a Parquet store's tenants, from its footer
+#: imports deferred through a table of module paths: module -> the table's name (its paths are imports)
+DEFERRED = {"memforest_gpu": "_PUBLIC", "memforest_gpu.review": "_PUBLIC", "memforest_gpu.cli.commands": "RUNNERS"}
+#: the one function in each module that imports a module by its path (a table's)
+RESOLVERS = {("memforest_gpu.lazy", "__getattr__"), ("memforest_gpu.cli.commands", "runner")}
 LAZY_BACKENDS = {"memforest_gpu.mergers.vllm_offline", "memforest_gpu.mergers.hf_transformers",
                  "memforest_gpu.mergers.openai_compat", "memforest_gpu.kernels.triton_assign"}
 
@@ -78,8 +90,20 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
                     out.add(sub)
                 elif target in known:
                     out.add(target)
+    out |= deferred(name, ast.parse(path.read_text(encoding="utf-8")), known)
     out.discard(name)
     return out
+
+
+def deferred(name: str, tree: ast.Module, known: dict[str, Path]) -> set[str]:
+    """The modules named by ``name``'s :data:`DEFERRED` table (a module-level assignment)."""
+    table = DEFERRED.get(name)
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == table for t in node.targets):
+            found |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and c.value in known
+                      and str(c.value).startswith("memforest_gpu.")}  # the paths, not the names they define
+    return found
 
 
 def import_graph(root: Path) -> dict[str, set[str]]:
@@ -125,6 +149,44 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycle():
     found = cycles(import_graph(ROOT))
     assert not found, "import cycles (lazy imports count too): " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_deferred_tables_are_read_as_imports():
+    graph = import_graph(ROOT)
+    assert {"memforest_gpu.cli.compress", "memforest_gpu.cli.eval"} <= graph["memforest_gpu.cli.commands"]
+    assert {"memforest_gpu.engine", "memforest_gpu.store.io"} <= graph["memforest_gpu"]
+
+
+def _calls_by_path(fn: ast.FunctionDef) -> list[int]:
+    """Lines of ``fn``'s own body (not of the functions it defines) importing a module by its path."""
+    found, todo = [], list(fn.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Call) and (getattr(node.func, "attr", None) == "import_module"
+                                           or getattr(node.func, "id", None) in ("import_module", "__import__")):
+            found.append(node.lineno)
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def test_modules_are_imported_by_path_only_by_the_resolvers():
+    found = []
+    for name, path in modules(ROOT).items():
+        if not name.startswith("memforest_gpu"):
+            continue
+        for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and (name, fn.name) not in RESOLVERS:
+                found += [f"{name}.{fn.name}:{line}" for line in _calls_by_path(fn)]
+    assert not found, f"import by module path only in RESOLVERS, from a DEFERRED table: {found}"
+
+
+def test_the_command_line_does_not_import_the_distributed_package():
+    graph = import_graph(ROOT)
+    bad = {name: sorted(t for t in targets if t.startswith("memforest_gpu.distributed"))
+           for name, targets in graph.items() if name.startswith("memforest_gpu.cli")}
+    assert not {k: v for k, v in bad.items() if v}, f"cli/ must not import distributed/: {bad}"
 
 
 def test_the_cycle_check_sees_a_cycle_made_of_lazy_imports(tmp_path):

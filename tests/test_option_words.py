@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from memforest_gpu.cli.commands import main
-from memforest_gpu.cli.flags import error_message, option_error
+from memforest_gpu.cli.running import error_message, option_error
 from memforest_gpu.config import ConfigError
 from memforest_gpu.evaluation.benchmark import load_benchmark
 from memforest_gpu.mergers import get_merger
@@ -52,7 +52,7 @@ def test_evaluation_option_errors_name_parameters_in_python_and_flags_on_the_com
 
 
 def test_run_errors_name_resume_true_and_the_command_its_flag():
-    from memforest_gpu.cli.flags import interrupted_message
+    from memforest_gpu.cli.running import interrupted_message
     from memforest_gpu.runs.journal import JournalWriteError
     from memforest_gpu.runs.loading import RunInterrupted
 

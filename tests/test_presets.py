@@ -57,7 +57,7 @@ def test_cli_default_is_the_memforest_preset_and_flags_override_one_field():
 
 
 def test_every_compress_command_has_the_preset_option_and_help_shows_its_values():
-    from memforest_gpu.cli.adapters import add_parser as add_adapter_parsers
+    from memforest_gpu.cli.adapters_args import add_parser as add_adapter_parsers
     from memforest_gpu.distributed.__main__ import build_parser as build_distributed_parser
 
     top = argparse.ArgumentParser()

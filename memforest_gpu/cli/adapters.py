@@ -1,12 +1,9 @@
-"""``memforest mem0 compress|restore`` and ``memforest graph compress``: thin commands over
-:mod:`memforest_gpu.adapters.mem0.inplace` and :mod:`memforest_gpu.adapters.graph`.
-
-Wire into ``memforest`` with ``add_parser(subparsers)`` and dispatch ``mem0`` / ``graph``
-to ``run(args)``; ``main(argv)`` runs them on their own.
+"""``memforest mem0 compress|compact|restore`` and ``memforest graph compress``: thin commands
+over :mod:`memforest_gpu.adapters.mem0.inplace` and :mod:`memforest_gpu.adapters.graph` (their
+flags and checks: :mod:`.adapters_args`). ``main(argv)`` runs them on their own.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -23,7 +20,6 @@ from ..adapters.mem0.restore import open_for_restore
 from ..api import resolve_embedder
 from ..mergers import get_merger
 from ..mergers.embedders import get_embedder
-from ..runs.errors import OPTION_WORDS
 from ..runs.outputs import check_output
 from ..runs.paths import check_paths, reads, writes
 from ..runs.preflight import preflight
@@ -31,109 +27,14 @@ from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
 from ..store.memory_store import MemoryStore
 from . import review as review_cli
-from .compact import add_budget_arguments, budget_from_args
-from .flags import (
-    CLI_NAMES,
-    add_config_arguments,
-    check_embedder_flag,
-    config_from_args,
-    error_message,
-    interrupted_message,
-    parse_options,
-    refuse_ignored,
-)
-from .parser import Parser
+from .adapters_args import add_parser, check
+from .compact_args import budget_from_args
+from .flags import check_embedder_flag, config_from_args, parse_options, refuse_ignored
+from .parser import Parser, check_usage
 from .report import format_report
+from .running import CLI_NAMES, guarded
 
-__all__ = ["add_parser", "run", "main", "m3_vectors"]
-
-
-def m3_vectors(value: str) -> int | str:
-    """``--m3-vectors``: an integer >= 1, ``auto`` or ``all``."""
-    v = value.strip().lower()
-    if v in ("auto", "all"):
-        return v
-    try:
-        n = int(v)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, 'auto' or 'all', got {value!r}")
-    return n
-
-
-def _add_compress_options(p) -> None:
-    add_config_arguments(p)
-    p.add_argument("--merger", default="extractive", help="who writes merged text (see memforest compress)")
-    p.add_argument("--merger-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="an option of the merger, e.g. model=/models/qwen (VALUE read as JSON when it parses)")
-    p.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
-    p.add_argument("--report", default=None, help="also write the run report as JSON to this path")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    review_cli.add_review_argument(p)
-
-
-def _add_write_path(p) -> None:
-    p.add_argument("--write-path", choices=["batch", "mem0"], default="batch",
-                   help="batch: Mem0's writes (payloads, history, entity links) in batches through its own storage "
-                        "objects (default); mem0: Memory.add / Memory.delete one memory at a time (the reference)")
-
-
-def add_parser(subparsers) -> None:
-    """Add the ``mem0`` and ``graph`` commands to a ``memforest`` subparsers object."""
-    m = subparsers.add_parser("mem0", help="compress a Mem0 store in place, or restore it from a backup")
-    ms = m.add_subparsers(dest="sub", required=True)
-    c = ms.add_parser("compress", help="back up a scope, add merged memories, then delete the ones they replace")
-    c.add_argument("--config", required=True, help="Mem0 config (YAML or JSON), as given to Memory.from_config")
-    c.add_argument("--user-id", default=None, help="compress this user's memories")
-    c.add_argument("--agent-id", default=None, help="compress this agent's memories")
-    c.add_argument("--run-id", default=None, help="compress this run's memories")
-    c.add_argument("--all-tenants", action="store_true", help="every memory of the collection")
-    c.add_argument("--dry-run", action="store_true",
-                   help="compress in memory (the merger is called) and print which memories would merge, with "
-                        "previews; write and delete nothing")
-    c.add_argument("--backup", default=None, help="backup file (default mem0-backup-<scope>-<time>.parquet)")
-    c.add_argument("--show", type=int, default=50, help="merged memories shown in the plan (default 50)")
-    _add_write_path(c)
-    _add_compress_options(c)
-    k = ms.add_parser("compact", help="keep every user within a budget: merge the memories of users over it")
-    k.add_argument("--config", required=True, help="Mem0 config (YAML or JSON), as given to Memory.from_config")
-
-    add_budget_arguments(k, flag="--max-per-user", what="user")
-    k.add_argument("--state", default=None,
-                   help="the compaction state (trees per memory; default CONFIG.compact.json beside the config)")
-    k.add_argument("--user-id", default=None, help="only this user's memories")
-    k.add_argument("--agent-id", default=None, help="only this agent's memories")
-    k.add_argument("--run-id", default=None, help="only this run's memories")
-    k.add_argument("--dry-run", action="store_true", help="print which memories would merge; change nothing")
-    k.add_argument("--backup", default=None, help="backup file (default mem0-backup-<scope>-<time>.parquet)")
-    k.add_argument("--show", type=int, default=50, help="merged memories shown in the plan (default 50)")
-    _add_write_path(k)
-    _add_compress_options(k)
-    r = ms.add_parser("restore", help="put a scope back exactly as in a backup")
-    r.add_argument("backup", help="the backup file written by mem0 compress")
-    r.add_argument("--config", required=True, help="Mem0 config (YAML or JSON)")
-
-    g = subparsers.add_parser("graph", help="compress the text nodes of a graph memory (M3-Agent style)")
-    gs = g.add_subparsers(dest="sub", required=True)
-    gc = gs.add_parser("compress", help="merge text nodes; merged nodes inherit every edge (weights summed)")
-    gc.add_argument("input", help="the graph to compress (Parquet or JSONL)")
-    gc.add_argument("output", help="the compressed graph to write (a new path; never the input)")
-    gc.add_argument("--embedder", default="auto", help="auto | default | none | PATH (as in memforest compress)")
-    gc.add_argument("--format", default=None,
-                    help="input format: parquet | jsonl | m3-agent (a pickled M3-Agent VideoGraph; default: from the "
-                         "suffix, .pkl / .pickle = m3-agent)")
-    gc.add_argument("--out-format", default=None,
-                    help="output format (default: from the suffix; an M3-Agent graph is written back as one)")
-    gc.add_argument("--method", default="memforest", choices=["memforest", "streammeco"],
-                    help="memforest (merge text nodes, default) | streammeco (the StreamMeCo baseline: prune text "
-                         "nodes, docs/evaluation.md)")
-    gc.add_argument("--m3-vectors", type=m3_vectors, default="auto", metavar="N|auto|all",
-                    help="an M3-Agent graph: the most vectors a text node holds (a merged node's text vector and "
-                         "keys, every node padded to one count); auto: the input's text vectors divided by the "
-                         "output's text nodes, so the graph holds no more vectors than before (default); all: no "
-                         "bound")
-    _add_compress_options(gc)
+__all__ = ["run", "main"]
 
 
 def _config(a):
@@ -370,32 +271,24 @@ def _m3_compress(a) -> int:
     return 0
 
 
+@guarded
 def run(args) -> int:
     """Run a parsed ``mem0`` or ``graph`` command."""
+    check(args)
     fn = {("mem0", "compress"): _mem0_compress, ("mem0", "compact"): _mem0_compact, ("mem0", "restore"): _mem0_restore,
           ("graph", "compress"): _graph_compress}[(args.cmd, args.sub)]
     return fn(args)
 
 
 def main(argv: list[str] | None = None) -> int:
-    with OPTION_WORDS.as_command():  # warnings name the options as flags
-        return _main(argv)
-
-
-def _main(argv: list[str] | None) -> int:
+    """``memforest mem0 ...`` / ``memforest graph ...`` on their own (the same words as
+    ``memforest``)."""
     ap = Parser(prog="memforest")
     ap.add_argument("-v", "--verbose", action="store_true")
     add_parser(ap.add_subparsers(dest="cmd", required=True))
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
-    try:
-        return run(args)
-    except (ValueError, FileNotFoundError, ImportError, RuntimeError) as e:
-        print(f"memforest {args.cmd} {args.sub}: error: {error_message(e)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as e:
-        print(f"memforest {args.cmd} {args.sub}: {interrupted_message(e)}", file=sys.stderr)
-        return 130
+    return run(args) if check_usage(args, check) else 2
 
 
 if __name__ == "__main__":  # pragma: no cover

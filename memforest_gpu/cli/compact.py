@@ -1,14 +1,13 @@
 """``memforest compact STORE --max-nodes-per-tenant N``: a thin command over
-:func:`~memforest_gpu.runs.compact.compact_file`; each flag maps to a config field."""
+:func:`~memforest_gpu.runs.compact.compact_file`; each flag maps to a config field (the flags
+and their checks: :mod:`.compact_args`)."""
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import sys
 
-from ..config import CompactConfig, ConfigError
 from ..engine.compaction import keys_bound, rule_differs
 from ..mergers import MissingOptionError, get_merger
 from ..printable import printable
@@ -17,79 +16,11 @@ from ..runs.preflight import check_store
 from ..store.atomic import atomic_write_text
 from ..store.io import file_keys_rule
 from . import review as review_cli
-from .flags import (
-    CLI_NAMES,
-    add_config_arguments,
-    as_flag_error,
-    check_embedder_flag,
-    config_from_args,
-    option_error,
-    parse_options,
-)
+from .compact_args import budget_from_args, check
+from .flags import config_from_args, parse_options
+from .running import CLI_NAMES, guarded, option_error
 
-__all__ = ["add_parser", "run", "format_compact", "add_budget_arguments", "budget_from_args"]
-
-
-def add_budget_arguments(p, *, flag: str = "--max-nodes-per-tenant", what: str = "tenant") -> None:
-    """The budget flags (fields of :class:`~memforest_gpu.config.CompactConfig`)."""
-    p.add_argument(flag, dest="max_nodes", type=int, required=True, metavar="N",
-                   help=f"the budget: a {what} holding more than N memories is compacted")
-    p.set_defaults(budget_flag=flag)
-    p.add_argument("--low-water", type=float, default=0.8,
-                   help=f"a {what} over budget is compacted down to floor(LOW_WATER * N) memories")
-    p.add_argument("--repartition-growth", type=float, default=1.0,
-                   help=f"partition a {what} again in full once the memories placed into its trees since its "
-                        "last full partition reach this multiple of its size then (1.0: it has doubled)")
-    p.add_argument("--slack", type=float, default=0.05,
-                   help="re-plan, besides the trees that received memories, every tree more than SLACK x its size "
-                        "above its fair share of what the tenant keeps")
-    p.add_argument("--repartition", action="store_true",
-                   help=f"partition every compacted {what} again in full, whatever its state")
-
-
-def budget_from_args(a):
-    if getattr(a, "ratio", None) is not None:
-        raise ValueError("--ratio does not apply to compact: the budget sets how many memories each tenant loses")
-    flag = getattr(a, "budget_flag", "--max-nodes-per-tenant")
-    try:
-        budget = CompactConfig(max_nodes=a.max_nodes, low_water=a.low_water, repartition_growth=a.repartition_growth,
-                               repartition=a.repartition, slack=a.slack)
-    except ConfigError as e:
-        if e.field == "max_nodes":
-            raise ValueError(e.named(flag)) from None
-        raise ValueError(as_flag_error(e, a)) from None
-    if budget.target("") < 1:  # the budget would compact a tenant to no memory at all
-        least = math.ceil(1 / a.low_water - 1e-9)
-        raise ValueError(f"{flag} must be at least {least} with --low-water {a.low_water:g} (a tenant over budget is "
-                         f"compacted to floor({a.low_water:g} x N) memories, which must leave one), got {a.max_nodes}")
-    return budget
-
-
-def add_parser(subparsers) -> None:
-    c = subparsers.add_parser(
-        "compact", help="keep every tenant of a store within a budget, in place",
-        description="Compact every tenant of STORE that holds more than its budget, in place: new memories "
-                    "(rows without a tree, and the inbox STORE.inbox.jsonl) are placed into the tenant's event "
-                    "trees and only the trees that received memories or must shrink are re-planned. Tenants "
-                    "within budget are not touched. docs/compaction.md")
-    c.add_argument("store", help="the store (.parquet or .jsonl), rewritten atomically")
-    add_budget_arguments(c)
-    add_config_arguments(c)
-    c.add_argument("--embedder", default="auto", help="auto | default | none | PATH, as in memforest compress")
-    c.add_argument("--merger", default="extractive", help="who writes merged text (see memforest compress)")
-    c.add_argument("--merger-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="an option of the merger, e.g. model=/models/qwen (VALUE read as JSON when it parses)")
-    c.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
-    c.add_argument("--resume", action="store_true",
-                   help="continue from STORE.journal.jsonl (compact always does: the flag is accepted for "
-                        "symmetry with compress)")
-    c.add_argument("--dry-run", action="store_true", help="print what would be removed where; write nothing")
-    c.add_argument("--report", default=None, help="also write the run report as JSON to this path")
-    c.add_argument("--replace-changed", action="store_true",
-                   help="an inbox record whose id is an unmerged memory of the store with other text replaces it "
-                        "(default: such a record stops the run, naming its line)")
-    c.add_argument("--quiet", action="store_true", help="no progress bars")
-    review_cli.add_review_argument(c)
+__all__ = ["run", "format_compact", "review_page", "inbox_lines"]
 
 
 def _store_keys_rule(a, cfg):
@@ -113,10 +44,13 @@ def _store_keys_rule(a, cfg):
     return cfg
 
 
+@guarded
 def run(a) -> int:
+    """``memforest compact``: every check first, then the compaction, its table and the
+    optional report and review page."""
+    check(a)
     budget = budget_from_args(a)
     cfg = config_from_args(a)
-    check_embedder_flag(a.embedder)
     check_store(a.store, dry_run=a.dry_run, report=a.report, others=(review_cli.review_roles(a),), names=CLI_NAMES)
     cfg = _store_keys_rule(a, cfg)
     review_cli.check_review(a.review, [a.store])

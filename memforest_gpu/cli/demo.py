@@ -1,4 +1,5 @@
-"""``memforest demo``: compress the bundled sample store and show what changed."""
+"""``memforest demo``: compress the bundled sample store and show what changed (its flags:
+:mod:`.demo_args`)."""
 from __future__ import annotations
 
 import os
@@ -9,11 +10,14 @@ from ..config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConf
 from ..engine import compress
 from ..mergers.embedders import SentenceTransformerEmbedder
 from ..retrieval.retriever import Retriever
+from ..runs.paths import check_paths, writes
 from ..store.io import read_store, write_store
 from ..store.timeutil import format_date
 from ..timer import StageTimer
+from .demo_args import check
+from .running import guarded
 
-__all__ = ["run_demo", "sample_path", "demo_config", "DEMO_QUERY"]
+__all__ = ["run", "run_demo", "sample_path", "demo_config", "DEMO_QUERY"]
 
 DEMO_QUERY = ("alice", "Where did Alice and Sam go on their autumn trip, and when?")
 
@@ -103,3 +107,12 @@ def run_demo(*, ratio: float = 0.5, out_dir: str | None = None, device=None, pri
         p(f"\nwrote {out_dir}/sample.parquet and {out_dir}/sample.compressed.parquet")
     return {"nodes_in": rep.nodes_in, "nodes_out": rep.nodes_out, "ratio_reached": rep.ratio_reached,
             "rounds": rep.rounds}
+
+
+@guarded
+def run(a) -> int:
+    """``memforest demo``: the paths first, then the sample embedded, compressed and shown."""
+    check(a)
+    check_paths(writes("--out", a.out, folder=True))  # before the sample is embedded and compressed
+    run_demo(ratio=a.ratio, out_dir=a.out, device=a.device)
+    return 0

@@ -1,12 +1,10 @@
 """``memforest eval``: a thin layer over :func:`~memforest_gpu.evaluation.harness.run_grid`; each
-flag maps to a config field.
+flag maps to a config field (the flags and their checks: :mod:`.eval_args`).
 
-Registered in the main CLI with ``add_parser(sub)``, ``"eval"`` dispatched to ``run``;
-standalone: ``python -m memforest_gpu.cli.eval --benchmark ... --out ...``.
+Standalone: ``python -m memforest_gpu.cli.eval --benchmark ... --out ...``.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -16,7 +14,7 @@ from dataclasses import replace
 
 import torch
 
-from ..config import DEFAULT_PRESET, PRESETS, preset
+from ..config import DEFAULT_PRESET, preset
 from ..evaluation.benchmark import NODE_SHAPES, load_benchmark, write_benchmark
 from ..evaluation.cache import CachedEmbedder
 from ..evaluation.harness import EvalConfig, run_grid
@@ -38,15 +36,16 @@ from ..evaluation.report import load_result, write_outputs
 from ..evaluation.stream_report import run_cli
 from ..mergers import get_merger
 from ..mergers.embedders import SentenceTransformerEmbedder
-from ..runs.errors import OPTION_WORDS
 from ..store.atomic import atomic_write_text
 from ..timer import StageTimer
 from . import eval_protocol as protocol
-from .eval_checks import RATIOS, add_stream_arguments, check_eval_args
-from .flags import FIELDS, add_keys_arguments, as_flag_error, check_text_weight, error_message, option_error
-from .parser import Parser
+from .eval_args import add_arguments, check
+from .eval_checks import check_eval_paths
+from .flags import FIELDS, as_flag_error, check_text_weight
+from .parser import Parser, check_usage
+from .running import guarded, option_error
 
-__all__ = ["add_parser", "run", "main"]
+__all__ = ["run", "main"]
 
 
 def _floats(s: str) -> list[float]:
@@ -55,110 +54,6 @@ def _floats(s: str) -> list[float]:
 
 def _ints(s: str) -> list[int]:
     return [int(x) for x in s.split(",") if x.strip()]
-
-
-def _preset_names() -> list[str]:
-    return list(PRESETS)
-
-
-def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--benchmark", required=True,
-                   help="benchmark folder (nodes.jsonl|parquet + questions.jsonl), a LoCoMo or LongMemEval .json "
-                        "file or a PersonaMem questions .csv, read as published")
-    p.add_argument("--out", default=None,
-                   help="output folder: results.json, per_question.npz, results.md, retention.png")
-    p.add_argument("--nodes", default="turns",
-                   help="turns (one node per dialogue turn or message) | facts (LoCoMo: one node per fact of its "
-                        "observation field, the shape of a Mem0 store) | sessions (LongMemEval: one node per "
-                        "session); --leave-one-out also takes turns,facts (both shapes, selected on their mean)")
-    p.add_argument("--turns-per-node", type=int, default=1,
-                   help="LoCoMo .json only, turns only: consecutive turns per node (4: the long-memory variant)")
-    p.add_argument("--methods", default="default",
-                   help="comma list of NAME[:SCHEDULE]; 'default' (baselines + memforest, both schedules), "
-                        "'ablations', or 'all'")
-    p.add_argument("--ratios", default=RATIOS, help="fractions of nodes removed")
-    p.add_argument("--seeds", default="0,1,2", help="seeds, one run per method, ratio and seed")
-    p.add_argument("--cache", default=None, help="embedding cache folder (default: OUT/.cache)")
-    p.add_argument("--embedder", default="default", help="default (all-MiniLM-L6-v2) | model PATH")
-    p.add_argument("--merger", default="extractive", help="extractive")
-    p.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
-    g = p.add_argument_group("retrieval and cuts")
-    g.add_argument("-k", "--k", type=int, default=10, help="nodes at the @k cut")
-    g.add_argument("--budget", type=int, default=256, help="whitespace tokens at the @B cut")
-    g.add_argument("--fill", default="plain", choices=("plain", "ranked", "focused", "pooled"),
-                   help="@B context: plain (whole nodes: the protocol) | pooled (memforest search --budget's) | ...")
-    g.add_argument("--L", type=int, default=4, help="AGPR candidate multiplier")
-    g.add_argument("--lam", type=float, default=0.2, help="AGPR anchor fraction")
-    g.add_argument("--gamma", type=float, default=0.9, help="AGPR similarity weight")
-    g = p.add_argument_group("MemForest config: the --preset with these fields changed (as in memforest compress); "
-                             "ablations override their own field")
-    g.add_argument("--preset", default=None, choices=_preset_names(),
-                   help="named configuration the flags below start from (default: memforest, the same as "
-                        "memforest compress; paper: the paper's values); a bare 'memforest' method takes its schedule")
-    g.add_argument("--alpha", type=float, default=None, help="clusters per node")
-    g.add_argument("--beta", type=float, default=None, help="semantic weight in the reassignment")
-    g.add_argument("--window", type=int, default=None, help="temporal window, in positions")
-    g.add_argument("--max-iter", type=int, default=None, help="at most this many Lloyd steps")
-    g.add_argument("--eta", type=float, default=None, help="similarity weight in the degree-adjusted score")
-    g.add_argument("--degree-norm", default=None, help="none | max")
-    g.add_argument("--time-weight", type=float, default=None,
-                   help="weight of local time on tree edges (0: cosine only, the paper)")
-    g.add_argument("--time-window", type=int, default=None, help="positions that count as neighbours on edges")
-    g.add_argument("--time-rule", default=None, help="scaled | gated | flat: what a neighbour's bonus needs")
-    g.add_argument("--time-min-cos", type=float, default=None, help="gated: the cosine a neighbour needs")
-    g.add_argument("--size-weight", type=float, default=None,
-                   help="penalty on tree edges per merged length in units of size_unit tokens (0: the paper)")
-    g.add_argument("--graph", default=None, help="knn | dense: the trees' candidate graph (default: knn)")
-    g.add_argument("--knn", type=int, default=None, help="neighbours per node in the knn graph (default: 16)")
-    g.add_argument("--max-node-tokens", type=int, default=None, help="node length cap (default: embedder's)")
-    g.add_argument("--cap-policy", default=None, help="condense | strict: a merge over the node cap")
-    add_keys_arguments(g)
-    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
-    p.add_argument("--reference", default=None,
-                   help="the method every other one is compared with (cluster bootstrap; default: memforest with "
-                        "the preset's schedule when it runs, else memforest:sequential)")
-    p.add_argument("--export", default=None, help="only write the benchmark in the nodes + questions format here")
-    p.add_argument("--report-only", action="store_true", help="redo tables and plot from OUT's results")
-    protocol.add_protocol_arguments(p)
-    _add_loo_arguments(p)
-    add_stream_arguments(p)
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default 1: the grid's tensor ops are small; 0 = torch's default)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def _add_loo_arguments(p: argparse.ArgumentParser) -> None:
-    """``--leave-one-out`` and its ``--loo-*`` flags."""
-    g = p.add_argument_group("leave-one-conversation-out tuning (evaluation/loo.py)")
-    g.add_argument("--leave-one-out", action="store_true",
-                   help="choose a MemForest config per fold on the other conversations, score it on the held-out "
-                        "one; writes OUT/loo.md and OUT/loo.json")
-    g.add_argument("--loo-schedules", default="sequential,matching", help="candidate schedules")
-    g.add_argument("--loo-alphas", default="0.05,0.01,0.001", help="candidate alphas")
-    g.add_argument("--loo-time-weights", default="0,0.5", help="candidate time weights")
-    g.add_argument("--loo-time-rules", default="scaled,gated:0.2,gated:0.3,gated:0.4",
-                   help="candidate time rules (gated:COS sets its time_min_cos); with time weight 0 the rule does "
-                        "not matter and the candidate is run once")
-    g.add_argument("--loo-compare-rules", default="flat",
-                   help="time rules scored on the preset's config (the other flags) for comparison only, never "
-                        "selected (flat: the 0/1 neighbour bonus); '' for none")
-    g.add_argument("--loo-size-weights", default="0,0.2", help="candidate size weights")
-    g.add_argument("--loo-keys", default=None,
-                   help="candidate retrieval rules of merged nodes: text (its text's vector alone) or K:TEXT_WEIGHT "
-                        "(K keys, or all, blended with the text), e.g. text,all:0.5,3:0.5 (default: the base config's)")
-    g.add_argument("--loo-from", default=None,
-                   help="comma list of loo_scores.npz files of earlier --leave-one-out runs: join their candidates "
-                        "and redo the selection without running anything")
-    g.add_argument("--loo-select", default="B:ansr_content",
-                   help="selection metric CUT:METRIC, plain top-k retention (B:ansr_content | B:ansr | k:evr | B:evr)")
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add the ``eval`` sub-command to a ``memforest`` sub-parser set."""
-    p = subparsers.add_parser("eval", help="measure compression quality on a benchmark (docs/evaluation.md)",
-                              description="Run methods x ratios x seeds on a benchmark and write results.")
-    _add_arguments(p)
-    return p
 
 
 def _methods(spec: str, schedule: str = "sequential") -> list[str]:
@@ -226,17 +121,23 @@ def _reference(a, methods: list[str], cfg) -> str | None:
     return mine if mine in methods else None
 
 
+@guarded
 def run(a) -> int:
     """Run ``memforest eval`` from parsed arguments; returns the exit status. An error that names
-    an option (a ``ConfigError``'s field: ``k must be ...``) names its flag (``-k must be ...``)."""
+    an option (a ``ConfigError``'s field: ``k must be ...``) names its flag (``-k must be ...``);
+    Ctrl-C says that the finished cells' vectors are kept."""
     try:
         return _run(a)
     except ValueError as e:
         raise ValueError(option_error(e, vars(a))) from None
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt("interrupted; the vectors of finished cells are in the embedding cache, a rerun "
+                                "reuses them") from None
 
 
 def _run(a) -> int:
-    check_eval_args(a)  # paths, number lists, flags the mode would ignore
+    check(a)
+    check_eval_paths(a)
     if a.export:
         bench_dir = a.benchmark if os.path.isdir(a.benchmark) else os.path.dirname(os.path.abspath(a.benchmark))
         if os.path.realpath(a.export) == os.path.realpath(bench_dir):
@@ -255,7 +156,6 @@ def _run(a) -> int:
         return 0
 
     EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma, fill=a.fill)  # -k, --L, ... before any work
-    protocol.check_protocol_flags(a)
     if a.leave_one_out:
         return _run_loo(a)
     cfg = _config(a)
@@ -379,21 +279,14 @@ def dataclasses_dict(c) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``memforest eval`` on its own (its flags without the word ``eval``)."""
     ap = Parser(prog="memforest eval", description="Measure compression quality (docs/evaluation.md).")
     ap.add_argument("-v", "--verbose", action="store_true")
-    _add_arguments(ap)
+    add_arguments(ap)
+    ap.set_defaults(cmd="eval")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
-    try:
-        with OPTION_WORDS.as_command():  # warnings name the options as flags
-            return run(a)
-    except (ValueError, OSError, ImportError) as e:
-        print(f"memforest eval: error: {error_message(e)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("memforest eval: interrupted; the vectors of finished cells are in the embedding cache, a rerun "
-              "reuses them", file=sys.stderr)
-        return 130
+    return run(a) if check_usage(a, check) else 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,8 +1,8 @@
-"""The ``memforest eval`` flags of the published benchmarks' parts and of the LLM protocol, and
-the objects they build (each flag maps to one field)."""
+"""What the ``memforest eval`` flags of the published benchmarks' parts and of the LLM protocol
+build (each flag maps to one field; the flags: :mod:`.eval_args`), and what the run says of
+the protocol's answers and verdicts."""
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -10,48 +10,7 @@ from ..evaluation.qa import QAConfig, QAProtocol
 from ..evaluation.qa_client import parse_spec
 from .flags import parse_options
 
-__all__ = ["add_protocol_arguments", "qa_from_args", "subset_from_args", "check_protocol_flags", "answers_said",
-           "verdicts_said", "say_skipped"]
-
-
-def add_protocol_arguments(p: argparse.ArgumentParser) -> None:
-    """``--contexts``, ``--tenants``, ``--max-questions`` and the LLM protocol's flags."""
-    g = p.add_argument_group("published benchmarks (LoCoMo, LongMemEval, PersonaMem): which part")
-    g.add_argument("--contexts", default=None,
-                   help="PersonaMem: the shared_contexts_*.jsonl of the questions .csv (default: the published name "
-                        "beside it)")
-    g.add_argument("--skip-missing-contexts", action="store_true",
-                   help="PersonaMem: evaluate the questions whose shared_context_id is in the contexts file and skip "
-                        "(count, and report) the others (default: such a question stops the run, naming its row)")
-    g.add_argument("--tenants", default=None,
-                   help="comma list: only these tenants (LoCoMo: sample ids; LongMemEval: question ids; PersonaMem: "
-                        "CONTEXT@END)")
-    g.add_argument("--max-questions", type=int, default=None,
-                   help="at most N questions, spread evenly over the file (after --tenants)")
-    g = p.add_argument_group("LLM protocol: answers from the top-k memories, judged CORRECT / WRONG "
-                             "(docs/evaluation.md, 'Reproduce the paper's protocol')")
-    g.add_argument("--answer-model", default=None,
-                   help="who answers: NAME (a model of the OpenAI-compatible server at --base-url) | openai:NAME | "
-                        "vllm:PATH | transformers:PATH (a model directory or .gguf file)")
-    g.add_argument("--judge-model", default=None,
-                   help="who judges, the same forms (default: no judge; multiple-choice questions need none)")
-    g.add_argument("--base-url", default=None,
-                   help="the OpenAI-compatible server (default http://127.0.0.1:8000/v1; key from OPENAI_API_KEY)")
-    g.add_argument("--answer-max-tokens", type=int, default=64, help="tokens an answer may take")
-    g.add_argument("--judge-max-tokens", type=int, default=16, help="tokens a verdict may take")
-    g.add_argument("--llm-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a back-end option, as the mergers take it: max_concurrency=32 (server), batch_size=8, "
-                        "device=cpu (transformers), tensor_parallel_size=2 (vllm) ...")
-
-
-def check_protocol_flags(a) -> None:
-    """The LLM protocol runs on the grid only: refuse its flags with --leave-one-out or --stream
-    rather than ignore them."""
-    mode = "--leave-one-out" if getattr(a, "leave_one_out", False) else "--stream" if getattr(a, "stream", False) \
-        else None
-    if mode and (getattr(a, "answer_model", None) or getattr(a, "judge_model", None)):
-        raise ValueError(f"--answer-model and --judge-model score the grid; {mode} runs without them, got "
-                         f"--answer-model {a.answer_model!r}")
+__all__ = ["qa_from_args", "subset_from_args", "answers_said", "verdicts_said", "say_skipped"]
 
 
 def qa_from_args(a):

@@ -1,7 +1,8 @@
 """The flags shared by every command that compresses (``compress``, ``mem0 compress``,
 ``graph compress``, ``python -m memforest_gpu.distributed compress``): one flag per config
 field and the :class:`~memforest_gpu.config.CompressConfig` they build, ``--merger-option``
-pairs, and the cheap check of an ``--embedder`` value."""
+pairs, and the cheap check of an ``--embedder`` value. Light: it imports the configs alone,
+so every flag is checked before torch loads."""
 from __future__ import annotations
 
 import argparse
@@ -9,23 +10,12 @@ import dataclasses
 import json
 import os
 
-from ..config import DEFAULT_PRESET, PRESETS, ConfigError, preset
-from ..distributed.ranks import RankFailedError
-from ..mergers import MissingOptionError
-from ..runs.driver import MergerFailedError
-from ..runs.errors import OptionText
-from ..runs.journal import JournalExistsError, JournalWriteError
-from ..runs.loading import NoEmbeddingsError, RunInterrupted
-from ..runs.preflight import Names
-from ..store.codes import VECTOR_CODES
+from ..config import DEFAULT_PRESET, PRESETS, VECTOR_CODES, ConfigError, preset
 
 __all__ = ["add_config_arguments", "config_from_args", "as_flag_error", "check_embedder_flag", "parse_options",
-           "FIELDS", "CLI_NAMES", "error_message", "interrupted_message", "option_error", "check_number_lists",
-           "refuse_ignored", "add_keys_arguments", "keys_count", "check_text_weight"]
+           "FIELDS", "check_number_lists", "refuse_ignored", "add_keys_arguments", "keys_count", "check_text_weight",
+           "flag_of"]
 
-
-#: what the checks before a run (runs/preflight.py) call its options on the command line
-CLI_NAMES = Names(format="--format", out_format="--out-format", output="OUTPUT", report="--report")
 
 #: flag dest -> (stage, field) of CompressConfig; ``seed`` sets both the partition's and the merge's
 FIELDS = {
@@ -193,54 +183,12 @@ def as_flag_error(e: Exception, a: argparse.Namespace) -> str:
     names its flag (``degree_norm must be ...`` -> ``--degree-norm must be ...``); any other
     error keeps its message."""
     if isinstance(e, ConfigError) and e.field in vars(a):
-        return e.named(_flag(e.field))
+        return e.named(flag_of(e.field))
     return str(e)
 
 
-def option_error(e: ValueError, names) -> str:
-    """An error of a part that takes a command's options as its parameters (a merger, the
-    evaluation; ``names``: those options) in the command's words: a
-    :class:`~memforest_gpu.config.ConfigError` whose field is one of ``names`` is named by
-    that option's flag (``max_tokens must ...`` -> ``--max-tokens must ...``); any other
-    error's text is left as it is (no message is read for a name)."""
-    if isinstance(e, ConfigError) and e.field in names:
-        return e.named(_flag(e.field))
-    return error_message(e)
-
-
-def error_message(e: Exception) -> str:
-    """The message of an error raised past the command line (by the run, on the data) in its
-    words: a config field's :class:`~memforest_gpu.config.ConfigError` names its flag
-    (``merge_within must ...`` -> ``--merge-within must ...``); a journal left by an
-    interrupted run, a merger that failed on every request or a journal that cannot be
-    written names ``--resume`` (another rank's error too); a run's
-    :class:`~memforest_gpu.runs.errors.OptionText` names its options as flags; a store
-    without vectors read with ``--embedder none`` says which values of the flag embed it."""
-    if isinstance(e, ConfigError) and e.field in FIELDS:
-        return e.named("--" + e.field.replace("_", "-"))
-    if isinstance(e, (JournalExistsError, MergerFailedError, JournalWriteError)):
-        return e.message("--resume")
-    if isinstance(e, RankFailedError):
-        return f"rank {e.rank} failed: {error_message(e.error)}"
-    if isinstance(e, OptionText):
-        return e.for_command()
-    if isinstance(e, MissingOptionError):
-        return e.message(f"{_flag(e.missing[0])} ...")
-    if isinstance(e, NoEmbeddingsError):
-        return (f"{e.path}: the store has no embeddings, so --embedder none cannot be used; pass --embedder auto "
-                "(all-MiniLM-L6-v2), default or PATH to embed it")
-    return str(e)
-
-
-def interrupted_message(e: KeyboardInterrupt) -> str:
-    """What a command prints for Ctrl-C: what the run kept and, when it can be resumed, the
-    flag that resumes it."""
-    if isinstance(e, RunInterrupted):
-        return e.message("rerun the same command with --resume")
-    return str(e) or "interrupted"
-
-
-def _flag(dest: str) -> str:
+def flag_of(dest: str) -> str:
+    """The flag of an option (``max_tokens`` -> ``--max-tokens``, ``k`` -> ``-k``)."""
     return ("-" if len(dest) == 1 and dest.islower() else "--") + dest.replace("_", "-")
 
 
@@ -255,7 +203,7 @@ def check_number_lists(a: argparse.Namespace, kinds: dict) -> None:
                     kind(x)
             except ValueError:
                 what = "integers" if kind is int else "numbers"
-                raise ValueError(f"{_flag(dest)} must be a comma list of {what}, got {text!r}") from None
+                raise ValueError(f"{flag_of(dest)} must be a comma list of {what}, got {text!r}") from None
 
 
 def refuse_ignored(a: argparse.Namespace, defaults: dict, rule: str) -> None:
@@ -265,7 +213,7 @@ def refuse_ignored(a: argparse.Namespace, defaults: dict, rule: str) -> None:
         value = getattr(a, dest, default)
         if value != default:
             shown = "" if isinstance(value, bool) else f" {value}"
-            raise ValueError(f"{_flag(dest)} {rule}, got {_flag(dest)}{shown}")
+            raise ValueError(f"{flag_of(dest)} {rule}, got {flag_of(dest)}{shown}")
 
 
 def check_embedder_flag(spec: str, *, allowed=("auto", "default", "none"), flag: str = "--embedder") -> None:

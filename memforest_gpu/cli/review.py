@@ -1,5 +1,6 @@
 """``memforest review IN OUT --out PAGE.html`` and the ``--review PAGE.html`` option of the
-compressing commands: thin doors to :mod:`memforest_gpu.review`."""
+compressing commands: thin doors to :mod:`memforest_gpu.review` (their flags:
+:mod:`.review_args`)."""
 from __future__ import annotations
 
 import json
@@ -7,24 +8,20 @@ import os
 
 import numpy as np
 
-from ..review import Limits, groups_from_merges, groups_from_plan, groups_from_stores, load_columns, review_data
+from ..review.data import review_data
+from ..review.groups import groups_from_merges, groups_from_plan, groups_from_stores, load_columns
+from ..review.limits import Limits
 from ..review.match import check_report, check_stores
 from ..review.page import render_page
 from ..runs.outputs import check_output
 from ..runs.paths import check_paths, reads, writes
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
+from .review_args import SUFFIXES, limits_from_args
+from .running import guarded
 
-__all__ = ["add_parser", "add_review_argument", "review_roles", "check_review", "run", "write_review",
-           "page_from_files", "page_from_stores", "page_from_merges", "page_from_plan"]
-
-_SUFFIXES = (".html", ".htm")
-
-
-def add_review_argument(p) -> None:
-    p.add_argument("--review", default=None, metavar="PAGE.html",
-                   help="also write a review page of the run: one self-contained HTML file (summary, plots, merged "
-                        "nodes beside their sources; a dry run: the planned pairs) (default: none)")
+__all__ = ["review_roles", "check_review", "run", "write_review", "page_from_files", "page_from_stores",
+           "page_from_merges", "page_from_plan", "load_columns"]
 
 
 def review_roles(a) -> list:
@@ -37,7 +34,7 @@ def check_review(path: str | None, inputs=(), what: str = "--review") -> None:
     (checked before any work)."""
     if path is None:
         return
-    if os.path.splitext(path)[1].lower() not in _SUFFIXES:
+    if os.path.splitext(path)[1].lower() not in SUFFIXES:
         raise ValueError(f"{what} must be an .html file, got {path!r}")
     check_output(path, inputs=[i for i in inputs if i], what=what, needs_format=False)
     try:
@@ -90,53 +87,9 @@ def page_from_stores(before, after, report: dict | None, *, command: str, limits
                        after_counts=_counts(after), limits=limits, paths=paths)
 
 
-def add_parser(sub) -> None:
-    r = sub.add_parser("review", help="a review page (one HTML file) of a compression: what merged into what",
-                       description="Write one self-contained HTML page that shows what a compression did: the run's "
-                                   "figures, plots, and every merged node of OUTPUT beside its sources in INPUT (a "
-                                   "bounded sample for big stores). Opens offline; fetches nothing. Refuses, writing "
-                                   "nothing, an OUTPUT not compressed from INPUT and a --report of another run. "
-                                   "docs/cli.md")
-    r.add_argument("input", help="the store before the compression (.parquet or .jsonl)")
-    r.add_argument("output", help="the compressed store (.parquet or .jsonl)")
-    r.add_argument("--out", required=True, metavar="PAGE.html", help="the page to write")
-    r.add_argument("--report", default=None, help="the run's --report JSON: seconds per stage, asked ratio, "
-                                                  "condensed merges, fallbacks (default: figures from the stores)")
-    r.add_argument("--format", default=None, help="INPUT's format: parquet | jsonl (default: from the suffix)")
-    r.add_argument("--out-format", default=None, help="OUTPUT's format (default: from the suffix)")
-    add_limit_arguments(r)
-
-
-def add_limit_arguments(p) -> None:
-    d = Limits()
-    p.add_argument("--max-nodes", type=int, default=d.max_nodes, help="merged nodes listed on the page, at most")
-    p.add_argument("--max-flagged", type=int, default=d.max_flagged,
-                   help="flagged merged nodes listed first, at most (within --max-nodes)")
-    p.add_argument("--per-tenant", type=int, default=d.per_tenant,
-                   help="merged nodes listed per tenant besides the largest tenants")
-    p.add_argument("--full-tenants", type=int, default=d.full_tenants,
-                   help="the largest tenants listed in full (up to --full-limit merged nodes each)")
-    p.add_argument("--full-limit", type=int, default=d.full_limit, help="merged nodes listed per largest tenant")
-    p.add_argument("--low-similarity", type=float, default=d.low_similarity, help="flag merges below this cosine")
-    p.add_argument("--long-span-days", type=float, default=d.long_span_days,
-                   help="flag merged nodes whose sources lie more days apart")
-
-
-def limits_from_args(a) -> Limits:
-    flags = {"max_nodes": "--max-nodes", "max_flagged": "--max-flagged", "per_tenant": "--per-tenant",
-             "full_tenants": "--full-tenants", "full_limit": "--full-limit", "low_similarity": "--low-similarity",
-             "long_span_days": "--long-span-days"}
-    try:
-        return Limits(**{k: getattr(a, k) for k in flags})
-    except ValueError as e:
-        msg = str(e)
-        for k, f in flags.items():
-            if msg.startswith(k + " "):
-                msg = f + msg[len(k):]
-        raise ValueError(msg) from None
-
-
+@guarded
 def run(a) -> int:
+    """``memforest review``: check every path, read both stores, write the page."""
     limits = limits_from_args(a)
     check_paths(reads("INPUT", a.input), reads("OUTPUT", a.output), reads("--report", a.report),
                 writes("--out", a.out))

@@ -14,6 +14,8 @@ from typing import TypeVar
 
 import torch.distributed as dist
 
+from ..runs.errors import FailedElsewhere
+
 __all__ = ["world_of", "all_ranks", "any_rank", "RankFailedError"]
 
 T = TypeVar("T")
@@ -26,13 +28,13 @@ def world_of(group=None) -> tuple[int, int]:
     return 0, 1
 
 
-class RankFailedError(RuntimeError):
+class RankFailedError(FailedElsewhere):
     """Another rank's step failed (``rank``; ``error``: its exception, or a ``RuntimeError``
     with its message when the exception cannot travel), so this rank stopped too."""
 
     def __init__(self, rank: int, error: Exception):
-        self.rank, self.error = rank, error
-        super().__init__(f"rank {rank} failed: {error}")
+        self.rank = rank
+        super().__init__(f"rank {rank}", error)
 
     def __reduce__(self):
         return type(self), (self.rank, self.error)

@@ -14,7 +14,8 @@ import contextlib
 import logging
 import re
 
-__all__ = ["OptionText", "OptionError", "OptionNotFoundError", "render_options", "OptionWords", "OPTION_WORDS"]
+__all__ = ["OptionText", "OptionError", "OptionNotFoundError", "FailedElsewhere", "render_options", "OptionWords",
+           "OPTION_WORDS"]
 
 #: the options a run's message may name (only these are read as placeholders: a path or an id
 #: in the message that holds braces is left as it is)
@@ -57,6 +58,15 @@ class OptionError(OptionText, ValueError):
 
 class OptionNotFoundError(OptionText, FileNotFoundError):
     """A file not found, whose message names the option that gives it."""
+
+
+class FailedElsewhere(RuntimeError):
+    """Another part of the run failed (``where``: ``rank 1``), so this one stopped too;
+    ``error``: that part's own exception, which a command words as it would its own."""
+
+    def __init__(self, where: str, error: Exception):
+        self.where, self.error = where, error
+        super().__init__(f"{where} failed: {error}")
 
 
 class OptionWords(logging.Filter):

@@ -1,0 +1,66 @@
+"""The flags of ``memforest search`` and ``memforest info`` and their checks before anything
+loads (the runs: :mod:`.search`, :mod:`.info`)."""
+from __future__ import annotations
+
+import re
+
+from ..config import MIN_BUDGET
+from .files import need_input
+from .flags import check_embedder_flag
+from .tenants import check_tenant_given
+
+__all__ = ["add_search_parser", "add_info_parser", "check_search", "check_info"]
+
+
+def add_search_parser(sub) -> None:
+    """``memforest search``: hits, or with ``--budget`` the context (retrieval/context.py)."""
+    s = sub.add_parser("search", help="search a store", description="Search a memory store with a text query.")
+    s.add_argument("store", help="the store to search (.parquet or .jsonl)")
+    s.add_argument("query", help="the query text")
+    s.add_argument("-k", type=int, default=None, help="hits to show (default 10; with --budget: hits read, 40)")
+    s.add_argument("--agpr", action="store_true", help="anchor-guided propagation re-ranking")
+    s.add_argument("--tenant", default=None,
+                   help="search only this tenant's memories (needed when the store has several tenants)")
+    s.add_argument("--json", action="store_true", help="print the hits as JSON")
+    s.add_argument("--budget", type=int, default=None, metavar="B",
+                   help="show the context instead: pieces filling B whitespace tokens (256: the evaluation's @B)")
+    s.add_argument("--fill", default=None, choices=("pooled", "ranked", "focused", "plain"),
+                   help="with --budget: pooled (the part of a merged node that matched first, the last pieces by "
+                        "their best sentences; the default for a store with keys) | ranked (parts, the last cut) | "
+                        "focused (the last piece by its best sentences) | plain (whole nodes in rank order)")
+    s.add_argument("--embedder", default="auto",
+                   help="auto: the store's recorded model (all-MiniLM-L6-v2 for a store without vectors) | "
+                        "default (all-MiniLM-L6-v2) | PATH: the model of the store's vectors")
+    s.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
+
+
+def add_info_parser(sub) -> None:
+    i = sub.add_parser("info", help="counts, tenants, dimension, time span",
+                       description="Counts, tenants, dimension and time span of a store (embeds nothing).")
+    i.add_argument("store", help="the store to describe (.parquet or .jsonl)")
+    i.add_argument("--json", action="store_true", help="print the numbers as JSON")
+
+
+def check_search(a) -> None:
+    """The query, the numbers, the embedder's value, the store's file and, for a Parquet
+    store of several tenants, ``--tenant``."""
+    check_embedder_flag(a.embedder, allowed=("auto", "default"))
+    if not a.query.strip():
+        raise ValueError(f"QUERY must be a text to search for, got {a.query!r}")
+    bad = re.search("[\ud800-\udfff]", a.query)  # bytes that are not UTF-8 arrive as lone surrogates
+    if bad:
+        raise ValueError(f"QUERY must be UTF-8 text, got {a.query!r} (a byte that is not UTF-8 at character "
+                         f"{bad.start()})")
+    if a.k is not None and a.k < 1:
+        raise ValueError(f"-k must be an integer >= 1, got {a.k}")
+    if a.budget is not None and a.budget < MIN_BUDGET:
+        raise ValueError(f"--budget must be an integer >= {MIN_BUDGET} (whitespace tokens; a piece's date tag takes "
+                         f"3), got {a.budget}")
+    if a.fill is not None and a.budget is None:
+        raise ValueError(f"--fill {a.fill} needs --budget B (the whitespace tokens of context to fill)")
+    need_input(a.store)
+    check_tenant_given(a.store, a.tenant)
+
+
+def check_info(a) -> None:
+    need_input(a.store)
