@@ -37,3 +37,10 @@ def test_demo_runs(tmp_path):
     text = "\n".join(lines)
     assert "Query for alice" in text and "before:" in text and "after:" in text
     assert (tmp_path / "sample.compressed.parquet").exists()
+    # each user's most similar merge is a pair: two memories, then the text merged from them
+    pairs = text.split("side by side", 1)[1].split("Query for", 1)[0]
+    assert pairs.count("older: [") == pairs.count("newer: [") == pairs.count("merged: [") == 3, pairs
+    # the answer after compression shows the part of a merged node that matched, not the memory merged
+    # into it that has nothing to do with the query ("Sam's parents are visiting Berlin next month.")
+    after = text.split("after:", 1)[1]
+    assert "Porto" in after and "Sam's parents" not in after, after

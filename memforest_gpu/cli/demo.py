@@ -9,6 +9,7 @@ from importlib import resources
 from ..config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
 from ..engine import compress
 from ..mergers.embedders import SentenceTransformerEmbedder
+from ..retrieval.context import dated_sentences
 from ..retrieval.retriever import Retriever
 from ..runs.paths import check_paths, writes
 from ..store.io import read_store, write_store
@@ -48,6 +49,66 @@ def _wrap(s: str, width: int = 96, indent: str = "    ") -> str:
     return textwrap.fill(s, width=width, initial_indent=indent, subsequent_indent=indent)
 
 
+def _show_pairs(p, merges, store, out, users: int = 3) -> None:
+    """Per user, the most similar pair of two of its memories merged: both memories and the
+    text the merger wrote for them (a later round may merge that node again: said, not shown)."""
+    p("A few merges, side by side (the most similar pair of memories merged in each user's store):")
+    orig = {i: k for k, i in enumerate(store.ids)}
+    home = {s: j for j, srcs in enumerate(out.sources) for s in srcs}
+    shown = set()
+    for rec in sorted(merges, key=lambda r: -r.similarity):
+        if rec.tenant in shown or rec.a not in orig or rec.b not in orig:
+            continue  # a pair of two memories, not a node that already merged others
+        shown.add(rec.tenant)
+        p(f"\n  [{rec.tenant}] similarity {rec.similarity:.2f}")
+        for label, nid in (("older", rec.a), ("newer", rec.b)):
+            k = orig[nid]
+            p(_wrap(f"{label}: [{format_date(float(store.timestamps[k]))}] {store.texts[k]}"))
+        p(_wrap(f"merged: {rec.text}"))
+        n = len(out.sources[home[rec.a]])
+        if n > 2:
+            p(_wrap(f"(a later round merged this node again: it ends as one node of {n} memories)"))
+        if len(shown) == users:
+            break
+
+
+def _matched_part(text: str, timestamp: float, q_vec, embedder) -> tuple[str, int]:
+    """A merged node's dated segment (its sentences under one date tag) closest to the query,
+    and how many segments the node has."""
+    segs: dict[str, list[str]] = {}
+    for tag, sent in dated_sentences(text, timestamp):
+        segs.setdefault(tag, []).append(sent)
+    parts = [f"{tag} {' '.join(sents)}" for tag, sents in segs.items()]
+    if len(parts) == 1:
+        return parts[0], 1
+    best = int((embedder.embed(parts) @ q_vec.reshape(-1)).argmax())
+    return parts[best], len(parts)
+
+
+def _show_query(p, store, out, embedder) -> None:
+    """The showcase query answered from both stores (top 3, AGPR). A merged hit is shown by its
+    part that matched (its dated segment closest to the query), as ``memforest search --budget``
+    gives a merged node's matching part first: its other memories are whatever the compression
+    merged into it, related to the query or not (the sample's tuned run merges "planning a trip
+    to Lisbon" with "Sam's parents are visiting", similarity 0.42, into a node the query finds),
+    so they are counted, not printed."""
+    tenant, query = DEMO_QUERY
+    cfg = RetrievalConfig(k=3, agpr=True)
+    qe = embedder.embed([query])
+    p(f"\nQuery for {tenant}: {query!r} (top 3, AGPR; a merged node shown by its part that matched)")
+    for label, st in (("before", store), ("after", out)):
+        hits = Retriever(st).search(qe, tenants=tenant, config=cfg).hits(st)[0]
+        p(f"  {label}:")
+        for r, h in enumerate(hits, 1):
+            if len(h["sources"]) > 1:
+                part, n = _matched_part(h["text"], h["timestamp"], qe, embedder)
+                more = f" (1 of the {n} dated parts of a node of {len(h['sources'])} memories)" if n > 1 else ""
+                p(_wrap(f"{r}. {part}{more}", indent="    "))
+            else:
+                date = "" if h["text"].startswith("[") else f"[{format_date(h['timestamp'])}] "
+                p(_wrap(f"{r}. {date}{h['text']}", indent="    "))
+
+
 def run_demo(*, ratio: float = 0.5, out_dir: str | None = None, device=None, print_fn=print) -> dict:
     """Embed the sample, compress it at ``ratio``, print before/after statistics, a few
     merges side by side and one query answered from both stores. Returns the numbers."""
@@ -73,33 +134,8 @@ def run_demo(*, ratio: float = 0.5, out_dir: str | None = None, device=None, pri
       f"{rep.rounds} rounds over {rep.trees} event trees; embedding {timer.seconds['embed']:.1f}s, compression "
       f"{rep.seconds['total']:.1f}s; every original id is kept in some node's `sources`.\n")
 
-    p("A few merges, side by side (the most similar pair merged in each user's store):")
-    by_id = {i: j for j, i in enumerate(out.ids)}
-    shown = set()
-    for rec in sorted(res.merges, key=lambda r: -r.similarity):
-        if rec.tenant in shown or rec.into not in by_id:
-            continue
-        shown.add(rec.tenant)
-        j = by_id[rec.into]
-        p(f"\n  [{rec.tenant}] similarity {rec.similarity:.2f}")
-        for label, nid in (("older", rec.a), ("newer", rec.b)):
-            if nid in store.ids:
-                k = store.ids.index(nid)
-                p(_wrap(f"{label}: [{format_date(float(store.timestamps[k]))}] {store.texts[k]}"))
-        p(_wrap(f"final node ({len(out.sources[j])} memories): {out.texts[j]}"))
-        if len(shown) == 3:
-            break
-
-    tenant, query = DEMO_QUERY
-    cfg = RetrievalConfig(k=3, agpr=True)
-    qe = embedder.embed([query])
-    p(f"\nQuery for {tenant}: {query!r} (top 3, AGPR)")
-    for label, st in (("before", store), ("after", out)):
-        hits = Retriever(st).search(qe, tenants=tenant, config=cfg).hits(st)[0]
-        p(f"  {label}:")
-        for r, h in enumerate(hits, 1):
-            date = "" if h["text"].startswith("[") else f"[{format_date(h['timestamp'])}] "
-            p(_wrap(f"{r}. {date}{h['text']}", indent="    "))
+    _show_pairs(p, res.merges, store, out)
+    _show_query(p, store, out, embedder)
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
         write_store(store, os.path.join(out_dir, "sample.parquet"))
