@@ -69,6 +69,10 @@ def search_file(path: str | Path, queries: Sequence[str], *, k: int | None = Non
     cfg = RetrievalConfig(k=k if k is not None else 10 if budget is None else CONTEXT_DEPTH, agpr=agpr)
     detect_format(os.fspath(path), None, flag=None)
     store, emb = load_store_and_embedder(path, embedder=embedder, device=device, tenants=tenant, warn=False)
+    names = store.tenant_names()
+    if tenant is None and len(names) > 1:  # before the query is embedded (cli/tenants.py: a Parquet store sooner)
+        shown = str(names) if len(names) <= 20 else f"{names[:20]}... ({len(names)} tenants)"
+        raise OptionError(f"{{tenant}} must be given for a store with several tenants, one of {shown}")
     if emb is None:
         known = f"records {store.embedder!r}, which is not a local model directory" if store.embedder else \
             "does not record the model of its vectors"

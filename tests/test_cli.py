@@ -120,7 +120,7 @@ def test_search_needs_tenant_on_multi_tenant_store(tmp_path, capsys):
     src = _write_jsonl(tmp_path / "in.jsonl", n=12, embed=False)
     rc = main(["search", str(src), "topic 1", "--embedder", "default"])
     assert rc == 2
-    assert "tenant must be given" in capsys.readouterr().err
+    assert "--tenant must be given for a store with several tenants" in capsys.readouterr().err  # the flag
     rc = main(["search", str(src), "Memory number 5", "--embedder", "default", "--tenant", "u2", "-k", "3",
                "--json"])
     assert rc == 0
