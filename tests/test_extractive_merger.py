@@ -236,8 +236,8 @@ def words(texts):
     return [len(t.split()) for t in texts]
 
 
-def condense1(older, newer, cap, counter=words):
-    (out,), (dropped,) = ExtractiveMerger().condense([MergePair(older, newer)], cap, counter)
+def condense1(older, newer, cap, counter=words, salience="coverage"):
+    (out,), (dropped,) = ExtractiveMerger(salience=salience).condense([MergePair(older, newer)], cap, counter)
     return out, dropped
 
 
@@ -252,26 +252,53 @@ def test_condense_keeps_dates_numbers_and_names_first_in_original_order():
     newer = item("The weather stayed quite mild and pleasant all afternoon. Her sister Maria visits in June. "
                  "Nothing else happened.")
     full = merge1(older, newer)
-    out, dropped = condense1(older, newer, 14)
-    assert out == "Caroline moved to Boston in 2019. Her sister Maria visits in June."
+    for salience in ("coverage", "centroid"):
+        out, dropped = condense1(older, newer, 14, salience=salience)
+        assert out == "Caroline moved to Boston in 2019. Her sister Maria visits in June."
     # a sentence that does not fit is skipped; a shorter one after it may still fit
-    assert condense1(older, newer, 15)[0] == out + " Nothing else happened."
+    assert condense1(older, newer, 15, salience="centroid")[0] == out + " Nothing else happened."
     assert dropped == len(full.split()) - len(out.split()) > 0
 
 
-def test_condense_fills_with_sentences_closest_to_the_pair():
-    """After the tier of names and numbers: the sentences whose words the two inputs share."""
+def test_centroid_salience_fills_with_sentences_closest_to_the_pair():
+    """salience="centroid", after the tier of names and numbers: the sentences whose words the two
+    inputs share."""
+    older = item("the garden roses need water daily. a cat slept somewhere.")
+    newer = item("the garden roses bloomed early. dinner was late.")
+    out, _ = condense1(older, newer, 11, salience="centroid")
+    assert out == "the garden roses need water daily. the garden roses bloomed early."
+
+
+def test_coverage_salience_keeps_what_is_not_said_yet():
+    """The default: a sentence repeating what is kept waits; what the other input adds comes
+    first, wherever it sits in the text."""
     older = item("the garden roses need water daily. a cat slept somewhere.")
     newer = item("the garden roses bloomed early. dinner was late.")
     out, _ = condense1(older, newer, 11)
-    assert out == "the garden roses need water daily. the garden roses bloomed early."
+    assert out == "the garden roses need water daily. a cat slept somewhere."
+    chat = item("we talked about the garden. the garden was lovely. we loved the garden so much. "
+                "the garden again and the garden more.")
+    fact = item("the garden was fine. oh and we adopted a puppy called Rex.", 1)
+    out, _ = condense1(chat, fact, 18)
+    assert "a puppy called Rex." in out and "[" in out  # the late new fact, with its date tag
+
+
+def test_coverage_keeps_both_values_of_a_knowledge_update():
+    old = item("Caroline: I drive a Honda Civic. Caroline: that sounds lovely! Caroline: so fun to hear.")
+    new = item("Caroline: how nice. Caroline: I sold my old car, I now drive a Subaru Outback. "
+               "Caroline: great talking.", 40)
+    out, dropped = condense1(old, new, 30)
+    assert "Honda Civic" in out and "Subaru Outback" in out and dropped > 0
+    assert out.index("Honda Civic") < out.index("Subaru Outback")  # time order, each with its date
 
 
 def test_condense_keeps_the_tags_of_kept_segments():
     older = item("Ann met Bo at the lake. we talked and talked and talked for hours.")
     newer = item("lunch was fine and nothing happened. Bo left for Rome.", 3)
-    out, _ = condense1(older, newer, 16)  # a tag counts 3 words here
+    out, _ = condense1(older, newer, 16, salience="centroid")  # a tag counts 3 words here
     assert out == "[8 May 2023] Ann met Bo at the lake. [11 May 2023] Bo left for Rome."
+    out, _ = condense1(older, newer, 16)  # coverage: Bo is covered by the later sentence first
+    assert out == "[11 May 2023] lunch was fine and nothing happened. Bo left for Rome."
     out2, _ = condense1(older, newer, 9)  # room for one tagged sentence and nothing else
     assert out2 in ("[8 May 2023] Ann met Bo at the lake.", "[11 May 2023] Bo left for Rome.")
 

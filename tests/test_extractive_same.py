@@ -1,7 +1,7 @@
 """The extractive merger writes the same texts, byte for byte, as the frozen reference
 (tests/extractive_reference.py, the merger before its per-merge work was cut): merges and
-condensed merges of the dev file's turns and facts, merges of merges, tricky texts, several
-near-duplicate thresholds and caps."""
+condensed merges (the ``centroid`` salience, the reference's) of the dev file's turns and facts,
+merges of merges, tricky texts, several near-duplicate thresholds and caps."""
 from __future__ import annotations
 
 import random
@@ -76,7 +76,7 @@ def test_merge_same_texts_in_worker_processes(all_pairs):
 def test_condense_same_texts(all_pairs, cap, counter):
     pairs = all_pairs[::3]
     ref = Reference(processes=0).condense(pairs, cap, counter)
-    new = ExtractiveMerger(processes=0).condense(pairs, cap, counter)
+    new = ExtractiveMerger(processes=0, salience="centroid").condense(pairs, cap, counter)
     assert_same(ref[0], new[0], pairs)
     assert ref[1] == new[1]
 
@@ -85,7 +85,8 @@ def test_condense_same_texts_other_threshold(all_pairs):
     pairs = all_pairs[1::4]
     for threshold, cap in ((0.5, 4), (1.0, 10), (0.75, 30)):
         ref = Reference(processes=0, near_duplicate=threshold).condense(pairs, cap, count_words)
-        assert ref == ExtractiveMerger(processes=0, near_duplicate=threshold).condense(pairs, cap, count_words)
+        assert ref == ExtractiveMerger(processes=0, near_duplicate=threshold, salience="centroid").condense(
+            pairs, cap, count_words)
 
 
 def test_helpers_same(all_pairs):

@@ -22,48 +22,24 @@ Rules, in order:
    every segment is written with its tag. Segments left empty by step 3 vanish.
 
 Condensing (:meth:`ExtractiveMerger.condense`, the ``cap_policy="condense"`` of
-:class:`~memforest_gpu.config.MergeConfig`): when the merged text would pass the node
-cap, whole sentences are kept in priority order while they fit, then written in their
-original order (with the tags of the segments that keep a sentence):
-
-a. first the sentences carrying content a summary must not lose: a digit, a month or
-   weekday name, or a capitalised word that is not the sentence's first (a name);
-b. within each tier, the sentences closest to the pair's content: the cosine of the
-   sentence's bag of words (lowercase tokens, stop words out) to the pair's centroid,
-   the sum of each input's normalised bag of words (so both inputs weigh the same,
-   whatever their lengths); ties by original order.
-
-A sentence that does not fit is skipped and shorter ones after it may still fit. The text
-is never empty: when even the first sentence alone passes the cap, its leading words
-that fit are kept. No embedder is needed: the merger sees only texts.
+:class:`~memforest_gpu.config.MergeConfig`) keeps the sentences a merge over the node cap can
+hold, in an order of salience: :mod:`.condense`.
 """
 from __future__ import annotations
 
-import math
-import re
-from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from .. import sentences
 from ..config import ConfigError
 from ..sentences import day_of, parse, remember_written, sentence_info, split_sentences
-from ..store.timeutil import MONTHS, format_date
+from ..store.timeutil import format_date
 from .base import MergePair
+from .condense import SALIENCES, condense_one, has_info
 from .parallel import map_parts, spare_cores
 
 __all__ = ["ExtractiveMerger", "dedup_sentences", "has_info", "split_sentences"]
 
-_TOKEN = re.compile(r"[a-z0-9]+")
-_STOP = frozenset(
-    "a an the and or but if so of to in on at by for with from as is are was were be been being am do does did "
-    "have has had i me my we our you your he him his she her it its they them their this that these those there "
-    "here what which who whom how when where why all any some just very too also s t m re ve ll d oh yeah yes "
-    "can could would should will shall may might must not no nor than then about into over out up down "
-    "really hey hi wow".split())
-_WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
-_INFO_WORDS = frozenset(m.lower() for m in MONTHS) | _WEEKDAYS
-_WORD = re.compile(r"[A-Za-z][\w'-]*")
 _INDEX_ABOVE = 24  # sentences in a merge from which dedup looks up candidates by token
 
 
@@ -162,13 +138,18 @@ class ExtractiveMerger:
     repeat of a kept one (1.0: only the same token set in another order). ``processes``:
     worker processes that merge parts of a batch of at least ``parallel_above`` pairs beside
     this one (:func:`~.parallel.map_parts`; default one per spare core; 0: none). The texts
-    are the same whatever the split.
+    are the same whatever the split. ``salience``: the order in which condensing keeps sentences,
+    ``"coverage"`` (default) or ``"centroid"`` (module docstring, "Condensing"); it never
+    changes a merge that fits the cap.
     """
 
     name = "extractive"
 
     def __init__(self, *, near_duplicate: float = 0.9, processes: int | None = None,
-                 parallel_above: int = 4096) -> None:
+                 parallel_above: int = 4096, salience: str = "coverage") -> None:
+        if salience not in SALIENCES:
+            raise ConfigError("salience", f"must be one of {list(SALIENCES)}, got {salience!r}")
+        self.salience = salience
         value = near_duplicate
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
             raise ConfigError("near_duplicate", f"must be in (0, 1], got {value!r}")
@@ -178,8 +159,8 @@ class ExtractiveMerger:
         self.processes = spare_cores() if processes is None else processes
         self.parallel_above = parallel_above
 
-    def __repr__(self) -> str:
-        return f"ExtractiveMerger(near_duplicate={self.near_duplicate})"
+    def __repr__(self) -> str:  # what decides its texts (a journal's merger identity, runs/journal.py)
+        return f"ExtractiveMerger(near_duplicate={self.near_duplicate}, salience={self.salience!r})"
 
     @staticmethod
     def forget() -> None:
@@ -215,7 +196,8 @@ class ExtractiveMerger:
         sent_cost = {s: c for s, c in zip(sents, costs)}
         tag_cost = dict(zip(tags, costs))
         for j, (labels, groups, tagged) in zip(over, plans):
-            out[j] = _condense_one(labels, groups, tagged, pairs[j], cap, counter, sent_cost, tag_cost)
+            out[j] = condense_one(labels, groups, tagged, pairs[j], cap, counter, sent_cost, tag_cost, _write,
+                                  _raw(_quads([pairs[j]])[0]), self.salience)
         for j, c in zip(over, counter([out[j] for j in over])):
             dropped[j] = full[j] - c
         return out, dropped
@@ -297,80 +279,3 @@ def _raw(q: tuple) -> str:
     """Nothing but tags/whitespace in both inputs: keep the raw text, never ""."""
     raw = " ".join(t for t in (q[0].strip(), q[2].strip()) if t)
     return raw or f"[{format_date(q[1])}]"
-
-
-def has_info(sentence: str) -> bool:
-    """Whether a sentence carries a date, a number or a name (condensing's first tier): a
-    digit, a month or weekday name, or a capitalised word other than its first word (a
-    speaker's ``"Name:"`` counts as first) and "I"."""
-    if any(ch.isdigit() for ch in sentence):
-        return True
-    words = _WORD.findall(sentence)
-    if words and sentence.lstrip().startswith(words[0] + ":"):
-        words = words[1:]  # "Caroline: ..." -> the speaker label is not the content's name
-    for k, w in enumerate(words):
-        if w.lower() in _INFO_WORDS:
-            return True
-        if k > 0 and w[0].isupper() and w not in ("I", "I'm", "I've", "I'll", "I'd"):
-            return True
-    return False
-
-
-def _bag(text: str) -> Counter:
-    return Counter(t for t in _TOKEN.findall(text.lower()) if t not in _STOP)
-
-
-def _cosine(a: Counter, b: dict) -> float:
-    dot = sum(v * b.get(t, 0.0) for t, v in a.items())
-    na = math.sqrt(sum(v * v for v in a.values()))
-    nb = math.sqrt(sum(v * v for v in b.values()))
-    return dot / (na * nb) if na and nb else 0.0
-
-
-def _centroid(pair: MergePair) -> dict:
-    """The pair's centroid bag of words: each input's bag scaled to unit length, summed."""
-    cen: dict = {}
-    for item in (pair.older, pair.newer):
-        bag = _bag(item.text)
-        norm = math.sqrt(sum(v * v for v in bag.values())) or 1.0
-        for t, v in bag.items():
-            cen[t] = cen.get(t, 0.0) + v / norm
-    return cen
-
-
-def _condense_one(labels, groups, tagged, pair, cap, counter, sent_cost, tag_cost) -> str:
-    """The merge of ``pair`` cut to ``cap`` tokens (module docstring, "Condensing")."""
-    cen = _centroid(pair)
-    flat = [(g, i, s) for g, sents in enumerate(groups) for i, s in enumerate(sents)]
-    prio = sorted(range(len(flat)), key=lambda k: (not has_info(flat[k][2]), -_cosine(_bag(flat[k][2]), cen), k))
-    order = prio
-    while order:
-        keep, used, opened = set(), 0, set()
-        for k in order:
-            g = flat[k][0]
-            cost = sent_cost[flat[k][2]] + (tag_cost[f"[{labels[g]}]"] if tagged and g not in opened else 0)
-            if used + cost <= cap:
-                keep.add(k)
-                used += cost
-                opened.add(g)
-        if not keep:
-            break
-        kept = [[s for k, (g2, _, s) in enumerate(flat) if k in keep and g2 == g] for g in range(len(groups))]
-        text = _write(labels, kept, tagged)
-        if counter([text])[0] <= cap:
-            return text
-        order = [k for k in order if k in keep][:-1]  # the sum of parts was short: drop the last kept
-    if not flat:
-        return _raw(_quads([pair])[0])
-    # not even the first sentence fits alone: the longest prefix of its words that does (one word at least)
-    g, _, s = flat[prio[0]]
-    prefix = f"[{labels[g]}] " if tagged else ""
-    words = s.split()
-    lo, hi = 1, len(words)  # the longest prefix of words within the cap (at least one word)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if counter([prefix + " ".join(words[:mid])])[0] <= cap:
-            lo = mid
-        else:
-            hi = mid - 1
-    return prefix + " ".join(words[:lo])
