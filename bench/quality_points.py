@@ -181,7 +181,7 @@ def main(argv=None) -> int:
     cfg, ecfg = _config(a.preset, a.set), EvalConfig(search_repeats=1)
     originals = dict(zip(store.ids, store.texts))
     vec = dict(zip(store.ids, store.embeddings.numpy()))
-    _, base = _score_store(store, q, ecfg, originals)
+    _, base, _ = _score_store(store, q, ecfg, originals)
     base = {(c, m): v for (k, c, m), v in base.items() if k == "plain"}
     records = []
     cats = q.cats
@@ -193,7 +193,7 @@ def main(argv=None) -> int:
         out = res.store
         views = NodeViews.build(out, originals)
         ranked = ranked_candidates(Retriever(out), q.emb, q.tenants, ecfg, "plain")
-        _, sc = _score_store(out, q, ecfg, originals)
+        _, sc, _ = _score_store(out, q, ecfg, originals)
         sc = {(c_, m): v for (k, c_, m), v in sc.items() if k == "plain"}
         rec = {"method": label, "nodes": a.nodes, "ratio": a.ratio, "set": a.set}
         for metric in ("ansr", "ansr_content", "evr", "dates"):
