@@ -123,3 +123,16 @@ def test_a_slow_load_is_said_once_unless_quiet(monkeypatch, capsys):
     finally:
         log = logging.getLogger(notes.NOTES)
         log.handlers, log.propagate = [], True
+
+
+def test_the_light_copies_of_the_runs_constants_agree():
+    """The command line checks flags with constants of light modules before the modules that
+    use them load; each must be the one its user applies."""
+    from memforest_gpu import config
+    from memforest_gpu.kernels import lloyd
+    from memforest_gpu.retrieval import context
+    from memforest_gpu.store import codes
+
+    assert config.VECTOR_CODES == codes.VECTOR_CODES
+    assert config.MIN_BUDGET == context.MIN_BUDGET
+    assert config.SEEDINGS == lloyd.SEEDINGS

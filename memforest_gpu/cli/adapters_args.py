@@ -33,7 +33,7 @@ def _add_compress_options(p) -> None:
                    help="an option of the merger, e.g. model=/models/qwen (VALUE read as JSON when it parses)")
     p.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
     p.add_argument("--report", default=None, help="also write the run report as JSON to this path")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true", help="no progress bars, no note of a slow model load")
     add_review_argument(p)
 
 

@@ -72,7 +72,7 @@ def add_parser(subparsers) -> None:
     c.add_argument("--replace-changed", action="store_true",
                    help="an inbox record whose id is an unmerged memory of the store with other text replaces it "
                         "(default: such a record stops the run, naming its line)")
-    c.add_argument("--quiet", action="store_true", help="no progress bars")
+    c.add_argument("--quiet", action="store_true", help="no progress bars, no note of a slow model load")
     add_review_argument(c)
 
 

@@ -59,7 +59,8 @@ def add_parser(sub) -> None:
     c.add_argument("--dry-run", action="store_true",
                    help="print the first round's planned merges (pairs, similarity) and write nothing")
     c.add_argument("--quiet", action="store_true",
-                   help="no progress bars and no progress lines (they are shown only when stderr is a terminal)")
+                   help="no progress bars (shown only when stderr is a terminal), no --memory-budget progress "
+                        "lines, no note of a slow model load")
     add_review_argument(c)
 
 

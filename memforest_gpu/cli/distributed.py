@@ -21,6 +21,7 @@ from ..runs.preflight import preflight
 from ..store.atomic import atomic_write_text
 from .files import need_input, need_writable
 from .flags import add_config_arguments, check_embedder_flag, config_from_args, parse_options
+from .notes import show_notes
 from .report import format_report
 from .running import CLI_NAMES, error_message, interrupted_message
 
@@ -54,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--resume", action="store_true",
                    help="continue an interrupted run from each rank's OUTPUT.rankR.journal.jsonl without redoing "
                         "its merges (same input, options and number of ranks)")
-    c.add_argument("--quiet", action="store_true", help="no progress bars")
+    c.add_argument("--quiet", action="store_true", help="no progress bars, no note of a slow model load")
     return ap
 
 
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None, *, run_ranks: Callable) -> int:
     a = build_parser().parse_args(argv)
     many = int(os.environ.get("WORLD_SIZE", "1")) > 1
     where = f"[rank {os.environ.get('RANK', '0')}] " if many else ""
+    show_notes(quiet=a.quiet or os.environ.get("RANK", "0") != "0")  # rank 0 says a slow model load
     with OPTION_WORDS.as_command():  # warnings name the options as flags
         try:
             check(a)

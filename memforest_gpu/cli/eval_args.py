@@ -78,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _add_stream_arguments(p)
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: the grid's tensor ops are small; 0 = torch's default)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no note of a slow model load")
 
 
 def _add_loo_arguments(p: argparse.ArgumentParser) -> None:
