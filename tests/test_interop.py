@@ -39,7 +39,7 @@ def compressed(tmp_path_factory):
     d = tmp_path_factory.mktemp("interop")
     out = d / "store.parquet"
     assert main(["compress", str(_input(d / "in.jsonl")), str(out), "--ratio", "0.5", "--embedder", "none",
-                 "--keys", "all", "--quiet"]) == 0
+                 "--keys", "all", "--text-weight", "0.5", "--quiet"]) == 0
     assert main(["compact", str(out), "--max-nodes-per-tenant", "20", "--embedder", "none", "--quiet"]) == 0
     return out
 

@@ -14,7 +14,7 @@ The stages are :mod:`.partition` (with :mod:`.two_level` and :mod:`.constraints`
 rounds (:func:`compress`) or plans the first round only (:func:`dry_run`), and :mod:`.result`
 holds what both return. :mod:`.tree_record` and :mod:`.placement` record a run's event trees
 and place new rows into them; the subpackage :mod:`.compaction` keeps tenants within a budget
-with the same stages; :mod:`.host_reads` counts the device reads of a run.
+with the same stages; tests/host_reads.py counts the device reads of a run.
 """
 from .compaction import CompactReport, CompactResult, compact
 from .compression import compress, dry_run

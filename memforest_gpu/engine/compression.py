@@ -9,7 +9,7 @@
 Each stage is a function in its own module; :func:`compress` only runs the rounds and puts
 the result together. :func:`dry_run` takes the same setup and plans the first round only.
 The host reads a constant number of device values per round (the plan), whatever the number
-of trees, pairs and tenants (:mod:`.host_reads` counts them).
+of trees, pairs and tenants (tests/host_reads.py counts them).
 """
 from __future__ import annotations
 

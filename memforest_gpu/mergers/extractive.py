@@ -32,13 +32,13 @@ from functools import lru_cache
 
 from .. import sentences
 from ..config import ConfigError
-from ..sentences import day_of, parse, remember_written, sentence_info, split_sentences
+from ..sentences import day_of, parse, remember_written, sentence_info
 from ..store.timeutil import format_date
 from .base import MergePair
 from .condense import SALIENCES, condense_one, has_info
 from .parallel import map_parts, spare_cores
 
-__all__ = ["ExtractiveMerger", "dedup_sentences", "has_info", "split_sentences"]
+__all__ = ["ExtractiveMerger", "dedup_sentences", "has_info"]
 
 _INDEX_ABOVE = 24  # sentences in a merge from which dedup looks up candidates by token
 

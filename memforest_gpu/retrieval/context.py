@@ -40,7 +40,8 @@ from dataclasses import asdict, dataclass
 import pyarrow.compute as pc
 import torch
 
-from ..mergers.extractive import split_sentences
+from ..config import MIN_BUDGET
+from ..sentences import split_sentences
 from ..store.timeutil import DATE_TAG, format_date
 
 __all__ = ["FILLS", "MIN_BUDGET", "Piece", "context", "whole_tags", "dated_sentences", "key_parts", "part_scores",
@@ -48,7 +49,6 @@ __all__ = ["FILLS", "MIN_BUDGET", "Piece", "context", "whole_tags", "dated_sente
            "has_keys", "has_merged"]
 
 FILLS = ("ranked", "plain", "focused", "pooled")
-MIN_BUDGET = 4  # what search takes, in whitespace tokens: a piece's date tag (3) and one word of its text
 POOL = 4  # fill="pooled": the first piece that does not fit and the 3 after it share what is left
 _WS = re.compile(r"\S+")
 

@@ -18,9 +18,10 @@ import warnings
 import numpy as np
 import torch
 
+from ..config import VECTOR_CODES
+
 __all__ = ["VECTOR_CODES", "check_vector_codes", "int8_codes", "int8_codes_on"]
 
-VECTOR_CODES = ("float32", "int8")
 
 
 def check_vector_codes(value) -> None:
