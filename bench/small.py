@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     print_hardware()
     store = synthetic_store(a.n, tenants=1, dim=a.dim, seed=7)
     for schedule in a.schedules.split(","):
-        base = CompressConfig()
+        base = CompressConfig.preset("paper")
         cfg = dataclasses.replace(base, merge=dataclasses.replace(base.merge, ratio=a.ratio, schedule=schedule))
         compress(store, cfg, merger=Concatenating())  # warm-up
         runs = []

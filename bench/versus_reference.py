@@ -13,6 +13,7 @@ tests/test_merge_order.py, not here.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
@@ -22,7 +23,7 @@ from common import Timer, print_hardware, write_records  # noqa: E402
 from merge_reference import reference_compress  # noqa: E402
 from reference_pipeline import n_clusters, numpy_kmeans  # noqa: E402
 
-from memforest_gpu import CompressConfig, MergeConfig, compress  # noqa: E402
+from memforest_gpu import CompressConfig, compress  # noqa: E402
 from memforest_gpu.engine.partition import partition_nodes  # noqa: E402
 from memforest_gpu.store.synthetic import synthetic_store  # noqa: E402
 
@@ -61,7 +62,8 @@ def main(argv=None):
 
 def _one(n: int, schedule: str, a) -> dict:
     store = synthetic_store(n, dim=a.dim, seed=n)
-    cfg = CompressConfig(merge=MergeConfig(ratio=a.ratio, schedule=schedule))
+    paper = CompressConfig.preset("paper")  # the authors' pipeline: the paper's partition and trees
+    cfg = dataclasses.replace(paper, merge=dataclasses.replace(paper.merge, ratio=a.ratio, schedule=schedule))
     compress(synthetic_store(200, dim=a.dim, seed=1), cfg, merger=_NullMerger())  # warm-up
     best = None
     for _ in range(max(1, a.repeat)):

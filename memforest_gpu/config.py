@@ -95,7 +95,9 @@ class PartitionConfig:
     """EventTree partitioning: k-means + semantic/temporal reassignment (docs/method.md
     section 1)."""
 
-    alpha: float = 0.05  # clusters per node: K = max(1, min(N, floor(alpha * N))); 0 = one tree per tenant
+    # clusters per node: K = max(1, min(N, floor(alpha * N))); 0 = one tree per tenant. 0.001: about 1,000
+    # nodes per event tree (the paper: 0.05)
+    alpha: float = 0.001
     beta: float = 0.8  # weight of the semantic term; 1 - beta weights the temporal window
     window: int = 5  # temporal window, in positions (rank by (timestamp, index))
     max_iter: int = 30  # at most this many Lloyd steps
@@ -128,7 +130,7 @@ class TreeConfig:
     kind: str = "max"  # ablations: "min" (minimum spanning tree), "random" (random merge order)
     # local time on the tree's edges too: w = (1 - time_weight) * cos + time_weight * [gap <= time_window] * g(cos),
     # gap = positions between two nodes' spans (1 for neighbouring turns); 0 = the paper (cosine only)
-    time_weight: float = 0.0
+    time_weight: float = 0.5
     time_window: int = 1  # in positions, as the partition's window
     # g, what a neighbour's bonus needs (engine/edges.py time_weighted): "gated" g = [cos >= time_min_cos] (the bonus
     # only for neighbours that are related) | "scaled" g = max(cos, 0) (time multiplies meaning) | "flat" g = 1
@@ -139,7 +141,7 @@ class TreeConfig:
     # size_weight * (tok_i + tok_j + date tags) / size_unit, the estimated length of the merged
     # node in units of size_unit tokens, so short nodes (chit-chat, near duplicates) merge first
     # and long ones late; 0 = the paper
-    size_weight: float = 0.0
+    size_weight: float = 0.2
     size_unit: int = 256  # tokens; its own field, so the node-token cap never changes the term
     # the graph each tree's spanning tree is built on (engine/trees.py): "knn" keeps per node
     # its `knn` best neighbours by edge weight plus its next node in time (memory and work grow with
@@ -186,7 +188,7 @@ class MergeConfig:
     """Progressive merging (docs/method.md section 3)."""
 
     ratio: float = 0.5  # fraction of each tenant's nodes to remove, in (0, 1)
-    schedule: str = "sequential"  # "sequential" | "matching"
+    schedule: str = "matching"  # "matching" (disjoint pairs per round) | "sequential" (the paper: one pair)
     max_node_tokens: int | None = None  # None: the embedder's limit (no cap when it has none)
     seed: int = 0  # drives only the "random" tree kind (ablation): its random edge weights
     # over the cap: "condense" (extractive text keeps its most informative sentences up to the
@@ -210,11 +212,11 @@ class MergeConfig:
     # them), scored text_weight * cos(text) + (1 - text_weight) * its best key's cos in every search (the
     # store keeps the keys and the weight; -1 regroups without losing a vector, so the store keeps as many
     # vectors as its input)
-    keys: int = 0
-    text_weight: float = 1.0
+    keys: int = 1
+    text_weight: float = 0.8
     # how the output store's file holds its vectors (text vectors and keys): "float32", or "int8" codes
     # (a quarter of the bytes; store/codes.py); the search decodes them once on load
-    vectors: str = "float32"
+    vectors: str = "int8"
 
     @property
     def max_keys(self) -> int | None:
@@ -284,8 +286,8 @@ class CompressConfig:
 
     @classmethod
     def preset(cls, name: str) -> CompressConfig:
-        """The named preset (:data:`PRESETS`): ``"memforest"`` (the command line's default) or
-        ``"paper"`` (the method's values, the same as ``CompressConfig()``)."""
+        """The named preset (:data:`PRESETS`): ``"memforest"`` (the same as ``CompressConfig()``,
+        every command's default) or ``"paper"`` (the method's values as the paper gives them)."""
         return preset(name)
 
 
@@ -329,20 +331,18 @@ class CompactConfig:
         return None if b is None else math.floor(self.low_water * b + 1e-9)
 
 
-#: Named configurations. ``CompressConfig()`` (and so ``compress(store)`` without a config)
-#: stays the method's values, the ``"paper"`` preset; the command line defaults to ``"memforest"``,
-#: chosen by leave-one-conversation-out on the LoCoMo dev file (README, "Presets").
+#: Named configurations. ``CompressConfig()`` (and every stage config's defaults) is the shipped
+#: ``"memforest"`` preset, chosen by leave-one-conversation-out on the LoCoMo dev file
+#: (docs/presets.md); ``"paper"`` is the method's values as the MemForest paper gives them
+#: (docs/method.md): one tree per ~20 nodes, the spanning tree on cosines alone, one pair per tree
+#: a round, a merged node searched by its text's vector, float32 files.
 PRESETS: dict[str, CompressConfig] = {
-    "memforest": CompressConfig(
-        partition=PartitionConfig(alpha=0.001),  # ~1,000 nodes per event tree (one per LoCoMo conversation)
-        # related neighbours in time (cosine >= 0.3) and short nodes merge first
-        tree=TreeConfig(time_weight=0.5, time_rule="gated", time_min_cos=0.3, size_weight=0.2),
-        # disjoint pairs per round; one vector per node: a merged node's is the blend 0.8 t + 0.2 c of its
-        # text's vector and its sources' centre, so a store holds as many vectors as nodes; the file holds
-        # them as int8 codes (docs/studies/one-vector-per-node.md)
-        merge=MergeConfig(schedule="matching", keys=1, text_weight=0.8, vectors="int8"),
+    "memforest": CompressConfig(),
+    "paper": CompressConfig(
+        partition=PartitionConfig(alpha=0.05),
+        tree=TreeConfig(time_weight=0.0, size_weight=0.0),
+        merge=MergeConfig(schedule="sequential", keys=0, text_weight=1.0, vectors="float32"),
     ),
-    "paper": CompressConfig(),  # the method's values (docs/method.md)
 }
 DEFAULT_PRESET = "memforest"  # what the command line uses when no --preset is given
 

@@ -142,7 +142,7 @@ def test_every_config_flag_reaches_its_field_in_every_compress_command():
              "--merge-within", "session", "--keys", "3", "--text-weight", "0.4", "--vectors", "float32"]
     want_tree = TreeConfig(eta=0.9, degree_norm="max", time_weight=0.5, time_window=2, size_weight=0.2)
     want_merge = MergeConfig(ratio=0.7, schedule="matching", max_node_tokens=100, seed=3, keep_pattern="^Name:",
-                             merge_within="session", keys=3, text_weight=0.4)
+                             merge_within="session", keys=3, text_weight=0.4, vectors="float32")
     part = dict(alpha=0.01, beta=0.6, window=4, max_iter=12, seed=3)
     import argparse
 
@@ -156,6 +156,8 @@ def test_every_config_flag_reaches_its_field_in_every_compress_command():
     for a, kmeans in parsed:
         assert config_from_args(a) == CompressConfig(partition=PartitionConfig(**part, kmeans=kmeans),
                                                      tree=want_tree, merge=want_merge)
-    # no flags: the default preset ("memforest"); --preset paper: the method's defaults
-    assert config_from_args(build_parser().parse_args(["compress", "a", "b"])) == CompressConfig.preset("memforest")
-    assert config_from_args(build_parser().parse_args(["compress", "a", "b", "--preset", "paper"])) == CompressConfig()
+    # no flags: the default preset ("memforest"), which is CompressConfig(); --preset paper: the paper's values
+    assert config_from_args(build_parser().parse_args(["compress", "a", "b"])) == CompressConfig()
+    assert CompressConfig() == CompressConfig.preset("memforest")
+    assert (config_from_args(build_parser().parse_args(["compress", "a", "b", "--preset", "paper"]))
+            == CompressConfig.preset("paper") != CompressConfig())

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import CompressConfig, ConfigError, MergeConfig, PartitionConfig, TreeConfig
+from ..config import PRESETS, CompressConfig, ConfigError, MergeConfig, PartitionConfig, TreeConfig
 from ..store.atomic import atomic_open
 from .harness import EvalConfig, cell_key, run_grid
 
@@ -301,11 +301,11 @@ def loo_markdown(cs: CandidateScores, folds: list[dict], *, select: str, compare
 
 
 def paper_candidate(vectors: str = "float32") -> Candidate:
-    """The paper's defaults (``CompressConfig()``, docs/method.md), sequential schedule;
+    """The paper's values (the ``"paper"`` preset, docs/method.md), sequential schedule;
     ``vectors``: how its stores hold their vectors (the run's, so that a grid candidate with the
     paper's fields is recognised as this one)."""
-    return Candidate("paper", CompressConfig(partition=PartitionConfig(), tree=TreeConfig(),
-                                             merge=MergeConfig(vectors=vectors)))
+    p = PRESETS["paper"]
+    return Candidate("paper", dataclasses.replace(p, merge=dataclasses.replace(p.merge, vectors=vectors)))
 
 
 def save_scores(cs: CandidateScores, path: str) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..adapters.streammeco import streammeco
-from ..config import SCHEDULES, CompressConfig, ConfigError, PartitionConfig, TreeConfig
+from ..config import PRESETS, SCHEDULES, CompressConfig, ConfigError
 from ..engine import CompressResult, compress
 from ..store.memory_store import MemoryStore
 from ..store.merged_keys import derive_keys, fold_keys
@@ -49,7 +49,9 @@ ABLATIONS: dict[str, Callable[[CompressConfig], CompressConfig]] = {
     "dense-graph": lambda c: _replace(c, "tree", graph="dense"),  # every pair of a tree, not nearest neighbours
     # not ablations: the dense graph above (the reference of the knn graph), and the method's defaults for
     # partition, tree and node cap, whatever the base config says
-    "paper": lambda c: dataclasses.replace(c, partition=PartitionConfig(seed=c.partition.seed), tree=TreeConfig(),
+    "paper": lambda c: dataclasses.replace(c, partition=dataclasses.replace(PRESETS["paper"].partition,
+                                                                            seed=c.partition.seed),
+                                           tree=PRESETS["paper"].tree,
                                            merge=dataclasses.replace(c.merge, max_node_tokens=None)),
 }
 METHOD_NAMES = ("none", *BASELINES, "streammeco", "memforest", *(f"memforest-{a}" for a in ABLATIONS))
