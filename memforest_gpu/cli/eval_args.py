@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import PRESETS
+from ..config import FILLS, PRESETS
 from .files import need_input
 from .flags import add_keys_arguments, check_number_lists, refuse_ignored
 
@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("retrieval and cuts")
     g.add_argument("-k", "--k", type=int, default=10, help="nodes at the @k cut")
     g.add_argument("--budget", type=int, default=256, help="whitespace tokens at the @B cut")
-    g.add_argument("--fill", default="plain", choices=("plain", "ranked", "focused", "pooled"),
+    g.add_argument("--fill", default="plain", choices=FILLS,
                    help="@B context: plain (whole nodes: the protocol) | pooled (memforest search --budget's) | ...")
     g.add_argument("--L", type=int, default=4, help="AGPR candidate multiplier")
     g.add_argument("--lam", type=float, default=0.2, help="AGPR anchor fraction")

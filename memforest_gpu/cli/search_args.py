@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..config import MIN_BUDGET
+from ..config import FILLS, MIN_BUDGET
 from .files import need_input
 from .flags import check_embedder_flag
 from .tenants import check_tenant_given
@@ -24,7 +24,7 @@ def add_search_parser(sub) -> None:
     s.add_argument("--json", action="store_true", help="print the hits as JSON")
     s.add_argument("--budget", type=int, default=None, metavar="B",
                    help="show the context instead: pieces filling B whitespace tokens (256: the evaluation's @B)")
-    s.add_argument("--fill", default=None, choices=("pooled", "ranked", "focused", "plain"),
+    s.add_argument("--fill", default=None, choices=FILLS,
                    help="with --budget: pooled (the part of a merged node that matched first, the last pieces by "
                         "their best sentences; the default for a store with keys) | ranked (parts, the last cut) | "
                         "focused (the last piece by its best sentences) | plain (whole nodes in rank order)")

@@ -57,15 +57,19 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..retrieval.context import POOL, fit, fit_focused, in_rule_order, part_scores, ranked_pieces
+from ..retrieval.context import FILLS, POOL, fit, fit_focused, in_rule_order, part_scores, ranked_pieces
 from ..sentences import split_sentences
 from ..store.timeutil import DATE_TAG, format_date
 from .metrics import STOP_WORDS, NodeViews, source_starts, tokens
 
 __all__ = ["View", "view_of", "stored_view", "matched_render", "source_scores", "contexts", "score_contexts",
-           "FILLS", "node_parts", "join_parts"]
+           "STUDY_FILLS", "EVAL_FILLS", "node_parts", "join_parts"]
 
-FILLS = ("plain", "matched", "parts", "ranked", "focused", "pooled")
+# The product's fills (:data:`memforest_gpu.config.FILLS`, what ``memforest search`` and ``memforest
+# eval --fill`` offer) and the two this study adds: "matched" (each merged node reordered by its
+# sources' match) and "parts" (sources shown breadth first), scored by :func:`contexts` only.
+STUDY_FILLS = ("matched", "parts")
+EVAL_FILLS = FILLS + STUDY_FILLS
 _WS = re.compile(r"\S+")
 
 
@@ -164,7 +168,7 @@ def contexts(ranked: np.ndarray, store, views: NodeViews, budget: int, *, fill: 
              q_emb: torch.Tensor | None = None, questions: Sequence[str] = (), original_text=None,
              original_ts=None, split=None) -> list[list[tuple[int, View, int | None]]]:
     """Each question's ``@B`` context: (node, the view of what is shown of it, the character where
-    it was cut or None when shown whole), in the order shown. ``fill`` (:data:`FILLS`, module doc)
+    it was cut or None when shown whole), in the order shown. ``fill`` (:data:`EVAL_FILLS`, module doc)
     other than ``"plain"`` needs ``q_emb`` (Q, D) (or ``questions``' texts, for a store without
     keys), ``original_text`` and ``original_ts`` (id -> text / timestamp of the originals).
     ``split(store, j)``: cut a merged node into parts from what the store holds
@@ -172,8 +176,8 @@ def contexts(ranked: np.ndarray, store, views: NodeViews, budget: int, *, fill: 
     which evidence a shown piece holds (as the protocol's strict EvR@B does). ``fill="ranked"`` with
     :func:`~.key_parts.key_split` is the product's context
     (:func:`memforest_gpu.retrieval.context.ranked_pieces`), scored here."""
-    if fill not in FILLS:
-        raise ValueError(f"fill must be one of {list(FILLS)}, got {fill!r}")
+    if fill not in EVAL_FILLS:
+        raise ValueError(f"fill must be one of {list(EVAL_FILLS)}, got {fill!r}")
     out = []
     memo: dict = {}
     for q, row in enumerate(ranked):

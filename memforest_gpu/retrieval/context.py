@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass
 import pyarrow.compute as pc
 import torch
 
-from ..config import MIN_BUDGET
+from ..config import FILLS, MIN_BUDGET
 from ..sentences import split_sentences
 from ..store.timeutil import DATE_TAG, format_date
 
@@ -48,7 +48,6 @@ __all__ = ["FILLS", "MIN_BUDGET", "Piece", "context", "whole_tags", "dated_sente
            "in_rule_order", "ranked_pieces", "fit", "focus", "focus_many", "fit_focused", "default_fill", "check_fill",
            "has_keys", "has_merged"]
 
-FILLS = ("ranked", "plain", "focused", "pooled")
 POOL = 4  # fill="pooled": the first piece that does not fit and the 3 after it share what is left
 _WS = re.compile(r"\S+")
 
