@@ -2,7 +2,7 @@
 the tree stage's dense per-tree cosine matrices (trees padded to powers of two, float32, as
 ``memforest_gpu.engine.trees`` lays them out). Runs only the partition stage.
 
-    python bench/partition_alpha.py --n 1000000 --alphas 0.001,0.05 --kmeans two-level
+    python docs/studies/scripts/partition_alpha.py --n 1000000 --alphas 0.001,0.05 --kmeans two-level
 
 Same store as ``bench/scaling.py`` (8 tenants, one holding half the nodes, d = 384, seed = n).
 """
@@ -14,7 +14,9 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(__file__))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "bench"))  # bench/common.py
+sys.path.insert(0, HERE)  # the other study scripts
 from common import Timer, peak_rss_mb, print_hardware, write_records  # noqa: E402
 
 from memforest_gpu.config import PartitionConfig  # noqa: E402

@@ -4,7 +4,7 @@ schedule (and its tree graph: ``knn`` by default, ``--graph dense`` for every pa
 alphas (K = floor(alpha * N); alpha 0 gives K = 1, one tree), plain top-k retention of
 AnsR@B and AnsR-c@B per ratio. Questions still retrieve from the one tenant.
 
-    python bench/partition_one_tenant.py --benchmark ../shared/data/locomo_dev5.json \
+    python docs/studies/scripts/partition_one_tenant.py --benchmark ../shared/data/locomo_dev5.json \
         --alphas 0,0.001,0.01,0.05 --ratios 0.5 --seeds 0 --cache /tmp/evalcache
 """
 from __future__ import annotations

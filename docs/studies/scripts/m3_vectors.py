@@ -11,7 +11,7 @@ graph: a hit when the output node holding that input node (its ``merged_from``) 
 top k. The input graph itself is the first line (every node finds itself unless an equal
 vector ties it). Prints one line per (ratio, bound) and writes flat JSON records.
 
-    python bench/m3_vectors.py [--ratios 0.5,0.7] [--bounds 1,2,3,auto,all] [--k 1,5]
+    python docs/studies/scripts/m3_vectors.py [--ratios 0.5,0.7] [--bounds 1,2,3,auto,all] [--k 1,5]
         [--clips 24] [--out runs/m3_vectors.json]
 
 Each node's vector list is turned into one array before the queries (``search_text_nodes``
@@ -30,7 +30,8 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-M3_DIR = os.path.join(HERE, "..", "tests", "m3_agent")
+M3_DIR = os.path.join(HERE, "..", "..", "..", "tests", "m3_agent")
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "bench"))  # bench/common.py
 sys.path.insert(0, HERE)
 
 from common import print_hardware, write_records  # noqa: E402

@@ -5,7 +5,7 @@ one where it fits). Synthetic memory-like store (dim 384), the memforest preset'
 schedule, extractive merger, merged vectors by mean (no embedder). Each size runs in a fresh
 process so the peak is its own.
 
-    python bench/one_tree.py --sizes 20000,100000 [--graphs knn,dense] [--ratio 0.5]
+    python docs/studies/scripts/one_tree.py --sizes 20000,100000 [--graphs knn,dense] [--ratio 0.5]
 """
 from __future__ import annotations
 

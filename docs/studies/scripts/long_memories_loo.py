@@ -1,6 +1,6 @@
-"""Leave-one-conversation-out choice among ``bench/long_memories.py`` cells, over every shape at once.
+"""Leave-one-conversation-out choice among ``docs/studies/scripts/long_memories.py`` cells, over every shape at once.
 
-    python bench/long_memories_loo.py --runs OUT1,OUT2 --candidates preset:plain,nocap:plain \\
+    python docs/studies/scripts/long_memories_loo.py --runs OUT1,OUT2 --candidates preset:plain,nocap:plain \\
         --shapes turns,facts,w4,w8,sessions --ratios 0.5,0.7 [--metric ansr_content] \\
         [--max-bytes 0.5:55,0.7:40 --bytes bytes_pct|file_bytes_pct]
 
@@ -21,7 +21,9 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "bench"))  # bench/common.py
+sys.path.insert(0, HERE)  # the other study scripts
 
 from long_memories_report import load  # noqa: E402
 
@@ -103,5 +105,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    sys.path.insert(0, os.path.join(HERE, "..", "..", ".."))
     sys.exit(main())

@@ -1,8 +1,8 @@
-"""The analysis of ``bench/merged_keys.py``'s scores: retention per rule, the cluster bootstrap
+"""The analysis of ``docs/studies/scripts/merged_keys.py``'s scores: retention per rule, the cluster bootstrap
 against today's rule, the text weight (and the whole rule) chosen by leave-one-conversation-out,
 the baselines under the same rule, and the storage of each rule.
 
-    python bench/merged_keys_report.py --out OUT [--bootstrap 2000]
+    python docs/studies/scripts/merged_keys_report.py --out OUT [--bootstrap 2000]
 
 Retention = the mean score over a set of questions / the uncompressed store's mean over the
 same questions (plain top-k). Differences are in retention points (x100) with the protocol's

@@ -7,7 +7,8 @@ run, interleaved, with the uncompressed store, the compressed store's exact rule
 alone (:class:`~memforest_gpu.retrieval.retriever.Retriever`); prints queries/s and the share of
 the exact rule's top 10 that the two-stage search finds (docs/studies/search-speed.md).
 
-    python bench/shortlist_speed.py --nodes 50000 --tenants 50 --shortlists 20,40   # or --input IN --output OUT
+    python docs/studies/scripts/shortlist_speed.py --nodes 50000 --tenants 50 --shortlists 20,40
+    # or --input IN --output OUT
 """
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ import sys
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "bench"))  # bench/common.py
+sys.path.insert(0, HERE)  # the other study scripts
 from common import print_hardware  # noqa: E402
 from search_speed import _timed, random_queries, stores  # noqa: E402
 

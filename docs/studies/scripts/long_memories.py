@@ -13,13 +13,13 @@ written Parquet file's size against the uncompressed store's file (``file_bytes_
 fill (``focused:keys``, retrieval/context.py) also changes the uncompressed store's context: it is
 scored there too (``shape|none|0|focused:keys|metric``; the records' ``*_same_fill`` retention).
 
-    python bench/long_memories.py --benchmark ../shared/data/locomo_dev5.json --shapes w4,w8,sessions,ku \\
-        --ratios 0.5,0.7 --variants preset,nocap=memforest:matching;merge.max_node_tokens=100000 \\
-        --cache /tmp/cache --out /tmp/long
+    python docs/studies/scripts/long_memories.py --benchmark ../shared/data/locomo_dev5.json \\
+        --shapes w4,w8,sessions,ku --ratios 0.5,0.7 \\
+        --variants preset,nocap=memforest:matching;merge.max_node_tokens=100000 --cache /tmp/cache --out /tmp/long
 
 Writes OUT/records.json (one record per shape, variant, ratio, fill) and OUT/scores.npz (per question,
 keys ``shape|variant|ratio|fill|metric``, ``shape|none|0|plain|metric`` the uncompressed store's, and
-``shape|tenants``); ``bench/long_memories_report.py`` makes the tables and the bootstrap.
+``shape|tenants``); ``docs/studies/scripts/long_memories_report.py`` makes the tables and the bootstrap.
 """
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "bench"))  # bench/common.py
+sys.path.insert(0, HERE)  # the other study scripts
 
 from common import print_hardware  # noqa: E402
 
@@ -182,9 +184,9 @@ def run_shape(a, shape, emb, records, scores):
 
 
 def main(argv=None) -> int:
-    here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--benchmark", default=os.path.join(here, "..", "..", "shared", "data", "locomo_dev5.json"))
+    p.add_argument("--benchmark",
+                   default=os.path.join(HERE, "..", "..", "..", "..", "shared", "data", "locomo_dev5.json"))
     p.add_argument("--shapes", default="w4,w8,sessions,ku")
     p.add_argument("--ratios", default="0.5,0.7")
     p.add_argument("--variants", default="preset", help="NAME=METHOD[;stage.field=value...], separated by ','")

@@ -1,14 +1,14 @@
 """What an approximate first pass would cost the keys' rule: each query's nodes shortlisted by
 their text vector alone (the ``M`` best), then ranked by the exact rule (text blended with the
 best key) inside the shortlist; AnsR@B retention (plain top-k) against the exact rule, on the
-stores ``bench/key_codes.py`` wrote (the preset's merges, int8 codes decoded as a reader does).
+stores ``docs/studies/scripts/key_codes.py`` wrote (the preset's merges, int8 codes decoded as a reader does).
 
 A search that scores only the text vectors first reads half the rows at ratio 0.5 (the
 uncompressed store's speed x ~2) and then ``M`` nodes' keys per query; this measures whether
 the nodes the keys bring back are inside such a shortlist.
 
-    python bench/key_shortlist.py --benchmark ../shared/data/locomo_dev5.json --cache CACHE --codes study_codes \\
-        --shortlists 40,80,160,320
+    python docs/studies/scripts/key_shortlist.py --benchmark ../shared/data/locomo_dev5.json --cache CACHE \\
+        --codes study_codes --shortlists 40,80,160,320
 """
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ import sys
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "bench"))  # bench/common.py
+sys.path.insert(0, HERE)  # the other study scripts
 from common import print_hardware  # noqa: E402
 from key_codes import dec_int8  # noqa: E402
 from merged_keys import Questions  # noqa: E402
@@ -79,7 +81,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--benchmark", required=True)
     ap.add_argument("--cache", required=True)
-    ap.add_argument("--codes", required=True, help="bench/key_codes.py's --out (its stores)")
+    ap.add_argument("--codes", required=True, help="docs/studies/scripts/key_codes.py's --out (its stores)")
     ap.add_argument("--nodes", default="turns,facts")
     ap.add_argument("--ratios", default="0.5,0.7")
     ap.add_argument("--shortlists", default="40,80,160,320")

@@ -17,8 +17,8 @@ with plain top-k and print, against the uncompressed store:
   the share of the @B context's tokens that are such repeats (shown verbatim);
 - **dates**: distinct dates in the @B context, inline date tags per merged node.
 
-    python bench/quality_points.py --benchmark ../shared/data/locomo_dev5.json --nodes facts --ratio 0.7 \
-        --methods memforest:matching,tome [--set tree.time_rule=flat] [--cache DIR] [--out points.json]
+    python docs/studies/scripts/quality_points.py --benchmark ../shared/data/locomo_dev5.json --nodes facts \
+        --ratio 0.7 --methods memforest:matching,tome [--set tree.time_rule=flat] [--cache DIR] [--out points.json]
 """
 from __future__ import annotations
 
@@ -29,9 +29,11 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "bench"))  # bench/common.py
+sys.path.insert(0, HERE)  # the other study scripts
 
-from common import print_hardware, write_records
+from common import print_hardware, write_records  # noqa: E402
 
 
 def _config(preset_name: str, sets: list[str]):
@@ -149,9 +151,9 @@ def lost_points(base: dict, comp: dict, categories: list[str], where: np.ndarray
 
 
 def main(argv=None) -> int:
-    here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--benchmark", default=os.path.join(here, "..", "..", "shared", "data", "locomo_dev5.json"))
+    p.add_argument("--benchmark",
+                   default=os.path.join(HERE, "..", "..", "..", "..", "shared", "data", "locomo_dev5.json"))
     p.add_argument("--nodes", default="turns", help="turns | facts")
     p.add_argument("--ratio", type=float, default=0.7)
     p.add_argument("--methods", default="memforest:matching,tome")

@@ -6,7 +6,7 @@ evaluation harness (:func:`memforest_gpu.evaluation.harness.run_grid`); the dtyp
 the engine as a config field, so nothing is cast by hand. Prints AnsR@B and EvR@10 (plain
 top-k and AGPR, all questions) per dtype and ratio and writes flat JSON records.
 
-    python bench/storage_dtype.py [--benchmark ../shared/data/locomo_dev5.json] [--ratios 0.3,0.5,0.7]
+    python docs/studies/scripts/storage_dtype.py [--benchmark ../shared/data/locomo_dev5.json] [--ratios 0.3,0.5,0.7]
         [--dtypes float32,float16,bfloat16] [--cache DIR] [--out runs/storage_dtype.json]
 """
 from __future__ import annotations
@@ -16,15 +16,17 @@ import dataclasses
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "bench"))  # bench/common.py
+sys.path.insert(0, HERE)  # the other study scripts
 
-from common import print_hardware, write_records
+from common import print_hardware, write_records  # noqa: E402
 
 
 def main(argv=None) -> int:
-    here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--benchmark", default=os.path.join(here, "..", "..", "shared", "data", "locomo_dev5.json"))
+    p.add_argument("--benchmark",
+                   default=os.path.join(HERE, "..", "..", "..", "..", "shared", "data", "locomo_dev5.json"))
     p.add_argument("--ratios", default="0.3,0.5,0.7")
     p.add_argument("--dtypes", default="float32,float16,bfloat16")
     p.add_argument("--cache", default=os.path.join("runs", "storage_dtype", ".cache"),

@@ -1,6 +1,6 @@
-"""Tables of ``bench/long_memories.py`` runs: lost answers by cause, and remedies with the cluster bootstrap.
+"""Tables of ``docs/studies/scripts/long_memories.py`` runs: lost answers by cause, remedies, cluster bootstrap.
 
-    python bench/long_memories_report.py --runs OUT1,OUT2 --causes preset:plain \\
+    python docs/studies/scripts/long_memories_report.py --runs OUT1,OUT2 --causes preset:plain \\
         --compare nocap:matched,preset:matched --against preset:plain [--metric ansr]
 
 Prints Markdown: per shape and ratio the retention (AnsR@B / AnsR-c@B / EvR@B, %), the ratio
@@ -126,7 +126,7 @@ def retention_table(records, scores, cells: list[str], metric: str, n: int, same
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", required=True, help="OUT folders of bench/long_memories.py, comma-separated")
+    p.add_argument("--runs", required=True, help="OUT folders of long_memories.py, comma-separated")
     p.add_argument("--causes", default="preset:plain", help="VARIANT:FILL cells of the causes table")
     p.add_argument("--compare", default="", help="VARIANT:FILL cells to compare")
     p.add_argument("--against", default="preset:plain")
@@ -150,5 +150,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
     sys.exit(main())

@@ -5,7 +5,7 @@ make, the fraction of first-round merges they share, and the time of the tree st
 the extractive merger and re-embedded merged text (all-MiniLM-L6-v2, cached), as the
 evaluation harness runs them.
 
-    python bench/knn_graph.py --benchmark ../shared/data/locomo_dev5.json --cache /tmp/evalcache \\
+    python docs/studies/scripts/knn_graph.py --benchmark ../shared/data/locomo_dev5.json --cache /tmp/evalcache \\
         --ratios 0.3,0.5,0.7 --knn 8,16,32 [--one-tenant] [--time-weight 0 --size-weight 0]
 """
 from __future__ import annotations

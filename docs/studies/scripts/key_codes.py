@@ -22,7 +22,7 @@ searched (plain top-k, k = 10) over the decoded store with the shipped retriever
 Retention: AnsR@B (plain and AGPR) against the uncompressed store, with a cluster bootstrap
 (conversations, then questions; 2,000 resamples) of each encoding's difference from ``f32``.
 
-    python bench/key_codes.py --benchmark ../shared/data/locomo_dev5.json --nodes turns,facts \\
+    python docs/studies/scripts/key_codes.py --benchmark ../shared/data/locomo_dev5.json --nodes turns,facts \\
         --ratios 0.3,0.5,0.7 --cache CACHE --out study_codes
 """
 from __future__ import annotations
@@ -37,7 +37,9 @@ import time
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "bench"))  # bench/common.py
+sys.path.insert(0, HERE)  # the other study scripts
 
 from common import print_hardware  # noqa: E402
 from merged_keys import KEPT, Questions, rankings  # noqa: E402

@@ -18,9 +18,9 @@ centres of them when it has more) and the shipped retriever ranks the questions'
 Writes ``OUT/scores.npz`` (per-question scores, key ``shape|method|ratio|seed|rule|retriever|cut|metric``),
 ``OUT/storage.json`` (bytes of text and vectors, vectors per node, per rule and cell) and
 ``OUT/questions.json`` (each question's conversation, per shape). The analysis is
-``bench/merged_keys_report.py``.
+``docs/studies/scripts/merged_keys_report.py``.
 
-    python bench/merged_keys.py --benchmark ../shared/data/locomo_dev5.json --nodes turns,facts \\
+    python docs/studies/scripts/merged_keys.py --benchmark ../shared/data/locomo_dev5.json --nodes turns,facts \\
         --methods memforest:matching,memforest:sequential,tome,random_merge,random_prune,kmeans_prune,dart \\
         --ratios 0.3,0.5,0.7 --seeds 0 --cache CACHE --out OUT
 """
@@ -37,7 +37,9 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "bench"))  # bench/common.py
+sys.path.insert(0, HERE)  # the other study scripts
 
 from common import print_hardware  # noqa: E402
 
