@@ -78,7 +78,7 @@ def test_one_tenant_by_the_footer_and_several_by_the_column(tmp_path):
     import pyarrow.parquet as pq
 
     from memforest_gpu.cli.tenants import UNNAMED, parquet_tenants
-    from memforest_gpu.store.checks import DEFAULT_TENANT
+    from memforest_gpu.store.column_checks import DEFAULT_TENANT
 
     assert UNNAMED == DEFAULT_TENANT
     one, none, mixed = tmp_path / "one.parquet", tmp_path / "none.parquet", tmp_path / "mixed.parquet"

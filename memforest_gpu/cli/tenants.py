@@ -14,7 +14,7 @@ import os
 
 __all__ = ["parquet_tenants", "check_tenant_given", "UNNAMED"]
 
-#: what a store calls the rows without a tenant (store/checks.py ``DEFAULT_TENANT``)
+#: what a store calls the rows without a tenant (store/column_checks.py ``DEFAULT_TENANT``)
 UNNAMED = "default"
 PARQUET_SUFFIXES = (".parquet", ".pq")
 

@@ -21,7 +21,7 @@ import os
 from ..config import ConfigError
 from ..runs.errors import OptionError
 from ..store.atomic import atomic_open
-from ..store.checks import DEFAULT_TENANT
+from ..store.column_checks import DEFAULT_TENANT
 from ..store.io import read_store
 from ..store.jsonl import iter_jsonl_objects
 from .dataset import Benchmark, Question

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..config import ConfigError
-from ..store.checks import DEFAULT_TENANT
+from ..store.column_checks import DEFAULT_TENANT
 from ..store.memory_store import MemoryStore
 
 __all__ = ["Question", "Benchmark"]

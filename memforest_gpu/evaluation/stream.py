@@ -37,7 +37,7 @@ from ..engine.compaction import compact
 from ..engine.partition import partition_nodes
 from ..engine.quotas import Quotas, allocate_segments
 from ..mergers.extractive import ExtractiveMerger
-from ..store.checks import DEFAULT_TENANT
+from ..store.column_checks import DEFAULT_TENANT
 from ..store.memory_store import MemoryStore
 from ..store.splice import append, splice
 from .baselines import BASELINES

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from ..store.checks import DEFAULT_TENANT
+from ..store.column_checks import DEFAULT_TENANT
 
 __all__ = ["MemoryItem", "MergePair", "Merger", "unwrap"]
 

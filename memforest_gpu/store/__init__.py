@@ -1,7 +1,7 @@
 """The memory store and its files.
 
 :class:`MemoryStore` holds a store's columns (ids, texts, float32 embeddings, timestamps,
-tenant codes, sources, metadata; :mod:`.columns` views them, :mod:`.checks` validates
+tenant codes, sources, metadata; :mod:`.columns` views them, :mod:`.column_checks` validates
 them); :mod:`.io` reads and writes Parquet / JSON Lines files and :mod:`.atomic` makes
 every write crash-safe; :mod:`.timeutil` parses and formats timestamps; :mod:`.synthetic`
 makes stores for tests and benchmarks.

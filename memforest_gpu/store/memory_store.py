@@ -15,7 +15,8 @@ import pyarrow.compute as pc
 import torch
 
 from ..device import resolve_device
-from .checks import (
+from .codes import check_vector_codes
+from .column_checks import (
     DEFAULT_TENANT,
     _check_ids,
     _check_metadata,
@@ -24,7 +25,6 @@ from .checks import (
     _check_texts,
     _check_timestamps,
 )
-from .codes import check_vector_codes
 from .columns import (
     ArrowView,
     ColumnView,
