@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 import torch
+from paper import paper_config, paper_merge
 
 from memforest_gpu.config import CompressConfig, MergeConfig
 from memforest_gpu.engine import CompressResult, compress, merged_id
@@ -43,7 +44,8 @@ def build_store(sizes, *, dim=32, seed=0, shuffle=True) -> MemoryStore:
 
 
 def cfg_of(ratio=0.5, schedule="sequential", **merge_kw) -> CompressConfig:
-    return CompressConfig(merge=MergeConfig(ratio=ratio, schedule=schedule, **merge_kw))
+    """The paper's configuration (mean embeddings, no time or size terms) at ``ratio``."""
+    return paper_config(merge=paper_merge(ratio=ratio, schedule=schedule, **merge_kw))
 
 
 def run(store, config=None, **kw) -> CompressResult:

@@ -228,7 +228,7 @@ def test_storage_dtype_is_checked():
 
 def test_outputs_written_in_order_from_arrow_columns(tmp_path):
     st = synthetic_store(200, tenants=3, dim=8, seed=4)
-    r = compress(st, CompressConfig(merge=MergeConfig(ratio=0.4)))
+    r = compress(st, CompressConfig(merge=MergeConfig(ratio=0.4, vectors="float32")))  # read back exactly
     write_store(r.store, tmp_path / "o.parquet")
     write_store(r.store, tmp_path / "o.jsonl")
     back = read_store(tmp_path / "o.parquet")
@@ -251,7 +251,7 @@ def test_parquet_written_in_row_groups(tmp_path, monkeypatch):
 
 
 def test_assemble_from_round_blocks_equals_one_tensor():
-    from memforest_gpu.engine.assemble import assemble
+    from memforest_gpu.engine.output import assemble
 
     st = synthetic_store(6, tenants=1, dim=4, seed=5)
     table = NodeTable(st)

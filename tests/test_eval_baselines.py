@@ -163,12 +163,12 @@ def test_method_specs():
         CompressConfig(tree=TreeConfig(time_weight=0.3)), ratio=0.5, seed=0).tree.time_weight == 0.0
     assert parse_method("memforest-no-size-edges").config(
         CompressConfig(tree=TreeConfig(size_weight=0.3, time_weight=0.5)), ratio=0.5, seed=0).tree == \
-        TreeConfig(time_weight=0.5)
+        TreeConfig(time_weight=0.5, size_weight=0.0)
     p = parse_method("memforest-paper:matching").config(
         CompressConfig(tree=TreeConfig(time_weight=0.3, size_weight=0.2), partition=PartitionConfig(alpha=0.2),
                        merge=MergeConfig(max_node_tokens=99)), ratio=0.5, seed=4)
     assert (p.tree, p.partition.alpha, p.partition.seed, p.merge.max_node_tokens, p.merge.schedule) == \
-        (TreeConfig(), 0.05, 4, None, "matching")
+        (CompressConfig.preset("paper").tree, 0.05, 4, None, "matching")
     assert parse_method("memforest-dense-graph").config(base, ratio=0.5, seed=0).tree.graph == "dense"
     assert "memforest-dense-graph" not in ABLATION_METHODS  # the knn graph's reference, not an ablation
     assert len(ABLATIONS) == 10 and "memforest:matching" in DEFAULT_METHODS

@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 import torch
+from paper import paper_config, paper_merge, paper_partition, paper_tree
 
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
 from memforest_gpu.engine import compress
@@ -15,11 +16,11 @@ from memforest_gpu.store.synthetic import synthetic_store
 
 
 def test_time_weight_is_validated():
-    assert TreeConfig().time_weight == 0.0 and TreeConfig().time_window == 1
+    assert TreeConfig().time_weight == 0.5 and paper_tree().time_weight == 0.0 and TreeConfig().time_window == 1
     with pytest.raises(ValueError, match=r"time_weight must be in \[0.0, 1.0\], got 1.5"):
-        TreeConfig(time_weight=1.5)
+        paper_tree(time_weight=1.5)
     with pytest.raises(ValueError, match="time_window must be an integer >= 1"):
-        TreeConfig(time_window=0)
+        paper_tree(time_window=0)
 
 
 def _two_topics(n=8, dim=8):
@@ -35,9 +36,9 @@ def _two_topics(n=8, dim=8):
 
 
 def _cfg(time_weight, ratio=0.5, schedule="sequential", time_rule="gated"):
-    return CompressConfig(partition=PartitionConfig(alpha=0.01),
-                          tree=TreeConfig(eta=1.0, time_weight=time_weight, time_window=1, time_rule=time_rule),
-                          merge=MergeConfig(ratio=ratio, schedule=schedule))
+    return paper_config(partition=paper_partition(alpha=0.01),
+                          tree=paper_tree(eta=1.0, time_weight=time_weight, time_window=1, time_rule=time_rule),
+                          merge=paper_merge(ratio=ratio, schedule=schedule))
 
 
 def _groups(res):
@@ -81,8 +82,8 @@ def test_cap_removes_edges_instead_of_blocking_the_tree():
         texts.append(f"short note {i}.")
     st = MemoryStore.from_columns(ids=[f"n{i}" for i in range(7)], texts=texts,
                                   timestamps=[1.6e9 + i for i in range(7)], embeddings=torch.stack(rows))
-    cfg = CompressConfig(partition=PartitionConfig(alpha=0.01),
-                         merge=MergeConfig(ratio=0.4, max_node_tokens=20, cap_policy="strict"))  # "condense" merges it
+    cfg = paper_config(partition=paper_partition(alpha=0.01),
+                         merge=paper_merge(ratio=0.4, max_node_tokens=20, cap_policy="strict"))  # "condense" merges it
     res = compress(st, cfg, device="cpu")
     assert res.report.shortfall == 0 and len(res.store) == 7 - removal_target(7, 0.4)
     assert "n0" in res.store.ids  # the long node is never merged
@@ -92,8 +93,8 @@ def test_cap_removes_edges_instead_of_blocking_the_tree():
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
 def test_time_weight_keeps_the_engine_invariants(schedule):
     st = synthetic_store(120, tenants=3, dim=16, seed=4)
-    cfg = CompressConfig(tree=TreeConfig(time_weight=0.3, time_window=2),
-                         merge=MergeConfig(ratio=0.6, schedule=schedule))
+    cfg = paper_config(tree=paper_tree(time_weight=0.3, time_window=2),
+                         merge=paper_merge(ratio=0.6, schedule=schedule))
     res = compress(st, cfg, device="cpu")
     n_in, n_out = Counter(st.tenants), Counter(res.store.tenants)
     for t, n in n_in.items():
@@ -103,11 +104,11 @@ def test_time_weight_keeps_the_engine_invariants(schedule):
 
 # ---------------------------------------------------------------- size on the edges
 def test_size_weight_is_validated():
-    assert TreeConfig().size_weight == 0.0
+    assert paper_tree().size_weight == 0.0
     with pytest.raises(ValueError, match=r"size_weight must be in \[0.0, 1.0\], got -0.1"):
-        TreeConfig(size_weight=-0.1)
+        paper_tree(size_weight=-0.1)
     with pytest.raises(ValueError, match="size_weight must be a finite number"):
-        TreeConfig(size_weight=float("nan"))
+        paper_tree(size_weight=float("nan"))
 
 
 def _long_and_short():
@@ -127,8 +128,8 @@ def test_size_weight_merges_short_nodes_first(schedule):
     st = _long_and_short()
 
     def cfg(sw):
-        return CompressConfig(partition=PartitionConfig(alpha=0.01), tree=TreeConfig(eta=1.0, size_weight=sw),
-                              merge=MergeConfig(ratio=0.25, schedule=schedule))
+        return paper_config(partition=paper_partition(alpha=0.01), tree=paper_tree(eta=1.0, size_weight=sw),
+                              merge=paper_merge(ratio=0.25, schedule=schedule))
 
     plain = compress(st, cfg(0.0), device="cpu")
     assert _groups(plain) == [[0, 1], [2], [3]]  # cosine only: the two long nodes
@@ -143,9 +144,9 @@ def test_size_weight_is_measured_in_size_unit_not_the_cap():
     st = _long_and_short()
 
     def cfg(unit, cap):
-        return CompressConfig(partition=PartitionConfig(alpha=0.01),
-                              tree=TreeConfig(eta=1.0, size_weight=0.2, size_unit=unit),
-                              merge=MergeConfig(ratio=0.25, max_node_tokens=cap))
+        return paper_config(partition=paper_partition(alpha=0.01),
+                              tree=paper_tree(eta=1.0, size_weight=0.2, size_unit=unit),
+                              merge=paper_merge(ratio=0.25, max_node_tokens=cap))
 
     # 0.96 - 0.2 * 202/10000 > 0.89 - 0.2 * 4/10000: the long pair still wins under a large unit ...
     assert _groups(compress(st, cfg(10000, 10000), device="cpu")) == [[0, 1], [2], [3]]
@@ -163,9 +164,9 @@ def test_size_weight_zero_is_the_paper():
     from memforest_gpu.mergers.extractive import ExtractiveMerger
 
     st = synthetic_store(90, tenants=2, dim=16, seed=1)
-    compare(st, CompressConfig(tree=TreeConfig(size_weight=0.0)), ExtractiveMerger)
-    on = compress(st, CompressConfig(tree=TreeConfig(size_weight=0.5)), device="cpu")
-    off = compress(st, CompressConfig(tree=TreeConfig(size_weight=0.0)), device="cpu")
+    compare(st, paper_config(tree=paper_tree(size_weight=0.0)), ExtractiveMerger)
+    on = compress(st, paper_config(tree=paper_tree(size_weight=0.5)), device="cpu")
+    off = compress(st, paper_config(tree=paper_tree(size_weight=0.0)), device="cpu")
     assert [(m.a, m.b) for m in on.merges] != [(m.a, m.b) for m in off.merges]
 
 
@@ -174,8 +175,8 @@ def test_size_weight_zero_is_the_paper():
 def test_size_weight_keeps_the_engine_invariants(schedule, cap):
     """Without a cap the lengths are tracked through merges all the same (progressive merging)."""
     st = synthetic_store(120, tenants=3, dim=16, seed=4)
-    cfg = CompressConfig(tree=TreeConfig(time_weight=0.3, size_weight=0.4),
-                         merge=MergeConfig(ratio=0.6, schedule=schedule, max_node_tokens=cap))
+    cfg = paper_config(tree=paper_tree(time_weight=0.3, size_weight=0.4),
+                         merge=paper_merge(ratio=0.6, schedule=schedule, max_node_tokens=cap))
     res = compress(st, cfg, device="cpu")
     n_in, n_out = Counter(st.tenants), Counter(res.store.tenants)
     for t, n in n_in.items():

@@ -152,8 +152,9 @@ def test_cli_maps_config_flags():
     assert (c.tree.time_rule, c.tree.time_min_cos, c.merge.cap_policy) == ("gated", 0.4, "strict")
     # no flag: the same config as `memforest compress` without flags (the default preset)
     d = _config(p.parse_args(["--benchmark", "b"]))
-    assert d == preset("memforest") == config_from_args(build_parser().parse_args(["compress", "a", "b"]))
-    assert _config(p.parse_args(["--benchmark", "b", "--preset", "paper"])) == CompressConfig()
+    assert d == preset("memforest") == CompressConfig() == config_from_args(
+        build_parser().parse_args(["compress", "a", "b"]))
+    assert _config(p.parse_args(["--benchmark", "b", "--preset", "paper"])) == preset("paper") != CompressConfig()
     # a bare memforest method takes the preset's schedule
     assert _methods("memforest,tome,memforest-no-size-edges", "matching") == [
         "memforest:matching", "tome", "memforest-no-size-edges:matching"]
