@@ -27,8 +27,8 @@ from mem0_backends import BACKENDS, backend_config, open_store, snapshot  # noqa
 from mem0_servers import free_port  # noqa: E402
 from test_mem0_adapter import _config, _fill  # noqa: E402
 
-from memforest_gpu.adapters.mem0.checks import collections  # noqa: E402
 from memforest_gpu.adapters.mem0.inplace import close_memory, load_memory  # noqa: E402
+from memforest_gpu.adapters.mem0.service_checks import collections  # noqa: E402
 from memforest_gpu.cli.adapters import main  # noqa: E402
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from ...mergers.embedders import count_words
-from .checks import check_dims, given_dims, one_line, preflight, store_dim
 from .config import check_config, load_config
+from .service_checks import check_dims, given_dims, one_line, preflight, store_dim
 from .vectors import check_provider, provider_of
 from .vectors_pg import pg_table_dim
 
@@ -19,7 +19,7 @@ __all__ = ["load_config", "load_memory", "close_memory", "entity_store", "Mem0Em
 
 def load_memory(config: dict | str | os.PathLike, *, create: bool = False, quiet: bool = False):
     """A Mem0 ``Memory`` from a config dict or file, for a store that exists. Before Mem0
-    opens anything (:func:`.checks.preflight`): the server must answer and accept the
+    opens anything (:func:`.service_checks.preflight`): the server must answer and accept the
     login, the collection (table) must exist and hold vectors of the dimension the config
     states; once open, of the dimension of the embedder's vectors. Each failure is one
     ``ValueError`` line, and nothing is written to the store (Mem0 creates its history
