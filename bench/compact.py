@@ -34,7 +34,7 @@ from common import hardware, peak_rss_mb, print_hardware, run_measured  # noqa: 
 from memforest_gpu import CompressConfig, compress, write_store  # noqa: E402
 from memforest_gpu.config import CompactConfig  # noqa: E402
 from memforest_gpu.engine.compaction import compact  # noqa: E402
-from memforest_gpu.runs.compact import compact_file  # noqa: E402
+from memforest_gpu.runs.compact_run import compact_file  # noqa: E402
 from memforest_gpu.runs.inbox_files import inbox_path  # noqa: E402
 from memforest_gpu.store.splice import append  # noqa: E402
 from memforest_gpu.store.synthetic import heavy_tailed_sizes, synthetic_store, write_synthetic_parquet  # noqa: E402

@@ -19,7 +19,7 @@ from .engine import CompressResult
 from .retrieval.context import FILLS, MIN_BUDGET
 from .retrieval.retriever import CONTEXT_DEPTH, Retriever
 from .runs.budgeted import compress_file_budgeted
-from .runs.compact import compact_file
+from .runs.compact_run import compact_file
 from .runs.errors import OptionError
 from .runs.loading import RunInterrupted, load_store, load_store_and_embedder, resolve_embedder
 from .runs.single import compress_in_memory, dry_run_file

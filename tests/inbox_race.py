@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from compact_helpers import arrivals, store_of  # noqa: E402
 
 from memforest_gpu.config import CompactConfig, CompressConfig  # noqa: E402
-from memforest_gpu.runs.compact import compact_file  # noqa: E402
+from memforest_gpu.runs.compact_run import compact_file  # noqa: E402
 from memforest_gpu.runs.inbox_files import inbox_files, inbox_path  # noqa: E402
 from memforest_gpu.store.io import read_store, write_store  # noqa: E402
 

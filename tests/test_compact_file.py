@@ -17,7 +17,7 @@ from compact_helpers import arrivals, check_compaction, origin_tenants, same_sto
 from memforest_gpu.cli.commands import main as cli
 from memforest_gpu.config import CompactConfig, CompressConfig
 from memforest_gpu.engine.compaction import compact
-from memforest_gpu.runs.compact import compact_file
+from memforest_gpu.runs.compact_run import compact_file
 from memforest_gpu.runs.compacting_store import CompactingStore
 from memforest_gpu.runs.inbox_files import inbox_path
 from memforest_gpu.store.io import read_store, write_store
@@ -59,7 +59,7 @@ def test_file_compactions_equal_the_in_memory_ones(tmp_path, fmt):
 
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
 def test_an_inbox_folded_by_a_killed_run_is_not_folded_twice(tmp_path, monkeypatch, fmt):
-    import memforest_gpu.runs.compact as run_module
+    import memforest_gpu.runs.compact_run as run_module
 
     path = str(tmp_path / f"s.{fmt}")
     write_store(store_of(arrivals(0, 30, ["a", "b"])), path)
@@ -132,7 +132,7 @@ _SCRIPT = textwrap.dedent('''
     from compact_helpers import arrivals
     from memforest_gpu.config import CompactConfig, CompressConfig
     from memforest_gpu.mergers.extractive import ExtractiveMerger
-    from memforest_gpu.runs.compact import compact_file
+    from memforest_gpu.runs.compact_run import compact_file
     from memforest_gpu.runs.inbox_files import inbox_files, inbox_path
 
     class Killer(ExtractiveMerger):

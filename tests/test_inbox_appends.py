@@ -13,7 +13,7 @@ from compact_helpers import arrivals, store_of
 from inbox_race import race
 
 from memforest_gpu.config import CompactConfig, CompressConfig
-from memforest_gpu.runs.compact import compact_file
+from memforest_gpu.runs.compact_run import compact_file
 from memforest_gpu.runs.inbox_files import inbox_files, inbox_path
 from memforest_gpu.store.io import read_store, write_store
 

@@ -1,5 +1,5 @@
 """``memforest compact STORE --max-nodes-per-tenant N``: a thin command over
-:func:`~memforest_gpu.runs.compact.compact_file`; each flag maps to a config field (the flags
+:func:`~memforest_gpu.runs.compact_run.compact_file`; each flag maps to a config field (the flags
 and their checks: :mod:`.compact_args`)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 from ..engine.compaction import keys_bound, rule_differs
 from ..mergers import MissingOptionError, get_merger
 from ..printable import printable
-from ..runs.compact import compact_file
+from ..runs.compact_run import compact_file
 from ..runs.preflight import check_store
 from ..store.atomic import atomic_write_text
 from ..store.io import file_keys_rule

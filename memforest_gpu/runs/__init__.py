@@ -7,13 +7,13 @@ bigger than memory one group of whole tenants at a time
 (:mod:`.budget_groups` packs the groups, :mod:`.budget_files` splits the input and writes the
 output from the parts); :mod:`.journal` appends every finished merge so an interrupted run
 resumes without redoing it; :mod:`.outputs` checks an output path before any work and locks
-it while the run writes; :mod:`.compact` keeps a store file within a budget per tenant in
+it while the run writes; :mod:`.compact_run` keeps a store file within a budget per tenant in
 place (:mod:`.compact_files`: the pass-through of untouched rows; :mod:`.inbox` and
 :mod:`.inbox_files`: the inbox's records and files), and :mod:`.compacting_store` is that
 for a service that adds memories as they come.
 """
 from .budgeted import BudgetedResult, compress_budgeted, compress_file_budgeted
-from .compact import CompactFileResult, compact_file
+from .compact_run import CompactFileResult, compact_file
 from .compacting_store import CompactingStore
 from .driver import MergerFailedError
 from .journal import JournaledMerger, JournalExistsError, JournalWriteError, journal_path, run_fingerprint

@@ -9,7 +9,7 @@ of its earliest member (:class:`PassThrough`). Any other store (JSON Lines, Parq
 other column types) is read whole (:func:`read_whole`).
 
 The inbox ``STORE.inbox.jsonl`` holds memories added since (one JSON object per line, the
-store's record layout; :class:`~memforest_gpu.runs.compact.CompactingStore` appends to it);
+store's record layout; :class:`~memforest_gpu.runs.compacting_store.CompactingStore` appends to it);
 its records' protocol is :mod:`.inbox`, its files' :mod:`.inbox_files`.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A store file kept within a budget per tenant as memories are added: the object for a
 service (:class:`CompactingStore`). All its state is in the files (store, inbox, journal), so
-a restarted process carries on; a compaction is :func:`~.compact.compact_file`."""
+a restarted process carries on; a compaction is :func:`~.compact_run.compact_file`."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,8 @@ import pyarrow as pa
 from ..config import CompactConfig, CompressConfig
 from ..store.io import detect_format, read_store
 from ..store.memory_store import MemoryStore
-from .compact import CompactFileResult, compact_file
 from .compact_files import NoModel, PassThrough, memforest_layout, parquet_schema, store_folded
+from .compact_run import CompactFileResult, compact_file
 from .errors import OptionError
 from .inbox import ids_in, read_inbox
 from .inbox_files import inbox_path
