@@ -3,7 +3,7 @@
 :mod:`.inplace` compresses a scope (Qdrant, Chroma, pgvector or FAISS vector store) with a
 backup first (:mod:`.backup`) and a restore that puts the scope back exactly (:mod:`.restore`);
 :mod:`.compaction` keeps each user within a budget as memories arrive, its trees in a state file.
-:mod:`.client` opens Mem0 after :mod:`.service_checks`' checks of its config (:mod:`.config`);
+:mod:`.client` opens Mem0 after :mod:`.service_checks`' checks of its config (:mod:`.config_file`);
 :mod:`.vectors` (and :mod:`.vectors_pg`) read and write its vector store natively, one
 :class:`~.points.Point` per memory; :mod:`.write` writes what Mem0's add and delete write, in
 batches; :mod:`.plan` prints a dry run's plan. Mem0 itself (and its vector stores' clients) is

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ...mergers.embedders import count_words
-from .config import check_config, load_config
+from .config_file import check_config, load_config
 from .service_checks import check_dims, given_dims, one_line, preflight, store_dim
 from .vectors import check_provider, provider_of
 from .vectors_pg import pg_table_dim
