@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from .compact_args import add_budget_arguments, budget_from_args
-from .files import need_input, need_writable
 from .flags import add_config_arguments, check_embedder_flag, config_from_args, parse_options
+from .path_checks import need_input, need_writable
 from .review_args import add_review_argument, check_review_path
 
 __all__ = ["add_parser", "check", "m3_vectors"]

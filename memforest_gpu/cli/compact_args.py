@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from ..config import CompactConfig, ConfigError
-from .files import need_input
 from .flags import add_config_arguments, as_flag_error, check_embedder_flag, config_from_args, parse_options
+from .path_checks import need_input
 from .review_args import add_review_argument, check_review_path
 
 __all__ = ["add_parser", "add_budget_arguments", "budget_from_args", "check"]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..sizes import parse_size
-from .files import need_input, need_writable
 from .flags import add_config_arguments, check_embedder_flag, config_from_args
+from .path_checks import need_input, need_writable
 from .review_args import add_review_argument, check_review_path
 
 __all__ = ["add_parser", "check", "merger_options", "MERGER_FLAGS"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..config import ConfigError, MergeConfig
-from .files import need_writable
+from .path_checks import need_writable
 
 __all__ = ["add_parser", "check"]
 

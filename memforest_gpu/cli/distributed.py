@@ -19,9 +19,9 @@ from ..mergers import MissingOptionError, get_merger
 from ..runs.errors import OPTION_WORDS
 from ..runs.preflight import preflight
 from ..store.atomic import atomic_write_text
-from .files import need_input, need_writable
 from .flags import add_config_arguments, check_embedder_flag, config_from_args, parse_options
 from .notes import show_notes
+from .path_checks import need_input, need_writable
 from .report import format_report
 from .running import CLI_NAMES, error_message, interrupted_message
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from ..config import FILLS, PRESETS
-from .files import need_input
 from .flags import add_keys_arguments, check_number_lists, refuse_ignored
+from .path_checks import need_input
 
 __all__ = ["add_parser", "add_arguments", "check", "RATIOS", "STREAM_ONLY"]
 

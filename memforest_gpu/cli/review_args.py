@@ -4,7 +4,7 @@ option of the compressing commands, and their checks before anything loads (the 
 from __future__ import annotations
 
 from ..review.limits import Limits
-from .files import need_input, need_writable
+from .path_checks import need_input, need_writable
 
 __all__ = ["add_parser", "add_review_argument", "add_limit_arguments", "limits_from_args", "check_review_path",
            "check", "SUFFIXES"]

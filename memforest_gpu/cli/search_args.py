@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from ..config import FILLS, MIN_BUDGET
-from .files import need_input
 from .flags import check_embedder_flag
+from .path_checks import need_input
 from .tenants import check_tenant_given
 
 __all__ = ["add_search_parser", "add_info_parser", "check_search", "check_info"]
