@@ -106,7 +106,7 @@ def test_every_help_answers_without_torch():
 
 def test_a_slow_load_is_said_once_unless_quiet(monkeypatch, capsys):
     import memforest_gpu.notes as notes
-    from memforest_gpu.cli.notes import show_notes
+    from memforest_gpu.cli.run_notes import show_notes
 
     monkeypatch.setattr(notes, "SLOW_LOAD_S", -1.0)  # every load is slow
     try:

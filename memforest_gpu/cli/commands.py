@@ -15,8 +15,8 @@ import sys
 
 from ..printable import printable
 from . import adapters_args, compact_args, compress_args, demo_args, eval_args, review_args, search_args
-from .notes import show_notes
 from .parser import HelpFormatter, Parser, check_usage  # noqa: F401 (HelpFormatter: re-exported)
+from .run_notes import show_notes
 
 __all__ = ["main", "build_parser", "printable", "runner", "RUNNERS", "CHECKS"]
 
