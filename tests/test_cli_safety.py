@@ -465,7 +465,7 @@ def test_tables_escape_tenant_names(tmp_path, capsys, cmd):
 def test_the_mem0_plan_escapes_names_ids_and_texts():
     from types import SimpleNamespace
 
-    from memforest_gpu.adapters.mem0.plan import format_plan
+    from memforest_gpu.adapters.mem0.plan_text import format_plan
 
     group = SimpleNamespace(tenant=EVIL, members=["m\x1b[2J1", "m2"], new_id="n\r1", text="merged \x1b[31m text")
     res = SimpleNamespace(scope=SimpleNamespace(describe=lambda: f"user_id={EVIL}"), n_in=2, groups=[group],

@@ -6,7 +6,7 @@ backup first (:mod:`.backup`) and a restore that puts the scope back exactly (:m
 :mod:`.client` opens Mem0 after :mod:`.service_checks`' checks of its config (:mod:`.config_file`);
 :mod:`.vectors` (and :mod:`.vectors_pg`) read and write its vector store natively, one
 :class:`~.points.Point` per memory; :mod:`.write` writes what Mem0's add and delete write, in
-batches; :mod:`.plan` prints a dry run's plan. Mem0 itself (and its vector stores' clients) is
+batches; :mod:`.plan_text` prints a dry run's plan. Mem0 itself (and its vector stores' clients) is
 imported only when a store is opened.
 """
 from .compaction import compact_mem0

@@ -51,7 +51,7 @@ from ...store.timeutil import parse_timestamp
 from ...timer import StageTimer
 from .backup import write_backup
 from .client import Mem0Embedder, check_dimension, close_memory, entity_store, load_config, load_memory
-from .plan import format_plan
+from .plan_text import format_plan
 from .restore import restore_mem0
 from .vectors import Point, provider_of, read_ids, read_points
 from .write import add_memories, add_payload, delete_memories
