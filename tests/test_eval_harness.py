@@ -11,7 +11,7 @@ from eval_fixtures import BagOfWordsEmbedder, duplicate_facts_benchmark, fact_bu
 from memforest_gpu.cli.eval import main
 from memforest_gpu.evaluation import CachedEmbedder, EvalConfig, run_grid, write_outputs
 from memforest_gpu.evaluation.benchmark import write_benchmark
-from memforest_gpu.evaluation.outputs import load_result, markdown
+from memforest_gpu.evaluation.result_files import load_result, markdown
 
 FIELDS = {"benchmark", "method", "schedule", "ratio", "seed", "retriever", "cut", "metric", "category", "value"}
 METHODS = ["memforest", "memforest:matching", "memforest-min-tree", "tome", "random_prune"]

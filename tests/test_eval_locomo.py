@@ -167,7 +167,7 @@ def test_dev_file_as_facts_counts():
 
 
 def test_results_header_reports_questions_without_evidence():
-    from memforest_gpu.evaluation.outputs import _evidence_counts
+    from memforest_gpu.evaluation.result_files import _evidence_counts
 
     meta = {"questions_without_evidence": 131, "questions_evidence_uncited": 129, "evidence_turns_uncited": 242}
     assert _evidence_counts(meta) == (" 131 questions have no evidence node (129 whose evidence turns no fact cites): "

@@ -9,7 +9,7 @@ import torch
 
 from memforest_gpu.evaluation.harness import EvalConfig, ranked_candidates
 from memforest_gpu.evaluation.metrics import NodeViews, answer_tokens, render, score_ranked, source_starts, tokens
-from memforest_gpu.evaluation.outputs import paired_bootstrap
+from memforest_gpu.evaluation.result_files import paired_bootstrap
 from memforest_gpu.mergers.base import MemoryItem, MergePair
 from memforest_gpu.mergers.extractive import ExtractiveMerger
 from memforest_gpu.retrieval.retriever import Retriever
@@ -159,7 +159,7 @@ def test_ansr_content_credits_dates_only_from_evidence_nodes():
 
 
 def test_cluster_bootstrap_respects_conversations_and_seeds():
-    from memforest_gpu.evaluation.outputs import cluster_bootstrap
+    from memforest_gpu.evaluation.result_files import cluster_bootstrap
 
     rng = np.random.default_rng(0)
     clusters = np.repeat(np.arange(5), 100)  # 5 conversations of 100 questions

@@ -32,7 +32,7 @@ from ..evaluation.loo import (
     score_candidates,
 )
 from ..evaluation.methods import ABLATION_METHODS, DEFAULT_METHODS, GRAPH_BASELINES, parse_method
-from ..evaluation.outputs import load_result, write_outputs
+from ..evaluation.result_files import load_result, write_outputs
 from ..evaluation.stream_report import run_cli
 from ..mergers import get_merger
 from ..mergers.embedders import SentenceTransformerEmbedder

@@ -13,7 +13,7 @@ from .dataset import Benchmark, Question
 from .harness import EvalConfig, EvalResult, run_grid
 from .locomo import clean_evidence, load_locomo
 from .methods import ABLATIONS, DEFAULT_METHODS, MethodSpec, compress_with, parse_method
-from .outputs import paired_bootstrap, write_outputs
+from .result_files import paired_bootstrap, write_outputs
 
 __all__ = [
     "Benchmark", "Question", "load_benchmark", "write_benchmark", "load_locomo", "clean_evidence",

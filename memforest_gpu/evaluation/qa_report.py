@@ -2,7 +2,7 @@
 ratio, retriever and category, their retention against the uncompressed store, the failure
 and refusal rates, the bootstrap calls on J, and what the run cost (calls, tokens, cache hits).
 
-Called by :func:`~.outputs.markdown` with the aggregated records (``agg``: {(label, ratio,
+Called by :func:`~.result_files.markdown` with the aggregated records (``agg``: {(label, ratio,
 retriever, cut, metric, category): (mean, std, n_seeds)}) and the comparison records.
 """
 from __future__ import annotations
@@ -104,7 +104,7 @@ def _table(agg, labels, ratios, cats, k) -> list[str]:
 
 
 def _differences(comp: list[dict], reference: str) -> list[str]:
-    """J and F1 differences from the reference, from :func:`~.outputs.comparisons`'s records."""
+    """J and F1 differences from the reference, from :func:`~.result_files.comparisons`'s records."""
     suffix = {"": "point", "_ci_lo": "lo", "_ci_hi": "hi", "_call": "call"}
     by = defaultdict(dict)
     for r in comp:

@@ -18,7 +18,7 @@ For each budget (a fraction of each tenant's final uncompressed size):
 
 Sessions: LoCoMo's ``metadata.session`` (a tenant's sessions in date order), else each UTC
 day; step ``k`` brings every tenant's ``k``-th session. Scores, retention and the cluster
-bootstrap are those of :mod:`.harness` / :mod:`.outputs`; the labels are ``stream-*``,
+bootstrap are those of :mod:`.harness` / :mod:`.result_files`; the labels are ``stream-*``,
 ``full-*`` and ``offline-*`` and a budget of ``b`` is the block ``ratio 1 - b``.
 """
 from __future__ import annotations

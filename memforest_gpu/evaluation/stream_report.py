@@ -1,4 +1,4 @@
-"""Outputs of ``memforest eval --stream``: the standard ones (:func:`~.outputs.write_outputs`,
+"""Outputs of ``memforest eval --stream``: the standard ones (:func:`~.result_files.write_outputs`,
 with ``offline-memforest`` as the bootstrap reference) plus ``stream.json`` (every step's
 work) and ``stream.md`` (retention per budget, the gap to the offline compress with its
 cluster-bootstrap interval, and the work against re-running compress every session)."""
@@ -19,7 +19,7 @@ from ..store.atomic import atomic_write_text
 from .benchmark import load_benchmark
 from .cache import CachedEmbedder
 from .harness import EvalConfig
-from .outputs import aggregate, comparisons, write_outputs
+from .result_files import aggregate, comparisons, write_outputs
 from .stream import StreamConfig, run_stream
 
 __all__ = ["stream_markdown", "write_stream_outputs", "run_cli", "work_totals"]

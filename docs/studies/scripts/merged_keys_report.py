@@ -6,7 +6,7 @@ the baselines under the same rule, and the storage of each rule.
 
 Retention = the mean score over a set of questions / the uncompressed store's mean over the
 same questions (plain top-k). Differences are in retention points (x100) with the protocol's
-cluster bootstrap (conversations, then questions; ``memforest_gpu.evaluation.outputs``).
+cluster bootstrap (conversations, then questions; ``memforest_gpu.evaluation.result_files``).
 Selection metric of every leave-one-out here (fixed before the runs): the mean over ratios and
 over both shapes of the AnsR-c@B retention on the four training conversations. Writes
 ``OUT/report.md`` and ``OUT/report.json``.
