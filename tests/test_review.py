@@ -8,7 +8,7 @@ import pytest
 from extras import need
 
 from memforest_gpu.cli import main
-from memforest_gpu.engine.result import MergeRecord
+from memforest_gpu.engine.output import MergeRecord
 from memforest_gpu.review import Limits, groups_from_merges, groups_from_stores, load_columns, review_data
 from memforest_gpu.review.data import dropped_spans
 from memforest_gpu.review.page import embed_json
@@ -192,6 +192,7 @@ def test_page_renders_with_every_figure_of_the_report(run, browser):
     assert float(got["removed"]) == rep["nodes_in"] - rep["nodes_out"]
     assert abs(float(got["ratio_reached"]) - rep["ratio_reached"]) < 1e-12
     assert float(got["asked"]) == sum(t["requested"] for t in rep["tenants"])
+    assert float(got["rows"]) == rep["size_out"]["rows"] and float(got["bytes"]) == rep["size_out"]["bytes"]
     rows = browser.execute_script(
         "return [...document.querySelectorAll('#tenant-table tbody tr')].map(r => [r.dataset.tenant, "
         "...[...r.querySelectorAll('td[data-col]')].map(c => c.textContent)])")
@@ -270,6 +271,24 @@ def test_review_command_from_files(run, browser, tmp_path):
     assert data["summary"]["nodes_out"] == run["report"]["nodes_out"]
     assert data["sample"]["of"] == _data(run["page"])["sample"]["of"]
     _open(browser, page)
+
+
+def test_page_gives_rows_and_bytes_in_the_same_encoding(run, tmp_path):
+    """The run's page gives the report's sizes (in the run's encoding); a page made from the two
+    files alone gives both stores in the output file's encoding. One vector row a node out."""
+    from memforest_gpu.store.size import store_size
+
+    before, after = load_columns(str(run["src"]), vectors=True), load_columns(str(run["out"]), vectors=True)
+    page = tmp_path / "files.html"
+    assert main(["review", str(run["src"]), str(run["out"]), "--out", str(page)]) == 0
+    rep = run["report"]
+    files = {"size_in": store_size(before, after.vector_codes).to_dict(), "size_out": store_size(after).to_dict()}
+    for data, want in ((_data(run["page"]), rep), (_data(page), files)):
+        s = data["summary"]
+        assert s["size_in"] == want["size_in"] and s["size_out"] == want["size_out"]
+        assert s["size_out"]["rows"] == s["nodes_out"] < s["size_in"]["rows"] == s["nodes_in"]
+        assert s["size_in"]["encoding"] == s["size_out"]["encoding"]
+        assert s["size_out"]["bytes"] < s["size_in"]["bytes"]
 
 
 def test_compact_and_graph_pages(tmp_path, browser):

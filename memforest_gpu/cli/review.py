@@ -75,7 +75,7 @@ def page_from_files(input: str, output: str, report: dict | None, *, command: st
                     limits: Limits | None = None, paths: dict | None = None) -> dict:
     """An input and an output store file."""
     before = load_columns(input, format=format, vectors=True)
-    after = load_columns(output, format=out_format)
+    after = load_columns(output, format=out_format, vectors=True)  # its rows and bytes (store/size.py)
     return page_from_stores(before, after, report, command=command, limits=limits,
                             paths=paths or {"input": input, "output": output})
 
@@ -84,7 +84,17 @@ def page_from_stores(before, after, report: dict | None, *, command: str, limits
                      paths: dict) -> dict:
     """An input and an output store, read."""
     return review_data(before, groups_from_stores(before, after), command=command, report=report,
-                       after_counts=_counts(after), limits=limits, paths=paths)
+                       after_counts=_counts(after), limits=limits, paths=paths, sizes=_sizes(before, after))
+
+
+def _sizes(before, after) -> dict | None:
+    """Both stores' vector rows and bytes in the output's encoding (None where a store holds no vectors)."""
+    from ..store.size import store_size
+
+    if getattr(before, "dim", 0) <= 0 or getattr(after, "dim", 0) != before.dim:
+        return None
+    enc = after.vector_codes
+    return {"size_in": store_size(before, enc).to_dict(), "size_out": store_size(after, enc).to_dict()}
 
 
 @guarded
@@ -111,7 +121,7 @@ def run(a) -> int:
                              f"{type(report).__name__}")
         report = report.get("engine") if "engine" in report and "nodes_in" not in report else report
     before = load_columns(a.input, format=a.format, vectors=True)
-    after = load_columns(a.output, format=a.out_format)
+    after = load_columns(a.output, format=a.out_format, vectors=True)  # its rows and bytes (store/size.py)
     check_stores(before, after, input=a.input, output=a.output)  # nothing is written for files that do not match
     if report is not None:
         check_report(report, before, after, path=a.report, input=a.input, output=a.output)

@@ -212,8 +212,9 @@ def _count_tenants(tenant_rows: list[dict], groups: Groups, f: _Flags, nodes: li
 
 
 def _summary(before: MemoryStore, groups: Groups, command: str, report: dict | None, tenant_rows: list[dict],
-             f: _Flags, condensed_shown: int) -> dict:
+             f: _Flags, condensed_shown: int, sizes: dict | None) -> dict:
     rep = report or {}
+    sizes = sizes or {}
     nodes_in = int(rep.get("nodes_in", len(before)))
     nodes_out = int(rep.get("nodes_out", sum(r["nodes_out"] for r in tenant_rows)))
     asked = sum(r["asked"] for r in tenant_rows)
@@ -237,6 +238,8 @@ def _summary(before: MemoryStore, groups: Groups, command: str, report: dict | N
                     "long_span": int(f.long_.sum()), "mixed_metadata": int(f.mixed.sum()),
                     "condensed_shown": condensed_shown},
         "similarity_from": groups.similarity_from, "similarity_known": known,
+        # vector rows and bytes in and out, in the output's encoding (store/size.py); None: unknown
+        "size_in": rep.get("size_in") or sizes.get("size_in"), "size_out": rep.get("size_out") or sizes.get("size_out"),
     }
 
 
@@ -268,12 +271,14 @@ def _plots(groups: Groups, tenant_rows: list[dict], span: np.ndarray) -> dict:
 
 def review_data(before: MemoryStore, groups: Groups, *, command: str, report: dict | None = None,
                 after_counts: dict | None = None, limits: Limits | None = None, paths: dict | None = None,
-                notes: list[str] | None = None) -> dict:
+                notes: list[str] | None = None, sizes: dict | None = None) -> dict:
     """The page's data. ``before``: the store the run read (texts, dates and metadata of the
     merged nodes' inputs); ``report``: the run's report as a dict (``CompressReport.to_dict()``
     and what ``--report`` adds; ``None``: the summary comes from the stores, with
     ``after_counts``: nodes per tenant afterwards); ``command``: the command line's name for
-    the run; ``paths``: the files, shown as they are; ``notes``: lines said under the summary."""
+    the run; ``paths``: the files, shown as they are; ``notes``: lines said under the summary;
+    ``sizes``: ``{"size_in", "size_out"}`` (``StoreSize.to_dict()``, one encoding) where the
+    report has none."""
     lim = limits or Limits()
     ts = before.timestamps.cpu().numpy()
     f = _flags(before, groups, lim, ts)
@@ -283,7 +288,7 @@ def review_data(before: MemoryStore, groups: Groups, *, command: str, report: di
     shown = pick(groups.tenant, f.score, flagged, tsize, lim, f.cost)
     nodes, condensed_shown = _nodes(before, groups, shown, ts, f)
     _count_tenants(tenant_rows, groups, f, nodes)
-    summary = _summary(before, groups, command, report, tenant_rows, f, condensed_shown)
+    summary = _summary(before, groups, command, report, tenant_rows, f, condensed_shown, sizes)
     plots = _plots(groups, tenant_rows, f.span)
     sample = describe(groups.tenant, shown, flagged, tsize, lim, groups.planned)
     cols = ["tenant", "nodes_in", "nodes_out", "asked", "asked_share", "removed", "ratio", "shortfall", "merged",

@@ -55,6 +55,17 @@
     cards.push(["ratio_reached", "ratio reached", fmtPct(S.ratio_reached), S.ratio_reached]);
     cards.push(["shortfall", "shortfall (removals not made)", fmtInt(S.shortfall), S.shortfall, S.shortfall > 0]);
   }
+  if (S.size_in && S.size_out) {  // store/size.py: the same encoding on both sides
+    const si = S.size_in, so = S.size_out;
+    const per = si.originals ? (so.rows / si.originals).toFixed(2) : "?";
+    cards.push(["rows", `vector rows searched (${per} per memory)`, `${fmtInt(si.rows)} \u2192 ${fmtInt(so.rows)}`,
+      so.rows]);
+    const mb = (b) => (b / 1e6).toFixed(b < 1e7 ? 2 : 1) + " MB";
+    cards.push(["bytes", `texts + vectors against the input, both ${so.encoding}`,
+      `${mb(si.bytes)} \u2192 ${mb(so.bytes)} (${si.bytes ? fmtPct(so.bytes / si.bytes) : "?"})`, so.bytes]);
+  } else {
+    cards.push(["bytes", "vector rows and bytes", "not known for this run", ""]);
+  }
   cards.push(["tenants", "tenants", fmtInt(S.tenants), S.tenants]);
   cards.push(["merged_nodes", planned ? "pairs planned (round 1)" : "merged nodes", fmtInt(S.merged_nodes), S.merged_nodes]);
   if (!planned) {
