@@ -230,3 +230,30 @@ def test_a_store_naming_its_model_in_a_column_is_compacted_on_the_fast_path(tmp_
     with pytest.raises(ValueError, match=f"{path}: node {table.column('id')[j].as_py()!r}: tree must be an integer "
                                          ">= 0 or null"):
         compact_file(path, CompactConfig(max_nodes=30), PAPER, embedder="none")
+
+
+@pytest.mark.parametrize("budget", [200, 60])  # every row fits (appended as they are) / tenants merged down
+@pytest.mark.parametrize("fast", [True, False])  # the Parquet fast path (rows passed through) / the whole store
+def test_an_int8_store_stays_int8_when_float_records_arrive(tmp_path, monkeypatch, budget, fast):
+    """Inbox records carry float vectors; the compacted file keeps its int8 codes, so its bytes
+    stay bounded by its nodes (a float32 rewrite would take 4x the vector bytes)."""
+    import pyarrow.parquet as pq
+
+    from memforest_gpu.store.synthetic import synthetic_store
+
+    if not fast:
+        monkeypatch.setattr("memforest_gpu.runs.compact_run.memforest_layout", lambda schema: False)
+    st = synthetic_store(400, tenants=2, dim=16, seed=3)
+    path = str(tmp_path / "s.parquet")
+    first = st.take(list(range(300)))
+    first.vector_codes = "int8"
+    write_store(first, path)
+    with open(inbox_path(path), "w") as f:
+        for r in list(st.take(list(range(300, 400))).records()):
+            r["embedding"] = [float(x) for x in r["embedding"]]
+            f.write(json.dumps(r) + "\n")
+    assert cli(["compact", path, "--max-nodes-per-tenant", str(budget), "--embedder", "none", "--quiet"]) == 0
+    assert pq.read_schema(path).field("embedding").type.value_type == pa.int8()
+    back = read_store(path)
+    assert back.vector_codes == "int8" and len(back) <= 2 * budget
+    assert sorted(x for s in back.sources for x in s) == sorted(st.ids)  # nothing lost

@@ -31,6 +31,7 @@ from ..store.atomic import atomic_open
 from ..store.event_trees import EventTrees
 from ..store.io import detect_format, read_store, write_store
 from ..store.memory_store import MemoryStore
+from ..store.parquet import vector_codes_of
 from ..store.splice import append, splice
 from ..timer import StageTimer
 from .compact_files import NoModel, PassThrough, memforest_layout, parquet_schema, placeless, store_folded
@@ -265,6 +266,7 @@ class _Run:
             parts.append(placeless(inbox))
             keys.append(n + np.arange(len(inbox)))
         work = splice(parts, keys) if len(parts) > 1 else parts[0]
+        work.vector_codes = vector_codes_of(self.pt.schema)  # new rows take the file's codes (store/codes.py)
         wkeys = np.sort(np.concatenate(keys))
         res, jm = self._compact(work, emb)
         self.timer.lap("compact")

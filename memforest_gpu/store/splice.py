@@ -70,7 +70,8 @@ def splice(parts: list[MemoryStore], keys: list[np.ndarray], *, rows: list | Non
 def append(store: MemoryStore, new: MemoryStore) -> MemoryStore:
     """``store`` followed by the rows of ``new`` (not placed in any tree yet). Refuses an id of
     ``new`` that ``store`` already holds as a node or inside a merged node's sources (every
-    original stays in exactly one node), and vectors of another dimension or model."""
+    original stays in exactly one node), and vectors of another dimension or model. The result
+    holds its vectors as ``store`` does (``vector_codes``)."""
 
     if new.dim != store.dim:
         raise ValueError(f"new memories' embeddings must have the store's dimension ({store.dim}), got {new.dim}")
@@ -92,4 +93,6 @@ def append(store: MemoryStore, new: MemoryStore) -> MemoryStore:
         store._ids, store._texts, store.embeddings, store.timestamps, store.tenants, store._sources,
         ArrowView(store._meta), store.embedder, store.time_format, EventTrees.empty(len(store)), store.keys)
     n = len(store)
-    return splice([base, new], [np.arange(n), n + np.arange(len(new))])
+    out = splice([base, new], [np.arange(n), n + np.arange(len(new))])
+    out.vector_codes = store.vector_codes  # the store's file keeps its vectors' codes (.codes)
+    return out
