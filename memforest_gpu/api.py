@@ -16,7 +16,8 @@ from pathlib import Path
 
 from .config import CompressConfig, RetrievalConfig
 from .engine import CompressResult
-from .retrieval.context import FILLS, MIN_BUDGET
+from .renamed import renamed_keyword
+from .retrieval.context import FILLS, MIN_CONTEXT_TOKENS
 from .retrieval.retriever import CONTEXT_DEPTH, Retriever
 from .runs.budgeted import compress_file_budgeted
 from .runs.compact_run import compact_file
@@ -47,26 +48,28 @@ def compress_file(src: str | Path, dst: str | Path, config: CompressConfig, *, m
 
 
 def search_file(path: str | Path, queries: Sequence[str], *, k: int | None = None, agpr: bool = False,
-                tenant: str | None = None, embedder: str = "auto", device=None, budget: int | None = None,
-                fill: str | None = None) -> list[list[dict]]:
+                tenant: str | None = None, embedder: str = "auto", device=None, max_tokens: int | None = None,
+                fill: str | None = None, **renamed) -> list[list[dict]]:
     """The ``k`` best memories (default 10) of the store file ``path`` for each query (plain top-k,
     or AGPR), as dicts (id, text, timestamp, tenant, score, sources, ...). The queries are
     embedded with the model of the store's vectors (``embedder``: ``auto`` takes the one
     the store records; ``default``: all-MiniLM-L6-v2; or a local model folder). ``tenant``
     limits the search to one tenant (needed when the store holds several); a ``k`` above the nodes
-    it holds is cut to them, with one warning. With ``budget``: the
-    context instead, pieces (id, sources, text with its date tag, score, cut) filling ``budget``
+    it holds is cut to them, with one warning. With ``max_tokens``: the
+    context instead, pieces (id, sources, text with its date tag, score, cut) filling ``max_tokens``
     whitespace tokens from the best ``k`` hits (default 40), by ``fill`` (``ranked``: the parts of
     merged nodes that matched first, the default for a store with keys; ``plain``: whole nodes in
-    rank order; :mod:`memforest_gpu.retrieval.context`)."""
-    if budget is None and fill is not None:
-        raise OptionError(f"{{fill}} needs {{budget}} (whitespace tokens of context), got fill {fill!r}")
+    rank order; :mod:`memforest_gpu.retrieval.context`). ``budget=``: the old name of ``max_tokens``."""
+    max_tokens = renamed_keyword("search_file", renamed, "budget", "max_tokens", max_tokens)
+    if max_tokens is None and fill is not None:
+        raise OptionError(f"{{fill}} needs {{max_tokens}} (whitespace tokens of context), got fill {fill!r}")
     if fill is not None and fill not in FILLS:
         raise OptionError(f"{{fill}} must be one of {', '.join(FILLS)}, got {fill!r}")
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_BUDGET):
-        raise OptionError(f"{{budget}} must be an integer >= {MIN_BUDGET} (whitespace tokens; a piece's date tag "
-                          f"takes 3), got {budget!r}")
-    cfg = RetrievalConfig(k=k if k is not None else 10 if budget is None else CONTEXT_DEPTH, agpr=agpr)
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                   or max_tokens < MIN_CONTEXT_TOKENS):
+        raise OptionError(f"{{max_tokens}} must be an integer >= {MIN_CONTEXT_TOKENS} (whitespace tokens; a piece's "
+                          f"date tag takes 3), got {max_tokens!r}")
+    cfg = RetrievalConfig(k=k if k is not None else 10 if max_tokens is None else CONTEXT_DEPTH, agpr=agpr)
     detect_format(os.fspath(path), None, flag=None)
     store, emb = load_store_and_embedder(path, embedder=embedder, device=device, tenants=tenant, warn=False)
     names = store.tenant_names()
@@ -88,6 +91,6 @@ def search_file(path: str | Path, queries: Sequence[str], *, k: int | None = Non
         cfg = dataclasses.replace(cfg, k=max(1, len(store)))
     qe = emb.embed(list(queries))
     res = Retriever(store).search(qe, tenants=tenant, config=cfg)
-    if budget is None:
+    if max_tokens is None:
         return res.hits(store)
-    return res.context(store, qe, budget=budget, fill=fill, embedder=emb)
+    return res.context(store, qe, max_tokens=max_tokens, fill=fill, embedder=emb)

@@ -23,7 +23,7 @@ __all__ = [
     "SEEDINGS",
     "CAP_POLICIES",
     "VECTOR_CODES",
-    "MIN_BUDGET",
+    "MIN_CONTEXT_TOKENS",
     "FILLS",
     "PRESETS",
     "DEFAULT_PRESET",
@@ -38,7 +38,7 @@ GRAPHS = ("knn", "dense")
 KMEANS_METHODS = ("exact", "two-level")
 CAP_POLICIES = ("condense", "strict", "keep")
 VECTOR_CODES = ("float32", "int8")  # how a store file holds its vectors (store/codes.py)
-MIN_BUDGET = 4  # the least context a search fills, in whitespace tokens: a date tag (3) and a word
+MIN_CONTEXT_TOKENS = 4  # the least context a search fills (max_tokens), in whitespace tokens: a date tag (3) and a word
 # How a search fills its context (memforest_gpu/retrieval/context.py): the fills the product ships,
 # defined here once. The evaluation's study-only fills extend this tuple in
 # memforest_gpu/evaluation/context_fill.py (STUDY_FILLS, EVAL_FILLS); the command line offers these.

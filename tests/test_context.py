@@ -49,19 +49,19 @@ def test_the_piece_that_matched_comes_first_though_the_node_begins_with_other_so
     q = emb.embed(["Where did Bob buy the red bicycle? Porto?"])
     res = Retriever(out).search(q, config=RetrievalConfig(k=3))
     assert out.ids[int(res.index[0, 0])] == "m"
-    ranked = context(out, res, q, budget=12, embedder=emb)[0]
+    ranked = context(out, res, q, max_tokens=12, embedder=emb)[0]
     first = ranked[0]
     assert (first.id, first.sources, first.cut) == ("m", ["c"], False)
     assert first.text == f"[{format_date(ORIGINALS['c'][1])}] {ORIGINALS['c'][0]}"  # its own date, not the node's
     assert first.score > ranked[1].score
-    plain = context(out, res, q, budget=12, fill="plain")[0]  # the whole node: Alice's sentences fill the budget
+    plain = context(out, res, q, max_tokens=12, fill="plain")[0]  # the whole node: Alice's sentences fill the budget
     assert len(plain) == 1 and plain[0].cut and plain[0].text.startswith(f"[{format_date(DAY0)}] Alice")
     assert "porto" not in tokens(plain[0].text) and "porto" in tokens(" ".join(p.text for p in ranked))
     for ctx in (ranked, plain):
         assert sum(len(p.text.split()) for p in ctx) == 12  # the budget, the last piece cut to fit
         assert all(not p.cut for p in ctx[:-1])
-    assert context(out, res, q, budget=np.int64(12), embedder=emb)[0] == ranked  # numpy's integers too
-    big = context(out, res, q, budget=10_000, embedder=emb)[0]  # every sentence once, nothing cut
+    assert context(out, res, q, max_tokens=np.int64(12), embedder=emb)[0] == ranked  # numpy's integers too
+    big = context(out, res, q, max_tokens=10_000, embedder=emb)[0]  # every sentence once, nothing cut
     shown = " ".join(p.text for p in big)
     assert all(shown.count(t) == 1 for t, _ in ORIGINALS.values()) and not any(p.cut for p in big)
     assert sorted(s for p in big for s in p.sources) == ["a", "b", "c", "f0", "f1"]
@@ -70,34 +70,34 @@ def test_the_piece_that_matched_comes_first_though_the_node_begins_with_other_so
 def test_search_gives_the_context_by_default_pooled_for_a_store_with_merged_nodes():
     _, out, emb = merged_store()
     query = "Where did Bob buy the red bicycle? Porto?"
-    pieces = search(out, query, embedder=emb, budget=12)[0]
+    pieces = search(out, query, embedder=emb, max_tokens=12)[0]
     assert pieces[0]["sources"] == ["c"] and set(pieces[0]) == {"id", "sources", "text", "score", "cut"}
-    assert search(out, query, embedder=emb, budget=12, fill="pooled") == [pieces]
-    assert search(out, query, embedder=emb, budget=12, fill="ranked")[0][0] == pieces[0]  # the same first part
-    whole = search(out, query, embedder=emb, budget=12, fill="plain")[0]
+    assert search(out, query, embedder=emb, max_tokens=12, fill="pooled") == [pieces]
+    assert search(out, query, embedder=emb, max_tokens=12, fill="ranked")[0][0] == pieces[0]  # the same first part
+    whole = search(out, query, embedder=emb, max_tokens=12, fill="plain")[0]
     assert whole[0]["sources"] == ["a", "b", "c"] and whole[0]["cut"]
     bare = out.take(np.arange(len(out)))
     bare.keys = None  # no keys (one vector per node): whole nodes, pooled by default, which needs the embedder
     q = emb.embed([query])
-    assert search(bare, q, budget=12, fill="plain") == search(bare, q, budget=12, fill="ranked")
-    assert search(bare, q, budget=12, embedder=emb) == search(bare, q, budget=12, embedder=emb, fill="pooled")
+    assert search(bare, q, max_tokens=12, fill="plain") == search(bare, q, max_tokens=12, fill="ranked")
+    assert search(bare, q, max_tokens=12, embedder=emb) == search(bare, q, max_tokens=12, embedder=emb, fill="pooled")
     with pytest.raises(ValueError, match="needs the embedder"):
-        search(bare, q, budget=12)
+        search(bare, q, max_tokens=12)
     originals = out.take(np.flatnonzero([len(s) == 1 for s in out.sources]))
     originals.keys = None  # a store of originals: whole nodes, no embedder needed
-    assert search(originals, q, budget=12) == search(originals, q, budget=12, fill="plain")
-    assert len(search(out, query, embedder=emb)[0]) == 3  # no budget: the hits, as before
+    assert search(originals, q, max_tokens=12) == search(originals, q, max_tokens=12, fill="plain")
+    assert len(search(out, query, embedder=emb)[0]) == 3  # no max_tokens: the hits, as before
 
 
 @pytest.mark.parametrize("kw, msg", [
-    ({"budget": 12, "fill": "parts"}, "fill must be one of"),
-    ({"budget": 0}, "budget must be an integer >= 4"),
-    ({"budget": 3, "fill": "plain"}, "budget must be an integer >= 4"),
-    ({"budget": -3, "fill": "plain"}, "budget must be an integer >= 4"),
-    ({"budget": 2.5, "fill": "plain"}, "budget must be an integer >= 1"),
-    ({"fill": "ranked"}, "needs a budget"),
-    ({"budget": 12}, "needs the embedder"),
-    ({"budget": 12, "fill": "ranked"}, "needs the embedder"),
+    ({"max_tokens": 12, "fill": "parts"}, "fill must be one of"),
+    ({"max_tokens": 0}, "max_tokens must be an integer >= 4"),
+    ({"max_tokens": 3, "fill": "plain"}, "max_tokens must be an integer >= 4"),
+    ({"max_tokens": -3, "fill": "plain"}, "max_tokens must be an integer >= 4"),
+    ({"max_tokens": 2.5, "fill": "plain"}, "max_tokens must be an integer >= 1"),
+    ({"fill": "ranked"}, "needs max_tokens"),
+    ({"max_tokens": 12}, "needs the embedder"),
+    ({"max_tokens": 12, "fill": "ranked"}, "needs the embedder"),
 ])
 def test_refusals(kw, msg):
     _, out, emb = merged_store()
@@ -110,14 +110,14 @@ def test_search_shows_a_piece_with_its_whole_date_and_a_word_or_not_at_all():
     bare = out.take(np.arange(len(out)))
     bare.keys = None  # whole nodes, each "[date] text"
     q = emb.embed(["Where did Bob buy the red bicycle? Porto?"])
-    full = search(bare, q, budget=10_000, fill="plain")[0]
+    full = search(bare, q, max_tokens=10_000, fill="plain")[0]
     first = len(full[0]["text"].split())
     res = Retriever(bare).search(q, config=RetrievalConfig(k=40))
     for left in (1, 2, 3):  # what the budget leaves the second piece: part of its date tag, or the tag alone
-        assert [p["id"] for p in search(bare, q, budget=first + left, fill="plain")[0]] == [full[0]["id"]]
-        cut = context(bare, res, q, budget=first + left, fill="plain")[0]  # the evaluation's cut: as tokens fall
+        assert [p["id"] for p in search(bare, q, max_tokens=first + left, fill="plain")[0]] == [full[0]["id"]]
+        cut = context(bare, res, q, max_tokens=first + left, fill="plain")[0]  # the evaluation's cut: as tokens fall
         assert len(cut) == 2 and len(cut[1].text.split()) == left
-    got = search(bare, q, budget=first + 4, fill="plain")[0]
+    got = search(bare, q, max_tokens=first + 4, fill="plain")[0]
     assert len(got) == 2 and got[1]["cut"] and got[1]["text"] == " ".join(full[1]["text"].split()[:4])
 
 
@@ -134,7 +134,7 @@ def test_the_evaluations_ranked_fill_is_the_products_context():
         for budget in (5, 9, 40):
             ev = contexts(ranked, out, views, budget, fill="ranked", q_emb=q.emb, original_text=originals,
                           split=key_split(emb.embed))
-            prod = context(out, res, q.emb, budget=budget, fill="ranked", embedder=emb)
+            prod = context(out, res, q.emb, max_tokens=budget, fill="ranked", embedder=emb)
             assert [[(j, v.rendered if c is None else v.rendered[:c]) for j, v, c in x] for x in ev] == \
                 [[(p.node, p.text) for p in x] for x in prod]
             got = score_contexts(ev, q.answers, q.evidence)["ansr"]
@@ -150,7 +150,7 @@ def test_the_evaluations_ranked_fill_is_the_products_context():
         EvalConfig(fill="parts")
 
 
-def test_memforest_search_budget_prints_the_pieces(tmp_path, monkeypatch, capsys):
+def test_memforest_search_max_tokens_prints_the_pieces(tmp_path, monkeypatch, capsys):
     import json
 
     from memforest_gpu import api
@@ -162,20 +162,23 @@ def test_memforest_search_budget_prints_the_pieces(tmp_path, monkeypatch, capsys
     write_store(out, path)
     monkeypatch.setattr(api, "load_store_and_embedder", lambda p, **kw: (api.read_store(p), emb))
     query = "Where did Bob buy the red bicycle? Porto?"
-    assert main(["search", str(path), query, "--budget", "12", "--json"]) == 0
+    assert main(["search", str(path), query, "--max-tokens", "12", "--json"]) == 0
     pieces = json.loads(capsys.readouterr().out)
     # 10 of the 12 tokens: the next piece would show 2 tokens of its date tag, so it is left out
     assert pieces[0]["sources"] == ["c"] and sum(len(p["text"].split()) for p in pieces) == 10
-    assert main(["search", str(path), query, "--budget", "12", "--fill", "plain"]) == 0
+    assert main(["search", str(path), query, "--budget", "12", "--json"]) == 0  # the old flag, one more release
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == pieces and "--budget is renamed --max-tokens" in captured.err
+    assert main(["search", str(path), query, "--max-tokens", "12", "--fill", "plain"]) == 0
     shown = capsys.readouterr().out
     assert shown.startswith(" 1. (") and "[cut]" in shown and "Porto" not in shown
-    assert main(["search", str(path), query, "--budget", "3"]) != 0
-    assert "--budget must be an integer >= 4 (whitespace tokens; a piece's date tag takes 3), got 3" in \
+    assert main(["search", str(path), query, "--max-tokens", "3"]) != 0
+    assert "--max-tokens must be an integer >= 4 (whitespace tokens; a piece's date tag takes 3), got 3" in \
         capsys.readouterr().err
     assert main(["search", str(path), query, "--fill", "ranked"]) != 0
-    assert "--fill ranked needs --budget" in capsys.readouterr().err
+    assert "--fill ranked needs --max-tokens" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["search", str(path), query, "--budget", "12", "--fill", "parts"])
+        main(["search", str(path), query, "--max-tokens", "12", "--fill", "parts"])
     assert "invalid choice" in capsys.readouterr().err
 
 
@@ -204,11 +207,26 @@ def test_a_store_without_keys_keeps_the_hits_order_under_either_fill():
         bare.keys = None
         top = Retriever(bare).search(q.emb, tenants=q.tenants, config=RetrievalConfig(k=6))
         res = SearchResult(top.index.flip(1), top.score.flip(1), top.similarity.flip(1))  # worst first
-        a = context(bare, res, q.emb, budget=30, fill="ranked", embedder=emb)
-        b = context(bare, res, q.emb, budget=30, fill="plain")
+        a = context(bare, res, q.emb, max_tokens=30, fill="ranked", embedder=emb)
+        b = context(bare, res, q.emb, max_tokens=30, fill="plain")
         assert [[(p.node, p.text) for p in x] for x in a] == [[(p.node, p.text) for p in x] for x in b]
         assert [[p.node for p in x] for x in b] == [[j for j in row if j >= 0][:len(x)] for x, row in
                                                     zip(b, res.index.tolist())]
         ev = contexts(res.index.numpy(), bare, NodeViews.build(bare, originals), 30, fill="ranked", q_emb=q.emb,
                       original_text=originals, split=key_split(emb.embed))
         assert [[j for j, _, _ in x] for x in ev] == [[p.node for p in x] for x in b]
+
+
+def test_the_old_budget_keyword_still_works_with_a_warning():
+    """``budget=`` is the old name of ``max_tokens=`` (one more release, a DeprecationWarning)."""
+    from memforest_gpu.retrieval.retriever import search
+
+    _, out, emb = merged_store()
+    query = "Where did Bob buy the red bicycle? Porto?"
+    with pytest.warns(DeprecationWarning, match="max_tokens"):
+        old = search(out, query, embedder=emb, budget=12)
+    assert old == search(out, query, embedder=emb, max_tokens=12)
+    with pytest.raises(TypeError, match="both"):
+        search(out, query, embedder=emb, budget=12, max_tokens=12)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'tokens'"):
+        search(out, query, embedder=emb, tokens=12)

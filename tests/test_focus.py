@@ -38,20 +38,21 @@ def test_a_node_longer_than_the_budget_shows_the_sentence_that_matched():
     res = Retriever(store).search(q, config=RetrievalConfig(k=2))
     assert store.ids[int(res.index[0, 0])] == "s1"
     tag = f"[{format_date(DAY0)}]"
-    first = context(store, res, q, budget=12, fill="plain")[0]  # the first tokens: Alice's cat, no Porto
+    first = context(store, res, q, max_tokens=12, fill="plain")[0]  # the first tokens: Alice's cat, no Porto
     assert len(first) == 1 and first[0].cut and "porto" not in tokens(first[0].text)
-    got = context(store, res, q, budget=12, fill="focused", embedder=emb)[0]
+    got = context(store, res, q, max_tokens=12, fill="focused", embedder=emb)[0]
     assert len(got) == 1 and got[0].cut and got[0].sources == ["s1"]
     assert got[0].text == f"{tag} Bob bought a red bicycle in Porto."  # 8 tokens: the other sentences do not fit
-    more = context(store, res, q, budget=30, fill="focused", embedder=emb)[0]
+    more = context(store, res, q, max_tokens=30, fill="focused", embedder=emb)[0]
     assert len(more[0].text.split()) <= 30 and "Porto." in more[0].text and more[0].text.startswith(tag)
     kept = more[0].text[len(tag) + 1:]  # the sentences kept are written in text order, each once
     sents = [s + "." for s in SESSION.split(". ")]
     sents[-1] = sents[-1][:-1]
     pos = [SESSION.index(s) for s in sents if s in kept]
     assert pos == sorted(pos) and len(pos) >= 2 and kept == " ".join(s for s in sents if s in kept)
-    whole = context(store, res, q, budget=1000, fill="focused", embedder=emb)[0]  # fits: nothing focused
-    assert [p.cut for p in whole] == [False, False] and whole == context(store, res, q, budget=1000, fill="plain")[0]
+    whole = context(store, res, q, max_tokens=1000, fill="focused", embedder=emb)[0]  # fits: nothing focused
+    assert [p.cut for p in whole] == [False, False]
+    assert whole == context(store, res, q, max_tokens=1000, fill="plain")[0]
 
 
 def test_focus_cuts_the_best_sentence_when_no_sentence_fits():
@@ -65,14 +66,14 @@ def test_focused_parts_of_a_merged_node_keep_the_budget():
     _, out, emb = merged_store()
     q = emb.embed(["Where did Alice adopt the grey cat Miso?"])
     res = Retriever(out).search(q, config=RetrievalConfig(k=3))
-    ranked = context(out, res, q, budget=10, embedder=emb)[0]
-    focused = context(out, res, q, budget=10, fill="focused", embedder=emb)[0]
+    ranked = context(out, res, q, max_tokens=10, embedder=emb)[0]
+    focused = context(out, res, q, max_tokens=10, fill="focused", embedder=emb)[0]
     assert [p.text for p in focused if not p.cut] == [p.text for p in ranked if not p.cut]  # only the last changes
     assert sum(len(p.text.split()) for p in focused) <= 10
     with pytest.raises(ValueError, match="fill='focused' needs the embedder"):
-        context(out, res, q, budget=10, fill="focused")
+        context(out, res, q, max_tokens=10, fill="focused")
     with pytest.raises(ValueError, match="fill='focused' needs the embedder"):
-        search(out, q, budget=10, fill="focused")
+        search(out, q, max_tokens=10, fill="focused")
 
 
 def test_the_evaluations_focused_fill_is_the_products_context():
@@ -86,7 +87,7 @@ def test_the_evaluations_focused_fill_is_the_products_context():
         for budget in (3, 5, 9, 40):
             ev = contexts(ranked, st, views, budget, fill="focused", q_emb=q.emb, original_text=originals,
                           split=key_split(emb.embed))
-            prod = context(st, res, q.emb, budget=budget, fill="focused", embedder=emb)
+            prod = context(st, res, q.emb, max_tokens=budget, fill="focused", embedder=emb)
             assert [[(j, v.rendered) for j, v, c in x] for x in ev] == [[(p.node, p.text) for p in x] for x in prod]
             assert all(c is None for x in ev for _, _, c in x)
             got = score_contexts(ev, q.answers, q.evidence)["ansr"]
@@ -124,11 +125,11 @@ def test_one_context_call_embeds_each_sentence_once():
     q = emb.embed(["Where did Bob buy the red bicycle? Porto?"])
     res = Retriever(store).search(q, config=RetrievalConfig(k=2))
     emb.calls = 0
-    one = context(store, res, q, budget=12, fill="pooled", embedder=emb)
+    one = context(store, res, q, max_tokens=12, fill="pooled", embedder=emb)
     once = emb.calls
     assert once > 0
     q2 = q.repeat(3, 1)
     res2 = Retriever(store).search(q2, config=RetrievalConfig(k=2))
     emb.calls = 0
-    three = context(store, res2, q2, budget=12, fill="pooled", embedder=emb)
+    three = context(store, res2, q2, max_tokens=12, fill="pooled", embedder=emb)
     assert three == one * 3 and emb.calls == once  # the same sentences, embedded once

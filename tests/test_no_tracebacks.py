@@ -351,8 +351,8 @@ CASES = [
     ("search: a query that is not UTF-8", lambda tmp: ["search", _store(tmp), "x \udcff", "--tenant", "a"], 2,
      "QUERY must be UTF-8 text, got 'x \\udcff' (a byte that is not UTF-8 at character 2)"),
     # a context budget smaller than a date tag
-    ("search: --budget 1", lambda tmp: ["search", _store(tmp), "x", "--tenant", "a", "--budget", "1"], 2,
-     "--budget must be an integer >= 4 (whitespace tokens; a piece's date tag takes 3), got 1"),
+    ("search: --max-tokens 1", lambda tmp: ["search", _store(tmp), "x", "--tenant", "a", "--max-tokens", "1"], 2,
+     "--max-tokens must be an integer >= 4 (whitespace tokens; a piece's date tag takes 3), got 1"),
 ]
 
 

@@ -87,7 +87,7 @@ def _matched_part(text: str, timestamp: float, q_vec, embedder) -> tuple[str, in
 
 def _show_query(p, store, out, embedder) -> None:
     """The showcase query answered from both stores (top 3, AGPR). A merged hit is shown by its
-    part that matched (its dated segment closest to the query), as ``memforest search --budget``
+    part that matched (its dated segment closest to the query), as ``memforest search --max-tokens``
     gives a merged node's matching part first: its other memories are whatever the compression
     merged into it, related to the query or not (the sample's tuned run merges "planning a trip
     to Lisbon" with "Sam's parents are visiting", similarity 0.42, into a node the query finds),

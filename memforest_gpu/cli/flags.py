@@ -9,12 +9,13 @@ import argparse
 import dataclasses
 import json
 import os
+import sys
 
 from ..config import DEFAULT_PRESET, PRESETS, VECTOR_CODES, ConfigError, preset
 
 __all__ = ["add_config_arguments", "config_from_args", "as_flag_error", "check_embedder_flag", "parse_options",
            "FIELDS", "check_number_lists", "refuse_ignored", "add_keys_arguments", "keys_count", "check_text_weight",
-           "flag_of"]
+           "flag_of", "add_renamed_flag"]
 
 
 #: flag dest -> (stage, field) of CompressConfig; ``seed`` sets both the partition's and the merge's
@@ -236,3 +237,23 @@ def parse_options(pairs: list[str], flag: str = "--merger-option") -> dict:
         except json.JSONDecodeError:
             out[k.strip().replace("-", "_")] = v
     return out
+
+
+class _RenamedFlag(argparse.Action):
+    """A renamed flag's old spelling, hidden from ``--help``: it sets the new flag's value and
+    says on stderr that it is renamed."""
+
+    def __init__(self, option_strings, dest, *, new: str, **kw):
+        self.new = new
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"memforest: {option_string} is renamed {self.new}; {option_string} goes in the next release",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_renamed_flag(p, old: str, new: str, dest: str, **kw) -> None:
+    """Keep ``old`` working for one release as a hidden alias of the flag ``new`` (``dest``)."""
+    p.add_argument(old, dest=dest, action=_RenamedFlag, new=new, help=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                   **kw)

@@ -15,14 +15,14 @@ __all__ = ["run"]
 
 @guarded
 def run(a) -> int:
-    """``memforest search``: the hits, or with ``--budget`` the context's pieces."""
+    """``memforest search``: the hits, or with ``--max-tokens`` the context's pieces."""
     check_search(a)
     hits = search_file(a.store, [a.query], k=a.k, agpr=a.agpr, tenant=a.tenant, embedder=a.embedder,
-                       device=a.device, budget=a.budget, fill=a.fill)[0]
+                       device=a.device, max_tokens=a.max_tokens, fill=a.fill)[0]
     if a.json:
         print(json.dumps(hits, ensure_ascii=False, indent=2))  # JSON escapes the C0 control characters itself
         return 0
-    if a.budget is not None:  # pieces: their text holds their date tag
+    if a.max_tokens is not None:  # pieces: their text holds their date tag
         for r, p in enumerate(hits, 1):
             print(f"{r:>2}. ({p['score']:.3f}) {printable(p['text'])}{' [cut]' if p['cut'] else ''}  "
                   f"<- {printable(p['id'])}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from ..config import FILLS, MIN_BUDGET
-from .flags import check_embedder_flag
+from ..config import FILLS, MIN_CONTEXT_TOKENS
+from .flags import add_renamed_flag, check_embedder_flag
 from .path_checks import need_input
 from .tenants import check_tenant_given
 
@@ -13,19 +13,20 @@ __all__ = ["add_search_parser", "add_info_parser", "check_search", "check_info"]
 
 
 def add_search_parser(sub) -> None:
-    """``memforest search``: hits, or with ``--budget`` the context (retrieval/context.py)."""
+    """``memforest search``: hits, or with ``--max-tokens`` the context (retrieval/context.py)."""
     s = sub.add_parser("search", help="search a store", description="Search a memory store with a text query.")
     s.add_argument("store", help="the store to search (.parquet or .jsonl)")
     s.add_argument("query", help="the query text")
-    s.add_argument("-k", type=int, default=None, help="hits to show (default 10; with --budget: hits read, 40)")
+    s.add_argument("-k", type=int, default=None, help="hits to show (default 10; with --max-tokens: hits read, 40)")
     s.add_argument("--agpr", action="store_true", help="anchor-guided propagation re-ranking")
     s.add_argument("--tenant", default=None,
                    help="search only this tenant's memories (needed when the store has several tenants)")
     s.add_argument("--json", action="store_true", help="print the hits as JSON")
-    s.add_argument("--budget", type=int, default=None, metavar="B",
-                   help="show the context instead: pieces filling B whitespace tokens (256: the evaluation's @B)")
+    s.add_argument("--max-tokens", type=int, default=None, metavar="TOKENS",
+                   help="show the context instead: pieces filling TOKENS whitespace tokens (256: the evaluation's @B)")
+    add_renamed_flag(s, "--budget", "--max-tokens", "max_tokens", type=int)
     s.add_argument("--fill", default=None, choices=FILLS,
-                   help="with --budget: pooled (the part of a merged node that matched first, the last pieces by "
+                   help="with --max-tokens: pooled (the part of a merged node that matched first, the last pieces by "
                         "their best sentences; the default for a store with keys) | ranked (parts, the last cut) | "
                         "focused (the last piece by its best sentences) | plain (whole nodes in rank order)")
     s.add_argument("--embedder", default="auto",
@@ -53,11 +54,11 @@ def check_search(a) -> None:
                          f"{bad.start()})")
     if a.k is not None and a.k < 1:
         raise ValueError(f"-k must be an integer >= 1, got {a.k}")
-    if a.budget is not None and a.budget < MIN_BUDGET:
-        raise ValueError(f"--budget must be an integer >= {MIN_BUDGET} (whitespace tokens; a piece's date tag takes "
-                         f"3), got {a.budget}")
-    if a.fill is not None and a.budget is None:
-        raise ValueError(f"--fill {a.fill} needs --budget B (the whitespace tokens of context to fill)")
+    if a.max_tokens is not None and a.max_tokens < MIN_CONTEXT_TOKENS:
+        raise ValueError(f"--max-tokens must be an integer >= {MIN_CONTEXT_TOKENS} (whitespace tokens; a piece's date "
+                         f"tag takes 3), got {a.max_tokens}")
+    if a.fill is not None and a.max_tokens is None:
+        raise ValueError(f"--fill {a.fill} needs --max-tokens TOKENS (the whitespace tokens of context to fill)")
     need_input(a.store)
     check_tenant_given(a.store, a.tenant)
 

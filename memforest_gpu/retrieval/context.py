@@ -14,7 +14,7 @@ matched comes first even when the node's text begins with other sources. An orig
 without keys, and every node of a store without keys is one piece, its whole text
 ``"[date] text"`` (``fill="plain"``: every hit so, in rank order, as the evaluation's ``@B`` cut).
 
-Pieces are shown until ``budget`` whitespace tokens are used (the token count of the evaluation's
+Pieces are shown until ``max_tokens`` whitespace tokens are used (the token count of the evaluation's
 ``@B`` cut, docs/evaluation.md); only the last piece is cut, to its first tokens that fit.
 ``fill="focused"`` shows that last piece by its sentences that match the query best instead
 (:func:`focus`), and ``fill="pooled"`` (**the default for a store with merged nodes**, given its
@@ -26,7 +26,7 @@ it), which keeps more answers on the dev file than AGPR's order of whole nodes
 (docs/long-memories.md).
 
 >>> res = Retriever(store).search(q_emb, tenants="alice", config=RetrievalConfig(k=40))
->>> ctx = context(store, res, q_emb, budget=256, embedder=embedder)   # per query: [Piece, ...]
+>>> ctx = context(store, res, q_emb, max_tokens=256, embedder=embedder)   # per query: [Piece, ...]
 """
 from __future__ import annotations
 
@@ -40,13 +40,14 @@ from dataclasses import asdict, dataclass
 import pyarrow.compute as pc
 import torch
 
-from ..config import FILLS, MIN_BUDGET
+from ..config import FILLS, MIN_CONTEXT_TOKENS
+from ..renamed import renamed_keyword
 from ..sentences import split_sentences
 from ..store.timeutil import DATE_TAG, format_date
 
-__all__ = ["FILLS", "MIN_BUDGET", "Piece", "context", "whole_tags", "dated_sentences", "key_parts", "part_scores",
-           "in_rule_order", "ranked_pieces", "fit", "focus", "focus_many", "fit_focused", "default_fill", "check_fill",
-           "has_keys", "has_merged"]
+__all__ = ["FILLS", "MIN_CONTEXT_TOKENS", "Piece", "context", "whole_tags", "dated_sentences", "key_parts",
+           "part_scores", "in_rule_order", "ranked_pieces", "fit", "focus", "focus_many", "fit_focused", "default_fill",
+           "check_fill", "has_keys", "has_merged"]
 
 POOL = 4  # fill="pooled": the first piece that does not fit and the 3 after it share what is left
 _WS = re.compile(r"\S+")
@@ -90,13 +91,13 @@ def has_merged(store) -> bool:
     return bool(len(store)) and (pc.max(lengths).as_py() or 0) > 1
 
 
-def check_fill(fill: str, budget, store, embedder) -> None:
-    """Refuse an unknown fill, a budget that is not an integer >= 1, and ``"ranked"`` on a store
+def check_fill(fill: str, max_tokens, store, embedder) -> None:
+    """Refuse an unknown fill, a ``max_tokens`` that is not an integer >= 1, and ``"ranked"`` on a store
     with keys without the embedder that gives its sentences to keys."""
     if fill not in FILLS:
         raise ValueError(f"fill must be one of {list(FILLS)}, got {fill!r}")
-    if isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1:
-        raise ValueError(f"budget must be an integer >= 1 (whitespace tokens), got {budget!r}")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be an integer >= 1 (whitespace tokens), got {max_tokens!r}")
     if fill == "ranked" and embedder is None and has_keys(store):
         raise ValueError("fill='ranked' on a store with keys needs the embedder of the store's vectors (it gives "
                          "each sentence of a merged node to its key): pass embedder=, or fill='plain'")
@@ -204,19 +205,19 @@ def whole_tags(pieces: list[Piece]) -> list[Piece]:
     return pieces
 
 
-def fit(items: Iterable, budget: int, n_tokens: Callable) -> list[tuple[object, int | None]]:
-    """The items that fit ``budget`` tokens, in order: (item, None) shown whole, the last one
+def fit(items: Iterable, max_tokens: int, n_tokens: Callable) -> list[tuple[object, int | None]]:
+    """The items that fit ``max_tokens`` tokens, in order: (item, None) shown whole, the last one
     (item, its first n tokens) when it had to be cut."""
     used, out = 0, []
     for item in items:
-        if used >= budget:
+        if used >= max_tokens:
             break
         n = n_tokens(item)
-        if used + n <= budget:
+        if used + n <= max_tokens:
             out.append((item, None))
             used += n
             continue
-        out.append((item, budget - used))
+        out.append((item, max_tokens - used))
         break
     return out
 
@@ -273,23 +274,23 @@ def focus_many(pieces: Sequence[Piece], left: int, q_vec: torch.Tensor, embed: C
     return out
 
 
-def fit_focused(pieces: Iterable[Piece], budget: int, q_vec: torch.Tensor, embed: Callable, timestamps, *,
+def fit_focused(pieces: Iterable[Piece], max_tokens: int, q_vec: torch.Tensor, embed: Callable, timestamps, *,
                 pool: int = 1) -> list[Piece]:
-    """The pieces that fit ``budget`` tokens, in order; the first one longer than what is left is
+    """The pieces that fit ``max_tokens`` tokens, in order; the first one longer than what is left is
     :func:`focus`-ed on the query instead of cut to its first tokens (``pool`` > 1: it and the
     ``pool - 1`` pieces after it, :func:`focus_many`)."""
     out, used = [], 0
     it = iter(pieces)
     for p in it:
-        if used >= budget:
+        if used >= max_tokens:
             break
         n = _n_tokens(p.text)
-        if used + n <= budget:
+        if used + n <= max_tokens:
             out.append(p)
             used += n
             continue
         group = [p, *itertools.islice(it, pool - 1)]
-        shown = focus_many(group, budget - used, q_vec, embed, [float(timestamps[g.node]) for g in group])
+        shown = focus_many(group, max_tokens - used, q_vec, embed, [float(timestamps[g.node]) for g in group])
         out += shown
         break
     return out
@@ -312,15 +313,16 @@ def _cut_text(text: str, n: int) -> str:
     return text if n >= len(ends) else text[:ends[n - 1]]
 
 
-def context(store, result, queries: torch.Tensor, *, budget: int, fill: str | None = None,
-            embedder=None) -> list[list[Piece]]:
-    """Per query, the pieces shown in ``budget`` whitespace tokens (module doc), from a
+def context(store, result, queries: torch.Tensor, *, max_tokens: int | None = None, fill: str | None = None,
+            embedder=None, **renamed) -> list[list[Piece]]:
+    """Per query, the pieces shown in ``max_tokens`` whitespace tokens (module doc), from a
     :class:`~.retriever.SearchResult` of ``store`` and the (Q, D) query vectors that made it.
     ``fill``: :data:`FILLS` (None: :func:`default_fill`); ``embedder`` (the model of the store's
     vectors) is needed for ``"ranked"`` on a store with keys, and always for ``"focused"`` and
-    ``"pooled"``."""
+    ``"pooled"`` (``budget=``: the old name of ``max_tokens``)."""
+    max_tokens = renamed_keyword("context", renamed, "budget", "max_tokens", max_tokens)
     fill = default_fill(store) if fill is None else fill
-    check_fill(fill, budget, store, embedder)
+    check_fill(fill, max_tokens, store, embedder)
     idx = result.index.cpu().tolist()
     sc = result.score.cpu().tolist()
     q_all = torch.as_tensor(queries).float().cpu()
@@ -339,9 +341,9 @@ def context(store, result, queries: torch.Tensor, *, budget: int, fill: str | No
         else:
             pieces = ranked_pieces(store, nodes, q_all[q], embed, memo=memo)
         if fill in ("focused", "pooled"):
-            out.append(fit_focused(pieces, budget, q_all[q], embed, store.timestamps,
+            out.append(fit_focused(pieces, max_tokens, q_all[q], embed, store.timestamps,
                                    pool=POOL if fill == "pooled" else 1))
             continue
         out.append([p if n is None else Piece(p.node, p.id, p.sources, _cut_text(p.text, n), p.score, True)
-                    for p, n in fit(pieces, budget, lambda p: _n_tokens(p.text))])
+                    for p, n in fit(pieces, max_tokens, lambda p: _n_tokens(p.text))])
     return out

@@ -78,7 +78,7 @@ def node_best(S: torch.Tensor, column: torch.Tensor | None, n: int) -> torch.Ten
 
 
 def keyed_search(Qe: torch.Tensor, A: torch.Tensor, n: int, column: torch.Tensor | None, c: int, *,
-                 budget: int = 1 << 26):
+                 tile_elements: int = 1 << 26):
     """:func:`~memforest_gpu.kernels.topk_search` over one tenant's segment of rows.
 
     Shape: Qe (Q, D), A (R, D) rows, column (R,) or None -> sims (Q, c'), index (Q, c') node
@@ -88,7 +88,7 @@ def keyed_search(Qe: torch.Tensor, A: torch.Tensor, n: int, column: torch.Tensor
     c = min(c, n)
     vals = torch.empty(Q, c, dtype=torch.float32, device=Qe.device)
     idx = torch.empty(Q, c, dtype=torch.int64, device=Qe.device)
-    step = max(1, budget // max(1, A.shape[0]))
+    step = max(1, tile_elements // max(1, A.shape[0]))
     At = A.float().T
     for q0 in range(0, Q, step):
         S = node_best(Qe[q0:q0 + step].float() @ At, column, n)  # (Qc, n)
@@ -111,7 +111,7 @@ def node_row_table(counts: np.ndarray, device) -> torch.Tensor:
 
 
 def rescore(Qe: torch.Tensor, cand: torch.Tensor, A: torch.Tensor, table: torch.Tensor, c: int, *,
-            budget: int = 1 << 24):
+            tile_elements: int = 1 << 24):
     """The exact score of candidate nodes (found by an index over their rows), best ``c``
     first; ties to the lower node.
 
@@ -122,7 +122,7 @@ def rescore(Qe: torch.Tensor, cand: torch.Tensor, A: torch.Tensor, table: torch.
     kmax = table.shape[1]
     out_v = torch.full((Q, min(c, C)), float("-inf"), device=Qe.device)
     out_i = torch.full((Q, min(c, C)), -1, dtype=torch.int64, device=Qe.device)
-    step = max(1, budget // max(1, C * kmax * A.shape[1]))
+    step = max(1, tile_elements // max(1, C * kmax * A.shape[1]))
     for q0 in range(0, Q, step):
         q = Qe[q0:q0 + step].float()  # (Qc, D)
         nd = cand[q0:q0 + step]

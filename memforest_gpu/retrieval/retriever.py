@@ -11,8 +11,9 @@ import torch
 
 from ..config import RetrievalConfig
 from ..kernels.agpr import agpr_rerank, topk_rows, topk_search
+from ..renamed import renamed_keyword
 from ..store.memory_store import MemoryStore
-from .context import MIN_BUDGET, check_fill, context, default_fill, whole_tags
+from .context import MIN_CONTEXT_TOKENS, check_fill, context, default_fill, whole_tags
 from .keyed import KeyedLayout, keyed_search, node_best
 
 __all__ = ["Retriever", "SearchResult", "search"]
@@ -28,15 +29,16 @@ class SearchResult:
     score: torch.Tensor
     similarity: torch.Tensor
 
-    def context(self, store: MemoryStore, queries: torch.Tensor, *, budget: int, fill: str | None = None,
-                embedder=None) -> list[list[dict]]:
-        """Per query, the context filling ``budget`` whitespace tokens from these hits: pieces
+    def context(self, store: MemoryStore, queries: torch.Tensor, *, max_tokens: int | None = None,
+                fill: str | None = None, embedder=None, **renamed) -> list[list[dict]]:
+        """Per query, the context filling ``max_tokens`` whitespace tokens from these hits: pieces
         (id, sources, text with its date tag, score, cut) in the order shown; ``fill``: ``"pooled"``
         (a merged node's parts that matched first, the last pieces by their best sentences; the
         default for a store with keys, which needs ``embedder``), ``"ranked"``, ``"focused"`` or
         ``"plain"`` (whole nodes in rank order); a last piece cut inside its date tag is left out
-        (:func:`~.context.whole_tags`). :mod:`.context`."""
-        ctx = context(store, self, queries, budget=budget, fill=fill, embedder=embedder)
+        (:func:`~.context.whole_tags`). :mod:`.context`. ``budget=``: the old name of ``max_tokens``."""
+        max_tokens = renamed_keyword("context", renamed, "budget", "max_tokens", max_tokens)
+        ctx = context(store, self, queries, max_tokens=max_tokens, fill=fill, embedder=embedder)
         return [[{k: v for k, v in p.as_dict().items() if k != "node"} for p in whole_tags(row)] for row in ctx]
 
     def hits(self, store: MemoryStore) -> list[list[dict]]:
@@ -78,7 +80,7 @@ class Retriever:
     # for all their queries; smaller ones are gathered into padded groups (a gather costs what the product does)
     large = 256
     shared = 2  # a tenant whose queries x rows pass large * shared is searched by one product too
-    budget = 1 << 25  # most elements of gathered (Q_b, n, D) segments held at a time
+    tile_elements = 1 << 25  # most elements of gathered (Q_b, n, D) segments held at a time
 
     def __init__(self, store: MemoryStore):
         self.store = store
@@ -153,7 +155,7 @@ class Retriever:
         for k in np.unique(cls[~big]).tolist():  # padded groups of similar segment length
             sel = np.flatnonzero(~big & (cls == k))
             n, na = int(n_q[sel].max()), int(a_size[sel].max())
-            step = max(1, self.budget // max(1, na * D))
+            step = max(1, self.tile_elements // max(1, na * D))
             col = torch.arange(na, device=dev)
             for q0 in range(0, len(sel), step):
                 qs = sel[q0:q0 + step]
@@ -197,7 +199,7 @@ class Retriever:
             sel = bq[cls == k]
             n = int(self._size[codes[sel]].max())
             rows = n if self._layout is None else int(self._layout.size[codes[sel]].max())  # nodes (and keys)
-            step = max(1, self.budget // rows)
+            step = max(1, self.tile_elements // rows)
             for q0 in range(0, len(sel), step):
                 qs = sel[q0:q0 + step]
                 S = torch.full((len(qs), n), float("-inf"), device=dev)  # (Qb, n) node scores, padded
@@ -277,25 +279,27 @@ class Retriever:
         return SearchResult(index, score, simil)
 
 
-CONTEXT_DEPTH = 40  # hits read to fill a budget when k is not given: the evaluation's @B depth (L x k)
+CONTEXT_DEPTH = 40  # hits read to fill max_tokens when k is not given: the evaluation's @B depth (L x k)
 
 
 def search(store: MemoryStore, queries, *, k: int | None = None, agpr: bool = False, tenant=None, embedder=None,
-           config: RetrievalConfig | None = None, budget: int | None = None,
-           fill: str | None = None) -> list[list[dict]]:
+           config: RetrievalConfig | None = None, max_tokens: int | None = None,
+           fill: str | None = None, **renamed) -> list[list[dict]]:
     """Search ``store`` with text queries (needs ``embedder``) or a (Q, D) tensor of query
     embeddings. Returns per query a list of hit dicts, best first (``k`` hits, default 10); with
-    ``budget``, the context of :meth:`SearchResult.context` instead: pieces filling ``budget``
-    whitespace tokens (at least :data:`~.context.MIN_BUDGET`) from the best ``k`` hits (default
-    :data:`CONTEXT_DEPTH`), by ``fill``."""
-    if budget is None and fill is not None:
-        raise ValueError(f"fill={fill!r} needs a budget (whitespace tokens of context)")
-    if budget is not None:  # refused before any embedding or search
-        if isinstance(budget, numbers.Integral) and not isinstance(budget, bool) and budget < MIN_BUDGET:
-            raise ValueError(f"budget must be an integer >= {MIN_BUDGET} (whitespace tokens; a piece's date tag "
-                             f"takes 3), got {budget!r}")
-        check_fill(default_fill(store) if fill is None else fill, budget, store, embedder)
-    cfg = config or RetrievalConfig(k=k if k is not None else 10 if budget is None else CONTEXT_DEPTH, agpr=agpr)
+    ``max_tokens``, the context of :meth:`SearchResult.context` instead: pieces filling
+    ``max_tokens`` whitespace tokens (at least :data:`~.context.MIN_CONTEXT_TOKENS`) from the best
+    ``k`` hits (default :data:`CONTEXT_DEPTH`), by ``fill``. ``budget=``: the old name of ``max_tokens``."""
+    max_tokens = renamed_keyword("search", renamed, "budget", "max_tokens", max_tokens)
+    if max_tokens is None and fill is not None:
+        raise ValueError(f"fill={fill!r} needs max_tokens (whitespace tokens of context)")
+    if max_tokens is not None:  # refused before any embedding or search
+        if (isinstance(max_tokens, numbers.Integral) and not isinstance(max_tokens, bool)
+                and max_tokens < MIN_CONTEXT_TOKENS):
+            raise ValueError(f"max_tokens must be an integer >= {MIN_CONTEXT_TOKENS} (whitespace tokens; a piece's "
+                             f"date tag takes 3), got {max_tokens!r}")
+        check_fill(default_fill(store) if fill is None else fill, max_tokens, store, embedder)
+    cfg = config or RetrievalConfig(k=k if k is not None else 10 if max_tokens is None else CONTEXT_DEPTH, agpr=agpr)
     if isinstance(queries, str):
         queries = [queries]
     if isinstance(queries, (list, tuple)):
@@ -305,6 +309,6 @@ def search(store: MemoryStore, queries, *, k: int | None = None, agpr: bool = Fa
     else:
         qe = torch.as_tensor(queries)
     res = Retriever(store).search(qe, tenants=tenant, config=cfg)
-    if budget is None:
+    if max_tokens is None:
         return res.hits(store)
-    return res.context(store, qe, budget=budget, fill=fill, embedder=embedder)
+    return res.context(store, qe, max_tokens=max_tokens, fill=fill, embedder=embedder)

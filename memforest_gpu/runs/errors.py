@@ -20,7 +20,7 @@ __all__ = ["OptionText", "OptionError", "OptionNotFoundError", "FailedElsewhere"
 #: the options a run's message may name (only these are read as placeholders: a path or an id
 #: in the message that holds braces is left as it is)
 OPTIONS = ("embedder", "replace_changed", "resume", "memory_budget", "nodes", "turns_per_node", "contexts",
-           "skip_missing_contexts", "config", "k", "budget", "fill", "tenant")
+           "skip_missing_contexts", "config", "k", "max_tokens", "fill", "tenant")
 _OPTION = re.compile(r"\{(" + "|".join(OPTIONS) + r")(?:=([^{}]*))?\}")
 
 
