@@ -1,7 +1,7 @@
 """The straightforward k-means of the MemForest pipeline, written the way the paper's
 authors' code works: numpy, k-means++ seeding, full (N, K) distances each Lloyd step.
 ``versus_reference.py`` times it as the reference's partition stage; the reference's
-merging is :mod:`tests.merge_reference` (the one plain-Python reference of the merge order,
+merging is :mod:`memforest_gpu.engine.reference` (the one plain-Python reference of the merge order,
 checked merge for merge against the engine by ``tests/test_merge_order.py``).
 """
 from __future__ import annotations

@@ -145,13 +145,13 @@ class StageMemory:
 MARKS = (
     (("memforest_gpu.runs.single", "memforest_gpu.api"), "load_store_and_embedder", "read", "prepare"),
     (("memforest_gpu.runs.single", "memforest_gpu.api"), "write_store", "write", "exit"),
-    (("memforest_gpu.engine.setup", "memforest_gpu.engine.compression"), "partition_nodes", "partition", "setup"),
-    (("memforest_gpu.engine.setup", "memforest_gpu.engine.compression"), "build_trees", "trees", "rounds"),
+    (("memforest_gpu.engine.compression", "memforest_gpu.engine.compression"), "partition_nodes", "partition", "setup"),
+    (("memforest_gpu.engine.compression", "memforest_gpu.engine.compression"), "build_trees", "trees", "rounds"),
     (("memforest_gpu.engine.compression",), "assemble", "output", "report"),
     # inside every merge round (a stage's peak is its largest over the rounds), and the keys
-    (("memforest_gpu.engine.round",), "plan_round", "r.plan", "r.pairs"),
-    (("memforest_gpu.engine.round",), "merge_texts", "r.merge", "r.vectors"),
-    (("memforest_gpu.engine.round",), "apply_round", "r.apply", "r.records"),
+    (("memforest_gpu.engine.compression",), "plan_round", "r.plan", "r.pairs"),
+    (("memforest_gpu.engine.compression",), "merge_texts", "r.merge", "r.vectors"),
+    (("memforest_gpu.engine.compression",), "apply_round", "r.apply", "r.records"),
     (("memforest_gpu.engine.compression",), "output_keys", "keys", None),
 )
 

@@ -39,8 +39,8 @@ def N(t):
 
 def kruskal_ref(W: np.ndarray, active: np.ndarray, maximum: bool = True) -> set:
     """Plain Kruskal with the method's explicit order: weight desc (asc for minimum), then (i, j) asc
-    (the union-find of :func:`merge_reference.kruskal`, on every pair of active vertices)."""
-    from merge_reference import kruskal
+    (the union-find of :func:`memforest_gpu.engine.reference.kruskal`, on every pair of active vertices)."""
+    from memforest_gpu.engine.reference import kruskal
 
     act = [i for i in range(W.shape[0]) if active[i]]
     sign = 1.0 if maximum else -1.0

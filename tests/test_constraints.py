@@ -1,4 +1,4 @@
-"""Which nodes may merge (engine/constraints.py): the keep rule (``MergeConfig.keep_pattern``:
+"""Which nodes may merge (engine/partition.py): the keep rule (``MergeConfig.keep_pattern``:
 matching nodes never merge, the ratio applies to the others) and merge groups
 (``MergeConfig.merge_within``: nodes merge only with nodes of the same timestamp or metadata
 value), on the partition and end to end, with the report's kept counts and shortfall."""
@@ -14,8 +14,7 @@ from extras import need
 from memforest_gpu import CompressConfig, MemoryStore, compress
 from memforest_gpu.config import MergeConfig
 from memforest_gpu.engine import dry_run
-from memforest_gpu.engine.constraints import constrain, group_codes, kept_mask
-from memforest_gpu.engine.partition import partition_nodes
+from memforest_gpu.engine.partition import constrain, group_codes, kept_mask, partition_nodes
 
 
 def _store(n=90, tenants=("a", "b"), seed=0, dim=16):
@@ -172,7 +171,7 @@ def test_distributed_run_keeps_ruled_tenants_whole():
 def test_split_trees_are_recorded_with_a_centre_that_compaction_can_find():
     # the keep rule and the groups split k-means trees; each piece is recorded in the output's
     # event trees with a member as its centre, so a later `compact` can place memories into it
-    from memforest_gpu.engine.tree_record import rows_of_originals
+    from memforest_gpu.engine.output import rows_of_originals
 
     st = _store()
     res = compress(st, _cfg(ratio=0.5, keep_pattern="(?i)^equivalence", merge_within="timestamp"), device=CPU)

@@ -1,4 +1,4 @@
-"""The drift bound of one-vector stores (engine/drift.py)."""
+"""The drift bound of one-vector stores (engine/edges.py)."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ import torch
 
 from memforest_gpu.config import CompressConfig, MergeConfig, TreeConfig
 from memforest_gpu.engine import compress
-from memforest_gpu.engine.drift import merged_cosines
+from memforest_gpu.engine.edges import merged_cosines
 from memforest_gpu.store.memory_store import MemoryStore
 
 

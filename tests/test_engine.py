@@ -385,8 +385,8 @@ def test_tenant_independence_with_duplicate_embeddings():
 
 
 def test_row_sims_matches_per_pair_einsum_with_repeated_rows_and_chunks(monkeypatch):
-    import memforest_gpu.engine.vectors as trees_mod
-    from memforest_gpu.engine.vectors import NodeVectors, row_sims
+    import memforest_gpu.engine.trees as trees_mod
+    from memforest_gpu.engine.trees import NodeVectors, row_sims
 
     g = torch.Generator().manual_seed(3)
     vec = NodeVectors(torch.randn(60, 5, generator=g))
@@ -405,8 +405,8 @@ def test_row_sims_matches_per_pair_einsum_with_repeated_rows_and_chunks(monkeypa
 
 
 def test_assemble_picks_originals_and_merged_rows_in_output_order():
-    from memforest_gpu.engine.assemble import assemble
     from memforest_gpu.engine.node_table import NodeTable
+    from memforest_gpu.engine.output import assemble
 
     st = MemoryStore.from_columns(ids=[f"n{i}" for i in range(4)], texts=[f"t{i}" for i in range(4)],
                                   timestamps=[0.0, 1.0, 2.0, 3.0], embeddings=torch.eye(4))
@@ -433,8 +433,7 @@ def test_dense_cosines_do_not_depend_on_the_trees_computed_together():
     """The dense graph's cosines of a bucket are computed a block of trees at a time (the
     block bounded by the trees' gathered vectors); each tree's matrix is the same bits as when
     computed alone, also across a block boundary (here 62 trees a block on the CPU, 250 trees)."""
-    from memforest_gpu.engine.trees import _cosines
-    from memforest_gpu.engine.vectors import NodeVectors
+    from memforest_gpu.engine.trees import NodeVectors, _cosines
 
     g = torch.Generator().manual_seed(0)
     vectors = NodeVectors(torch.nn.functional.normalize(torch.randn(500, 2048, generator=g), dim=1))
@@ -453,7 +452,7 @@ def test_pair_means_written_in_place_into_the_vector_table():
     from types import SimpleNamespace
 
     from memforest_gpu.engine.apply import pair_means
-    from memforest_gpu.engine.vectors import NodeVectors
+    from memforest_gpu.engine.trees import NodeVectors
 
     g = torch.Generator().manual_seed(5)
     base = torch.nn.functional.normalize(torch.randn(10, 6, generator=g), dim=1)

@@ -20,6 +20,7 @@ from engine_helpers import (  # noqa: F401 (pytest fixtures: used by name)
 )
 
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
+from memforest_gpu.engine.memory import MemoryPlan
 from memforest_gpu.mergers.extractive import ExtractiveMerger
 
 
@@ -142,9 +143,9 @@ def test_token_cap_below_every_text(small_store):
 
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
 def test_memory_budget_does_not_change_the_result(small_store, schedule):
-    """A small ``budget`` tiles the large tensor ops; the result must not move."""
+    """Small ``tile_elements`` tile the large tensor ops; the result must not move."""
     ref = run(small_store, cfg_of(0.5, schedule))
-    tiled = run(small_store, cfg_of(0.5, schedule), budget=1 << 10)
+    tiled = run(small_store, cfg_of(0.5, schedule), memory=MemoryPlan(tile_elements=1 << 10))
     assert same_output(ref.store, tiled.store)
 
 

@@ -8,7 +8,7 @@ import torch
 
 from memforest_gpu import CompressConfig, MergeConfig
 from memforest_gpu.adapters.graph import compress_graph, fold_edges, read_graph, write_graph
-from memforest_gpu.engine.result import MergeRecord
+from memforest_gpu.engine.output import MergeRecord
 
 
 def synthetic_graph_records(seed=0, videos=2, episodic=60, semantic=16, dim=16):

@@ -67,13 +67,14 @@ def test_arrows_pool_hands_back_its_freed_buffers():
 def test_a_round_hands_back_its_planners_blocks_before_the_merger_runs(monkeypatch):
     """The planner's freed blocks (1M nodes: ~280 MB) go back before the merger's inputs and
     texts are made: each round trims between its plan and its merger call."""
-    import memforest_gpu.engine.round as round_mod
+    import memforest_gpu.engine.compression as round_mod
+    import memforest_gpu.engine.memory as memory_mod
     from memforest_gpu import CompressConfig, MergeConfig, compress
     from memforest_gpu.store.synthetic import synthetic_store
 
     events = []
     real_plan, real_merge = round_mod.plan_round, round_mod.merge_texts
-    monkeypatch.setattr(round_mod, "release_free_heap", lambda *a: events.append("trim"))
+    monkeypatch.setattr(memory_mod, "release_free_heap", lambda *a: events.append("trim"))
     monkeypatch.setattr(round_mod, "plan_round", lambda *a, **k: events.append("plan") or real_plan(*a, **k))
     monkeypatch.setattr(round_mod, "merge_texts", lambda *a, **k: events.append("merge") or real_merge(*a, **k))
     compress(synthetic_store(200, tenants=2, dim=8, seed=1), CompressConfig(merge=MergeConfig(ratio=0.5)))

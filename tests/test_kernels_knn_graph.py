@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 from kernel_helpers import SIZES, N, T, _one_cpu_thread  # noqa: F401 (autouse fixture)
-from merge_reference import kruskal
 
+from memforest_gpu.engine.reference import kruskal
 from memforest_gpu.kernels.edge_mst import edge_forest
 from memforest_gpu.kernels.knn import balanced_cells, knn_blockwise, knn_cells, order_key, top_by_key
 from memforest_gpu.kernels.mst import spanning_forest

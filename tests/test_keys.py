@@ -1,4 +1,4 @@
-"""Keys of merged nodes (store/keys.py, store/merged_keys.py, engine/assemble.py output_keys): what they hold,
+"""Keys of merged nodes (store/keys.py, store/merged_keys.py, engine/output.py output_keys): what they hold,
 how they are made by every run, and how they travel in files."""
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 
 from memforest_gpu import compress
 from memforest_gpu.config import CompressConfig, MergeConfig
+from memforest_gpu.engine.memory import MemoryPlan
 from memforest_gpu.store.codes import int8_codes
 from memforest_gpu.store.io import read_store, write_store
 from memforest_gpu.store.keys import NodeKeys
@@ -97,10 +98,11 @@ def test_without_keys_the_output_is_as_before(store):
 
 
 def test_keys_survive_an_in_place_output(store):
-    """copy=False lets the output overwrite the input's vectors: keys are made before."""
+    """A run that may overwrite the input (``MemoryPlan(overwrite_input=True)``) writes the output
+    over the input's vectors: keys are made before."""
     ref = compress(store, keyed(keys=-1), device="cpu").store
     scratch = store.take(np.arange(len(store)))  # a copy whose vectors the run may overwrite
-    out = compress(scratch, keyed(keys=-1), device="cpu", copy=False).store
+    out = compress(scratch, keyed(keys=-1), device="cpu", memory=MemoryPlan(overwrite_input=True)).store
     assert torch.equal(out.keys.vectors, ref.keys.vectors)
     assert out.keys.sources.to_pylist() == ref.keys.sources.to_pylist()
 

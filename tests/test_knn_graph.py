@@ -22,16 +22,15 @@ from engine_helpers import _one_thread, build_store, check_invariants  # noqa: F
 
 from memforest_gpu import compress
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig, preset
-from memforest_gpu.engine.knn_graph import next_live
+from memforest_gpu.engine.compression import setup_run
+from memforest_gpu.engine.memory import MemoryPlan
 from memforest_gpu.engine.partition import partition_nodes
-from memforest_gpu.engine.plan_dense import dense_candidates
-from memforest_gpu.engine.plan_knn import knn_candidates
-from memforest_gpu.engine.setup import setup_run
-from memforest_gpu.engine.vectors import dot64
+from memforest_gpu.engine.plan import dense_candidates, knn_candidates
+from memforest_gpu.engine.trees import dot64, next_live
 from memforest_gpu.store import MemoryStore
 from memforest_gpu.store.synthetic import synthetic_store
 
-round_module = importlib.import_module("memforest_gpu.engine.round")
+round_module = importlib.import_module("memforest_gpu.engine.compression")
 EXACT = 1 << 20  # knn at least every tree's size: every pair kept
 
 
@@ -177,14 +176,15 @@ def test_the_apply_reads_merged_vectors_a_group_of_trees_at_a_time(monkeypatch):
     """The merged nodes' vectors are read from the run's table by each group of touched trees
     (one tree a group here), never as one block of a bucket's pairs (at 1M nodes that block
     was 300 MB over the round's peak); the run is the same as with the default budget,
-    also where the merged vectors go into the input's dead rows (``copy=False``)."""
+    also where the merged vectors go into the input's dead rows (``MemoryPlan(overwrite_input=True)``)."""
     apply_module = importlib.import_module("memforest_gpu.engine.apply")
-    vectors_module = importlib.import_module("memforest_gpu.engine.vectors")
+    vectors_module = importlib.import_module("memforest_gpu.engine.trees")
     store = build_store([400, 260, 90], dim=16, seed=11)
     cfg = CompressConfig(partition=PartitionConfig(alpha=0.02),
                          tree=TreeConfig(knn_above=0, knn=4, time_weight=0.3, size_weight=0.2),
                          merge=MergeConfig(ratio=0.5, schedule="matching", keys=0))
-    whole = compress(build_store([400, 260, 90], dim=16, seed=11), cfg, device="cpu", copy=False)
+    whole = compress(build_store([400, 260, 90], dim=16, seed=11), cfg, device="cpu",
+                     memory=MemoryPlan(overwrite_input=True))
     reads, most, pairs, reused, refreshing = [], [], [], [], []
     real_apply, real_gather = round_module.apply_round, vectors_module.NodeVectors.gather
     real_refresh = apply_module._refresh
@@ -215,7 +215,7 @@ def test_the_apply_reads_merged_vectors_a_group_of_trees_at_a_time(monkeypatch):
     monkeypatch.setattr(apply_module, "_refresh", refresh)
     monkeypatch.setattr(vectors_module.NodeVectors, "gather", gather)
     monkeypatch.setattr(apply_module, "ROUND_BLOCK_BYTES", {"cpu": 1})
-    one = compress(store, cfg, device="cpu", copy=False)
+    one = compress(store, cfg, device="cpu", memory=MemoryPlan(overwrite_input=True))
     assert_same_run(whole, one)
     assert all(reused) and max(reads) > 0
     assert all(r <= m for r, m in zip(reads, most)), (reads, most)

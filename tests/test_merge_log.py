@@ -1,4 +1,4 @@
-"""The run's merges as columns (engine/merge_log.py) and merged rows' sources made from their
+"""The run's merges as columns (engine/output.py) and merged rows' sources made from their
 parents (engine/node_table.py ``leaf_rows``, ``sources_arrow``, ``add_many``): the same records,
 sources and ids as the per-merge Python objects they replace."""
 from __future__ import annotations
@@ -12,9 +12,8 @@ import pytest
 import torch
 
 from memforest_gpu import CompressConfig, MergeConfig, compress
-from memforest_gpu.engine.merge_log import MergeLog
 from memforest_gpu.engine.node_table import NodeTable, merged_id
-from memforest_gpu.engine.result import MergeRecord
+from memforest_gpu.engine.output import MergeLog, MergeRecord
 from memforest_gpu.store.memory_store import MemoryStore
 from memforest_gpu.store.synthetic import synthetic_store
 

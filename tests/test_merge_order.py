@@ -1,7 +1,7 @@
-"""The engine's whole merge order against the plain-Python reference (tests/merge_reference.py).
+"""The engine's whole merge order against the plain-Python reference (memforest_gpu/engine/reference.py).
 
 Every case compresses a small random store with :func:`memforest_gpu.compress` and with
-:func:`merge_reference.reference_compress` on the same partition, and requires the same
+:func:`memforest_gpu.engine.reference.reference_compress` on the same partition, and requires the same
 merges round by round (as sets of ``(tenant, {a, b}, into)``), the same output store and
 the same per-tenant shortfall. Cases cover both schedules, ratios 0.3 / 0.5 / 0.7,
 ``degree_norm`` none / max, eta 0.99 / 0.9, exact ties (duplicated dyadic vectors, equal
@@ -15,10 +15,10 @@ from collections import defaultdict
 import numpy as np
 import pytest
 import torch
-from merge_reference import largest_remainder, reference_compress
 
 from memforest_gpu import compress
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+from memforest_gpu.engine.reference import largest_remainder, reference_compress
 from memforest_gpu.mergers.extractive import ExtractiveMerger
 from memforest_gpu.store.memory_store import MemoryStore
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import memforest_gpu.engine.partition as part_mod
-import memforest_gpu.engine.two_level as two_mod
+import memforest_gpu.engine.partition as two_mod
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig
 from memforest_gpu.engine.partition import partition_nodes
 from memforest_gpu.kernels.blocks import gather_bytes

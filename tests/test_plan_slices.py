@@ -1,9 +1,9 @@
-"""Scoring a bucket of big trees in slices (engine.plan_dense.EDGE_BUDGET) bounds the temporaries
+"""Scoring a bucket of big trees in slices (engine.plan.EDGE_BUDGET) bounds the temporaries
 without changing a single plan."""
 import pytest
 import torch
 
-import memforest_gpu.engine.plan_dense as plan_dense
+import memforest_gpu.engine.plan as plan_dense
 from memforest_gpu import compress
 from memforest_gpu.config import preset
 from memforest_gpu.store.synthetic import synthetic_store

@@ -1,4 +1,4 @@
-"""A run allowed to overwrite its input's vectors (``compress(copy=False)``, every file run) keeps
+"""A run allowed to overwrite its input's vectors (``MemoryPlan(overwrite_input=True)``, every file run) keeps
 each merged vector in a dead row of the input itself (its earliest original's), so the run holds
 no second vector table; its output equals the copying run's in every column, keys included."""
 from __future__ import annotations
@@ -9,16 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-import memforest_gpu.engine.setup as engine_setup
+import memforest_gpu.engine.compression as engine_setup
 import memforest_gpu.store.merged_keys as merged_keys
 from memforest_gpu import compress
 from memforest_gpu.config import PRESETS
+from memforest_gpu.engine.memory import MemoryPlan
 from memforest_gpu.store.synthetic import synthetic_store
 
 
 def _run(cfg, copy: bool):
     st = synthetic_store(2400, dim=24, tenants=3, seed=4)
-    res = compress(st, cfg, copy=copy)
+    res = compress(st, cfg, memory=MemoryPlan(overwrite_input=not copy))
     return st, res
 
 
@@ -73,5 +74,6 @@ def test_bounded_or_float_keys_keep_the_merged_table(monkeypatch):
     build = engine_setup.build_trees
     monkeypatch.setattr(engine_setup, "build_trees", lambda *a, **k: seen.append(build(*a, **k)) or seen[-1])
     for merge in (dataclasses.replace(cfg.merge, keys=2), dataclasses.replace(cfg.merge, vectors="float32")):
-        compress(synthetic_store(600, dim=8, tenants=2, seed=1), dataclasses.replace(cfg, merge=merge), copy=False)
+        compress(synthetic_store(600, dim=8, tenants=2, seed=1), dataclasses.replace(cfg, merge=merge),
+                 memory=MemoryPlan(overwrite_input=True))
     assert [b.vectors.reuse for b in seen] == [False, False]

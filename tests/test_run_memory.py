@@ -9,7 +9,8 @@ import torch
 
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig
 from memforest_gpu.engine import compress
-from memforest_gpu.engine.two_level import two_level_clusters
+from memforest_gpu.engine.memory import MemoryPlan
+from memforest_gpu.engine.partition import two_level_clusters
 from memforest_gpu.kernels.blocks import problem_blocks, row_blocks
 from memforest_gpu.kernels.lloyd import cluster_centres
 from memforest_gpu.kernels.reassign import reassign_to_centres
@@ -81,15 +82,15 @@ def _meta_store():
 
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
 def test_output_in_the_runs_own_vectors_is_the_same_store(schedule):
-    """``copy=False`` writes the output into the store's tensor: the same output, and merged
+    """``MemoryPlan(overwrite_input=True)`` writes the output into the store's tensor: the same output, and merged
     nodes' metadata (made lazily from their parents) as the rule says."""
     cfg = CompressConfig(partition=PartitionConfig(alpha=0.1),
                          merge=MergeConfig(ratio=0.6, schedule=schedule))
     st = _meta_store()
     a = compress(st, cfg)
     kept = st.embeddings.clone()
-    assert torch.equal(st.embeddings, kept)  # copy=True (the default) leaves the store alone
-    b = compress(st, cfg, copy=False)
+    assert torch.equal(st.embeddings, kept)  # the default plan leaves the store alone
+    b = compress(st, cfg, memory=MemoryPlan(overwrite_input=True))
     assert torch.equal(a.store.embeddings, b.store.embeddings)
     assert b.store.embeddings.data_ptr() == st.embeddings.data_ptr()  # a view of the store's own rows
     for col in ("ids", "texts", "sources", "metadata", "tenants"):
@@ -137,7 +138,7 @@ def test_two_level_in_blocks_of_cells_equals_the_whole_bucket(seeding):
 def test_partition_in_blocks_of_tenants_equals_the_whole_bucket(monkeypatch, kmeans):
     """Many tenants of similar size (one bucket) clustered a few tenants at a time: the same trees."""
     import memforest_gpu.engine.partition as part_mod
-    import memforest_gpu.engine.two_level as two_mod
+    import memforest_gpu.engine.partition as two_mod
     from memforest_gpu.engine.partition import partition_nodes
 
     st = synthetic_store(3000, tenants=12, dim=16, seed=10)

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from ..config import CompressConfig
 from ..engine import CompressReport, compress
-from ..engine.constraints import group_codes, kept_mask
+from ..engine.partition import group_codes, kept_mask
 from ..store.atomic import atomic_open
 from ..store.io import detect_format
 from ..store.jsonl import iter_jsonl_objects

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import CompressConfig
-from ..engine.constraints import group_codes, kept_mask
+from ..engine.partition import group_codes, kept_mask
 from ..store.memory_store import MemoryStore
 from ..timer import StageTimer
 from .m3agent import VideoCompressResult, VideoGraph, _to_memory_graph, compress_video_graph, m3_config

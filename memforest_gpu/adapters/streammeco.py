@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from ..engine import CompressReport, CompressResult
-from ..engine.constraints import group_codes, kept_mask
+from ..engine.partition import group_codes, kept_mask
 from ..engine.quotas import allocate, removal_target
 from ..kernels.lloyd import kmeans
 from ..store.memory_store import MemoryStore

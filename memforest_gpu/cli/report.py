@@ -1,7 +1,7 @@
 """Human-readable summaries of a compression run."""
 from __future__ import annotations
 
-from ..engine.setup import STAGES
+from ..engine.compression import STAGES
 from ..printable import printable
 from ..report import CompressReport
 

@@ -2,11 +2,11 @@
 some bucket keeps the knn graph).
 
 The merged node takes the lower slot of its pair and the other slot empties; its vector is
-appended to the run's :class:`~.vectors.NodeVectors`, and its timestamp (the max), token
+appended to the run's :class:`~.trees.NodeVectors`, and its timestamp (the max), token
 count and span of positions are written. Its row of the candidate graph is recomputed: in a
 dense bucket, its row/column of the cosine matrix against its tree; in a knn bucket, its
 list from its parents' lists and the entries that pointed at either parent
-(:mod:`.knn_graph`). Every bucket is updated with one scatter per tensor, whatever the
+(:mod:`.trees`). Every bucket is updated with one scatter per tensor, whatever the
 number of pairs.
 """
 from __future__ import annotations
@@ -17,10 +17,19 @@ import numpy as np
 import torch
 
 from ..kernels.blocks import for_device, row_blocks, stream_rows
-from .knn_graph import RoundPairs, SlotMoves, merged_lists, stale_entries, tree_products_pay
 from .plan import Plan
-from .trees import KNN, Bucket, TreeBatch
-from .vectors import compute_dtype, row_sims
+from .trees import (
+    KNN,
+    Bucket,
+    RoundPairs,
+    SlotMoves,
+    TreeBatch,
+    compute_dtype,
+    merged_lists,
+    row_sims,
+    stale_entries,
+    tree_products_pay,
+)
 
 __all__ = ["apply_round", "pair_means"]
 
@@ -29,9 +38,9 @@ def pair_means(batch: TreeBatch, plan: Plan, *, put: tuple[np.ndarray, np.ndarra
                ) -> torch.Tensor | None:
     """Normalised mean of each planned pair's two vectors (when there is no embedder). Where
     the run's vectors are stored in their compute dtype, the means are written straight into
-    the vector table's next rows (:meth:`~.vectors.NodeVectors.next_rows`), which
+    the vector table's next rows (:meth:`~.trees.NodeVectors.next_rows`), which
     :func:`apply_round` then takes without a copy: no (P, D) block of the round besides. A table
-    that reuses its rows (:meth:`~.vectors.NodeVectors.put`) takes each block as it is made
+    that reuses its rows (:meth:`~.trees.NodeVectors.put`) takes each block as it is made
     (``put``: the merged nodes' rows and their storage rows) and ``None`` is returned.
 
     Shape: -> (P, D) or None
@@ -112,7 +121,7 @@ def _knn_round(batch: TreeBatch, bk: Bucket, pairs: RoundPairs) -> list[_KnnRoun
     """A knn bucket's merged lists, and its stale entries for :func:`_refresh`.
 
     The touched trees are taken in groups whose merged nodes' products with their trees
-    (:func:`~.knn_graph.merged_lists`) fit :data:`ROUND_BLOCK_BYTES`; each group fills the
+    (:func:`~.trees.merged_lists`) fit :data:`ROUND_BLOCK_BYTES`; each group fills the
     stale entries those products cover at once and leaves the others to :func:`_refresh`.
     Every tree's result is the same whatever the grouping.
     """

@@ -28,7 +28,7 @@ import torch
 
 from ..mergers.base import MemoryItem, MergePair
 from ..store.columns import ArrowView, ColumnView, TenantView, compact_codes, dumps_meta, loads_meta
-from ..store.mapped_texts import mapped_column, maps
+from ..store.mapped_texts import mapped_column
 from ..store.memory_store import MemoryStore
 
 __all__ = ["NodeTable", "gather_rows", "gather_arrow", "leaf_rows", "merged_id"]
@@ -133,7 +133,7 @@ class _Rows(ColumnView):
 class NodeTable:
     """Per-row columns of every node a run has seen (rows are never removed)."""
 
-    def __init__(self, store: MemoryStore):
+    def __init__(self, store: MemoryStore, *, map_texts: bool = False):
         self.store = store
         self.n = n = len(store)
         self._cap = max(2 * n, 16)  # merges never exceed n - 1; grows anyway if more rows come
@@ -153,7 +153,7 @@ class NodeTable:
         # the originals' Arrow columns, read in place
         self._o_ids, self._o_texts = store.ids.arrow, store.texts.arrow
         self._o_sources, self._o_meta = store.sources.arrow, store.metadata.arrow
-        self._map_texts = maps(self._o_texts.nbytes)  # decided (and MEMFOREST_MAPPED_TEXTS read) at the start
+        self._map_texts = map_texts  # the output's texts into a mapped spill file (engine/memory.py)
 
     def __len__(self) -> int:
         return self.n + len(self.m_ids)

@@ -14,32 +14,36 @@ Read top to bottom:
 """
 from __future__ import annotations
 
-import numpy as np
-import torch
 import dataclasses
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from collections.abc import Sequence, Iterator
-from dataclasses import asdict, dataclass, field
-from ..mergers.base import MergePair
-from ..report import CompressReport
-from ..store.memory_store import MemoryStore
-from .node_table import NodeTable, gather_rows
+import torch
+
 from ..config import MergeConfig, PartitionConfig
 from ..kernels.blocks import stream_rows
-from ..store.keys import NodeKeys
-from ..store.merged_keys import derive_keys, fold_keys
+from ..mergers.base import MergePair
+from ..report import CompressReport
 from ..store.event_trees import EventTrees, TenantTrees
+from ..store.keys import NodeKeys
+from ..store.memory_store import MemoryStore
+from ..store.merged_keys import derive_keys, fold_keys
+from .node_table import NodeTable, gather_rows
 from .placement import tree_radius
 
-__all__ = ["CompressReport", "CompressResult", "DryRunResult", "MergeRecord", "MergeLog", "RowNames", "assemble", "output_keys", "OutputKeys", "record_event_trees", "with_centres", "rows_of_originals", "first_rows", "partition_key", "first_sources"]
+__all__ = ["CompressReport", "CompressResult", "DryRunResult", "MergeRecord", "MergeLog", "RowNames", "assemble",
+           "output_keys", "OutputKeys", "record_event_trees", "with_centres", "rows_of_originals", "first_rows",
+           "partition_key", "first_sources"]
 
 
 @dataclass
 class CompressResult:
     store: MemoryStore
     report: CompressReport
-    merges: Sequence[MergeRecord]  # every merge, in order (a run's: a MergeLog, engine/merge_log.py)
+    merges: Sequence[MergeRecord]  # every merge, in order (a run's: a MergeLog, engine/output.py)
 
 
 @dataclass
@@ -74,8 +78,8 @@ class MergeRecord:
         return asdict(self)
 
 
-# ==================================================================================================
-# A run's merges as columns: :class:`MergeLog`, a sequence of :class:`~.result.MergeRecord`.
+# ------------------------------------------------------------------------------
+# A run's merges as columns: :class:`MergeLog`, a sequence of :class:`~.output.MergeRecord`.
 #
 # A run keeps one entry per merge (500,000 at 1M nodes, ratio 0.5). As Python objects each was a
 # record plus fresh strings for the two inputs' ids and a float (about 250 bytes); here it is five
@@ -83,7 +87,7 @@ class MergeRecord:
 # record is made when it is read, from the table's own ids and texts (a block of records at a time
 # when iterated). A log keeps only those columns of the table alive (:class:`RowNames`: not the
 # input's vectors or texts, nor the table's numeric columns).
-# ==================================================================================================
+# ------------------------------------------------------------------------------
 
 _READ_BLOCK = 4096  # records made at once when a log is iterated
 
@@ -177,10 +181,10 @@ class MergeLog(Sequence):
         return f"MergeLog({len(self)} merges)"
 
 
-# ==================================================================================================
+# ------------------------------------------------------------------------------
 # The output store: the live nodes of a run, in order of their earliest original, and their
 # keys (:func:`output_keys`, at the end).
-# ==================================================================================================
+# ------------------------------------------------------------------------------
 
 def assemble(table: NodeTable, live: np.ndarray, embeddings: torch.Tensor,
              merged: torch.Tensor | list[torch.Tensor] | None, *, in_place: bool = False, chunk: int = 1 << 16
@@ -199,7 +203,7 @@ def assemble(table: NodeTable, live: np.ndarray, embeddings: torch.Tensor,
     merged vectors are written after every original has moved.
 
     ``merged=None``: every live row's vector is already in ``embeddings``, at the row of its
-    earliest original (a run that reused the dead rows, :meth:`~.vectors.NodeVectors.put`); the
+    earliest original (a run that reused the dead rows, :meth:`~.trees.NodeVectors.put`); the
     same forward pass moves them all (output position <= that row).
 
     Shape: live (N + M,) bool host, embeddings (N, D), merged (M, D) or [(P_r, D)] or None ->
@@ -277,7 +281,7 @@ class OutputKeys:
 def output_keys(store: MemoryStore, table, live: np.ndarray, merge: MergeConfig, saved=None) -> OutputKeys:
     """The keys of the live rows of a run's node table (in output order), or none when
     ``merge.keys`` is 0. ``table``: the run's :class:`~.node_table.NodeTable`. ``saved``: the
-    int8 codes of input rows whose vectors the run overwrote (:meth:`~.vectors.NodeVectors.put`)."""
+    int8 codes of input rows whose vectors the run overwrote (:meth:`~.trees.NodeVectors.put`)."""
     if merge.keys == 0:
         return OutputKeys(None, merge.vectors)
     out_sources = table.sources_arrow(table.output_order(np.flatnonzero(live)))
@@ -285,7 +289,7 @@ def output_keys(store: MemoryStore, table, live: np.ndarray, merge: MergeConfig,
                                   codes=merge.vectors, saved=saved), merge.vectors, fold=merge.folds)
 
 
-# ==================================================================================================
+# ------------------------------------------------------------------------------
 # Recording a store's event trees (:class:`~memforest_gpu.store.event_trees.EventTrees`) and
 # finding
 # them again: which row holds an original id, and which input row each output row starts at.
@@ -293,7 +297,7 @@ def output_keys(store: MemoryStore, table, live: np.ndarray, merge: MergeConfig,
 # :func:`record_event_trees` is what :func:`~memforest_gpu.engine.compress` writes into its output
 # so that ``compact`` can place new memories into the same trees later; :mod:`.compact` uses
 # the two lookups to follow trees and centres through merges.
-# ==================================================================================================
+# ------------------------------------------------------------------------------
 
 def partition_key(cfg: PartitionConfig) -> dict:
     """The partition config fields the event trees record (a tenant whose trees were built with
@@ -347,7 +351,7 @@ def first_rows(inp: MemoryStore, out: MemoryStore) -> np.ndarray:
 
 def with_centres(inp: MemoryStore, tree: np.ndarray, centre: np.ndarray) -> np.ndarray:
     """``centre`` with every tree that has none (-1: the keep rule or ``merge_within`` split
-    it off its k-means tree, engine/constraints.py) given the member nearest its mean, as
+    it off its k-means tree, engine/partition.py) given the member nearest its mean, as
     compaction does for a tree whose centre is gone. Call it before an output overwrites the
     input's vectors in place. Shape: tree (N,), centre (T,) -> (T,)"""
 

@@ -19,7 +19,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from ..engine import CompressResult, compress
+from ..engine import CompressResult, MemoryPlan, compress
 from ..mergers import get_merger
 from ..mergers.embedders import MEAN_EMBEDDER
 from .budget_groups import parts_dir
@@ -117,8 +117,10 @@ class MergerRun:
         distributed rank's ``partition`` and ``quotas``)."""
         if not self.started:
             self._start(emb)
+        # a file run drops its input after the run: the engine may write over the input's vectors
+        memory = MemoryPlan.from_environment(overwrite_input=True)
         return compress(store, self.config, merger=self.journal or self.merger, embedder=emb, device=device,
-                        progress=progress, on_round=self._stop_if_broken, copy=False, **engine)
+                        progress=progress, on_round=self._stop_if_broken, memory=memory, **engine)
 
     def _stop_if_broken(self, rnd: int, merges: list) -> None:
         err = getattr(self.merger, "fatal", None)

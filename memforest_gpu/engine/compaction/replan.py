@@ -32,12 +32,10 @@ from ...store.splice import splice
 from ...timer import StageTimer
 from ..compression import compress
 from ..compression import dry_run as first_round
-from ..constraints import check_rules
-from ..partition import Partition
+from ..output import CompressReport, MergeRecord, first_rows, first_sources, rows_of_originals
+from ..partition import Partition, check_rules
 from ..placement import tree_radius
 from ..quotas import Quotas
-from ..result import CompressReport, MergeRecord
-from ..tree_record import first_rows, first_sources, rows_of_originals
 from .quotas import compaction_quotas
 from .trees import Trees, event_trees_of
 

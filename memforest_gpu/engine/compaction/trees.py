@@ -18,9 +18,9 @@ import torch
 from ...config import CompactConfig, CompressConfig
 from ...store.event_trees import EventTrees
 from ...store.memory_store import MemoryStore
+from ..output import partition_key, rows_of_originals
 from ..partition import partition_nodes
 from ..placement import place_new, repair_centres, tree_radius
-from ..tree_record import partition_key, rows_of_originals
 
 __all__ = ["Trees", "event_trees_of"]
 

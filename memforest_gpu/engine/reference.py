@@ -2,13 +2,13 @@
 
 Written from docs/method.md and the engine's documented conventions, not from its code paths:
 lists, dicts and Python floats, numpy only to round to float32 where the engine stores
-float32. ``tests/test_merge_order.py`` compares it merge for merge with
-:func:`memforest_gpu.compress`; ``bench/versus_reference.py`` times it.
+float32. It ships beside the fast path it checks: ``tests/test_merge_order.py`` compares it
+merge for merge with :func:`memforest_gpu.compress`; ``bench/versus_reference.py`` times it.
 
 Input: a store, a :class:`~memforest_gpu.CompressConfig`, a merger, and the partition
 (``tree`` id per node, trees numbered tenant by tenant); by default the engine's own
-:func:`memforest_gpu.engine.partition.partition_nodes` is called as the engine calls it (k-means is
-out of scope here). Only ``TreeConfig(kind="max")`` is covered (the "min" and "random"
+:func:`~.partition.partition_nodes` is called as the engine calls it (k-means is out of
+scope here). Only ``TreeConfig(kind="max")`` is covered (the "min" and "random"
 ablations raise ``ValueError``). No embedder: merged vectors are the normalised mean of
 the two inputs.
 
@@ -21,10 +21,10 @@ Rules, in the order they apply:
 2. **Slots.** A tree's nodes sit in slots ``0..n-1`` in time order ``(timestamp, row)``.
    A merge puts the merged node into the lower of the two slots and empties the other,
    so slot order never changes.
-3. **Lengths** (with ``MergeConfig.max_node_tokens = cap`` or ``size_weight > 0``): an original's length is
-   :func:`~memforest_gpu.mergers.embedders.count_words` of its text, a merged node's is
-   ``count_words`` of the merger's output. The estimated length of merging ``a`` and
-   ``b`` is ``tok_a + tok_b + 12`` if ``floor(ts_a / 86400) != floor(ts_b / 86400)``
+3. **Lengths** (with ``MergeConfig.max_node_tokens = cap`` or ``size_weight > 0``): an
+   original's length is :func:`~memforest_gpu.mergers.embedders.count_words` of its text, a
+   merged node's is ``count_words`` of the merger's output. The estimated length of merging
+   ``a`` and ``b`` is ``tok_a + tok_b + 12`` if ``floor(ts_a / 86400) != floor(ts_b / 86400)``
    (the date tags, ``DATE_TAG_TOKENS``), else ``tok_a + tok_b``. A pair whose estimate
    is above ``cap`` is not an edge at all.
 4. **Weights.** ``cos_ij`` = the exact dot product of the two float32 unit vectors, rounded
@@ -73,8 +73,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from memforest_gpu.mergers.base import MemoryItem, MergePair
-from memforest_gpu.mergers.embedders import count_words
+from ..mergers.base import MemoryItem, MergePair
+from ..mergers.embedders import count_words
+from .partition import partition_nodes
 
 __all__ = ["DATE_TAG_TOKENS", "removal_target", "largest_remainder", "kruskal", "RefResult", "reference_compress"]
 
@@ -226,9 +227,18 @@ def _tenant_positions(tenants: list[str], ts: list[float]) -> list[int]:
     return pos
 
 
-def _default_partition(store, config) -> tuple[list[int], list[int]]:
-    from memforest_gpu.engine.partition import partition_nodes
+def _given_partition(store, tree, code: dict[str, int]) -> tuple[list[int], list[int]]:
+    """``tree`` as a list, and each tree's tenant code (a tree must hold one tenant's nodes)."""
+    tree = [int(x) for x in tree]
+    tree_tenant = [-1] * (max(tree) + 1)
+    for i, t in enumerate(tree):
+        if tree_tenant[t] not in (-1, code[store.tenants[i]]):
+            raise ValueError(f"tree {t} must hold one tenant's nodes, got {store.tenants[i]!r} too")
+        tree_tenant[t] = code[store.tenants[i]]
+    return tree, tree_tenant
 
+
+def _default_partition(store, config) -> tuple[list[int], list[int]]:
     names, codes = store.tenant_index()
     part = partition_nodes(store.embeddings, store.timestamps, codes, names, config.partition)
     return part.tree.tolist(), part.tree_tenant.tolist()
@@ -245,15 +255,7 @@ def reference_compress(store, config, merger, *, tree: list[int] | None = None) 
         raise ValueError(f"tree kind must be 'max' here, got {tc.kind!r}")
     names = store.tenant_names()
     code = {t: j for j, t in enumerate(names)}
-    if tree is None:
-        tree, tree_tenant = _default_partition(store, config)
-    else:
-        tree = [int(x) for x in tree]
-        tree_tenant = [-1] * (max(tree) + 1)
-        for i, t in enumerate(tree):
-            if tree_tenant[t] not in (-1, code[store.tenants[i]]):
-                raise ValueError(f"tree {t} must hold one tenant's nodes, got {store.tenants[i]!r} too")
-            tree_tenant[t] = code[store.tenants[i]]
+    tree, tree_tenant = _default_partition(store, config) if tree is None else _given_partition(store, tree, code)
     n_trees = len(tree_tenant)
     cap = mc.max_node_tokens
     nodes = _Nodes(store, count_words(store.texts) if cap is not None or tc.size_weight > 0 else None)
