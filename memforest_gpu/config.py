@@ -298,12 +298,13 @@ class CompressConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class CompactConfig:
-    """Keeping every tenant within a budget as memories arrive (``compact``, docs/compaction.md)."""
+    """Keeping every tenant within its node limit as memories arrive (``compact``,
+    docs/compaction.md): the limits of a compaction."""
 
-    # the budget: nodes a tenant may hold; one number for every tenant, or {tenant: number}
-    # (tenants a mapping leaves out have no budget and are never compacted)
+    # the nodes a tenant may hold; one number for every tenant, or {tenant: number}
+    # (tenants a mapping leaves out have no limit and are never compacted)
     max_nodes: int | dict
-    low_water: float = 0.8  # a tenant over its budget is compacted to floor(low_water * max_nodes) (hysteresis)
+    low_water: float = 0.8  # a tenant over max_nodes is compacted to floor(low_water * max_nodes) (hysteresis)
     # a tenant is partitioned again in full when the nodes placed into its trees since its last
     # full partition reach repartition_growth x its size then (1.0: it has doubled)
     repartition_growth: float = 1.0
@@ -313,26 +314,28 @@ class CompactConfig:
     slack: float = 0.05
 
     def __post_init__(self):
-        budgets = self.max_nodes.values() if isinstance(self.max_nodes, dict) else [self.max_nodes]
-        for v in budgets:
+        limits = self.max_nodes.values() if isinstance(self.max_nodes, dict) else [self.max_nodes]
+        for v in limits:
             _check_int("max_nodes", v, 1)
         _check_range("low_water", self.low_water, 0.0, 1.0, lo_open=True)
         _check_range("repartition_growth", self.repartition_growth, 0.0, math.inf, lo_open=True, hi_open=True)
         _check_range("slack", self.slack, 0.0, 1.0)
 
-    def budget(self, tenant: str) -> int | None:
-        """The tenant's budget (``None``: none)."""
+    def max_nodes_of(self, tenant: str) -> int | None:
+        """The nodes ``tenant`` may hold (``None``: no limit)."""
         return self.max_nodes.get(tenant) if isinstance(self.max_nodes, dict) else self.max_nodes
 
+    budget = max_nodes_of  # the old name, still read by engine/compaction/replan.py
+
     def keep(self, tenant: str) -> int | None:
-        """What a compacted tenant keeps: floor(low_water * budget), at least 1."""
+        """What a compacted tenant keeps: floor(low_water * max_nodes), at least 1."""
         t = self.target(tenant)
         return None if t is None else max(1, t)
 
     def target(self, tenant: str) -> int | None:
-        """The documented target of a compacted tenant, floor(low_water * budget); it may be 0,
+        """The documented target of a compacted tenant, floor(low_water * max_nodes); it may be 0,
         below what a tenant keeps (a node), and the difference is then reported as shortfall."""
-        b = self.budget(tenant)
+        b = self.max_nodes_of(tenant)
         return None if b is None else math.floor(self.low_water * b + 1e-9)
 
 

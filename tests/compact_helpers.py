@@ -47,7 +47,7 @@ def check_compaction(before: MemoryStore, res, budget: CompactConfig, owner: dic
     n_out = Counter(out.tenants)
     rows = {r["tenant"]: r for r in rep.tenants}
     for t, n in n_in.items():
-        b = budget.budget(t)
+        b = budget.max_nodes_of(t)
         if b is not None and n > b:  # compacted: exactly keep, or the shortfall said
             assert n_out[t] == budget.target(t) + rows[t]["shortfall"], (t, n_out[t], rows[t])
             assert rows[t]["nodes_out"] == n_out[t]

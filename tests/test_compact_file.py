@@ -257,3 +257,15 @@ def test_an_int8_store_stays_int8_when_float_records_arrive(tmp_path, monkeypatc
     back = read_store(path)
     assert back.vector_codes == "int8" and len(back) <= 2 * budget
     assert sorted(x for s in back.sources for x in s) == sorted(st.ids)  # nothing lost
+
+
+def test_the_old_budget_keyword_names_the_limits(tmp_path):
+    """``budget=`` is the old name of ``limits=`` (one more release, a DeprecationWarning)."""
+    from memforest_gpu.runs.compacting_store import CompactingStore
+
+    limits = CompactConfig(max_nodes=5)
+    with pytest.warns(DeprecationWarning, match="limits"):
+        cs = CompactingStore(tmp_path / "s.parquet", budget=limits)
+    assert cs.limits is limits and limits.max_nodes_of("a") == limits.budget("a") == 5
+    with pytest.raises(TypeError, match="missing its limits"):
+        compact_file(tmp_path / "s.parquet")

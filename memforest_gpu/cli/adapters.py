@@ -28,7 +28,7 @@ from ..store.io import detect_format
 from ..store.memory_store import MemoryStore
 from . import review as review_cli
 from .adapters_args import add_parser, check
-from .compact_args import budget_from_args
+from .compact_args import limits_from_args
 from .flags import check_embedder_flag, config_from_args, parse_options, refuse_ignored
 from .parser import Parser, check_usage
 from .report import format_report
@@ -124,7 +124,7 @@ def _mem0_review(a, res, command: str, ratio: float | None = None) -> None:
 def _mem0_compact(a) -> int:
     ids = {k: getattr(a, k) for k in ("user_id", "agent_id", "run_id") if getattr(a, k)}
     scope = Scope(**ids) if ids else Scope(all_tenants=True)
-    budget, cfg, merger = budget_from_args(a), _config(a), _merger(a)  # bad options fail before Mem0 is opened
+    limits, cfg, merger = limits_from_args(a), _config(a), _merger(a)  # bad options fail before Mem0 is opened
     state = a.state or a.config + ".compact.json"
     check_paths(reads("--config", a.config), writes("--state", state), writes("--backup", a.backup),
                 writes("--report", a.report), review_cli.review_roles(a))
@@ -134,7 +134,7 @@ def _mem0_compact(a) -> int:
     review_cli.check_review(a.review, [a.config])
     memory = load_memory(a.config, quiet=not _progress(a))
     try:
-        res = compact_mem0(memory, budget, cfg, scope=scope, state=state, merger=merger, backup=a.backup,
+        res = compact_mem0(memory, limits, cfg, scope=scope, state=state, merger=merger, backup=a.backup,
                            dry_run=a.dry_run, device=a.device, progress=_progress(a), write_path=a.write_path,
                            plan=bool(a.review))
     finally:

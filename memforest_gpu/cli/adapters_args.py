@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .compact_args import add_budget_arguments, budget_from_args
+from .compact_args import add_limit_arguments, limits_from_args
 from .flags import add_config_arguments, check_embedder_flag, config_from_args, parse_options
 from .path_checks import need_input, need_writable
 from .review_args import add_review_argument, check_review_path
@@ -63,7 +63,7 @@ def add_parser(subparsers) -> None:
     k = ms.add_parser("compact", help="keep every user within a budget: merge the memories of users over it")
     k.add_argument("--config", required=True, help="Mem0 config (YAML or JSON), as given to Memory.from_config")
 
-    add_budget_arguments(k, flag="--max-per-user", what="user")
+    add_limit_arguments(k, flag="--max-per-user", what="user")
     k.add_argument("--state", default=None,
                    help="the compaction state (trees per memory; default CONFIG.compact.json beside the config)")
     k.add_argument("--user-id", default=None, help="only this user's memories")
@@ -101,13 +101,13 @@ def add_parser(subparsers) -> None:
 
 
 def check(a) -> None:
-    """The config's and the budget's flags, the merger's options, the embedder's value, the
+    """The config's and the node limits' flags, the merger's options, the embedder's value, the
     files read and the folders written."""
     if a.cmd == "mem0" and a.sub == "restore":
         need_input(a.config, "Mem0 config")  # the backup is read once the config is (its errors first)
         return
     if a.cmd == "mem0" and a.sub == "compact":
-        budget_from_args(a)
+        limits_from_args(a)
     config_from_args(a)
     parse_options(a.merger_option)
     check_review_path(a.review)

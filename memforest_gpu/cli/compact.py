@@ -16,7 +16,7 @@ from ..runs.preflight import check_store
 from ..store.atomic import atomic_write_text
 from ..store.io import file_keys_rule
 from . import review as review_cli
-from .compact_args import budget_from_args, check
+from .compact_args import check, limits_from_args
 from .flags import config_from_args, parse_options
 from .running import CLI_NAMES, guarded, option_error
 
@@ -49,7 +49,7 @@ def run(a) -> int:
     """``memforest compact``: every check first, then the compaction, its table and the
     optional report and review page."""
     check(a)
-    budget = budget_from_args(a)
+    limits = limits_from_args(a)
     cfg = config_from_args(a)
     check_store(a.store, dry_run=a.dry_run, report=a.report, others=(review_cli.review_roles(a),), names=CLI_NAMES)
     cfg = _store_keys_rule(a, cfg)
@@ -60,7 +60,7 @@ def run(a) -> int:
         raise ValueError(e.message(f"--merger-option {e.missing[0]}=...")) from None
     except ValueError as e:
         raise ValueError(option_error(e, ["merger"])) from None  # the options are --merger-option pairs
-    res = compact_file(a.store, budget, cfg, embedder=a.embedder, merger=merger, device=a.device,
+    res = compact_file(a.store, limits, cfg, embedder=a.embedder, merger=merger, device=a.device,
                        progress=not a.quiet and sys.stderr.isatty(), dry_run=a.dry_run,
                        replace_changed=a.replace_changed, review=bool(a.review))
     print(format_compact(res))

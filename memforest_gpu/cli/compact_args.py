@@ -1,4 +1,4 @@
-"""The flags of ``memforest compact`` (and the budget flags ``mem0 compact`` shares) and their
+"""The flags of ``memforest compact`` (and the node-limit flags ``mem0 compact`` shares) and their
 checks before anything loads (the run: :mod:`.compact`)."""
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from .flags import add_config_arguments, as_flag_error, check_embedder_flag, con
 from .path_checks import need_input
 from .review_args import add_review_argument, check_review_path
 
-__all__ = ["add_parser", "add_budget_arguments", "budget_from_args", "check"]
+__all__ = ["add_parser", "add_limit_arguments", "limits_from_args", "check"]
 
 
-def add_budget_arguments(p, *, flag: str = "--max-nodes-per-tenant", what: str = "tenant") -> None:
-    """The budget flags (fields of :class:`~memforest_gpu.config.CompactConfig`)."""
+def add_limit_arguments(p, *, flag: str = "--max-nodes-per-tenant", what: str = "tenant") -> None:
+    """The node-limit flags (fields of :class:`~memforest_gpu.config.CompactConfig`)."""
     p.add_argument(flag, dest="max_nodes", type=int, required=True, metavar="N",
                    help=f"the budget: a {what} holding more than N memories is compacted")
-    p.set_defaults(budget_flag=flag)
+    p.set_defaults(limit_flag=flag)
     p.add_argument("--low-water", type=float, default=0.8,
                    help=f"a {what} over budget is compacted down to floor(LOW_WATER * N) memories")
     p.add_argument("--repartition-growth", type=float, default=1.0,
@@ -29,24 +29,24 @@ def add_budget_arguments(p, *, flag: str = "--max-nodes-per-tenant", what: str =
                    help=f"partition every compacted {what} again in full, whatever its state")
 
 
-def budget_from_args(a) -> CompactConfig:
-    """The budget flags' :class:`~memforest_gpu.config.CompactConfig`; a bad value names its
+def limits_from_args(a) -> CompactConfig:
+    """The node-limit flags' :class:`~memforest_gpu.config.CompactConfig`; a bad value names its
     flag."""
     if getattr(a, "ratio", None) is not None:
         raise ValueError("--ratio does not apply to compact: the budget sets how many memories each tenant loses")
-    flag = getattr(a, "budget_flag", "--max-nodes-per-tenant")
+    flag = getattr(a, "limit_flag", "--max-nodes-per-tenant")
     try:
-        budget = CompactConfig(max_nodes=a.max_nodes, low_water=a.low_water, repartition_growth=a.repartition_growth,
+        limits = CompactConfig(max_nodes=a.max_nodes, low_water=a.low_water, repartition_growth=a.repartition_growth,
                                repartition=a.repartition, slack=a.slack)
     except ConfigError as e:
         if e.field == "max_nodes":
             raise ValueError(e.named(flag)) from None
         raise ValueError(as_flag_error(e, a)) from None
-    if budget.target("") < 1:  # the budget would compact a tenant to no memory at all
+    if limits.target("") < 1:  # the limits would compact a tenant to no memory at all
         least = math.ceil(1 / a.low_water - 1e-9)
         raise ValueError(f"{flag} must be at least {least} with --low-water {a.low_water:g} (a tenant over budget is "
                          f"compacted to floor({a.low_water:g} x N) memories, which must leave one), got {a.max_nodes}")
-    return budget
+    return limits
 
 
 def add_parser(subparsers) -> None:
@@ -57,7 +57,7 @@ def add_parser(subparsers) -> None:
                     "trees and only the trees that received memories or must shrink are re-planned. Tenants "
                     "within budget are not touched. docs/compaction.md")
     c.add_argument("store", help="the store (.parquet or .jsonl), rewritten atomically")
-    add_budget_arguments(c)
+    add_limit_arguments(c)
     add_config_arguments(c)
     c.add_argument("--embedder", default="auto", help="auto | default | none | PATH, as in memforest compress")
     c.add_argument("--merger", default="extractive", help="who writes merged text (see memforest compress)")
@@ -77,9 +77,9 @@ def add_parser(subparsers) -> None:
 
 
 def check(a) -> None:
-    """The budget, the config's flags, the embedder's value, the merger's options, the store
+    """The node limits, the config's flags, the embedder's value, the merger's options, the store
     and the review page's path."""
-    budget_from_args(a)
+    limits_from_args(a)
     config_from_args(a)
     check_embedder_flag(a.embedder)
     parse_options(a.merger_option)

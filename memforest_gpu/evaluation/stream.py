@@ -80,16 +80,16 @@ def _budgets(full: MemoryStore, frac: float, low_water: float) -> CompactConfig:
                          low_water=low_water)
 
 
-def _over(store: MemoryStore, budget: CompactConfig) -> dict[str, int]:
+def _over(store: MemoryStore, limits: CompactConfig) -> dict[str, int]:
     """Tenant -> nodes to remove, for the tenants over budget."""
     n = np.bincount(store.tenant_codes_np, minlength=len(store.tenant_table))
-    return {t: int(c) - budget.keep(t) for t, c in zip(store.tenant_table, n) if c > budget.budget(t)}
+    return {t: int(c) - limits.keep(t) for t, c in zip(store.tenant_table, n) if c > limits.max_nodes_of(t)}
 
 
-def _full_compress(store: MemoryStore, budget: CompactConfig, cfg: CompressConfig, merger, embedder, device):
+def _full_compress(store: MemoryStore, limits: CompactConfig, cfg: CompressConfig, merger, embedder, device):
     """compress of the whole store: every tenant partitioned and every tree built; the tenants
     over budget lose what compaction would take."""
-    need = _over(store, budget)
+    need = _over(store, limits)
     if not need:
         return store, 0
     names, codes = store.tenant_index()
@@ -158,7 +158,7 @@ class _Timed:
         return getattr(self.shared, name)
 
 
-def _replay(full: MemoryStore, steps, budget: CompactConfig, kind: str, spec: MethodSpec, cfg, merger, embedder,
+def _replay(full: MemoryStore, steps, limits: CompactConfig, kind: str, spec: MethodSpec, cfg, merger, embedder,
             device, sizes: list[dict] | None = None) -> tuple[MemoryStore, list[dict]]:
     """Replay the sessions with one policy; one work record per step (``sizes``: the stream's
     per-tenant sizes after each step, the targets of ``rerun``)."""
@@ -170,10 +170,10 @@ def _replay(full: MemoryStore, steps, budget: CompactConfig, kind: str, spec: Me
         seen = np.sort(np.r_[seen, rows])
         t0, e0, x0, m0 = time.perf_counter(), emb.seconds, emb.texts, emb.embedded
         if kind == "stream" and spec.is_memforest:
-            res = compact(store, budget, cfg, merger=merger, embedder=emb, device=device)
+            res = compact(store, limits, cfg, merger=merger, embedder=emb, device=device)
             store, merges = res.store, res.report.merges
         elif kind == "full":
-            store, merges = _full_compress(store, budget, cfg, merger, emb, device)
+            store, merges = _full_compress(store, limits, cfg, merger, emb, device)
         elif kind == "rerun":
             raw = full.take(seen)
             n = dict(zip(raw.tenant_table, np.bincount(raw.tenant_codes_np).tolist()))
@@ -181,7 +181,7 @@ def _replay(full: MemoryStore, steps, budget: CompactConfig, kind: str, spec: Me
                 s, _ratio_cfg(cfg, r, len(s)), merger=merger, embedder=emb, device=device))
         else:
             fn = BASELINES[spec.name]
-            store, merges = _per_tenant(store, _over(store, budget), lambda s, r: fn(
+            store, merges = _per_tenant(store, _over(store, limits), lambda s, r: fn(
                 s, _ratio_cfg(cfg, r, len(s)), merger=merger, embedder=emb))
         wall = time.perf_counter() - t0
         work.append({"step": k, "arrived": int(len(rows)), "nodes": len(store), "merges": int(merges),
@@ -217,7 +217,7 @@ def run_stream(bench: Benchmark, methods, scfg: StreamConfig, seeds=(0,), *, emb
     labels: list[str] = []
     for frac in scfg.budgets:
         ratio = round(1.0 - frac, 6)
-        budget = _budgets(full, frac, scfg.low_water)
+        limits = _budgets(full, frac, scfg.low_water)
         sizes = None
         for spec in specs:
             for seed in seeds:
@@ -226,7 +226,7 @@ def run_stream(bench: Benchmark, methods, scfg: StreamConfig, seeds=(0,), *, emb
                     + (["rerun"] if spec.is_memforest and scfg.rerun else [])
                 trajectory = None
                 for kind in kinds:
-                    final, w = _replay(full, steps, budget, kind, spec, cfg, merger, embedder, dev,
+                    final, w = _replay(full, steps, limits, kind, spec, cfg, merger, embedder, dev,
                                        [r["sizes"] for r in trajectory] if trajectory else None)
                     flush()
                     lab = MethodSpec(f"{kind}-{spec.name}", spec.schedule)

@@ -1,7 +1,7 @@
-"""``memforest compact STORE``: keep every tenant of a store file within its budget, in place.
+"""``memforest compact STORE``: keep every tenant of a store file within its node limit, in place.
 
 :func:`compact_file` folds the inbox (``STORE.inbox.jsonl``) into the store and compacts
-every tenant over its budget (:func:`~memforest_gpu.engine.compaction.compact`), under the
+every tenant over its limit (:func:`~memforest_gpu.engine.compaction.compact`), under the
 store's lock (``STORE.lock``), with the merge journal (``STORE.journal.jsonl``), and writes
 the store atomically: a kill at any point leaves the previous store whole, and the next run
 replays the journaled merges (``--resume`` or not: the journal's records are keyed by their
@@ -11,7 +11,7 @@ the same store. A journal made with another config, merger or embedder is refuse
 The inbox is read, taken and released by the protocol of :mod:`.inbox_files` (no append is
 lost, no record folded twice). :class:`~.compacting_store.CompactingStore` is the same for a
 service: ``add`` appends to the inbox, and the store is compacted when a tenant goes over
-budget.
+its limit.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ import numpy as np
 from ..config import CompactConfig, CompressConfig
 from ..engine.compaction import CompactReport, compact
 from ..mergers.embedders import MEAN_EMBEDDER
+from ..renamed import renamed_keyword
 from ..store.atomic import atomic_open
 from ..store.event_trees import EventTrees
 from ..store.io import detect_format, read_store, write_store
@@ -68,22 +69,23 @@ class CompactFileResult:
     planned: list = dataclasses.field(default_factory=list)
 
 
-def compact_fingerprint(config: CompressConfig, budget: CompactConfig, merger, embedder: str) -> dict:
-    """What a compaction's journal must match: config, budget, merger and embedder (not the
-    store's bytes: a journal record names its exact inputs, so a later state may replay it)."""
-    parts = {"config": dataclasses.asdict(config), "budget": dataclasses.asdict(budget),
+def compact_fingerprint(config: CompressConfig, limits: CompactConfig, merger, embedder: str) -> dict:
+    """What a compaction's journal must match: config, limits (the record's ``budget``), merger and
+    embedder (not the store's bytes: a journal record names its exact inputs, so a later state may replay it)."""
+    parts = {"config": dataclasses.asdict(config), "budget": dataclasses.asdict(limits),
              "merger": merger_identity(merger), "embedder": embedder, "mode": "compact"}
     blob = json.dumps(parts, sort_keys=True, default=str)
     return {"fingerprint": hashlib.sha256(blob.encode("utf-8")).hexdigest(),
             "parts": json.loads(json.dumps(parts, default=str))}
 
 
-def compact_file(path, budget: CompactConfig, config: CompressConfig | None = None, *, embedder="auto",
+def compact_file(path, limits: CompactConfig | None = None, config: CompressConfig | None = None, *, embedder="auto",
                  merger="extractive", merger_options: dict | None = None, device=None, progress: bool = False,
                  dry_run: bool = False, journal: bool = True, replace_changed: bool = False,
-                 review: bool = False) -> CompactFileResult:
+                 review: bool = False, **renamed) -> CompactFileResult:
     """Compact the store file ``path`` in place (see the module docstring); nothing is
-    written when no tenant is over budget and the inbox is empty, or with ``dry_run``.
+    written when no tenant is over its limit and the inbox is empty, or with ``dry_run``.
+    ``limits``: the nodes each tenant may hold (``budget=``: its old name).
 
     ``embedder``: as ``--embedder`` (``auto``, ``default``, ``none``, a model folder), or an
     embedder object. ``merger``: a name (with ``merger_options``) or a merger object.
@@ -94,11 +96,14 @@ def compact_file(path, budget: CompactConfig, config: CompressConfig | None = No
     (``work``, ``merges``; a dry run also plans its first round: ``planned``).
     """
 
+    limits = renamed_keyword("compact_file", renamed, "budget", "limits", limits)
+    if limits is None:
+        raise TypeError("compact_file() missing its limits (a CompactConfig)")
     path = os.fspath(path)
     check_store(path, dry_run=dry_run)  # its folder must take the lock, the journal and the new store
     cfg = config or CompressConfig()
     merger = resolve_merger(merger, merger_options)
-    run = _Run(path, budget, cfg, embedder, merger, device, progress, dry_run, journal, replace_changed)
+    run = _Run(path, limits, cfg, embedder, merger, device, progress, dry_run, journal, replace_changed)
     run.review = review
     if dry_run:
         return run.run()
@@ -109,8 +114,8 @@ def compact_file(path, budget: CompactConfig, config: CompressConfig | None = No
 class _Run:
     """One compaction of a file, under its lock."""
 
-    def __init__(self, path, budget, cfg, embedder, merger, device, progress, dry_run, journal, replace):
-        self.path, self.budget, self.cfg, self.spec = path, budget, cfg, embedder
+    def __init__(self, path, limits, cfg, embedder, merger, device, progress, dry_run, journal, replace):
+        self.path, self.limits, self.cfg, self.spec = path, limits, cfg, embedder
         self.merger, self.device, self.progress, self.dry_run, self.journal = merger, device, progress, dry_run, journal
         self.replace = replace
         self.review = False
@@ -202,7 +207,7 @@ class _Run:
     def _merger(self, emb):
         if not self.journal or self.dry_run:
             return self.merger, None
-        fp = compact_fingerprint(self.cfg, self.budget, self.merger, emb.name if emb is not None else MEAN_EMBEDDER)
+        fp = compact_fingerprint(self.cfg, self.limits, self.merger, emb.name if emb is not None else MEAN_EMBEDDER)
         jm = JournaledMerger(self.merger, journal_path(self.path), fingerprint=fp, resume=True)
         return jm, jm
 
@@ -212,7 +217,7 @@ class _Run:
         if callable(load) and not self.dry_run:
             load()
         try:
-            res = compact(store, self.budget, self.cfg, merger=merger, embedder=emb, device=self.device,
+            res = compact(store, self.limits, self.cfg, merger=merger, embedder=emb, device=self.device,
                           progress=self.progress, dry_run=self.dry_run, plan=self.review and self.dry_run)
         except KeyboardInterrupt:
             n = len(jm.done) if jm is not None else 0
@@ -245,11 +250,11 @@ class _Run:
                 counts[t] = counts.get(t, 0) + c
         for t in self.gone_tenants:
             counts[t] -= 1
-        over = [t for t, c in counts.items() if (self.budget.budget(t) or 0) and c > self.budget.budget(t)]
+        over = [t for t, c in counts.items() if (self.limits.max_nodes_of(t) or 0) and c > self.limits.max_nodes_of(t)]
         n = self.pt.n
         if not over and inbox is None:  # nothing to do: only the tenant column was read
             return CompactFileResult(CompactReport([], n, n, len(counts), dry_run=self.dry_run), False), False
-        sub, rows = self.pt.load(over)  # every batch as Arrow; only the over-budget tenants' rows as a store
+        sub, rows = self.pt.load(over)  # every batch as Arrow; only the over-limit tenants' rows as a store
         restart = self.restart
         kept = rows
         if sub is not None and len(gone):

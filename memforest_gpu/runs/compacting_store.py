@@ -1,4 +1,4 @@
-"""A store file kept within a budget per tenant as memories are added: the object for a
+"""A store file kept within a node limit per tenant as memories are added: the object for a
 service (:class:`CompactingStore`). All its state is in the files (store, inbox, journal), so
 a restarted process carries on; a compaction is :func:`~.compact_run.compact_file`."""
 from __future__ import annotations
@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..config import CompactConfig, CompressConfig
+from ..renamed import renamed_keyword
 from ..store.io import detect_format, read_store
 from ..store.memory_store import MemoryStore
 from .compact_files import NoModel, PassThrough, memforest_layout, parquet_schema, store_folded
@@ -23,24 +24,27 @@ __all__ = ["CompactingStore"]
 
 
 class CompactingStore:
-    """A store file kept within a budget per tenant as memories are added.
+    """A store file kept within a node limit per tenant as memories are added.
 
         cs = CompactingStore("memories.parquet", CompactConfig(max_nodes=500), embedder=emb)
         cs.add([{"id": "m1", "text": "...", "timestamp": 1715000000, "tenant": "alice"}])
 
     ``add`` appends the records to the inbox (``STORE.inbox.jsonl``, fsynced; records without
     ``embedding`` are embedded first with ``embedder``) and, with ``auto``, compacts the
-    store when a tenant it added to is over budget. Adding is idempotent by id: a record
+    store when a tenant it added to is over its limit. Adding is idempotent by id: a record
     whose id the store holds as a node with the same text is dropped when the inbox is folded
     in; an id already waiting in the inbox, or one that is an original inside a merged node
     (its text is gone, nothing to compare), is refused. Nothing lives only in
     memory: a new object on the same files carries on (the tenant counts are read again).
     """
 
-    def __init__(self, path, budget: CompactConfig, config: CompressConfig | None = None, *, embedder=None,
-                 merger="extractive", device=None, auto: bool = True):
+    def __init__(self, path, limits: CompactConfig | None = None, config: CompressConfig | None = None, *,
+                 embedder=None, merger="extractive", device=None, auto: bool = True, **renamed):
+        limits = renamed_keyword("CompactingStore", renamed, "budget", "limits", limits)
+        if limits is None:
+            raise TypeError("CompactingStore() missing its limits (a CompactConfig)")
         self.path = os.fspath(path)
-        self.budget, self.config, self.embedder = budget, config or CompressConfig(), embedder
+        self.limits, self.config, self.embedder = limits, config or CompressConfig(), embedder
         self.merger, self.device, self.auto = merger, device, auto
         self.last: CompactFileResult | None = None
 
@@ -89,7 +93,7 @@ class CompactingStore:
 
     def add(self, records: list[dict]) -> CompactFileResult | None:
         """Append ``records`` (the store's record layout) to the inbox; compact when a tenant
-        is over budget (with ``auto``). Returns the compaction's result, if one ran. A record
+        is over its limit (with ``auto``). Returns the compaction's result, if one ran. A record
         without ``tenant`` goes to the store's only tenant (refused when it has several)."""
         recs = [dict(r) for r in records]
         if any(r.get("tenant") is None for r in recs):
@@ -121,16 +125,16 @@ class CompactingStore:
             return None
         counts = self.counts()
         touched = {r["tenant"] for r in recs}
-        if any((self.budget.budget(t) or 0) and counts.get(t, 0) > self.budget.budget(t) for t in touched):
+        if any((self.limits.max_nodes_of(t) or 0) and counts.get(t, 0) > self.limits.max_nodes_of(t) for t in touched):
             return self.compact()
         return None
 
     def compact(self, *, dry_run: bool = False) -> CompactFileResult:
-        """Compact now (folds the inbox even when no tenant is over budget)."""
+        """Compact now (folds the inbox even when no tenant is over its limit)."""
         if not os.path.exists(self.path):
             raise FileNotFoundError(f"memory store file not found: {self.path!r}")
         emb = "none" if self.embedder is None else self.embedder
-        self.last = compact_file(self.path, self.budget, self.config, embedder=emb, merger=self.merger,
+        self.last = compact_file(self.path, self.limits, self.config, embedder=emb, merger=self.merger,
                                  device=self.device, dry_run=dry_run)
         return self.last
 

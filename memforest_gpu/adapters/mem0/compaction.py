@@ -1,4 +1,4 @@
-"""Keep every user of a Mem0 store within a budget: ``memforest mem0 compact``.
+"""Keep every user of a Mem0 store within its node limit: ``memforest mem0 compact``.
 
     res = compact_mem0(memory, CompactConfig(max_nodes=500), state="mem0.compact.json")
 
@@ -7,8 +7,8 @@ What :func:`compact_mem0` does, in order:
 1. reads every memory of the scope (default: the whole collection) with its vector;
 2. counts each tenant's memories (a tenant is a Mem0 scope: ``user_id`` / ``agent_id`` /
    ``run_id`` / ``actor_id``; memories with an ``expiration_date`` and procedural ones are
-   left alone and not counted); tenants within budget are done with;
-3. compacts the tenants over budget with :func:`~memforest_gpu.engine.compaction.compact`: their
+   left alone and not counted); tenants within their limit are done with;
+3. compacts the tenants over their limit with :func:`~memforest_gpu.engine.compaction.compact`: their
    memories added since the last compaction are placed into their event trees, read from
    the state file (``state``: memory id -> tree, and each tenant's centres; a memory the file
    does not know is new), and only the trees that received memories or must shrink are
@@ -33,6 +33,7 @@ import numpy as np
 
 from ...config import CompactConfig, CompressConfig
 from ...engine.compaction import compact
+from ...renamed import renamed_keyword
 from ...store.atomic import atomic_write_text
 from ...store.event_trees import EventTrees, event_trees_from_json, event_trees_json
 from ...timer import StageTimer
@@ -76,14 +77,19 @@ def write_state(path, trees: dict[str, int], states: dict) -> None:
                                        separators=(",", ":")))
 
 
-def compact_mem0(memory, budget: CompactConfig, config: CompressConfig | None = None, *, scope: Scope | None = None,
-                 state=None, merger=None, backup=None, dry_run: bool = False, device=None, progress: bool = False,
-                 after_write=None, write_path: str = "batch", plan: bool = False) -> Mem0CompressResult:
-    """Compact every tenant of ``scope`` over its budget (see the module docstring).
+def compact_mem0(memory, limits: CompactConfig | None = None, config: CompressConfig | None = None, *,
+                 scope: Scope | None = None, state=None, merger=None, backup=None, dry_run: bool = False, device=None,
+                 progress: bool = False, after_write=None, write_path: str = "batch", plan: bool = False,
+                 **renamed) -> Mem0CompressResult:
+    """Compact every tenant of ``scope`` over its limit (see the module docstring).
     ``state``: the state file (``None``: none; every compacted tenant is then partitioned in
     full). ``write_path`` as in :func:`~.inplace.compress_mem0`. The result's ``report`` is the
     :class:`~memforest_gpu.engine.compaction.CompactReport`. ``plan``: a dry run also plans its
-    first round (``result.merges``, ``result.planned``: for a review page)."""
+    first round (``result.merges``, ``result.planned``: for a review page). ``limits``: the
+    nodes each tenant may hold (``budget=``: its old name)."""
+    limits = renamed_keyword("compact_mem0", renamed, "budget", "limits", limits)
+    if limits is None:
+        raise TypeError("compact_mem0() missing its limits (a CompactConfig)")
     check_write_path(write_path)
     scope = scope or Scope(all_tenants=True)
     clock = StageTimer()
@@ -94,7 +100,7 @@ def compact_mem0(memory, budget: CompactConfig, config: CompressConfig | None = 
     for p in todo:
         t = tenant_of(p.payload)
         counts[t] = counts.get(t, 0) + 1
-    over = {t for t, c in counts.items() if (budget.budget(t) or 0) and c > budget.budget(t)}
+    over = {t for t, c in counts.items() if (limits.max_nodes_of(t) or 0) and c > limits.max_nodes_of(t)}
     todo = [p for p in todo if tenant_of(p.payload) in over]
     if not todo:
         return result
@@ -104,7 +110,7 @@ def compact_mem0(memory, budget: CompactConfig, config: CompressConfig | None = 
     store = store_of_points(todo, emb.name)
     store.event_trees = EventTrees(np.array([trees.get(p.id, -1) for p in todo], dtype=np.int64),
                           {t: s for t, s in states.items() if t in over})
-    res = compact(store, budget, single_vector(config), merger=merger, embedder=emb, device=device, progress=progress,
+    res = compact(store, limits, single_vector(config), merger=merger, embedder=emb, device=device, progress=progress,
                   dry_run=dry_run, plan=plan and dry_run)
     clock.lap("compact")
     result.report = res.report
