@@ -15,9 +15,9 @@ from collections import defaultdict
 import numpy as np
 import pytest
 import torch
+from paper import paper_config, paper_merge, paper_partition, paper_tree
 
 from memforest_gpu import compress
-from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
 from memforest_gpu.engine.reference import largest_remainder, reference_compress
 from memforest_gpu.mergers.extractive import ExtractiveMerger
 from memforest_gpu.store.memory_store import MemoryStore
@@ -131,12 +131,13 @@ def config(*, ratio, schedule, degree_norm="none", eta=0.99, alpha=0.05, cap=Non
            size_weight=0.0, time_rule="gated", time_min_cos=0.3):
     # knn >= every tree's size - 1: every pair is a candidate, as in the reference (the
     # flat edge-list path; tests/test_knn_graph.py holds it against graph="dense" too)
-    return CompressConfig(partition=PartitionConfig(alpha=alpha),
-                          tree=TreeConfig(eta=eta, degree_norm=degree_norm, time_weight=time_weight,
-                                          time_rule=time_rule, time_min_cos=time_min_cos, size_weight=size_weight,
-                                          knn=1 << 20, knn_above=0),
-                          # the reference models the "strict" cap policy: a pair over the cap is no edge
-                          merge=MergeConfig(ratio=ratio, schedule=schedule, max_node_tokens=cap, cap_policy="strict"))
+    # the paper's configuration (float32 vectors, no keys), as the reference states it
+    return paper_config(partition=paper_partition(alpha=alpha),
+                        tree=paper_tree(eta=eta, degree_norm=degree_norm, time_weight=time_weight,
+                                        time_rule=time_rule, time_min_cos=time_min_cos, size_weight=size_weight,
+                                        knn=1 << 20, knn_above=0),
+                        # the reference models the "strict" cap policy: a pair over the cap is no edge
+                        merge=paper_merge(ratio=ratio, schedule=schedule, max_node_tokens=cap, cap_policy="strict"))
 
 
 # --------------------------------------------------------------------------- cases

@@ -69,7 +69,7 @@ class RunSetup:
     run's device; ``cap``: the node-token cap (``None``: none) and ``counter`` the function
     that counts a text's tokens against it (or for the size term); ``kept`` (n_tenants,):
     nodes the keep rule holds out of merging (``None``: no rule); ``batch`` is dropped once
-    the rounds are over.
+    the rounds are over; ``memory``: how the run saves memory (:class:`~.memory.MemoryPlan`).
     """
 
     cfg: CompressConfig
