@@ -11,7 +11,7 @@ import pytest
 from engine_helpers import check_invariants, run
 
 from memforest_gpu.cli.flags import add_config_arguments, config_from_args
-from memforest_gpu.cli.report import format_report
+from memforest_gpu.cli.report_text import format_report
 from memforest_gpu.config import CompressConfig, MergeConfig, TreeConfig
 from memforest_gpu.engine.merge_call import merge_texts
 from memforest_gpu.evaluation.locomo import load_locomo

@@ -31,7 +31,7 @@ from .adapters_args import add_parser, check
 from .compact_args import limits_from_args
 from .flags import check_embedder_flag, config_from_args, parse_options, refuse_ignored
 from .parser import Parser, check_usage
-from .report import format_report
+from .report_text import format_report
 from .running import CLI_NAMES, guarded
 
 __all__ = ["run", "main"]

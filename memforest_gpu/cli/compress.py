@@ -15,7 +15,7 @@ from ..store.atomic import atomic_write_text
 from . import review as review_cli
 from .compress_args import check, merger_options
 from .flags import config_from_args
-from .report import format_report
+from .report_text import format_report
 from .running import CLI_NAMES, guarded, option_error
 
 __all__ = ["run", "format_dry_run", "format_merger_stats"]

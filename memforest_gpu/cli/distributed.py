@@ -21,7 +21,7 @@ from ..runs.preflight import preflight
 from ..store.atomic import atomic_write_text
 from .flags import add_config_arguments, check_embedder_flag, config_from_args, parse_options
 from .path_checks import need_input, need_writable
-from .report import format_report
+from .report_text import format_report
 from .run_notes import show_notes
 from .running import CLI_NAMES, error_message, interrupted_message
 

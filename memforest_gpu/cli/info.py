@@ -10,7 +10,7 @@ from ..api import read_store
 from ..printable import printable
 from ..store.io import detect_format
 from ..store.size import bytes_per_vector, store_size
-from .report import kb
+from .report_text import kb
 from .running import guarded
 from .search_args import check_info
 
