@@ -1,7 +1,8 @@
 """The merged (or planned) nodes of a run, found in one of three ways (:class:`Groups`):
 
 - :func:`groups_from_merges`: a run's merge log (``a + b -> into``, in order); each final
-  node's inputs are the leaves of its merge tree, its similarity the lowest of its merges';
+  node's inputs are the nodes its chain of merges started from (the first ``a`` and ``b`` of
+  each merge that led to it), its similarity the lowest of its merges';
 - :func:`groups_from_plan`: a dry run's first round (``into=None``): one planned pair each;
 - :func:`groups_from_stores`: an input and an output store file (``memforest review``): an
   output node stands for the input nodes that hold its ``sources``; its similarity is the
