@@ -141,7 +141,7 @@ def test_the_evaluations_ranked_fill_is_the_products_context():
             want = [len(a & set().union(*(tokens(p.text) for p in x))) / len(a) for a, x in zip(q.answers, prod)]
             np.testing.assert_allclose(got, want)
     # memforest eval --fill ranked: the @B of both retrievers is that context
-    _, sc, _ = _score_store(out, q, EvalConfig(search_repeats=1, budget=9, fill="ranked"), originals, embedder=emb)
+    _, sc, _ = _score_store(out, q, EvalConfig(search_repeats=1, max_tokens=9, fill="ranked"), originals, embedder=emb)
     ranked = ranked_candidates(Retriever(out), q.emb, q.tenants, EvalConfig(search_repeats=1), "plain")
     ev = contexts(ranked, out, views, 9, fill="ranked", q_emb=q.emb, original_text=originals,
                   split=key_split(emb.embed))

@@ -23,7 +23,7 @@ def grid(tmp_path_factory):
     inner = BagOfWordsEmbedder()
     emb = CachedEmbedder(inner, out / ".cache")
     res = run_grid(duplicate_facts_benchmark(), METHODS, [0.5], [0, 1], embedder=emb,
-                   eval_config=EvalConfig(k=2, budget=fact_budget(), search_repeats=1))
+                   eval_config=EvalConfig(k=2, max_tokens=fact_budget(), search_repeats=1))
     return out, res, inner
 
 
@@ -115,7 +115,7 @@ def test_outputs_and_cached_rerun(grid):
     again = BagOfWordsEmbedder()
     emb = CachedEmbedder(again, out / ".cache")
     res2 = run_grid(duplicate_facts_benchmark(), METHODS, [0.5], [0, 1], embedder=emb,
-                    eval_config=EvalConfig(k=2, budget=fact_budget(), search_repeats=1))
+                    eval_config=EvalConfig(k=2, max_tokens=fact_budget(), search_repeats=1))
     assert inner.calls > 0 and again.calls == 0 and emb.misses == 0
     strip = [{k: v for k, v in r.items()} for r in res.records if "search" not in r["metric"]]
     strip2 = [{k: v for k, v in r.items()} for r in res2.records if "search" not in r["metric"]]

@@ -121,7 +121,7 @@ def test_subset_by_tenant_and_question_count(lme):
 def test_eval_reports_question_types_and_abstention_apart(lme, tmp_path):
     out = tmp_path / "out"
     assert main(["--benchmark", str(lme), "--methods", "memforest,tome", "--ratios", "0.5", "--seeds", "0",
-                 "-k", "3", "--budget", "40", "--bootstrap", "50", "--out", str(out), "--quiet"]) == 0
+                 "-k", "3", "--max-tokens", "40", "--bootstrap", "50", "--out", str(out), "--quiet"]) == 0
     data = json.loads((out / "results.json").read_text())
     meta, recs = data["meta"], data["records"]
     assert meta["categories_apart"] == ["abstention"] and meta["tenants"] == 5

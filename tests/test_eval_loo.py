@@ -67,7 +67,7 @@ def test_end_to_end_picks_the_tree_that_keeps_every_answer():
     good = Candidate("max-tree", base)
     bad = Candidate("min-tree", dataclasses.replace(base, tree=dataclasses.replace(base.tree, kind="min")))
     cs = score_candidates(bench, [bad, good, Candidate("tome", base, method="tome")], [0.5], [0, 1],
-                          embedder=BagOfWordsEmbedder(), eval_config=EvalConfig(k=2, budget=fact_budget(),
+                          embedder=BagOfWordsEmbedder(), eval_config=EvalConfig(k=2, max_tokens=fact_budget(),
                                                                                 search_repeats=1))
     folds = leave_one_out(cs, pool=["min-tree", "max-tree"], compare=("min-tree", "tome"))
     assert [f["held_out"] for f in folds] == ["t0", "t1", "t2"]
@@ -89,7 +89,7 @@ def test_cli_leave_one_out_writes_its_report(tmp_path, monkeypatch, capsys):
     out = tmp_path / "loo"
     argv = ["--benchmark", str(tmp_path / "bench"), "--out", str(out), "--leave-one-out", "--ratios", "0.5",
             "--seeds", "0", "--loo-schedules", "sequential", "--loo-alphas", "0.05", "--loo-time-weights", "0",
-            "--loo-size-weights", "0,0.2", "--keys", "0", "--text-weight", "1", "-k", "2", "--budget",
+            "--loo-size-weights", "0,0.2", "--keys", "0", "--text-weight", "1", "-k", "2", "--max-tokens",
             str(fact_budget()), "--quiet"]  # no keys: the candidate of the paper's fields is the paper's config
     assert main(argv) == 0
     data = json.loads((out / "loo.json").read_text())

@@ -62,7 +62,7 @@ def test_cuts_and_strict_evidence():
     ranked = np.array([[0, 1, 2], [1, 0, 2], [1, 2, 0], [2, 0, -1]])
     ans = [answer_tokens("Rex"), answer_tokens("Rex"), answer_tokens("Rex"), answer_tokens("plums winter")]
     ev = [frozenset({"b"}), frozenset({"b"}), frozenset({"a", "b"}), frozenset()]
-    out = score_ranked(ranked, views, ans, ev, k=2, budget=12)
+    out = score_ranked(ranked, views, ans, ev, k=2, max_tokens=12)
     # q0: the merged node is cut after 12 of its 13 tokens: "Rex." falls off, but b starts before the cut
     assert out["B", "ansr"][0] == 0.0 and out["B", "evr"][0] == 1.0 and out["B", "ctx"][0] == 12
     # q1: 8 tokens of node 1, then 4 of the merged node: "[8 May 2023] Ann:" -> b starts after the cut
@@ -73,12 +73,12 @@ def test_cuts_and_strict_evidence():
     # q3: no evidence -> EvR undefined; "plums winter" found at @B (node 2 then node 0 cut: c not in them)
     assert math.isnan(out["B", "evr"][3]) and math.isnan(out["k", "evr"][3])
     assert out["B", "ansr"][3] == 0.0
-    out = score_ranked(ranked, views, ans, ev, k=2, budget=14)
+    out = score_ranked(ranked, views, ans, ev, k=2, max_tokens=14)
     assert out["B", "ansr"][0] == 1.0 and out["B", "ctx"][0] == 14
-    out = score_ranked(ranked[2:3], views, ans[2:3], ev[2:3], k=3, budget=14)
+    out = score_ranked(ranked[2:3], views, ans[2:3], ev[2:3], k=3, max_tokens=14)
     assert out["B", "evr"][0] == 0.0 and out["k", "evr"][0] == 1.0  # ranked third: 8 + 6 tokens fill the budget
     # 6 tokens of the merged node: "[8 May 2023] Ann: the cat" -> a counts, b does not
-    out = score_ranked(np.array([[1, 0]]), views, [answer_tokens("cat")], [frozenset({"a", "b"})], k=2, budget=14)
+    out = score_ranked(np.array([[1, 0]]), views, [answer_tokens("cat")], [frozenset({"a", "b"})], k=2, max_tokens=14)
     assert out["B", "evr"][0] == 0.5 and out["B", "ansr"][0] == 1.0
 
 
@@ -92,11 +92,11 @@ def test_dates_in_context():
     assert [d for _, d in views.dates[1]] == ["8 May 2023"]
     # rendered: "[10 May 2023] [8 May 2023] Ann: hi there. [10 May 2023] Bo: ..." = 3 + 3 + 3 + 3 + 5 tokens
     ranked = np.array([[0, 1], [1, 0]])
-    out = score_ranked(ranked, views, [frozenset({"x"})] * 2, [frozenset()] * 2, k=2, budget=9)
+    out = score_ranked(ranked, views, [frozenset({"x"})] * 2, [frozenset()] * 2, k=2, max_tokens=9)
     assert out["k", "dates"].tolist() == [2, 2]
     assert out["B", "dates"][0] == 2  # two distinct dates in the first 9 tokens
     assert out["B", "dates"][1] == 2  # "[8 May 2023] Ann: plums bake." then "[10 May 2023] [8 May"
-    out = score_ranked(ranked, views, [frozenset({"x"})] * 2, [frozenset()] * 2, k=1, budget=3)
+    out = score_ranked(ranked, views, [frozenset({"x"})] * 2, [frozenset()] * 2, k=1, max_tokens=3)
     assert out["B", "dates"].tolist() == [1, 1] and out["k", "dates"].tolist() == [2, 1]
 
 
@@ -144,7 +144,7 @@ def test_ansr_content_credits_dates_only_from_evidence_nodes():
     ranked = np.array([[0, -1], [1, -1], [0, -1], [2, -1], [2, -1]])
     ans = [may8, may9, answer_tokens("plums"), may10, may10]
     ev = [frozenset({"b"}), frozenset({"b"}), frozenset({"b"}), frozenset({"x"}), frozenset({"d"})]
-    out = score_ranked(ranked, views, ans, ev, k=1, budget=100)
+    out = score_ranked(ranked, views, ans, ev, k=1, max_tokens=100)
     for cut in ("k", "B"):
         assert out[cut, "ansr"].tolist() == [1.0, 1.0, 1.0, 1.0, 1.0]
         # q0: an unrelated node's header; q1: the evidence node's header; q2: node text;
@@ -152,9 +152,9 @@ def test_ansr_content_credits_dates_only_from_evidence_nodes():
         assert out[cut, "ansr_content"].tolist() == [0.0, 1.0, 1.0, 0.0, 1.0]
     # @B cut before d's text: the merged node does not yet show the evidence -> no date credit
     # rendered: "[10 May 2023] [8 May 2023] Ann: hi there. [10 May 2023] Bo: ..." -> 9 tokens end at "there."
-    out = score_ranked(ranked[4:5], views, ans[4:5], ev[4:5], k=1, budget=9)
+    out = score_ranked(ranked[4:5], views, ans[4:5], ev[4:5], k=1, max_tokens=9)
     assert out["B", "ansr"][0] == 1.0 and out["B", "ansr_content"][0] == 0.0
-    out = score_ranked(ranked[4:5], views, ans[4:5], ev[4:5], k=1, budget=13)
+    out = score_ranked(ranked[4:5], views, ans[4:5], ev[4:5], k=1, max_tokens=13)
     assert out["B", "ansr_content"][0] == 1.0
 
 

@@ -67,7 +67,7 @@ def replay():
     res, work = run_stream(_bench(), ["memforest:matching", "tome", "kmeans_prune"],
                            StreamConfig(budgets=(0.5,), rerun=True), seeds=(0,), embedder=emb,
                            base_config=CompressConfig.preset("memforest"), device="cpu",
-                           eval_config=EvalConfig(k=2, budget=40, search_repeats=1))
+                           eval_config=EvalConfig(k=2, max_tokens=40, search_repeats=1))
     return res, work
 
 
@@ -116,7 +116,7 @@ def test_cli_stream_outputs(tmp_path, monkeypatch):
     out = tmp_path / "out"
     assert main(["--benchmark", str(bench), "--stream", "--rerun", "--budgets", "0.5", "--seeds", "0",
                  "--methods", "memforest:matching,tome", "--out", str(out), "--bootstrap", "50", "--quiet",
-                 "--k", "2", "--budget", "40"]) == 0
+                 "--k", "2", "--max-tokens", "40"]) == 0
     md = (out / "stream.md").read_text()
     assert "| texts asked | texts embedded |" in md and "stream-memforest:matching" in md
     assert "offline-memforest:matching" in md and "rerun-memforest:matching | 50%" in md
@@ -128,7 +128,7 @@ def test_cli_stream_outputs(tmp_path, monkeypatch):
     out2 = tmp_path / "out2"
     assert main(["--benchmark", str(bench), "--stream", "--no-full-reference", "--low-water", "0.9", "--budgets", "0.5",
                  "--seeds", "0", "--methods", "memforest:matching", "--out", str(out2), "--bootstrap", "20", "--quiet",
-                 "--k", "2", "--budget", "40"]) == 0
+                 "--k", "2", "--max-tokens", "40"]) == 0
     data = json.loads((out2 / "stream.json").read_text())
     assert {r["method"] for r in data["work"]} == {"stream-memforest:matching", "offline-memforest:matching"}
     assert data["meta"]["low_water"] == 0.9

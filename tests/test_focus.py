@@ -94,7 +94,7 @@ def test_the_evaluations_focused_fill_is_the_products_context():
             want = [len(a & set().union(*(tokens(p.text) for p in x))) / len(a) for a, x in zip(q.answers, prod)]
             np.testing.assert_allclose(got, want)
             assert max(len(" ".join(p.text for p in x).split()) for x in prod) <= budget
-    _, sc, _ = _score_store(out, q, EvalConfig(search_repeats=1, budget=5, fill="focused"), originals, embedder=emb)
+    _, sc, _ = _score_store(out, q, EvalConfig(search_repeats=1, max_tokens=5, fill="focused"), originals, embedder=emb)
     ranked = ranked_candidates(Retriever(out), q.emb, q.tenants, EvalConfig(search_repeats=1), "plain")
     ev = contexts(ranked, out, NodeViews.build(out, originals), 5, fill="focused", q_emb=q.emb,
                   original_text=originals, split=key_split(emb.embed))

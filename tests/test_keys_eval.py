@@ -62,7 +62,7 @@ def test_leave_one_out_with_the_rule_in_the_grid(tmp_path, monkeypatch):
     argv = ["--benchmark", str(tmp_path / "bench"), "--out", str(out), "--leave-one-out", "--ratios", "0.5",
             "--seeds", "0", "--loo-schedules", "matching", "--loo-alphas", "0.05", "--loo-time-weights", "0",
             "--loo-size-weights", "0.2", "--loo-keys", "text,x:0", "--loo-compare-rules", "", "--keys", "2",
-            "--text-weight", "0.5", "-k", "2", "--budget", str(fact_budget()), "--quiet"]
+            "--text-weight", "0.5", "-k", "2", "--max-tokens", str(fact_budget()), "--quiet"]
     assert main(argv) == 2  # "x:0" is not a rule (an error message, no run)
     argv[argv.index("text,x:0")] = "text,all:0"
     assert main(argv) == 0
@@ -93,6 +93,6 @@ def test_harness_scores_a_store_by_its_keys(monkeypatch):
     monkeypatch.setattr(harness, "compress_with", spy)
     for cfg in (CompressConfig(merge=MergeConfig(keys=0)), CompressConfig(merge=MergeConfig(keys=-1, text_weight=0.0))):
         run_grid(bench, ["memforest:matching"], [0.5], [0], embedder=emb, base_config=cfg,
-                 eval_config=EvalConfig(k=2, budget=fact_budget(), search_repeats=1))
+                 eval_config=EvalConfig(k=2, max_tokens=fact_budget(), search_repeats=1))
     a, b = stores
     assert list(a.sources) == list(b.sources) and a.keys is None and b.keys is not None

@@ -79,7 +79,7 @@ def test_plain_fill_is_the_protocol(budget):
     originals = dict(zip(store.ids, store.texts))
     views = NodeViews.build(out, originals)
     ranked = ranked_candidates(Retriever(out), q.emb, q.tenants, EvalConfig(search_repeats=1), "plain")
-    want = score_ranked(ranked, views, q.answers, q.evidence, budget=budget)
+    want = score_ranked(ranked, views, q.answers, q.evidence, max_tokens=budget)
     got = score_contexts(contexts(ranked, out, views, budget), q.answers, q.evidence)
     for m, v in got.items():
         np.testing.assert_array_equal(v, want["B", m], err_msg=m)
@@ -221,7 +221,7 @@ def test_eval_reports_the_points_lost_to_condensing():
     for policy in ("condense", "keep"):
         cfg = dataclasses.replace(base, merge=dataclasses.replace(base.merge, cap_policy=policy))
         res = run_grid(Benchmark("syn", nodes, qs), ["memforest:matching"], [0.5], [0], embedder=emb,
-                       base_config=cfg, eval_config=EvalConfig(budget=256, search_repeats=1), device="cpu")
+                       base_config=cfg, eval_config=EvalConfig(max_tokens=256, search_repeats=1), device="cpu")
         got[policy] = {r["metric"]: r["value"] for r in res.records
                        if r["method"] == "memforest" and r["metric"].startswith("condensed_")}
     assert got["condense"]["condensed_answers"] > 0 and got["condense"]["condensed_points"] > 0

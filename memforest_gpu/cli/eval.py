@@ -155,7 +155,8 @@ def _run(a) -> int:
         print("\n".join(f"wrote {p}" for p in paths.values()))
         return 0
 
-    EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma, fill=a.fill)  # -k, --L, ... before any work
+    # -k, --L, ... checked before any work
+    EvalConfig(k=a.k, max_tokens=a.max_tokens, L=a.L, lam=a.lam, gamma=a.gamma, fill=a.fill)
     if a.leave_one_out:
         return _run_loo(a)
     cfg = _config(a)
@@ -164,7 +165,7 @@ def _run(a) -> int:
         return run_cli(a, cfg, _methods(spec, cfg.merge.schedule))
     methods = _methods(a.methods, cfg.merge.schedule)
     ratios, seeds = _floats(a.ratios), _ints(a.seeds)
-    ecfg = EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma, fill=a.fill)
+    ecfg = EvalConfig(k=a.k, max_tokens=a.max_tokens, L=a.L, lam=a.lam, gamma=a.gamma, fill=a.fill)
     if not ratios or not seeds:
         raise ValueError(f"ratios and seeds must be non-empty, got {a.ratios!r} and {a.seeds!r}")
     for r in ratios:
@@ -220,7 +221,7 @@ def _run_loo(a) -> int:
     if a.threads:
         torch.set_num_threads(a.threads)
     timer = StageTimer()
-    ecfg = EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma, search_repeats=1)
+    ecfg = EvalConfig(k=a.k, max_tokens=a.max_tokens, L=a.L, lam=a.lam, gamma=a.gamma, search_repeats=1)
     done = [0]
 
     def tick(c, res):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import FILLS, PRESETS
-from .flags import add_keys_arguments, check_number_lists, refuse_ignored
+from .flags import add_keys_arguments, add_renamed_flag, check_number_lists, refuse_ignored
 from .path_checks import need_input
 
 __all__ = ["add_parser", "add_arguments", "check", "RATIOS", "STREAM_ONLY"]
@@ -38,9 +38,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
     g = p.add_argument_group("retrieval and cuts")
     g.add_argument("-k", "--k", type=int, default=10, help="nodes at the @k cut")
-    g.add_argument("--budget", type=int, default=256, help="whitespace tokens at the @B cut")
+    g.add_argument("--max-tokens", type=int, default=256, metavar="TOKENS", help="whitespace tokens at the @B cut")
+    add_renamed_flag(g, "--budget", "--max-tokens", "max_tokens", type=int)
     g.add_argument("--fill", default="plain", choices=FILLS,
-                   help="@B context: plain (whole nodes: the protocol) | pooled (memforest search --budget's) | ...")
+                   help="@B context: plain (whole nodes: the protocol) | pooled (what memforest search "
+                        "--max-tokens shows) | ...")
     g.add_argument("--L", type=int, default=4, help="AGPR candidate multiplier")
     g.add_argument("--lam", type=float, default=0.2, help="AGPR anchor fraction")
     g.add_argument("--gamma", type=float, default=0.9, help="AGPR similarity weight")

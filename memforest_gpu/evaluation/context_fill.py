@@ -164,7 +164,7 @@ def source_scores(store, j: int, q_vec: torch.Tensor | None, question_tokens: fr
     return {s: len(question_tokens & set(tokens(original_text.get(s, "")))) / n for s in srcs}
 
 
-def contexts(ranked: np.ndarray, store, views: NodeViews, budget: int, *, fill: str = "plain",
+def contexts(ranked: np.ndarray, store, views: NodeViews, max_tokens: int, *, fill: str = "plain",
              q_emb: torch.Tensor | None = None, questions: Sequence[str] = (), original_text=None,
              original_ts=None, split=None) -> list[list[tuple[int, View, int | None]]]:
     """Each question's ``@B`` context: (node, the view of what is shown of it, the character where
@@ -201,18 +201,18 @@ def contexts(ranked: np.ndarray, store, views: NodeViews, budget: int, *, fill: 
         if fill in ("focused", "pooled"):  # the product's, the last pieces focused on the query: never cut here
             if getattr(split, "embed", None) is None:
                 raise ValueError(f"fill={fill!r} needs split=key_split(embed) (the store's embedder)")
-            pieces = fit_focused(ranked_pieces(store, nodes, q_emb[q], split.embed, memo=memo), budget, q_emb[q],
+            pieces = fit_focused(ranked_pieces(store, nodes, q_emb[q], split.embed, memo=memo), max_tokens, q_emb[q],
                                  split.embed, store.timestamps, pool=POOL if fill == "pooled" else 1)
             out.append([(p.node, _piece_view(p, views, original_text), None) for p in pieces])
         elif fill == "ranked" and getattr(split, "embed", None) is not None:  # the product's context
             pieces = ranked_pieces(store, nodes, q_emb[q], split.embed, memo=memo)
-            out.append(_cut(((p.node, _piece_view(p, views, original_text)) for p in pieces), budget))
+            out.append(_cut(((p.node, _piece_view(p, views, original_text)) for p in pieces), max_tokens))
         elif fill == "ranked":
             scored = ([(x, (j, v)) for x, (_, v) in zip(_rule_scores(store, j, q_emb[q], [lb for lb, _ in ps]), ps)]
                       for j, ps in ((j, parts_of(j)) for j in nodes))
-            out.append(_cut(in_rule_order(scored), budget))
+            out.append(_cut(in_rule_order(scored), max_tokens))
         else:
-            out.append(_cut(_pieces(nodes, parts_of, budget), budget))
+            out.append(_cut(_pieces(nodes, parts_of, max_tokens), max_tokens))
     return out
 
 
@@ -245,12 +245,12 @@ def _rule_scores(store, j: int, q_vec: torch.Tensor, sources: list) -> list[floa
     return [by_src.get(s, t) for s in sources]
 
 
-def _pieces(nodes: list[int], parts_of, budget: int):
+def _pieces(nodes: list[int], parts_of, max_tokens: int):
     """(node, view) in the order shown: each node's first part in rank order, then each node's
     second part, and so on (one part per node under "plain" and "matched": rank order)."""
     memo: dict[int, list] = {}
     r, used = 0, 0
-    while used < budget:
+    while used < max_tokens:
         more = False
         for j in nodes:
             if j not in memo:
@@ -259,18 +259,18 @@ def _pieces(nodes: list[int], parts_of, budget: int):
                 more = True
                 used += len(memo[j][r][1].ws_end)
                 yield j, memo[j][r][1]
-                if used >= budget:
+                if used >= max_tokens:
                     return
         if not more:
             return
         r += 1
 
 
-def _cut(pieces, budget: int) -> list[tuple[int, View, int | None]]:
-    """The pieces that fit the budget, the last one cut to fit (EVAL.md's ``@B``; the product's
+def _cut(pieces, max_tokens: int) -> list[tuple[int, View, int | None]]:
+    """The pieces that fit the max_tokens, the last one cut to fit (EVAL.md's ``@B``; the product's
     :func:`~memforest_gpu.retrieval.context.fit`)."""
     return [(j, v, None if n is None else int(v.ws_end[n - 1]))
-            for (j, v), n in fit(pieces, budget, lambda p: len(p[1].ws_end))]
+            for (j, v), n in fit(pieces, max_tokens, lambda p: len(p[1].ws_end))]
 
 
 def score_contexts(ctxs, answers: Sequence[frozenset], evidence: Sequence[frozenset]) -> dict[str, np.ndarray]:

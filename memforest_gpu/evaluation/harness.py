@@ -58,7 +58,7 @@ class EvalConfig:
     """How retrieved context is cut and scored (EVAL.md defaults)."""
 
     k: int = 10  # nodes at the @k cut; also the retriever's k
-    budget: int = 256  # whitespace tokens at the @B cut
+    max_tokens: int = 256  # whitespace tokens at the @B cut
     L: int = 4  # AGPR candidate multiplier (also the depth of the ranked list: L * k)
     lam: float = 0.2  # AGPR anchors: max(1, floor(lam * k + 0.5))
     gamma: float = 0.9  # AGPR: v = gamma * s + (1 - gamma) * p
@@ -74,8 +74,8 @@ class EvalConfig:
                                    f"L x k nodes per question, at most {MAX_DEPTH}), got {self.L!r}")
         if self.fill not in FILLS:
             raise ValueError(f"fill must be one of {list(FILLS)}, got {self.fill!r}")
-        if self.budget < 1:
-            raise ConfigError("budget", f"must be an integer >= 1, got {self.budget!r}")
+        if self.max_tokens < 1:
+            raise ConfigError("max_tokens", f"must be an integer >= 1, got {self.max_tokens!r}")
         if self.search_repeats < 1:
             raise ConfigError("search_repeats", f"must be an integer >= 1, got {self.search_repeats!r}")
 
@@ -161,16 +161,16 @@ def _score_store(store: MemoryStore, q: _Questions, cfg: EvalConfig, originals: 
     for kind in RETRIEVERS:
         ranked = ranked_candidates(retr, q.emb, q.tenants, cfg, kind)
         for (cut, metric), v in score_ranked(ranked, views, q.answers, q.evidence, k=cfg.k,
-                                             budget=cfg.budget).items():
+                                             max_tokens=cfg.max_tokens).items():
             out[kind, cut, metric] = v
         if cfg.fill != "plain":
             if embedder is None:
                 raise ValueError(f"fill={cfg.fill!r} needs the embedder of the store's vectors (it cuts merged nodes)")
-            ctx = contexts(ranked, store, views, cfg.budget, fill=cfg.fill, q_emb=q.emb, original_text=originals,
+            ctx = contexts(ranked, store, views, cfg.max_tokens, fill=cfg.fill, q_emb=q.emb, original_text=originals,
                            split=key_split(embedder.embed))
             out.update({(kind, "B", m): v for m, v in score_contexts(ctx, q.answers, q.evidence).items()})
         elif kind == "plain":
-            ctx = contexts(ranked, store, views, cfg.budget)
+            ctx = contexts(ranked, store, views, cfg.max_tokens)
         if kind == "plain":
             shown = ctx
         qa_ctx += [[views.rendered[j] for j in row[:cfg.k] if j >= 0] for row in ranked.tolist()]
@@ -261,7 +261,7 @@ def run_grid(bench: Benchmark, methods, ratios, seeds, *, embedder, merger=None,
 
 def _run_facts(cfg: EvalConfig, base: CompressConfig, dev, q: _Questions, qa, embedder) -> dict:
     """The run's settings for ``meta``: cuts, configs, device, question kinds, the LLM protocol."""
-    return {"eval": {"k": cfg.k, "budget": cfg.budget, "L": cfg.L, "lam": cfg.lam, "gamma": cfg.gamma,
+    return {"eval": {"k": cfg.k, "budget": cfg.max_tokens, "L": cfg.L, "lam": cfg.lam, "gamma": cfg.gamma,
                      "fill": cfg.fill},
             "config": _config_dict(base), "device": str(dev),
             "cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},

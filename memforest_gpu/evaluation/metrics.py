@@ -146,7 +146,7 @@ class NodeViews:
 
 
 def score_ranked(ranked: np.ndarray, views: NodeViews, answers: Sequence[frozenset[str]],
-                 evidence: Sequence[frozenset[str]], *, k: int = 10, budget: int = 256) -> dict[tuple[str, str],
+                 evidence: Sequence[frozenset[str]], *, k: int = 10, max_tokens: int = 256) -> dict[tuple[str, str],
                                                                                                 np.ndarray]:
     """Per-question metrics of ranked lists.
 
@@ -181,7 +181,7 @@ def score_ranked(ranked: np.ndarray, views: NodeViews, answers: Sequence[frozens
         content = set()
         for j in row:
             n = len(views.ws_end[j])
-            if used + n <= budget:
+            if used + n <= max_tokens:
                 used += n
                 ctx_tok |= views.tok[j]
                 src.update(views.sources[j])
@@ -189,10 +189,10 @@ def score_ranked(ranked: np.ndarray, views: NodeViews, answers: Sequence[frozens
                 content |= views.content_tok[j]
                 if ev and not ev.isdisjoint(views.sources[j]):
                     content |= views.date_tok[j]
-                if used == budget:
+                if used == max_tokens:
                     break
                 continue
-            take = budget - used
+            take = max_tokens - used
             if take > 0:
                 cut = int(views.ws_end[j][take - 1])
                 ctx_tok.update(tokens(views.rendered[j][:cut]))

@@ -254,7 +254,7 @@ def run_stream(bench: Benchmark, methods, scfg: StreamConfig, seeds=(0,), *, emb
             "embedder": getattr(embedder, "name", type(embedder).__name__),
             "methods": list(dict.fromkeys(labels)), "ratios": [round(1 - b, 6) for b in scfg.budgets],
             "seeds": list(seeds), "steps": len(steps), "low_water": scfg.low_water, "stream": True,
-            "eval": {"k": cfg_eval.k, "budget": cfg_eval.budget, "L": cfg_eval.L, "lam": cfg_eval.lam,
+            "eval": {"k": cfg_eval.k, "budget": cfg_eval.max_tokens, "L": cfg_eval.L, "lam": cfg_eval.lam,
                      "gamma": cfg_eval.gamma}, "device": str(dev)}
     return EvalResult(out.records, out.per_q, q.ids, q.categories, meta, list(q.tenants)), work
 

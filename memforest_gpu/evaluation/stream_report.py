@@ -144,7 +144,7 @@ def run_cli(a, config, methods: list[str]) -> int:
                                                    flush=True))
     seeds = [int(x) for x in a.seeds.split(",") if x.strip()]
     res, work = run_stream(bench, methods, scfg, seeds, embedder=emb, merger=get_merger(a.merger), base_config=config,
-                           eval_config=EvalConfig(k=a.k, budget=a.budget, L=a.L, lam=a.lam, gamma=a.gamma),
+                           eval_config=EvalConfig(k=a.k, max_tokens=a.max_tokens, L=a.L, lam=a.lam, gamma=a.gamma),
                            device=a.device, progress=say)
     emb.flush()
     mf = next((m for m in methods if m.startswith("memforest")), methods[0])

@@ -139,7 +139,7 @@ def score(store, q: Questions, views) -> dict:
     res = {}
     for kind, cfg in rankings():
         ranked = r.search(q.emb, tenants=q.tenants, config=cfg).index.cpu().numpy()
-        sc = score_ranked(ranked, views, q.answers, q.evidence, k=K, budget=256)
+        sc = score_ranked(ranked, views, q.answers, q.evidence, k=K, max_tokens=256)
         for cut, metric in KEPT:
             res[f"{kind}|{cut}|{metric}"] = sc[cut, metric].astype(np.float64)
     return res

@@ -95,18 +95,18 @@ def main(argv=None):
         q = Questions(bench, embedder)
         originals = dict(zip(inp.ids, inp.texts))
         base = score_ranked(ranked(inp, derive_keys(inp, inp.sources.arrow, max_keys=None, text_weight=w), q, None),
-                            NodeViews.build(inp, originals), q.answers, q.evidence, k=K, budget=256)[("B", "ansr")]
+                            NodeViews.build(inp, originals), q.answers, q.evidence, k=K, max_tokens=256)[("B", "ansr")]
         for ratio in [float(x) for x in a.ratios.split(",")]:
             out = read_store(os.path.join(a.codes, "stores", shape, f"memforest-matching_{ratio:g}.parquet"))
             keys = derive_keys(inp, out.sources.arrow, max_keys=None, text_weight=w)
             views = NodeViews.build(out, originals)
             exact = score_ranked(ranked(out, keys, q, None), views, q.answers, q.evidence, k=K,
-                                 budget=256)[("B", "ansr")]
+                                 max_tokens=256)[("B", "ansr")]
             print(f"{shape} {ratio:g} exact rule: AnsR@B retention {100 * np.nanmean(exact) / np.nanmean(base):.1f}"
                   f" ({len(out)} nodes, {len(keys.vectors)} keys)", flush=True)
             for m in [int(x) for x in a.shortlists.split(",")]:
                 sc = score_ranked(ranked(out, keys, q, m), views, q.answers, q.evidence, k=K,
-                                  budget=256)[("B", "ansr")]
+                                  max_tokens=256)[("B", "ansr")]
                 d = cluster_bootstrap(sc, exact, np.array(q.tenants))
                 s = 100 / np.nanmean(base)
                 print(f"{shape} {ratio:g} text shortlist {m:4d}: {100 * np.nanmean(sc) / np.nanmean(base):.1f} "

@@ -119,7 +119,7 @@ def score_rules(inp, out, q: Questions, originals: dict, the_rules) -> tuple[dic
         r = Retriever(out)
         for kind, cfg in rankings():
             ranked = r.search(q.emb, tenants=q.tenants, config=cfg).index.cpu().numpy()
-            sc = score_ranked(ranked, views, q.answers, q.evidence, k=K, budget=BUDGET)
+            sc = score_ranked(ranked, views, q.answers, q.evidence, k=K, max_tokens=BUDGET)
             for cut, metric in KEPT:
                 res[name, kind, cut, metric] = sc[cut, metric].astype(np.float32)
     out.keys = None

@@ -203,9 +203,9 @@ def main(argv=None) -> int:
                 m = q.cat_mask[cat]
                 b, v = np.nanmean(base["B", metric][m]), np.nanmean(sc["B", metric][m])
                 rec[f"B:{metric}:{cat}"] = 100 * v / b if metric != "dates" else v
-        rec["lost"] = lost_points(base, sc, q.categories, shown_or_cut(views, ranked, q.evidence, ecfg.budget))
-        rec["budget"] = budget_use(out, views, ranked, q.evidence, ecfg.budget)
-        rec["dup"] = duplicates(out, vec, originals, views, ranked, ecfg.budget, a.dup_cos)
+        rec["lost"] = lost_points(base, sc, q.categories, shown_or_cut(views, ranked, q.evidence, ecfg.max_tokens))
+        rec["budget"] = budget_use(out, views, ranked, q.evidence, ecfg.max_tokens)
+        rec["dup"] = duplicates(out, vec, originals, views, ranked, ecfg.max_tokens, a.dup_cos)
         merged = [j for j, s in enumerate(out.sources) if len(s) > 1]
         rec["tags_per_merged"] = float(np.mean([len(views.dates[j]) - 1 for j in merged])) if merged else 0.0
         records.append(rec)
