@@ -1,7 +1,7 @@
 """Our batched engine against the straightforward pipeline, for speed.
 
 The reference is numpy k-means (bench/reference_pipeline.py) plus the plain-Python merge
-order of tests/merge_reference.py on our partition (mean embeddings, no text merger, no
+order of memforest_gpu/engine/reference.py on our partition (mean embeddings, no text merger, no
 token cap); its k-means is timed separately, so the speed ratio covers the whole pipeline:
 partition + trees + merging. That both make the same merges is asserted by
 tests/test_merge_order.py, not here.
@@ -18,13 +18,12 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from common import Timer, print_hardware, write_records  # noqa: E402
-from merge_reference import reference_compress  # noqa: E402
 from reference_pipeline import n_clusters, numpy_kmeans  # noqa: E402
 
 from memforest_gpu import CompressConfig, compress  # noqa: E402
 from memforest_gpu.engine.partition import partition_nodes  # noqa: E402
+from memforest_gpu.engine.reference import reference_compress  # noqa: E402
 from memforest_gpu.store.synthetic import synthetic_store  # noqa: E402
 
 
