@@ -13,6 +13,8 @@ round's pairs), :mod:`.merge_call` (one merger call a round), :mod:`.apply` (the
 written into the trees), :mod:`.node_table` (who merged into whom) and :mod:`.output` (the
 output store, its merges and event trees, what a run returns). :mod:`.compression` sets a
 run up, runs its rounds (:func:`compress`) or plans the first round only (:func:`dry_run`).
+:mod:`.memory` is how a run saves memory (:class:`MemoryPlan`, handed in by the caller);
+:mod:`.reference` is the plain-Python merge order the engine is tested against.
 :mod:`.placement` places new rows into recorded trees, and the subpackage
 :mod:`.compaction` keeps tenants within a budget with the same stages; tests/host_reads.py
 counts the device reads of a run.
