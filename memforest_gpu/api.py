@@ -59,7 +59,8 @@ def search_file(path: str | Path, queries: Sequence[str], *, k: int | None = Non
     context instead, pieces (id, sources, text with its date tag, score, cut) filling ``max_tokens``
     whitespace tokens from the best ``k`` hits (default 40), by ``fill`` (``ranked``: the parts of
     merged nodes that matched first, the default for a store with keys; ``plain``: whole nodes in
-    rank order; :mod:`memforest_gpu.retrieval.context`). ``budget=``: the old name of ``max_tokens``."""
+    rank order; :mod:`memforest_gpu.retrieval.context`). ``budget=``: the old name of
+    ``max_tokens``."""
     max_tokens = renamed_keyword("search_file", renamed, "budget", "max_tokens", max_tokens)
     if max_tokens is None and fill is not None:
         raise OptionError(f"{{fill}} needs {{max_tokens}} (whitespace tokens of context), got fill {fill!r}")

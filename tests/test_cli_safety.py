@@ -393,8 +393,8 @@ def test_help_has_one_line_and_the_default_for_every_option():
         text = p.format_help()
         assert "SPEC" not in text, name
         for a in p._actions:
-            if isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)):
-                continue
+            if isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)) or a.help == argparse.SUPPRESS:
+                continue  # a renamed flag's old spelling is hidden (cli/flags.py add_renamed_flag)
             assert a.help, f"{name}: {a.option_strings or a.dest} has no help"
             if a.option_strings and a.default not in (None, False):
                 assert "(default" in p._get_formatter()._expand_help(a), f"{name}: {a.option_strings}"

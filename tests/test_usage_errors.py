@@ -134,5 +134,5 @@ def test_the_light_copies_of_the_runs_constants_agree():
     from memforest_gpu.store import codes
 
     assert config.VECTOR_CODES == codes.VECTOR_CODES
-    assert config.MIN_BUDGET == context.MIN_BUDGET
+    assert config.MIN_CONTEXT_TOKENS == context.MIN_CONTEXT_TOKENS
     assert config.SEEDINGS == lloyd.SEEDINGS

@@ -168,8 +168,8 @@ def contexts(ranked: np.ndarray, store, views: NodeViews, max_tokens: int, *, fi
              q_emb: torch.Tensor | None = None, questions: Sequence[str] = (), original_text=None,
              original_ts=None, split=None) -> list[list[tuple[int, View, int | None]]]:
     """Each question's ``@B`` context: (node, the view of what is shown of it, the character where
-    it was cut or None when shown whole), in the order shown. ``fill`` (:data:`EVAL_FILLS`, module doc)
-    other than ``"plain"`` needs ``q_emb`` (Q, D) (or ``questions``' texts, for a store without
+    it was cut or None when shown whole), in the order shown. ``fill`` (:data:`EVAL_FILLS`, module
+    doc) other than ``"plain"`` needs ``q_emb`` (Q, D) (or ``questions``' texts, for a store without
     keys), ``original_text`` and ``original_ts`` (id -> text / timestamp of the originals).
     ``split(store, j)``: cut a merged node into parts from what the store holds
     (:func:`~.key_parts.key_split`) instead of the originals' texts; the originals then only say

@@ -104,7 +104,8 @@ def _table(agg, labels, ratios, cats, k) -> list[str]:
 
 
 def _differences(comp: list[dict], reference: str) -> list[str]:
-    """J and F1 differences from the reference, from :func:`~.result_files.comparisons`'s records."""
+    """J and F1 differences from the reference, from the records of
+    :func:`~.result_files.comparisons`."""
     suffix = {"": "point", "_ci_lo": "lo", "_ci_hi": "hi", "_call": "call"}
     by = defaultdict(dict)
     for r in comp:

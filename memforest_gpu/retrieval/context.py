@@ -14,8 +14,9 @@ matched comes first even when the node's text begins with other sources. An orig
 without keys, and every node of a store without keys is one piece, its whole text
 ``"[date] text"`` (``fill="plain"``: every hit so, in rank order, as the evaluation's ``@B`` cut).
 
-Pieces are shown until ``max_tokens`` whitespace tokens are used (the token count of the evaluation's
-``@B`` cut, docs/evaluation.md); only the last piece is cut, to its first tokens that fit.
+Pieces are shown until ``max_tokens`` whitespace tokens are used (the token count of the
+evaluation's ``@B`` cut, docs/evaluation.md); only the last piece is cut, to its first tokens
+that fit.
 ``fill="focused"`` shows that last piece by its sentences that match the query best instead
 (:func:`focus`), and ``fill="pooled"`` (**the default for a store with merged nodes**, given its
 embedder) lets it and the
@@ -92,8 +93,8 @@ def has_merged(store) -> bool:
 
 
 def check_fill(fill: str, max_tokens, store, embedder) -> None:
-    """Refuse an unknown fill, a ``max_tokens`` that is not an integer >= 1, and ``"ranked"`` on a store
-    with keys without the embedder that gives its sentences to keys."""
+    """Refuse an unknown fill, a ``max_tokens`` that is not an integer >= 1, and ``"ranked"`` on a
+    store with keys without the embedder that gives its sentences to keys."""
     if fill not in FILLS:
         raise ValueError(f"fill must be one of {list(FILLS)}, got {fill!r}")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens < 1:
@@ -276,8 +277,8 @@ def focus_many(pieces: Sequence[Piece], left: int, q_vec: torch.Tensor, embed: C
 
 def fit_focused(pieces: Iterable[Piece], max_tokens: int, q_vec: torch.Tensor, embed: Callable, timestamps, *,
                 pool: int = 1) -> list[Piece]:
-    """The pieces that fit ``max_tokens`` tokens, in order; the first one longer than what is left is
-    :func:`focus`-ed on the query instead of cut to its first tokens (``pool`` > 1: it and the
+    """The pieces that fit ``max_tokens`` tokens, in order; the first one longer than what is left
+    is :func:`focus`-ed on the query instead of cut to its first tokens (``pool`` > 1: it and the
     ``pool - 1`` pieces after it, :func:`focus_many`)."""
     out, used = [], 0
     it = iter(pieces)

@@ -36,7 +36,8 @@ class SearchResult:
         (a merged node's parts that matched first, the last pieces by their best sentences; the
         default for a store with keys, which needs ``embedder``), ``"ranked"``, ``"focused"`` or
         ``"plain"`` (whole nodes in rank order); a last piece cut inside its date tag is left out
-        (:func:`~.context.whole_tags`). :mod:`.context`. ``budget=``: the old name of ``max_tokens``."""
+        (:func:`~.context.whole_tags`). :mod:`.context`. ``budget=``: the old name of
+        ``max_tokens``."""
         max_tokens = renamed_keyword("context", renamed, "budget", "max_tokens", max_tokens)
         ctx = context(store, self, queries, max_tokens=max_tokens, fill=fill, embedder=embedder)
         return [[{k: v for k, v in p.as_dict().items() if k != "node"} for p in whole_tags(row)] for row in ctx]
@@ -289,7 +290,8 @@ def search(store: MemoryStore, queries, *, k: int | None = None, agpr: bool = Fa
     embeddings. Returns per query a list of hit dicts, best first (``k`` hits, default 10); with
     ``max_tokens``, the context of :meth:`SearchResult.context` instead: pieces filling
     ``max_tokens`` whitespace tokens (at least :data:`~.context.MIN_CONTEXT_TOKENS`) from the best
-    ``k`` hits (default :data:`CONTEXT_DEPTH`), by ``fill``. ``budget=``: the old name of ``max_tokens``."""
+    ``k`` hits (default :data:`CONTEXT_DEPTH`), by ``fill``. ``budget=``: the old name of
+    ``max_tokens``."""
     max_tokens = renamed_keyword("search", renamed, "budget", "max_tokens", max_tokens)
     if max_tokens is None and fill is not None:
         raise ValueError(f"fill={fill!r} needs max_tokens (whitespace tokens of context)")

@@ -71,7 +71,8 @@ class CompactFileResult:
 
 def compact_fingerprint(config: CompressConfig, limits: CompactConfig, merger, embedder: str) -> dict:
     """What a compaction's journal must match: config, limits (the record's ``budget``), merger and
-    embedder (not the store's bytes: a journal record names its exact inputs, so a later state may replay it)."""
+    embedder (not the store's bytes: a journal record names its exact inputs, so a later state
+    may replay it)."""
     parts = {"config": dataclasses.asdict(config), "budget": dataclasses.asdict(limits),
              "merger": merger_identity(merger), "embedder": embedder, "mode": "compact"}
     blob = json.dumps(parts, sort_keys=True, default=str)

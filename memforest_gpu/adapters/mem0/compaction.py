@@ -8,8 +8,8 @@ What :func:`compact_mem0` does, in order:
 2. counts each tenant's memories (a tenant is a Mem0 scope: ``user_id`` / ``agent_id`` /
    ``run_id`` / ``actor_id``; memories with an ``expiration_date`` and procedural ones are
    left alone and not counted); tenants within their limit are done with;
-3. compacts the tenants over their limit with :func:`~memforest_gpu.engine.compaction.compact`: their
-   memories added since the last compaction are placed into their event trees, read from
+3. compacts the tenants over their limit with :func:`~memforest_gpu.engine.compaction.compact`:
+   their memories added since the last compaction are placed into their event trees, read from
    the state file (``state``: memory id -> tree, and each tenant's centres; a memory the file
    does not know is new), and only the trees that received memories or must shrink are
    re-planned; merged text is embedded with Mem0's own model;
