@@ -161,10 +161,10 @@ class TreeConfig:
     # rounds are several times cheaper (docs/knn-graph.md); 0: the knn graph for every tree of
     # more than knn + 1 nodes, and the knn planner for every tree
     knn_above: int = 64
-    # one-vector stores (engine/drift.py): a pair whose estimated merged vector would fall below this
+    # one-vector stores (engine/edges.py): a pair whose estimated merged vector would fall below this
     # cosine to either input is merged only when its tree has no other pair left; None = no bound
     drift_min_cos: float | None = None
-    # long memories (engine/drift.py): a pair whose estimated merged length passes this many tokens is
+    # long memories (engine/edges.py): a pair whose estimated merged length passes this many tokens is
     # merged only when its tree has no other pair left (the ratio is still reached); None = no bound
     length_last: int | None = None
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from engine_helpers import compress_counting_reads
 from host_reads import count_host_reads
+from paper import paper_config, paper_merge, paper_partition
 
 from memforest_gpu.config import CompressConfig, MergeConfig
 from memforest_gpu.store.memory_store import MemoryStore
@@ -39,7 +40,7 @@ def _store(n: int, tenants: int, dim: int = 64) -> MemoryStore:
 
 
 def _reads(store, schedule):
-    return compress_counting_reads(store, CompressConfig(merge=MergeConfig(ratio=0.5, schedule=schedule)), Concat())
+    return compress_counting_reads(store, paper_config(merge=paper_merge(ratio=0.5, schedule=schedule)), Concat())
 
 
 def test_counter_sees_the_reads_and_restores_torch():

@@ -23,7 +23,9 @@ from memforest_gpu.store.synthetic import synthetic_store
 
 
 def keyed(keys=2, text_weight=0.5, ratio=0.6, schedule="matching"):
-    return CompressConfig(merge=MergeConfig(ratio=ratio, schedule=schedule, keys=keys, text_weight=text_weight))
+    """Float32 keys (the preset writes int8 codes: test_int8_keys_... checks those against these)."""
+    return CompressConfig(merge=MergeConfig(ratio=ratio, schedule=schedule, keys=keys, text_weight=text_weight,
+                                            vectors="float32"))
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import pytest
 import torch
 from compact_helpers import arrivals, check_compaction, origin_tenants, store_of
 from m3_helpers import m3_agent
+from paper import paper_config, paper_merge, paper_partition
 from test_keys import check_keys
 
 from memforest_gpu import compress
@@ -23,8 +24,8 @@ from memforest_gpu.store.io import read_store, write_store
 from memforest_gpu.store.splice import append
 from memforest_gpu.store.synthetic import synthetic_store
 
-KEYED = CompressConfig(partition=PartitionConfig(alpha=0.05),
-                       merge=MergeConfig(ratio=0.5, schedule="matching", keys=2, text_weight=0.5))
+KEYED = paper_config(partition=paper_partition(alpha=0.05),
+                       merge=paper_merge(ratio=0.5, schedule="matching", keys=2, text_weight=0.5))
 
 
 def originals_of(stores):
@@ -135,7 +136,7 @@ def test_m3_agent_holds_text_and_keys_found_by_its_max(tmp_path):
         g, _, _ = build_video(ns.videograph)
         src = tmp_path / "v.pkl"
         save_video_graph(g, src)
-        cfg = CompressConfig(merge=MergeConfig(ratio=0.5, keys=2, text_weight=0.5))
+        cfg = paper_config(merge=paper_merge(ratio=0.5, keys=2, text_weight=0.5))
         res = compress_video_graph(load_video_graph(src), cfg, vectors=3)
         save_video_graph(res.graph, tmp_path / "out.pkl")
         import pickle

@@ -85,7 +85,7 @@ def reference(store, q, tenant, k):
 @pytest.fixture(scope="module")
 def compressed():
     st = synthetic_store(700, tenants=6, dim=16, seed=5, device="cpu")
-    cfg = CompressConfig(merge=MergeConfig(ratio=0.6, schedule="matching", keys=2, text_weight=0.4))
+    cfg = CompressConfig(merge=MergeConfig(ratio=0.6, schedule="matching", keys=2, text_weight=0.4, vectors="float32"))
     out = compress(st, cfg, device="cpu").store
     g = torch.Generator().manual_seed(0)
     names = out.tenant_names()

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 from engine_helpers import _one_thread, build_store, check_invariants  # noqa: F401
+from paper import paper_config, paper_merge
 
 from memforest_gpu import compress
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig, preset
@@ -90,7 +91,7 @@ def test_trees_of_at_most_knn_plus_one_nodes_are_exact(schedule):
     """A bucket whose largest tree has knn + 1 nodes (the boundary) keeps every pair: many
     small trees of the paper's partition give the dense graph's run."""
     store = build_store([300, 200, 90], dim=16, seed=4)
-    cfg = CompressConfig(merge=MergeConfig(ratio=0.5, schedule=schedule))
+    cfg = paper_config(merge=paper_merge(ratio=0.5, schedule=schedule))
     sizes = np.bincount(partition_nodes(
         store.embeddings, store.timestamps, store.tenant_index()[1], store.tenant_names(), cfg.partition).tree)
     assert len(sizes) > 10 and sizes.max() > 17

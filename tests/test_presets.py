@@ -1,4 +1,4 @@
-"""Named presets: "paper" is the method's CompressConfig(), "memforest" the command line's default;
+"""Named presets: "memforest" is CompressConfig() and every command's default, "paper" the method's values;
 a flag given on the command line overrides only its own field."""
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ def _parse(*flags):
     return config_from_args(build_parser().parse_args(["compress", "a", "b", *flags]))
 
 
-def test_paper_is_spec_and_the_dataclass_defaults_stay_spec():
-    assert preset("paper") == CompressConfig() == CompressConfig.preset("paper")
-    assert CompressConfig().partition.alpha == 0.05 and CompressConfig().merge.schedule == "sequential"
+def test_the_dataclass_defaults_are_the_shipped_preset_and_paper_is_spec():
+    assert preset("memforest") == CompressConfig() == CompressConfig.preset("memforest")
+    p = CompressConfig.preset("paper")
+    assert p.partition.alpha == 0.05 and p.merge.schedule == "sequential" and p != CompressConfig()
+    assert (p.tree.time_weight, p.tree.size_weight, p.merge.keys, p.merge.vectors) == (0.0, 0.0, 0, "float32")
     assert DEFAULT_PRESET == "memforest" and set(PRESETS) == {"memforest", "paper"}
 
 
@@ -44,8 +46,9 @@ def test_unknown_preset_names_the_choices(capsys):
 
 def test_cli_default_is_the_memforest_preset_and_flags_override_one_field():
     assert _parse() == preset("memforest")
-    assert _parse("--preset", "paper") == CompressConfig()
-    p = CompressConfig()
+    assert _parse() == CompressConfig()
+    assert _parse("--preset", "paper") == preset("paper")
+    p = preset("paper")
     assert _parse("--preset", "paper", "--alpha", "0.01") == dataclasses.replace(
         p, partition=dataclasses.replace(p.partition, alpha=0.01))
     m = preset("memforest")
@@ -66,7 +69,7 @@ def test_every_compress_command_has_the_preset_option_and_help_shows_its_values(
                          (["mem0", "compress", "--config", "c.yaml"], top),
                          (["compress", "a", "b"], build_distributed_parser())):
         a = parser.parse_args(argv + ["--preset", "paper", "--size-weight", "0.2"])
-        p = CompressConfig()
+        p = preset("paper")
         want = dataclasses.replace(p, tree=dataclasses.replace(p.tree, size_weight=0.2))
         assert config_from_args(a) == want, argv
     text = " ".join(build_parser()._subparsers._group_actions[0].choices["compress"].format_help().split())

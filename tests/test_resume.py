@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from paper import paper_config, paper_merge, paper_partition
 from test_openai_merger import FakeChatServer, _store  # noqa: E402 (tests/ is on sys.path)
 
 from memforest_gpu.api import compress_file
@@ -20,7 +21,7 @@ from memforest_gpu.mergers.base import MemoryItem, MergePair
 from memforest_gpu.runs.journal import JournaledMerger, journal_path, run_fingerprint
 from memforest_gpu.store.io import write_store
 
-CFG = CompressConfig(partition=PartitionConfig(alpha=0.1), merge=MergeConfig(ratio=0.5))
+CFG = paper_config(partition=paper_partition(alpha=0.1), merge=paper_merge(ratio=0.5))
 T0 = 1683554160.0
 
 
@@ -108,7 +109,7 @@ def test_journal_with_a_torn_header_starts_over(tmp_path):
 def test_fingerprint_covers_input_config_and_merger(store_file, tmp_path):
     base = run_fingerprint(store_file, CFG, ExtractiveMerger(), None)["fingerprint"]
     assert base == run_fingerprint(store_file, CFG, ExtractiveMerger(), None)["fingerprint"]
-    other_cfg = CompressConfig(merge=MergeConfig(ratio=0.3))
+    other_cfg = paper_config(merge=paper_merge(ratio=0.3))
     assert base != run_fingerprint(store_file, other_cfg, ExtractiveMerger(), None)["fingerprint"]
     assert base != run_fingerprint(store_file, CFG, ExtractiveMerger(near_duplicate=0.8), None)["fingerprint"]
     assert base != run_fingerprint(store_file, CFG, ExtractiveMerger(), "all-MiniLM-L6-v2")["fingerprint"]
@@ -168,7 +169,7 @@ def test_resume_with_other_options_is_refused(store_file, tmp_path):
     out = tmp_path / "out.jsonl"
     with pytest.raises(Crash):
         _run(store_file, out, Counting(crash_at=2))
-    other = CompressConfig(partition=PartitionConfig(alpha=0.1), merge=MergeConfig(ratio=0.4))
+    other = paper_config(partition=paper_partition(alpha=0.1), merge=paper_merge(ratio=0.4))
     with pytest.raises(ValueError, match="belongs to another run \\(its config differ"):
         compress_file(store_file, out, other, embedder="none", merger=Counting(), progress=False, resume=True)
 

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from llm_helpers import trivial_pair
+from paper import paper_config, paper_merge
 
 from memforest_gpu import CompressConfig, MergeConfig, PartitionConfig, compress
 from memforest_gpu.api import compress_file, read_store
@@ -24,7 +25,8 @@ from memforest_gpu.store.io import write_store
 from memforest_gpu.store.synthetic import synthetic_store
 
 DIM = 16
-CONFIG = CompressConfig(merge=MergeConfig(ratio=0.5, max_node_tokens=40))  # cap_policy "condense": some condensed
+# the paper's partition (many trees: nodes moved by the reassignment), cap_policy "condense": some condensed
+CONFIG = paper_config(merge=paper_merge(ratio=0.5, max_node_tokens=40))
 
 
 def _store():

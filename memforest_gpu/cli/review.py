@@ -17,6 +17,7 @@ from ..runs.outputs import check_output
 from ..runs.paths import check_paths, reads, writes
 from ..store.atomic import atomic_write_text
 from ..store.io import detect_format
+from ..store.size import store_size
 from .review_args import SUFFIXES, limits_from_args
 from .running import guarded
 
@@ -88,9 +89,7 @@ def page_from_stores(before, after, report: dict | None, *, command: str, limits
 
 
 def _sizes(before, after) -> dict | None:
-    """Both stores' vector rows and bytes in the output's encoding (None where a store holds no vectors)."""
-    from ..store.size import store_size
-
+    """Both stores' vector rows and bytes in the output's encoding (None: no vectors)."""
     if getattr(before, "dim", 0) <= 0 or getattr(after, "dim", 0) != before.dim:
         return None
     enc = after.vector_codes

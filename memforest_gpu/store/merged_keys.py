@@ -233,15 +233,19 @@ def _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts, co
             vec[torch.from_numpy(at)] = torch.from_numpy(int8_codes(_unit_vectors(inp, origin[at])))
     elif alone.all():  # one unit per key: the keys are the units, in key order
         vec = _unit_vectors(inp, u_origin[unit_rows[order]])  # (M, D)
-    else:
-        X = _unit_vectors(inp, u_origin[unit_rows])  # (U_out, D)
-        t = torch.as_tensor(key_of_unit, dtype=torch.int64, device=dev)
-        w = torch.as_tensor(u_w[unit_rows], dtype=torch.float32, device=dev)
+    else:  # weighted sums, a block of units at a time (1M nodes: never every unit's vector at once)
         acc = torch.zeros(M, inp.dim, dtype=torch.float32, device=dev)
-        acc.index_add_(0, t, X * w[:, None])
-        vec = torch.nn.functional.normalize(acc, dim=1)
-        s = torch.as_tensor(np.flatnonzero(alone), dtype=torch.int64, device=dev)
-        vec[t[s]] = X[s]  # a unit alone: kept exactly
+        for lo in range(0, len(unit_rows), _CODE_ROWS):
+            hi = lo + _CODE_ROWS
+            X = _unit_vectors(inp, u_origin[unit_rows[lo:hi]])  # (block, D)
+            w = torch.as_tensor(u_w[unit_rows[lo:hi]], dtype=torch.float32, device=dev)
+            acc.index_add_(0, torch.as_tensor(key_of_unit[lo:hi], dtype=torch.int64, device=dev), X * w[:, None])
+        vec = acc.div_(acc.norm(dim=1, keepdim=True).clamp_min(1e-12))  # in place: F.normalize's values
+        s = np.flatnonzero(alone)
+        for lo in range(0, len(s), _CODE_ROWS):  # a unit alone: kept exactly
+            at = s[lo:lo + _CODE_ROWS]
+            vec[torch.as_tensor(key_of_unit[at], dtype=torch.int64, device=dev)] = _unit_vectors(
+                inp, u_origin[unit_rows[at]])
     if codes == "int8" and vec.dtype != torch.int8:
         vec = torch.from_numpy(int8_codes(vec))
     src = u_src.take(pa.array(unit_rows[order], type=pa.int64()))

@@ -32,6 +32,7 @@ from ...store.splice import splice
 from ...timer import StageTimer
 from ..compression import compress
 from ..compression import dry_run as first_round
+from ..memory import MemoryPlan
 from ..output import CompressReport, MergeRecord, first_rows, first_sources, rows_of_originals
 from ..partition import Partition, check_rules
 from ..placement import tree_radius
@@ -131,7 +132,7 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
                 S_rows, S, part, q = _replan_inputs(W, f, per_tree, dev)
                 if S is not None:
                     planned = first_round(S, cfg, embedder=embedder, device=dev, partition=part, quotas=q,
-                                          budget=elements).merges
+                                          memory=MemoryPlan.from_environment(tile_elements=elements)).merges
         report.seconds = timer.finish()
         return CompactResult(store, report, [], np.arange(len(store)), W, planned)
     with timer.stage("compress"):
@@ -198,7 +199,7 @@ def _replan(W, f: Trees, per_tree, cfg, merger, embedder, dev, progress, on_roun
     if S is None:
         return None, S_rows, None
     res = compress(S, cfg, merger=merger, embedder=embedder, device=dev, progress=progress, on_round=on_round,
-                   partition=part, quotas=q, budget=elements)
+                   partition=part, quotas=q, memory=MemoryPlan.from_environment(tile_elements=elements))
     return res, S_rows, S
 
 
