@@ -192,7 +192,8 @@ def compact_steps(a, cli, cfg_path: str, work: str, cfg: dict) -> dict:
     per = a.memories // a.users // 2
     out = {}
     args = ["mem0", "compact", "--config", cfg_path, "--max-per-user", str(per), "--low-water", "1.0", "--quiet",
-            "--show", "0", "--write-path", a.write_path, "--state", os.path.join(work, "state.json")]
+            "--show", "0", "--write-path", a.write_path, *_keys_for(a.write_path),
+            "--state", os.path.join(work, "state.json")]
     for step in ("first", "second"):
         if step == "second":
             out["late_added"], out["late_add_seconds"] = add_late(cfg, a)
@@ -224,7 +225,7 @@ def compress_steps(a, cli, cfg_path: str, work: str, cfg: dict, rec: dict) -> bo
     backup, report = os.path.join(work, "backup.parquet"), os.path.join(work, "report.json")
     t = time.perf_counter()
     rc = cli(["mem0", "compress", "--config", cfg_path, "--all-tenants", "--ratio", str(a.ratio), "--backup", backup,
-              "--report", report, "--quiet", "--show", "0", "--write-path", a.write_path])
+              "--report", report, "--quiet", "--show", "0", "--write-path", a.write_path, *_keys_for(a.write_path)])
     wall = time.perf_counter() - t
     if rc != 0:
         raise SystemExit(f"memforest mem0 compress failed (exit {rc})")
@@ -271,6 +272,11 @@ def prepare(a, src: str, servers, rec: dict) -> tuple[dict, str]:
         root = os.path.join(work, "store")
         shutil.copytree(src, root)
     return config(root, a.backend, servers), work
+
+
+def _keys_for(write_path: str) -> list[str]:
+    """The reference write path (Memory.add embeds the text itself) writes the text's vector: --keys 0."""
+    return ["--keys", "0"] if write_path == "mem0" else []
 
 
 def main() -> int:

@@ -185,7 +185,8 @@ def test_cli_on_servers(tmp_path, capsys, mem0_servers, backend):
     m = open_store(cfg)
     assert same(snapshot(m, {}), before, provider)
     close_memory(m)
-    assert main(args + ["--backup", str(tmp_path / "fred.parquet"), "--write-path", "mem0"]) == 0
+    # the reference path writes through Memory.add, which embeds the text itself: the text's vector (--keys 0)
+    assert main(args + ["--backup", str(tmp_path / "fred.parquet"), "--write-path", "mem0", "--keys", "0"]) == 0
     found = re.search(r"added (\d+) merged memories, deleted (\d+)", capsys.readouterr().out)
     added, deleted = map(int, found.groups())
     assert deleted - added == 4  # 8 -> 4 memories

@@ -36,7 +36,7 @@ from memforest_gpu.adapters.mem0.inplace import Scope, close_memory, compress_me
 from memforest_gpu.adapters.mem0.vectors import Point, payload_json, provider_of, read_ids, read_points, write_points  # noqa: E402
 from memforest_gpu.adapters.mem0.write import delete_memories  # noqa: E402
 
-HALF = CompressConfig(merge=MergeConfig(ratio=0.5))
+HALF = CompressConfig(merge=MergeConfig(ratio=0.5, keys=0))  # Memory.add embeds the text: the text's vector
 COLS = "memory_id, old_memory, new_memory, event, created_at, updated_at, is_deleted, actor_id, role"
 
 
@@ -185,3 +185,11 @@ def test_embedded_qdrant_batches_skip_the_disk_wait_and_sync_at_the_end(tmp_path
     assert sorted(p.id for p in read_points(m, {"user_id": "ivy"})) == sorted(ids)
     assert [h["event"] for h in m.history(ids[0])] == ["ADD"]
     close_memory(m)
+
+
+def test_the_mem0_write_path_refuses_a_blend_it_cannot_write():
+    from memforest_gpu.adapters.mem0.inplace import check_write_path
+
+    assert check_write_path("mem0", HALF) == "mem0" and check_write_path("batch") == "batch"
+    with pytest.raises(ValueError, match=r"write_path 'mem0' .* needs keys 0 \(--keys 0\), got keys 1"):
+        check_write_path("mem0", CompressConfig())

@@ -90,7 +90,7 @@ def compact_mem0(memory, limits: CompactConfig | None = None, config: CompressCo
     limits = renamed_keyword("compact_mem0", renamed, "budget", "limits", limits)
     if limits is None:
         raise TypeError("compact_mem0() missing its limits (a CompactConfig)")
-    check_write_path(write_path)
+    check_write_path(write_path, config)
     scope = scope or Scope(all_tenants=True)
     clock = StageTimer()
     points = read_points(memory, scope.filters)

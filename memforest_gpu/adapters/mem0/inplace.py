@@ -72,9 +72,17 @@ _RESERVED = {"data", "hash", "created_at", "updated_at", "text_lemmatized", *SCO
 WRITE_PATHS = ("batch", "mem0")
 
 
-def check_write_path(write_path: str) -> str:
+def check_write_path(write_path: str, config: CompressConfig | None = None) -> str:
+    """``write_path`` checked, and with ``"mem0"`` the vector it can write: ``Memory.add``
+    embeds a merged memory's text itself, so that path writes the text's vector alone
+    (``merge.keys`` 0), never the preset's blend."""
     if write_path not in WRITE_PATHS:
         raise ValueError(f"write_path must be one of {list(WRITE_PATHS)}, got {write_path!r}")
+    keys = (config or CompressConfig()).merge.keys
+    if write_path == "mem0" and keys != 0:
+        raise ValueError(f"write_path 'mem0' adds through Memory.add, which embeds the merged text itself: it writes "
+                         f"the text's vector only, so it needs keys 0 (--keys 0), got keys {keys}; the 'batch' path "
+                         "writes the one-vector blend")
     return write_path
 
 
@@ -202,7 +210,7 @@ def compress_mem0(memory, scope: Scope, config: CompressConfig | None = None, *,
     ``write_path``: ``"batch"`` (Mem0's writes in batches) or ``"mem0"`` (``Memory.add`` /
     ``Memory.delete`` one memory at a time); both write the same rows.
     """
-    check_write_path(write_path)
+    check_write_path(write_path, config)
     clock = StageTimer()
     points = read_points(memory, scope.filters)
     clock.lap("read")
