@@ -23,6 +23,7 @@ import torch
 
 from ..store import jsonl, parquet
 from ..store.io import detect_format
+from ..store.keys_io import keys_from_columns
 from ..store.memory_store import MemoryStore
 
 __all__ = ["Groups", "groups_from_merges", "groups_from_plan", "groups_from_stores", "load_columns"]
@@ -52,17 +53,22 @@ class Groups:
 
 
 def load_columns(path: str, *, format: str | None = None, vectors: bool = False) -> MemoryStore:
-    """A store file's columns without embedding anything: the file's vectors when
-    ``vectors`` and it has them, else a 1-dimensional placeholder per node (never used)."""
+    """A store file's columns without embedding anything: the file's vectors (with its keys and
+    their codes) when ``vectors`` and it has them, else a 1-dimensional placeholder per node
+    (never used)."""
     fmt = detect_format(path, format)
     cols, name = parquet.read_parquet_columns(path) if fmt == "parquet" else jsonl.read_jsonl_columns(path)
     emb = cols["embedding"] if vectors else None
     n = len(cols["id"])
     try:
-        return MemoryStore.from_columns(ids=cols["id"], texts=cols["text"], timestamps=cols["timestamp"],
-                                        embeddings=emb if emb is not None else torch.ones(n, 1),
-                                        tenants=cols["tenant"], sources=cols["sources"], metadata=cols["metadata"],
-                                        embedder=name if emb is not None else None)
+        st = MemoryStore.from_columns(ids=cols["id"], texts=cols["text"], timestamps=cols["timestamp"],
+                                      embeddings=emb if emb is not None else torch.ones(n, 1),
+                                      tenants=cols["tenant"], sources=cols["sources"], metadata=cols["metadata"],
+                                      embedder=name if emb is not None else None)
+        if emb is not None:  # the file's keys and codes, as store/io.py reads them (its size: store/size.py)
+            st.keys = keys_from_columns(cols, st, path)
+            st.vector_codes = cols.get("vector_codes", "float32")
+        return st
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from e
 
