@@ -91,6 +91,28 @@ def test_one_key_is_folded_into_one_vector_per_node(store, w):
     assert torch.allclose(one.embeddings.norm(dim=1), torch.ones(len(one)), atol=1e-5)
 
 
+def test_one_key_is_the_weighted_centre_of_every_source(store):
+    """max_keys=1 (the preset's fold) runs no k-means: a merged node's one key is the normalised
+    mean of its sources' input vectors, a merged input without keys weighing its number of
+    sources, checked against the plain sums of check_keys, from originals and from a store
+    compressed again."""
+    once = compress(store, keyed(keys=0, text_weight=1.0), device="cpu").store
+    for inp in (store, once):
+        out = compress(inp, keyed(keys=0, text_weight=1.0), device="cpu").store
+        assert any(len(s) > 2 for s in out.sources)  # nodes of three and more sources, not only pairs
+        keys = derive_keys(inp, out.sources.arrow, max_keys=1, text_weight=0.5)
+        row = {s: j for j, srcs in enumerate(inp.sources) for s in srcs}
+        at = np.concatenate([[0], np.cumsum(keys.counts)])
+        for i, node_src in enumerate(out.sources):
+            rows = {row[s] for s in node_src}
+            if len(rows) == 1:  # one input node, unchanged: it keeps no key
+                assert keys.counts[i] == 0, i
+                continue
+            assert keys.counts[i] == 1 and sorted(keys.sources[int(at[i])].as_py()) == sorted(node_src)
+            want = inp.embeddings[[row[s] for s in node_src]].double().sum(0)  # a row once per source
+            torch.testing.assert_close(keys.vectors[int(at[i])], (want / want.norm()).float(), atol=1e-5, rtol=0)
+
+
 def test_without_keys_the_output_is_as_before(store):
     a = compress(store, keyed(keys=0, text_weight=1.0), device="cpu").store
     b = compress(store, keyed(keys=3), device="cpu").store

@@ -159,6 +159,9 @@ def _reduce(inp: MemoryStore, u_origin: np.ndarray, u_src: pa.Array, u_w: np.nda
             per_node: np.ndarray, max_keys: int | None, codes: str = "float32", saved: list | None = None):
     """Each node's units as keys, or ``max_keys`` centres of them. Returns (vectors (M, D),
     sources (M,), keys per node (N_out,))."""
+    if max_keys == 1:  # one key per node: the centre of all its units, no k-means to run
+        return _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, np.zeros(len(unit_rows), dtype=np.int64),
+                            np.minimum(per_node, 1), codes, saved)
     dev = inp.embeddings.device
     node_off = np.concatenate([[0], np.cumsum(per_node)]).astype(np.int64)
     within = np.arange(len(unit_rows)) - np.repeat(node_off[:-1], per_node)  # a unit's place in its node
@@ -166,10 +169,11 @@ def _reduce(inp: MemoryStore, u_origin: np.ndarray, u_src: pa.Array, u_w: np.nda
     counts = per_node.copy()
     big = np.flatnonzero(per_node > max_keys) if max_keys is not None else np.zeros(0, dtype=np.int64)
     size_class = np.ceil(np.log2(np.maximum(per_node[big], 1))).astype(np.int64)
-    blocks = []  # nodes of similar size, at most _BLOCK entries of (B, S, S) similarities each
+    blocks = []  # nodes of similar size, at most _BLOCK entries of (B, S, S) similarities and of (B, S, D) vectors
     for c in np.unique(size_class).tolist():
         nodes = big[size_class == c]
-        step = max(1, _BLOCK // int(per_node[nodes].max()) ** 2)
+        S = int(per_node[nodes].max())
+        step = max(1, _BLOCK // (S * max(S, inp.dim)))
         blocks += [nodes[i:i + step] for i in range(0, len(nodes), step)]
     for nodes in blocks:  # one batched k-means per block
         S = int(per_node[nodes].max())
