@@ -237,27 +237,44 @@ def _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts, co
             vec[torch.from_numpy(at)] = torch.from_numpy(int8_codes(_unit_vectors(inp, origin[at])))
     elif alone.all():  # one unit per key: the keys are the units, in key order
         vec = _unit_vectors(inp, u_origin[unit_rows[order]])  # (M, D)
-    else:  # weighted sums, a block of units at a time (1M nodes: never every unit's vector at once)
-        acc = torch.zeros(M, inp.dim, dtype=torch.float32, device=dev)
-        for lo in range(0, len(unit_rows), _CODE_ROWS):
-            hi = lo + _CODE_ROWS
-            X = _unit_vectors(inp, u_origin[unit_rows[lo:hi]])  # (block, D)
-            w = torch.as_tensor(u_w[unit_rows[lo:hi]], dtype=torch.float32, device=dev)
-            acc.index_add_(0, torch.as_tensor(key_of_unit[lo:hi], dtype=torch.int64, device=dev), X * w[:, None])
-        vec = acc.div_(acc.norm(dim=1, keepdim=True).clamp_min(1e-12))  # in place: F.normalize's values
-        s = np.flatnonzero(alone)
-        for lo in range(0, len(s), _CODE_ROWS):  # a unit alone: kept exactly
-            at = s[lo:lo + _CODE_ROWS]
-            vec[torch.as_tensor(key_of_unit[at], dtype=torch.int64, device=dev)] = _unit_vectors(
-                inp, u_origin[unit_rows[at]])
-    if codes == "int8" and vec.dtype != torch.int8:
-        vec = torch.from_numpy(int8_codes(vec))
+    else:  # weighted sums, a block of keys at a time: never every unit's vector at once, and int8 keys
+        # never every key in float32 (1M nodes: ~500 MB)
+        vec = _summed_keys(inp, u_origin, u_w, unit_rows, key_of_unit, order, alone, M, codes)
     src = u_src.take(pa.array(unit_rows[order], type=pa.int64()))
     lengths = pc.list_value_length(src).to_numpy(zero_copy_only=False).astype(np.int64)
     per_key = np.bincount(key_of_unit[order], weights=lengths, minlength=M).astype(np.int64)
     flat = pc.cast(src.flatten(), pa.large_string())
     offs = pa.array(np.concatenate([[0], np.cumsum(per_key)]).astype(np.int64), type=pa.int64())
     return vec, pa.LargeListArray.from_arrays(offs, flat), counts
+
+
+def _summed_keys(inp, u_origin, u_w, unit_rows, key_of_unit, order, alone, M: int, codes: str) -> torch.Tensor:
+    """Each key the normalised weighted sum of its units (a unit alone: its own vector, exactly),
+    made a block of keys at a time (about ``_CODE_ROWS`` units each, one key at least) and coded to
+    int8 by block when ``codes`` is ``"int8"``. A key's units are added in unit order, whatever
+    the blocks. Shape: -> (M, D), int8 on the host or float32 on the input's device"""
+    dev = inp.embeddings.device
+    vec = torch.empty(M, inp.dim, dtype=torch.int8) if codes == "int8" else \
+        torch.empty(M, inp.dim, dtype=torch.float32, device=dev)
+    ends = np.cumsum(np.bincount(key_of_unit, minlength=M))  # (M,) units of the keys up to each one
+    t = lambda a: torch.as_tensor(a, dtype=torch.int64, device=dev)  # noqa: E731
+    lo = 0
+    while lo < M:
+        start = int(ends[lo - 1]) if lo else 0
+        hi = max(lo + 1, min(M, lo + _CODE_ROWS, int(np.searchsorted(ends, start + _CODE_ROWS, side="right"))))
+        acc = torch.zeros(hi - lo, inp.dim, dtype=torch.float32, device=dev)
+        for a in range(start, int(ends[hi - 1]), _CODE_ROWS):
+            u = order[a:min(a + _CODE_ROWS, int(ends[hi - 1]))]  # units of keys lo..hi, by key, in unit order
+            w = torch.as_tensor(u_w[unit_rows[u]], dtype=torch.float32, device=dev)
+            acc.index_add_(0, t(key_of_unit[u] - lo), _unit_vectors(inp, u_origin[unit_rows[u]]) * w[:, None])
+        acc.div_(acc.norm(dim=1, keepdim=True).clamp_min(1e-12))  # in place: F.normalize's values
+        s = order[start:int(ends[hi - 1])]
+        s = s[alone[s]]
+        if len(s):  # a unit alone: kept exactly
+            acc[t(key_of_unit[s] - lo)] = _unit_vectors(inp, u_origin[unit_rows[s]])
+        vec[lo:hi] = torch.from_numpy(int8_codes(acc)) if codes == "int8" else acc
+        lo = hi
+    return vec
 
 
 def centres(X: torch.Tensor, W: torch.Tensor, k: int, *, steps: int = _LLOYD_STEPS) -> torch.Tensor:
