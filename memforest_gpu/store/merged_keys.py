@@ -216,7 +216,6 @@ def _gather_keys(inp, u_origin, u_src, u_w, unit_rows, per_node, key, counts, co
     """Keys in node order: each the normalised weighted mean of its units (a unit alone: its own
     vector, copied once: when every key is a unit alone, as with every source kept, no sum is
     made), with its units' sources in node order."""
-    dev = inp.embeddings.device
     key_off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     key_of_unit = np.repeat(key_off[:-1], per_node) + key  # (U_out,) output key of each unit
     M = int(key_off[-1])
