@@ -1,4 +1,4 @@
-"""The LoCoMo loader (EVAL.md, "LoCoMo to memory nodes") and the benchmark format."""
+"""The LoCoMo loader (docs/evaluation.md, "The protocol in brief") and the benchmark format."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
-"""Measuring compression quality offline (EVAL.md): benchmarks, baselines, metrics, the grid
+"""Measuring compression quality offline (docs/evaluation.md): benchmarks, baselines, metrics,
+the grid
 (the command ``memforest eval`` is :mod:`memforest_gpu.cli.eval`).
 
 >>> from memforest_gpu.evaluation import load_benchmark, run_grid, CachedEmbedder, write_outputs

@@ -1,4 +1,4 @@
-"""The benchmark format ``memforest eval`` reads (EVAL.md, "Benchmark format").
+"""The benchmark format ``memforest eval`` reads (docs/evaluation.md, "The protocol in brief").
 
 Two files, so any benchmark can be converted to it:
 

@@ -1,4 +1,4 @@
-"""The bootstrap intervals of the evaluation's comparisons (EVAL.md, "Noise").
+"""The bootstrap intervals of the evaluation's comparisons (docs/evaluation.md, "Noise").
 
 :func:`cluster_bootstrap` resamples conversations (tenants), then questions inside each drawn
 conversation, and each method's seeds, so neither the clustering of questions nor the seed

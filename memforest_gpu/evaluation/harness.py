@@ -55,7 +55,7 @@ RETAINED = ("ansr", "ansr_content", "evr", "j", "f1", "bleu1")  # metrics that g
 
 @dataclass(frozen=True, kw_only=True)
 class EvalConfig:
-    """How retrieved context is cut and scored (EVAL.md defaults)."""
+    """How retrieved context is cut and scored (docs/evaluation.md defaults)."""
 
     k: int = 10  # nodes at the @k cut; also the retriever's k
     max_tokens: int = 256  # whitespace tokens at the @B cut
@@ -63,7 +63,7 @@ class EvalConfig:
     lam: float = 0.2  # AGPR anchors: max(1, floor(lam * k + 0.5))
     gamma: float = 0.9  # AGPR: v = gamma * s + (1 - gamma) * p
     search_repeats: int = 5  # timed searches per store and retriever (median taken)
-    fill: str = "plain"  # @B context: plain (whole nodes, EVAL.md) | ranked | focused (retrieval/context.py)
+    fill: str = "plain"  # @B context: plain (whole nodes, docs/evaluation.md) | ranked | focused (retrieval/context.py)
 
     def __post_init__(self):
         RetrievalConfig(k=self.k, L=self.L, lam=self.lam, gamma=self.gamma)  # validates

@@ -1,4 +1,4 @@
-"""LoCoMo's JSON -> the benchmark format (EVAL.md, "LoCoMo to memory nodes" and "LoCoMo as facts").
+"""LoCoMo's JSON -> the benchmark format (docs/evaluation.md, "The protocol in brief").
 
 Three node shapes (``nodes=``), the same questions:
 

@@ -1,4 +1,5 @@
-"""EVAL.md's metrics over retrieved context: AnsR, EvR and Ctx (plus Dates), at ``@k`` and ``@B``.
+"""docs/evaluation.md's metrics over retrieved context: AnsR, EvR and Ctx (plus Dates), at ``@k``
+and ``@B``.
 
 A retrieved node is rendered as ``"[{date}] {text}"``. Two cuts of a ranked list:
 
