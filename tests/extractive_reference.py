@@ -1,6 +1,7 @@
 """The extractive merger of memforest_gpu/mergers/extractive.py as it was before the per-merge
 work was cut (main at 534664a), kept verbatim (only its imports made absolute) as the reference
 the tests compare with: every text the merger writes must equal this one's, byte for byte.
+One rule changed since, here as in the merger: segments are written the newest date first (rule 4).
 
 Its own docstring follows.
 
@@ -25,7 +26,7 @@ Rules, in order:
    (not, no, never, n't ...) differ from the kept one's is never dropped as a near
    duplicate.
 4. If every segment of both inputs has the same date, no tags are written; otherwise
-   every segment is written with its tag. Segments left empty by step 3 vanish.
+   every segment is written with its tag, the newest date first. Segments left empty by step 3 vanish.
 
 Condensing (:meth:`ExtractiveMerger.condense`, the ``cap_policy="condense"`` of
 :class:`~memforest_gpu.config.MergeConfig`): when the merged text would pass the node
@@ -292,7 +293,7 @@ def _merged(pair: MergePair, near_duplicate: float) -> tuple[list[str], list[lis
         else:
             merged.append((label, list(sents)))
     groups = dedup_sentences([s for _, s in merged], near_duplicate)
-    return [lab for lab, _ in merged], groups, len(merged) > 1
+    return [lab for lab, _ in merged][::-1], groups[::-1], len(merged) > 1  # the newest date first
 
 
 def _merge_one(pair: MergePair, near_duplicate: float) -> str:

@@ -1,4 +1,4 @@
-"""EVAL.md's metrics: tokens, rendering, @k / @B cuts, strict evidence counting, AGPR ranking depth."""
+"""docs/evaluation.md's metrics: tokens, rendering, @k / @B cuts, strict evidence counting, AGPR ranking depth."""
 from __future__ import annotations
 
 import math
@@ -32,7 +32,7 @@ def test_source_starts_in_merged_text():
     orig = {"a": "Ann: I adopted a dog. It is brown.", "b": "Bo: Nice! It is brown.", "c": "Ann: I adopted a dog."}
     m = ExtractiveMerger()
     t_ab = m.merge([MergePair(MemoryItem("a", orig["a"], DAY0), MemoryItem("b", orig["b"], DAY0 + DAY))])[0]
-    assert t_ab == "[8 May 2023] Ann: I adopted a dog. It is brown. [9 May 2023] Bo: Nice!"
+    assert t_ab == "[9 May 2023] Bo: Nice! [8 May 2023] Ann: I adopted a dog. It is brown."
     s = source_starts(t_ab, ["a", "b"], orig)
     assert s == {"a": t_ab.index("Ann:"), "b": t_ab.index("Bo:")}
     # c is an exact duplicate of a's first sentence: it counts where that sentence sits

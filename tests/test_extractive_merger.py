@@ -82,35 +82,54 @@ def test_same_day_inputs_have_no_tags():
     assert out == "Caroline: hi there. Melanie: hello back."
 
 
-def test_different_days_are_tagged_in_order():
+def test_different_days_are_tagged_newest_first():
     out = merge1(item("Caroline: I went to the support group."), item("Melanie: I painted a lake.", 1))
-    assert out == ("[8 May 2023] Caroline: I went to the support group. "
-                   "[9 May 2023] Melanie: I painted a lake.")
+    assert out == ("[9 May 2023] Melanie: I painted a lake. "
+                   "[8 May 2023] Caroline: I went to the support group.")
 
 
-def test_older_item_with_later_tag_is_sorted_chronologically():
+def test_older_item_with_later_tag_is_sorted_by_date():
     older = item("[8 May 2023] Caroline went hiking. [10 June 2023] Caroline adopted a dog.")
     newer = item("Melanie ran a marathon.", 2)  # 10 May 2023
     out = merge1(older, newer)
-    assert out == ("[8 May 2023] Caroline went hiking. [10 May 2023] Melanie ran a marathon. "
-                   "[10 June 2023] Caroline adopted a dog.")
-    # chronological, not alphabetical: "10 June" < "2 December", and years count
+    assert out == ("[10 June 2023] Caroline adopted a dog. [10 May 2023] Melanie ran a marathon. "
+                   "[8 May 2023] Caroline went hiking.")
+    # by date, not alphabetical: "10 June" < "2 December", and years count
     out = merge1(item("[2 December 2022] Old news here."), item("Fresh news here.", 0))
-    assert tags(out) == ["2 December 2022", "8 May 2023"]
+    assert tags(out) == ["8 May 2023", "2 December 2022"]
 
 
 def test_same_date_segments_coalesce():
     older = item("[8 May 2023] First thing. [9 May 2023] Second thing.")
     newer = item("[8 May 2023] Third thing. [9 May 2023] Fourth thing.", 1)
-    assert merge1(older, newer) == ("[8 May 2023] First thing. Third thing. "
-                                    "[9 May 2023] Second thing. Fourth thing.")
+    assert merge1(older, newer) == ("[9 May 2023] Second thing. Fourth thing. "
+                                    "[8 May 2023] First thing. Third thing.")
 
 
 def test_repeat_on_later_date_dropped():
     older = item("Caroline went hiking. She saw a bear.")
     newer = item("She saw a bear. Melanie baked bread.", 1)
-    assert merge1(older, newer) == ("[8 May 2023] Caroline went hiking. She saw a bear. "
-                                    "[9 May 2023] Melanie baked bread.")
+    assert merge1(older, newer) == ("[9 May 2023] Melanie baked bread. "
+                                    "[8 May 2023] Caroline went hiking. She saw a bear.")
+
+
+def test_knowledge_update_keeps_the_newer_value_first():
+    """A changed value of one fact survives a merge, and the newer one is read first, however
+    the merge is nested (docs/method.md, the extractive merger)."""
+    old = item("Caroline: I live in Denver. Caroline: I work as a nurse these days.", 0, "old")
+    other = item("Melanie: I painted a lake.", 10, "other")
+    new = item("Caroline: I moved, I now live in Austin. Caroline: I switched jobs, I now work as a pilot.", 40, "new")
+    out = merge1(old, new)
+    for v in ("Denver", "Austin", "nurse", "pilot"):
+        assert v in out
+    assert out.index("Austin") < out.index("Denver") and out.index("pilot") < out.index("nurse")
+    m = ExtractiveMerger()
+    (o_other,) = m.merge([MergePair(old, other)])
+    (nested,) = m.merge([MergePair(MemoryItem("oo", o_other, other.timestamp), new)])
+    assert nested.index("Austin") < nested.index("Melanie") < nested.index("Denver")
+    (other_new,) = m.merge([MergePair(other, new)])
+    (nested,) = m.merge([MergePair(old, MemoryItem("on", other_new, new.timestamp))])
+    assert nested.index("Austin") < nested.index("Denver") and nested.index("pilot") < nested.index("nurse")
 
 
 def test_remerge_keeps_three_dates():
@@ -120,13 +139,13 @@ def test_remerge_keeps_three_dates():
     m = ExtractiveMerger()
     (ab,) = m.merge([MergePair(a, b)])
     (abc,) = m.merge([MergePair(MemoryItem("ab", ab, b.timestamp), c)])
-    assert tags(abc) == ["8 May 2023", "9 May 2023", "11 May 2023"]
-    assert abc == ("[8 May 2023] Caroline went to the support group. "
+    assert tags(abc) == ["11 May 2023", "9 May 2023", "8 May 2023"]
+    assert abc == ("[11 May 2023] Caroline moved to Sweden 4 years ago. "
                    "[9 May 2023] Melanie painted a lake. She has 2 kids. "
-                   "[11 May 2023] Caroline moved to Sweden 4 years ago.")
+                   "[8 May 2023] Caroline went to the support group.")
     # and the other way round: an older single memory merged with a later merge
     (c_ab,) = m.merge([MergePair(MemoryItem("c", c.text, T0 - DAY), MemoryItem("ab", ab, b.timestamp))])
-    assert tags(c_ab) == ["7 May 2023", "8 May 2023", "9 May 2023"]
+    assert tags(c_ab) == ["9 May 2023", "8 May 2023", "7 May 2023"]
 
 
 def test_abbreviations_and_decimals_not_split():
@@ -142,7 +161,7 @@ def test_abbreviations_and_decimals_not_split():
 
 def test_non_tag_brackets_and_invalid_dates_are_text():
     out = merge1(item("See [31 February 2023] and [note] here."), item("Other text.", 1))
-    assert out == "[8 May 2023] See [31 February 2023] and [note] here. [9 May 2023] Other text."
+    assert out == "[9 May 2023] Other text. [8 May 2023] See [31 February 2023] and [note] here."
 
 
 def test_batch_order_preserved_and_empty():
@@ -209,12 +228,12 @@ def test_random_pairs_length_bound_and_no_lost_numbers():
         # no number (or any token) of the inputs' sentences is lost by the Jaccard rule
         in_nums = {t for t in normalize(_body(older.text) + " " + _body(newer.text)) if t.isdigit()}
         assert in_nums <= set(normalize(_body(out)))
-        # tags are in chronological order and only from the inputs' dates
+        # tags are newest first and only from the inputs' dates
         dates = [(int(y), n, int(d)) for d, n, y in TAG.findall(out)]
         months = {n: i for i, n in enumerate(("January February March April May June July "
                                                "August September October November December").split())}
         keys = [(y, months[n], d) for y, n, d in dates]
-        assert keys == sorted(keys) and len(set(keys)) == len(keys)
+        assert keys == sorted(keys, reverse=True) and len(set(keys)) == len(keys)
         memories.append(MemoryItem(f"m{trial}", out, newer.timestamp))
     assert len(memories) == 400
 
@@ -289,14 +308,14 @@ def test_coverage_keeps_both_values_of_a_knowledge_update():
                "Caroline: great talking.", 40)
     out, dropped = condense1(old, new, 30)
     assert "Honda Civic" in out and "Subaru Outback" in out and dropped > 0
-    assert out.index("Honda Civic") < out.index("Subaru Outback")  # time order, each with its date
+    assert out.index("Subaru Outback") < out.index("Honda Civic")  # the newer value first, each with its date
 
 
 def test_condense_keeps_the_tags_of_kept_segments():
     older = item("Ann met Bo at the lake. we talked and talked and talked for hours.")
     newer = item("lunch was fine and nothing happened. Bo left for Rome.", 3)
     out, _ = condense1(older, newer, 16, salience="centroid")  # a tag counts 3 words here
-    assert out == "[8 May 2023] Ann met Bo at the lake. [11 May 2023] Bo left for Rome."
+    assert out == "[11 May 2023] Bo left for Rome. [8 May 2023] Ann met Bo at the lake."
     out, _ = condense1(older, newer, 16)  # coverage: Bo is covered by the later sentence first
     assert out == "[11 May 2023] lunch was fine and nothing happened. Bo left for Rome."
     out2, _ = condense1(older, newer, 9)  # room for one tagged sentence and nothing else

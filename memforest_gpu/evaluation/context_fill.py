@@ -1,11 +1,11 @@
 """Filling the context budget with the part of a merged node that matched (issue 38).
 
-EVAL.md's ``@B`` cut shows nodes in rank order, each rendered ``"[date] text"``, and cuts the
-last one to fit the budget. A merged node's text is its sources' sentences in time order, so a
-long merged node that ranks first because of one source can fill the budget with the sources
-before it, the one that matched cut off. ``fill="matched"`` renders each merged node *for the
-question*: its sources in the order of their match to the question, each with its sentences
-kept verbatim in the merged text and its date tag, so a cut drops the sources that matched least.
+docs/evaluation.md's ``@B`` cut shows nodes in rank order, each rendered ``"[date] text"``, and cuts
+the last one to fit the budget. A merged node's text is its sources' sentences by date (newest
+first), so a long merged node that ranks first because of one source can fill the budget with the
+sources before it, the one that matched cut off. ``fill="matched"`` renders each merged node *for
+the question*: its sources in the order of their match to the question, each with its sentences kept
+verbatim in the merged text and its date tag, so a cut drops the sources that matched least.
 
 - A source's match: the cosine of the question to the key that holds it (a store with keys,
   docs/merged-keys.md: the source's own vector, or the centre of its cluster); in a store without
@@ -267,8 +267,8 @@ def _pieces(nodes: list[int], parts_of, max_tokens: int):
 
 
 def _cut(pieces, max_tokens: int) -> list[tuple[int, View, int | None]]:
-    """The pieces that fit the max_tokens, the last one cut to fit (EVAL.md's ``@B``; the product's
-    :func:`~memforest_gpu.retrieval.context.fit`)."""
+    """The pieces that fit the max_tokens, the last one cut to fit (docs/evaluation.md's ``@B``;
+    the product's :func:`~memforest_gpu.retrieval.context.fit`)."""
     return [(j, v, None if n is None else int(v.ws_end[n - 1]))
             for (j, v), n in fit(pieces, max_tokens, lambda p: len(p[1].ws_end))]
 

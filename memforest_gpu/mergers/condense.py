@@ -3,17 +3,17 @@ keep them all.
 
 When a merged text would pass the node cap (``cap_policy="condense"`` of
 :class:`~memforest_gpu.config.MergeConfig`, :meth:`~.extractive.ExtractiveMerger.condense`),
-whole sentences are kept in priority order while they fit, then written in their
-original order (with the tags of the segments that keep a sentence). The priority
-(``salience``):
+whole sentences are kept in priority order while they fit, then written in their order in
+the merged text, the newest date first (with the tags of the segments that keep a sentence).
+The priority (``salience``):
 
 - ``"coverage"`` (the default): a greedy cover of what the pair says. Each step takes the
   sentence that brings the most content words (lowercase tokens, stop words out) not yet
   covered by the sentences taken, per word of its length; a word of a name, a number or a
-  date counts twice; ties by original order. So a sentence that repeats what is kept waits,
-  and what each input says that the other does not comes first, wherever it sits in the
-  text. Sentences that bring nothing new follow in the ``"centroid"`` order. Chosen on long
-  memories of the dev file: docs/studies/long-memories.md.
+  date counts twice; ties by text order (the newer date wins). So a sentence that repeats
+  what is kept waits, and what each input says that the other does not comes first, wherever
+  it sits in the text. Sentences that bring nothing new follow in the ``"centroid"`` order.
+  Chosen on long memories of the dev file: docs/studies/long-memories.md.
 - ``"centroid"``: (a) first the sentences carrying content a summary must not lose: a digit,
   a month or weekday name, or a capitalised word that is not the sentence's first (a name);
   (b) within each tier, the sentences closest to the pair's content: the cosine of the

@@ -19,7 +19,12 @@ Rules, in order:
    (not, no, never, n't ...) differ from the kept one's is never dropped as a near
    duplicate.
 4. If every segment of both inputs has the same date, no tags are written; otherwise
-   every segment is written with its tag. Segments left empty by step 3 vanish.
+   every segment is written with its tag, **the newest date first** (a day's sentences in
+   the order they were said). Segments left empty by step 3 vanish.
+
+So a repeated sentence keeps the date it was first said (step 3), and where two dates say
+different values of one fact (a moved city, a changed job) the newer value is read first, and
+first where a context or condensing keeps the head of a text (docs/method.md).
 
 Condensing (:meth:`ExtractiveMerger.condense`, the ``cap_policy="condense"`` of
 :class:`~memforest_gpu.config.MergeConfig`) keeps the sentences a merge over the node cap can
@@ -132,7 +137,7 @@ class ExtractiveMerger:
         >>> a = MemoryItem("a", "Caroline: I joined a support group.", 1683554160.0)  # 8 May 2023
         >>> b = MemoryItem("b", "Melanie: I painted a lake.", 1683640560.0)  # 9 May 2023
         >>> ExtractiveMerger().merge([MergePair(a, b)])
-        ['[8 May 2023] Caroline: I joined a support group. [9 May 2023] Melanie: I painted a lake.']
+        ['[9 May 2023] Melanie: I painted a lake. [8 May 2023] Caroline: I joined a support group.']
 
     ``near_duplicate`` is the token-set Jaccard at or above which a sentence counts as a
     repeat of a kept one (1.0: only the same token set in another order). ``processes``:
@@ -250,7 +255,8 @@ def _merged(q: tuple, near_duplicate: float) -> tuple[list[str], list[list[str]]
         else:
             labels.append(label)
             groups.append(sents)
-    return labels, _dedup(groups, near_duplicate), len(labels) > 1
+    kept = _dedup(groups, near_duplicate)  # in time order: a repeat keeps its first date
+    return labels[::-1], kept[::-1], len(labels) > 1  # written the newest date first (rule 4)
 
 
 def _merge_one(q: tuple, near_duplicate: float) -> str:
