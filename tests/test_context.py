@@ -230,3 +230,33 @@ def test_the_old_budget_keyword_still_works_with_a_warning():
         search(out, query, embedder=emb, budget=12, max_tokens=12)
     with pytest.raises(TypeError, match="unexpected keyword argument 'tokens'"):
         search(out, query, embedder=emb, tokens=12)
+
+
+def test_a_knowledge_update_keeps_the_newer_value_first_through_compress_and_search():
+    """The old and the new value of a fact, merged by the default compression, are both kept and the
+    newer is read first in the default context, whole or cut at the budget (docs/method.md, the
+    extractive merger)."""
+    import dataclasses
+
+    from memforest_gpu import CompressConfig, compress
+
+    emb = BagOfWordsEmbedder()
+    notes = [("old", "Caroline: I live in Denver near the park.", DAY0),
+             ("x1", "Melanie painted a lake at sunrise.", DAY0 + 10 * DAY),
+             ("new", "Caroline: I moved, I now live in Austin near the park.", DAY0 + 40 * DAY),
+             ("x2", "Dana planted tulips near the fence.", DAY0 + 50 * DAY)]
+    inp = MemoryStore.from_records([{"id": i, "text": t, "timestamp": ts, "tenant": "t"} for i, t, ts in notes],
+                                   embedder=emb)
+    cfg = CompressConfig()
+    cfg = dataclasses.replace(cfg, merge=dataclasses.replace(cfg.merge, ratio=0.25))
+    out = compress(inp, cfg, embedder=emb, device="cpu").store
+    (node,) = [j for j, s in enumerate(out.sources) if len(s) > 1]
+    assert sorted(out.sources[node]) == ["new", "old"]
+    text = out.texts[node]
+    assert text.index("Austin") < text.index("Denver")
+    query = "Where does Caroline live now?"
+    whole = search(out, query, embedder=emb, max_tokens=10_000)[0][0]  # the default fill, nothing cut
+    assert whole["sources"] == ["old", "new"] and whole["text"] == text  # its own tags, not one more
+    assert whole["text"].index("Austin") < whole["text"].index("Denver")
+    cut = search(out, query, embedder=emb, max_tokens=12, fill="plain")[0]  # the head of the node: the newer value
+    assert len(cut) == 1 and cut[0]["cut"] and "Austin" in cut[0]["text"] and "Denver" not in cut[0]["text"]

@@ -1,18 +1,18 @@
 """The context a search gives: a token budget filled with the parts of merged nodes that matched.
 
-A merged node's text is its sources' sentences in time order, so a merged node found through one
-of its sources' keys can spend the whole budget on the sources before it, the one that matched cut
-off. ``fill="ranked"`` (docs/long-memories.md) cuts every merged node that has keys into **parts**,
-one per key: each sentence of the merged text (with the date tag of its segment) is embedded by the
-store's embedder and given to the key it is closest to; a part is a key's sentences in text order,
-shown ``"[date] sentence sentence ..."`` with the date of its first sentence's segment. Nothing but
-the store and its embedder is read. The parts of the hits are then shown in the order of the
-store's own rule with each part's own key in place of the node's best key,
-``w cos(q, text) + (1 - w) cos(q, key)`` (:mod:`memforest_gpu.store.keys`): a node's second source
-comes before another node's first when its key matches the question better, and the part that
-matched comes first even when the node's text begins with other sources. An original, a node
-without keys, and every node of a store without keys is one piece, its whole text
-``"[date] text"`` (``fill="plain"``: every hit so, in rank order, as the evaluation's ``@B`` cut).
+A merged node's text is its sources' sentences by date (newest first), so a merged node found
+through one of its sources' keys can spend the whole budget on the sources before it, the one that
+matched cut off. ``fill="ranked"`` (docs/long-memories.md) cuts every merged node that has keys into
+**parts**, one per key: each sentence of the merged text (with the date tag of its segment) is
+embedded by the store's embedder and given to the key it is closest to; a part is a key's sentences
+in text order, shown ``"[date] sentence sentence ..."`` with the date of its first sentence's
+segment. Nothing but the store and its embedder is read. The parts of the hits are then shown in the
+order of the store's own rule with each part's own key in place of the node's best key,
+``w cos(q, text) + (1 - w) cos(q, key)`` (:mod:`memforest_gpu.store.keys`): a node's second
+source comes before another node's first when its key matches the question better, and the part
+that matched comes first even when the node's text begins with other sources. An original, a node
+without keys, and every node of a store without keys is one piece, its whole text ``"[date] text"``
+(:func:`dated`; ``fill="plain"``: every hit so, in rank order, as the evaluation's ``@B`` cut).
 
 Pieces are shown until ``max_tokens`` whitespace tokens are used (the token count of the
 evaluation's ``@B`` cut, docs/evaluation.md); only the last piece is cut, to its first tokens
@@ -46,7 +46,7 @@ from ..renamed import renamed_keyword
 from ..sentences import split_sentences
 from ..store.timeutil import DATE_TAG, format_date
 
-__all__ = ["FILLS", "MIN_CONTEXT_TOKENS", "Piece", "context", "whole_tags", "dated_sentences", "key_parts",
+__all__ = ["FILLS", "MIN_CONTEXT_TOKENS", "Piece", "context", "whole_tags", "dated", "dated_sentences", "key_parts",
            "part_scores", "in_rule_order", "ranked_pieces", "fit", "focus", "focus_many", "fit_focused", "default_fill",
            "check_fill", "has_keys", "has_merged"]
 
@@ -105,6 +105,13 @@ def check_fill(fill: str, max_tokens, store, embedder) -> None:
     if fill in ("focused", "pooled") and embedder is None:
         raise ValueError(f"fill={fill!r} needs the embedder of the store's vectors (it matches the sentences of "
                          "a piece longer than the budget left to the query): pass embedder=, or fill='ranked'")
+
+
+def dated(text: str, timestamp: float) -> str:
+    """A whole node as shown: ``"[date] text"``, or its text as it is when it begins with a date tag
+    (a merged text tags every date itself, the newest first: a second tag would repeat it)."""
+    m = DATE_TAG.match(text)
+    return text if m is not None and m.start() == 0 else f"[{format_date(timestamp)}] {text}"
 
 
 def dated_sentences(text: str, timestamp: float) -> list[tuple[str, str]]:
@@ -177,7 +184,7 @@ def ranked_pieces(store, nodes: Sequence[int], q_vec: torch.Tensor, embed: Calla
         t, by_key = part_scores(store, j, q_vec)
         srcs = list(store.sources[j])
         if not by_key or len(srcs) < 2:  # one piece: the whole node, scored as the node
-            whole = f"[{format_date(float(ts[j]))}] {store.texts[j]}"
+            whole = dated(store.texts[j], float(ts[j]))
             s = max(by_key.values()) if by_key else t
             return [(s, Piece(j, store.ids[j], srcs, whole, s))]
         if j not in memo:
@@ -337,7 +344,7 @@ def context(store, result, queries: torch.Tensor, *, max_tokens: int | None = No
         nodes = [j for j in row if j >= 0]
         if fill == "plain" or not has_keys(store):
             pieces: Iterable[Piece] = (Piece(j, store.ids[j], list(store.sources[j]),
-                                             f"[{format_date(float(store.timestamps[j]))}] {store.texts[j]}", s)
+                                             dated(store.texts[j], float(store.timestamps[j])), s)
                                        for j, s in zip(row, sc[q]) if j >= 0)
         else:
             pieces = ranked_pieces(store, nodes, q_all[q], embed, memo=memo)
