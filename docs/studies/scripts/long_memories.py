@@ -126,7 +126,7 @@ def run_shape(a, shape, emb, records, scores):
     from memforest_gpu.evaluation.lost_answers import classify, lost_table, update_reading
     from memforest_gpu.evaluation.metrics import NodeViews
 
-    bench = load_shape(a.benchmark, shape)
+    bench = load_shape(a.benchmark, shape, seed=a.shape_seed)
     store = bench.store(emb, device="cpu")
     q = _Questions(bench, emb, "cpu")
     emb.flush()
@@ -192,7 +192,9 @@ def main(argv=None) -> int:
     p.add_argument("--variants", default="preset", help="NAME=METHOD[;stage.field=value...], separated by ','")
     p.add_argument("--fills", default="plain,matched")
     p.add_argument("--preset", default="memforest")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the methods' seed (random merge, ...)")
+    p.add_argument("--shape-seed", type=int, default=0,
+                   help="the seed that draws the knowledge-update shapes' values, sessions and turns")
     p.add_argument("--budget", type=int, default=256)
     p.add_argument("--cache", required=True)
     p.add_argument("--out", required=True)
