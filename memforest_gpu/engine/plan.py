@@ -31,7 +31,7 @@ from ..config import CompressConfig, TreeConfig
 from ..kernels.blocks import for_device
 from ..kernels.edge_mst import edge_forest
 from ..kernels.matching import best_edge_per_tree, greedy_matching
-from ..kernels.mst import edge_key, spanning_forest, tree_degrees
+from ..kernels.mst import edge_key, spanning_degrees, spanning_forest
 from .edges import Ends, edge_weight
 from .memory import MemoryPlan
 from .trees import KNN, Bucket, TreeBatch, knn_planned
@@ -318,7 +318,7 @@ def _scored_forest(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap: int | 
     Wt, W, est = _edge_weights(bk, r, cfg, cap, rng)  # edge weights, cosines (Bucket.W), est. merged lengths
     B, m, _ = W.shape
     u, v, w, ok = spanning_forest(Wt, bk.slot[r] >= 0, maximum=(cfg.tree.kind != "min"))
-    deg = tree_degrees(u, v, ok, m)  # (B', m)
+    deg = spanning_degrees(u, v, ok, m)  # (B', m)
     E = u.shape[1]  # edges per tree (padded)
     tree_of = torch.arange(B, device=W.device)[:, None].expand(B, E)
     score = degree_adjusted(w.reshape(-1), (deg.gather(1, u) + deg.gather(1, v)).reshape(-1), ok.reshape(-1),
