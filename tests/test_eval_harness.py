@@ -148,8 +148,8 @@ def test_cli_maps_config_flags():
     c = _config(p.parse_args(["--benchmark", "b", "--size-weight", "0.3", "--time-weight", "0.5",
                               "--max-node-tokens", "128", "--time-rule", "gated", "--time-min-cos", "0.4",
                               "--cap-policy", "strict"]))
-    assert (c.tree.size_weight, c.tree.time_weight, c.merge.max_node_tokens) == (0.3, 0.5, 128)
-    assert (c.tree.time_rule, c.tree.time_min_cos, c.merge.cap_policy) == ("gated", 0.4, "strict")
+    assert (c.spanning.size_weight, c.spanning.time_weight, c.merge.max_node_tokens) == (0.3, 0.5, 128)
+    assert (c.spanning.time_rule, c.spanning.time_min_cos, c.merge.cap_policy) == ("gated", 0.4, "strict")
     # no flag: the same config as `memforest compress` without flags (the default preset)
     d = _config(p.parse_args(["--benchmark", "b"]))
     assert d == preset("memforest") == CompressConfig() == config_from_args(

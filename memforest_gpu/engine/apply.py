@@ -126,7 +126,7 @@ def _knn_round(batch: TreeBatch, bk: Bucket, pairs: RoundPairs) -> list[_KnnRoun
     Every tree's result is the same whatever the grouping.
     """
     dev = bk.slot.device
-    m, c = bk.m, batch.tree.knn + 1
+    m, c = bk.m, batch.spanning.knn + 1
     products = tree_products_pay(pairs.row_np, m, 2 * c)  # decided once for the bucket's round
     rows, touched = np.unique(pairs.row_np, return_inverse=True)  # touched rows; each pair's among them
     touched = touched.reshape(-1)
@@ -144,7 +144,7 @@ def _knn_round(batch: TreeBatch, bk: Bucket, pairs: RoundPairs) -> list[_KnnRoun
             sel = order[start[g0]:start[g1 - 1] + counts[g1 - 1]]
             group = pairs.take(sel, touched[sel] - g0)
         moves = SlotMoves.of(torch.as_tensor(rows[g0:g1], device=dev), group, m)
-        sims = merged_lists(bk, batch.vectors, group, moves, batch.tree, batch.cap, products=products, most=most)
+        sims = merged_lists(bk, batch.vectors, group, moves, batch.spanning, batch.cap, products=products, most=most)
         stale = stale_entries(bk, moves)
         if sims is not None:
             stale = _fill_from_products(bk, moves.rows, stale, sims, group)

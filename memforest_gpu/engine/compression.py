@@ -126,12 +126,12 @@ def setup_run(store: MemoryStore, config: CompressConfig | None = None, *, embed
             raise ValueError(f"quotas must be for the partition's {n_trees} trees of sizes "
                              f"{tree_size.tolist()[:8]}..., got {len(quotas.per_tree)} trees")
         # the size term and the bounds of engine/edges.py need lengths too
-        t = cfg.tree
+        t = cfg.spanning
         counted = t.size_weight > 0 or t.length_last is not None or t.drift_min_cos is not None
         cap, counter = cap_and_counter(cfg.merge.max_node_tokens, embedder, count=counted)
         tokens = torch.as_tensor(count_column(counter, store.texts)).to(dev) if counter is not None else None
         batch = build_trees(partition.tree, tree_size, emb, ts, codes, tokens, dtype=getattr(torch, cfg.storage_dtype),
-                            config=cfg.tree, cap=cap if cfg.merge.cap_policy == "strict" else None,
+                            config=cfg.spanning, cap=cap if cfg.merge.cap_policy == "strict" else None,
                             merges=int(quotas.per_tree.sum()), reuse=memory.reuses_rows(cfg, emb, store),
                             save_codes=cfg.merge.keys != 0)
     table = NodeTable(store, map_texts=memory.maps_texts(store.texts.arrow.nbytes))
@@ -327,7 +327,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     centre = _centres(s, store) if reuse and partition is None else None
     merger, fallback = with_fallback(merger)
     owed = Owed.start(s.quotas)
-    rng = np.random.default_rng(s.cfg.merge.seed)  # only the "random" tree kind draws from it
+    rng = np.random.default_rng(s.cfg.merge.seed)  # only the "random" spanning kind draws from it
     logs: list[MergeLog] = []  # each round's merges
     # merged nodes' vectors for the output: the trees' own table when it holds them as they
     # are (float32 storage), else one (P, D) block per round

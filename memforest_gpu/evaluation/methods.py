@@ -40,18 +40,18 @@ def _replace(cfg: CompressConfig, stage: str, **kw) -> CompressConfig:
 ABLATIONS: dict[str, Callable[[CompressConfig], CompressConfig]] = {
     "no-semantic": lambda c: _replace(c, "partition", use_semantic=False),  # reassignment by time only
     "no-temporal": lambda c: _replace(c, "partition", use_temporal=False),  # reassignment by meaning only
-    "random-order": lambda c: _replace(c, "tree", kind="random"),  # random merge order, not the spanning tree
-    "min-tree": lambda c: _replace(c, "tree", kind="min"),  # minimum instead of maximum spanning tree
-    "no-degree": lambda c: _replace(c, "tree", eta=1.0),  # w' = w: no degree term
-    "degree-max": lambda c: _replace(c, "tree", degree_norm="max", eta=0.9),  # the authors' code (their Mem0 eta)
-    "no-time-edges": lambda c: _replace(c, "tree", time_weight=0.0),  # cosine-only edges (the paper's tree)
-    "no-size-edges": lambda c: _replace(c, "tree", size_weight=0.0),  # no size term on the edges (the paper's)
-    "dense-graph": lambda c: _replace(c, "tree", graph="dense"),  # every pair of a tree, not nearest neighbours
+    "random-order": lambda c: _replace(c, "spanning", kind="random"),  # random merge order, not the spanning tree
+    "min-tree": lambda c: _replace(c, "spanning", kind="min"),  # minimum instead of maximum spanning tree
+    "no-degree": lambda c: _replace(c, "spanning", eta=1.0),  # w' = w: no degree term
+    "degree-max": lambda c: _replace(c, "spanning", degree_norm="max", eta=0.9),  # the authors' code (their Mem0 eta)
+    "no-time-edges": lambda c: _replace(c, "spanning", time_weight=0.0),  # cosine-only edges (the paper's tree)
+    "no-size-edges": lambda c: _replace(c, "spanning", size_weight=0.0),  # no size term on the edges (the paper's)
+    "dense-graph": lambda c: _replace(c, "spanning", graph="dense"),  # every pair of a tree, not nearest neighbours
     # not ablations: the dense graph above (the reference of the knn graph), and the method's defaults for
     # partition, tree and node cap, whatever the base config says
     "paper": lambda c: dataclasses.replace(c, partition=dataclasses.replace(PRESETS["paper"].partition,
                                                                             seed=c.partition.seed),
-                                           tree=PRESETS["paper"].tree,
+                                           spanning=PRESETS["paper"].spanning,
                                            merge=dataclasses.replace(c.merge, max_node_tokens=None)),
 }
 METHOD_NAMES = ("none", *BASELINES, "streammeco", "memforest", *(f"memforest-{a}" for a in ABLATIONS))
