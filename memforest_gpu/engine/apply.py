@@ -21,9 +21,9 @@ from .plan import Plan
 from .trees import (
     KNN,
     Bucket,
+    BucketLayout,
     RoundPairs,
     SlotMoves,
-    TreeBatch,
     compute_dtype,
     merged_lists,
     row_sims,
@@ -34,7 +34,7 @@ from .trees import (
 __all__ = ["apply_round", "pair_means"]
 
 
-def pair_means(batch: TreeBatch, plan: Plan, *, put: tuple[np.ndarray, np.ndarray] | None = None
+def pair_means(batch: BucketLayout, plan: Plan, *, put: tuple[np.ndarray, np.ndarray] | None = None
                ) -> torch.Tensor | None:
     """Normalised mean of each planned pair's two vectors (when there is no embedder). Where
     the run's vectors are stored in their compute dtype, the means are written straight into
@@ -64,7 +64,7 @@ def pair_means(batch: TreeBatch, plan: Plan, *, put: tuple[np.ndarray, np.ndarra
     return out
 
 
-def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor | None, new_rows: np.ndarray,
+def apply_round(batch: BucketLayout, plan: Plan, vectors: torch.Tensor | None, new_rows: np.ndarray,
                 tokens: torch.Tensor | None = None, at: np.ndarray | None = None) -> None:
     """Update ``batch`` in place with the round's merges.
 
@@ -117,7 +117,7 @@ def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor | None, new_
 ROUND_BLOCK_BYTES = {"cpu": 64 << 20, "cuda": 2 << 30}
 
 
-def _knn_round(batch: TreeBatch, bk: Bucket, pairs: RoundPairs) -> list[_KnnRound]:
+def _knn_round(batch: BucketLayout, bk: Bucket, pairs: RoundPairs) -> list[_KnnRound]:
     """A knn bucket's merged lists, and its stale entries for :func:`_refresh`.
 
     The touched trees are taken in groups whose merged nodes' products with their trees
@@ -199,7 +199,7 @@ class _KnnRound(NamedTuple):
     stale: torch.Tensor
 
 
-def _refresh(batch: TreeBatch, parts: list[_KnnRound]) -> None:
+def _refresh(batch: BucketLayout, parts: list[_KnnRound]) -> None:
     """New cosines for the stale entries of every knn bucket that no merged node's products
     covered, computed from their vectors after one host read (how many there are in each
     group). The node rows of an entry's two ends are looked up for the stale entries only:

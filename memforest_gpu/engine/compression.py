@@ -1,7 +1,7 @@
 """MemForest compression (docs/method.md sections 1-3): the stages wired together.
 
     store ─setup_run()─▶ RunSetup (partition_nodes ─▶ Partition, removal_quotas ─▶ Quotas,
-                                   build_trees ─▶ TreeBatch)
+                                   build_trees ─▶ BucketLayout)
     per round:  merge_round(): plan_round ─▶ Plan ─▶ merge_texts (one merger call)
                 ─▶ embedder / pair_means ─▶ apply_round (device)  +  NodeTable (host)
     at the end: assemble() ─▶ MemoryStore, run_report() ─▶ CompressReport
@@ -51,7 +51,7 @@ from .output import (
 from .partition import Partition, check_rules, constrain, partition_nodes
 from .plan import Plan, plan_round
 from .quotas import Quotas, redistribute, removal_quotas
-from .trees import TreeBatch, build_trees
+from .trees import BucketLayout, build_trees
 
 __all__ = ["RunSetup", "setup_run", "STAGES", "progress_bar", "Owed", "Round", "merge_round", "older_first",
            "round_merges", "compress", "dry_run", "run_report", "Tally"]
@@ -76,7 +76,7 @@ class RunSetup:
     names: list[str]
     part: Partition
     quotas: Quotas
-    batch: TreeBatch | None
+    batch: BucketLayout | None
     table: NodeTable
     emb: torch.Tensor
     cap: int | None

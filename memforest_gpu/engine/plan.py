@@ -34,7 +34,7 @@ from ..kernels.matching import best_edge_per_tree, greedy_matching
 from ..kernels.mst import edge_key, spanning_degrees, spanning_forest
 from .edges import Ends, edge_weight
 from .memory import MemoryPlan
-from .trees import KNN, Bucket, TreeBatch, knn_planned
+from .trees import KNN, Bucket, BucketLayout, knn_planned
 
 __all__ = ["Plan", "plan_round", "Candidates", "degree_adjusted", "dense_candidates", "EDGE_BUDGET", "knn_candidates",
            "Vertices", "Edges", "BlockRows"]
@@ -77,7 +77,7 @@ class Plan:
 _HOST_COLUMNS = ("bucket", "row", "tree", "node_a", "node_b", "similarity")
 
 
-def plan_round(batch: TreeBatch, need: np.ndarray, remaining: np.ndarray, cfg: CompressConfig,
+def plan_round(batch: BucketLayout, need: np.ndarray, remaining: np.ndarray, cfg: CompressConfig,
                cap: int | None = None, rng: np.random.Generator | None = None, *,
                memory: MemoryPlan | None = None) -> Plan:
     """The pairs every tree in ``need`` merges this round.
@@ -116,7 +116,7 @@ def plan_round(batch: TreeBatch, need: np.ndarray, remaining: np.ndarray, cfg: C
                 similarity=host["similarity"].view(np.float64), offsets=np.concatenate([[0], np.cumsum(counts)]))
 
 
-def _candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap: int | None, rng,
+def _candidates(batch: BucketLayout, need: np.ndarray, cfg: CompressConfig, cap: int | None, rng,
                 matching: bool, memory: MemoryPlan | None) -> tuple[Candidates | None, int]:
     """The round's candidates of every tree in ``need``, the knn planner's first, and the
     number of matching vertices. A tree's candidates depend on its own edges only and both
@@ -247,7 +247,7 @@ def degree_adjusted(w: torch.Tensor, deg_sum: torch.Tensor, eligible: torch.Tens
 EDGE_BUDGET = {"cpu": 1 << 23, "cuda": 1 << 25}
 
 
-def dense_candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap: int | None, rng,
+def dense_candidates(batch: BucketLayout, need: np.ndarray, cfg: CompressConfig, cap: int | None, rng,
                      matching: bool) -> tuple[Candidates | None, int]:
     """The candidate pairs of every tree in ``need`` (all in dense buckets), bucket by bucket,
     and the number of matching vertices they use (``None``, 0 when no tree plans).
@@ -405,7 +405,7 @@ class BlockRows(NamedTuple):
 
     vert: Vertices
     size: int
-    batch: TreeBatch
+    batch: BucketLayout
     cfg: CompressConfig
     cap: int
 
@@ -424,7 +424,7 @@ class _Block(NamedTuple):
 EDGE_BLOCK = {"cpu": 1 << 20, "cuda": 1 << 24}
 
 
-def knn_candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap: int | None,
+def knn_candidates(batch: BucketLayout, need: np.ndarray, cfg: CompressConfig, cap: int | None,
                    matching: bool, memory: MemoryPlan | None = None) -> tuple[Candidates | None, int]:
     """The candidate pairs of every tree in ``need`` (module docstring), and the number of
     global vertices (``None``, 0 when no tree plans). Trees are planned a block of rows at a
@@ -449,7 +449,7 @@ def knn_candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap:
     return Candidates.cat(parts), n
 
 
-def _block_candidates(blk: _Block, batch: TreeBatch, cfg: CompressConfig, cap: int | None,
+def _block_candidates(blk: _Block, batch: BucketLayout, cfg: CompressConfig, cap: int | None,
                       matching: bool) -> Candidates:
     """The candidates of one block's trees, with vertex ids offset by ``blk.first``."""
     dev = batch.vectors.device

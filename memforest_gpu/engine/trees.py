@@ -9,7 +9,7 @@ time, (B, m, knn + 1)). Slots are in time order inside a tree, so a slot index i
 tie key. :func:`~memforest_gpu.engine.apply.apply_round` updates these tensors in place
 after each round; nothing here reads a value back to the host.
 
-Read top to bottom: the buckets (:class:`Bucket`, :class:`TreeBatch`, :func:`build_trees`);
+Read top to bottom: the buckets (:class:`Bucket`, :class:`BucketLayout`, :func:`build_trees`);
 the vectors every bucket reads by node row (:class:`NodeVectors`: no padded (B, m, D) copy);
 the knn graph (:func:`build_knn_graph`, and after a round :func:`merged_lists` and
 :func:`stale_entries`).
@@ -31,7 +31,7 @@ from ..store.codes import int8_codes_on
 from .edges import Ends, edge_weight, ends_of
 from .partition import time_order
 
-__all__ = ["Bucket", "TreeBatch", "build_trees", "DENSE", "KNN", "bucket_graph", "knn_planned", "NodeVectors",
+__all__ = ["Bucket", "BucketLayout", "build_trees", "DENSE", "KNN", "bucket_graph", "knn_planned", "NodeVectors",
            "compute_dtype", "dot64", "dot64_many", "row_sims", "build_knn_graph", "next_live", "merged_lists",
            "stale_entries", "tree_products_pay", "SLOT_DTYPE", "RoundPairs", "SlotMoves"]
 
@@ -78,8 +78,9 @@ class Bucket:
 
 
 @dataclass(frozen=True)
-class TreeBatch:
-    """Every tree of a run with at least two nodes, in buckets by size (largest first).
+class BucketLayout:
+    """The layout of a run's trees: every tree with at least two nodes, laid out once in
+    padded buckets by size (largest first).
     ``bucket_of`` / ``row_of`` (T,) locate tree ``t`` (-1 for one-node trees); ``vectors``
     holds every node's vector by node row; ``spanning`` (a
     :class:`~memforest_gpu.config.SpanningConfig`) and ``cap`` are the settings the knn graph is
@@ -117,7 +118,7 @@ def _cosines(vectors: NodeVectors, slots: torch.Tensor) -> torch.Tensor:
 def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Tensor, timestamps: torch.Tensor,
                 codes: torch.Tensor, tokens: torch.Tensor | None, *, dtype: torch.dtype | None = None,
                 config: SpanningConfig | None = None, cap: int | None = None, budget: int = 1 << 24,
-                merges: int = 0, reuse: bool = False, save_codes: bool = False) -> TreeBatch:
+                merges: int = 0, reuse: bool = False, save_codes: bool = False) -> BucketLayout:
     """Lay out every tree of ``tree`` (global tree id per node, as in a
     :class:`~.partition.Partition`) as padded buckets.
 
@@ -125,12 +126,12 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
     halve them, similarities are still accumulated in float64). ``config``: the spanning stage's
     settings (its ``graph`` / ``knn`` choose each bucket's candidate graph, its edge terms
     and ``cap`` (the planner's) rank the knn graph's neighbours; default the dense graph).
-    No padded copy of the vectors is kept: buckets hold node rows (``TreeBatch.vectors``, with
+    No padded copy of the vectors is kept: buckets hold node rows (``BucketLayout.vectors``, with
     room for ``merges`` merged vectors; ``reuse``: none, merged vectors take dead rows of
     ``embeddings`` itself, see :meth:`~.trees.NodeVectors.put`).
 
     Shape: tree (N,), tree_size (T,) host, embeddings (N, D), timestamps (N,), codes (N,),
-           tokens (N,) or None -> TreeBatch
+           tokens (N,) or None -> BucketLayout
     """
     vectors = NodeVectors(embeddings, dtype or embeddings.dtype, capacity=merges, reuse=reuse, save_codes=save_codes)
     dev = embeddings.device
@@ -167,7 +168,7 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
         buckets.append(bk)
         bucket_of[ids] = b
         row_of[ids] = np.arange(len(ids))
-    return TreeBatch(tuple(buckets), bucket_of, row_of, vectors, config, cap)
+    return BucketLayout(tuple(buckets), bucket_of, row_of, vectors, config, cap)
 
 
 # Which candidate graph a bucket of trees keeps, and which planner plans its trees.
