@@ -250,7 +250,7 @@ def test_configs_are_frozen():
 
 # --------------------------------------------------------------------------- ablations
 ABLATIONS = {
-    "min-tree": CompressConfig(spanning=SpanningConfig(kind="min")),
+    "min-spanning": CompressConfig(spanning=SpanningConfig(kind="min")),
     "random-order": CompressConfig(spanning=SpanningConfig(kind="random")),
     "degree-max": CompressConfig(spanning=SpanningConfig(degree_norm="max", eta=0.9)),
     "no-degree": CompressConfig(spanning=SpanningConfig(eta=1.0)),
@@ -278,7 +278,7 @@ def test_ablations_keep_invariants(small_store, name, schedule):
 
 def test_ablations_change_the_result(small_store):
     ref = sorted(map(sorted, run(small_store, cfg_of(0.5)).store.sources))
-    for name in ("min-tree", "random-order", "no-temporal"):
+    for name in ("min-spanning", "random-order", "no-temporal"):
         base = ABLATIONS[name]
         cfg = CompressConfig(partition=base.partition, spanning=base.spanning, merge=MergeConfig(ratio=0.5))
         assert sorted(map(sorted, run(small_store, cfg).store.sources)) != ref, name
@@ -294,7 +294,7 @@ def test_random_order_is_seeded(small_store):
     assert sorted(map(sorted, a.sources)) != sorted(map(sorted, c.sources))
 
 
-def test_min_tree_merges_dissimilar_pairs(small_store):
+def test_min_spanning_merges_dissimilar_pairs(small_store):
     """The minimum spanning tree ablation merges far less similar pairs than the maximum one."""
     sim = lambda res: np.mean([m.similarity for m in res.merges])  # noqa: E731
     mx = run(small_store, cfg_of(0.3))

@@ -143,8 +143,10 @@ def test_tome_and_memforest_on_duplicate_facts():
 
 def test_method_specs():
     assert parse_method("memforest") == MethodSpec("memforest", "sequential")
-    assert parse_method("memforest-min-tree:matching") == MethodSpec("memforest-min-tree", "matching")
+    assert parse_method("memforest-min-spanning:matching") == MethodSpec("memforest-min-spanning", "matching")
     assert parse_method("tome").label == "tome"
+    with pytest.warns(DeprecationWarning, match="'memforest-min-tree' is renamed 'memforest-min-spanning'"):
+        assert parse_method("memforest-min-tree:matching") == MethodSpec("memforest-min-spanning", "matching")
     for bad, msg in (("nope", "method must be one of"), ("tome:matching", "only memforest"),
                      ("memforest:fast", "schedule of memforest must be one of")):
         with pytest.raises(ValueError, match=msg):
@@ -155,7 +157,7 @@ def test_method_specs():
         (False, True, 0.1, 2)
     assert (c.merge.ratio, c.merge.seed, c.merge.schedule) == (0.3, 2, "matching")
     assert parse_method("memforest-no-degree").config(base, ratio=0.5, seed=0).spanning.eta == 1.0
-    assert parse_method("memforest-min-tree").config(base, ratio=0.5, seed=0).spanning.kind == "min"
+    assert parse_method("memforest-min-spanning").config(base, ratio=0.5, seed=0).spanning.kind == "min"
     assert parse_method("memforest-random-order").config(base, ratio=0.5, seed=0).spanning.kind == "random"
     d = parse_method("memforest-degree-max").config(base, ratio=0.5, seed=0).spanning
     assert (d.degree_norm, d.eta) == ("max", 0.9)

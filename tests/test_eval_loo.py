@@ -61,22 +61,22 @@ def test_candidate_grid_names_and_fields():
     assert c[1].config.merge.schedule == "matching" and c[1].label == "memforest:matching"
 
 
-def test_end_to_end_picks_the_tree_that_keeps_every_answer():
+def test_end_to_end_picks_the_spanning_kind_that_keeps_every_answer():
     bench = duplicate_facts_benchmark(("t0", "t1", "t2"))
     base = CompressConfig()
-    good = Candidate("max-tree", base)
-    bad = Candidate("min-tree", dataclasses.replace(base, spanning=dataclasses.replace(base.spanning, kind="min")))
+    good = Candidate("max-spanning", base)
+    bad = Candidate("min-spanning", dataclasses.replace(base, spanning=dataclasses.replace(base.spanning, kind="min")))
     cs = score_candidates(bench, [bad, good, Candidate("tome", base, method="tome")], [0.5], [0, 1],
                           embedder=BagOfWordsEmbedder(), eval_config=EvalConfig(k=2, max_tokens=fact_budget(),
                                                                                 search_repeats=1))
-    folds = leave_one_out(cs, pool=["min-tree", "max-tree"], compare=("min-tree", "tome"))
+    folds = leave_one_out(cs, pool=["min-spanning", "max-spanning"], compare=("min-spanning", "tome"))
     assert [f["held_out"] for f in folds] == ["t0", "t1", "t2"]
-    assert all(f["chosen"] == "max-tree" for f in folds)
+    assert all(f["chosen"] == "max-spanning" for f in folds)
     for f in folds:
-        assert f["held_out_scores"]["max-tree"]["B:ansr"]["0.5"] == pytest.approx(1.0)
-        assert f["held_out_scores"]["min-tree"]["B:ansr"]["0.5"] < 1.0
-    md = loo_markdown(cs, folds, select="B:ansr_content", compare=("min-tree", "tome"), choice="max-tree")
-    assert "**max-tree** (3 of 3 folds)" in md and "| t1 | 4 | max-tree |" in md
+        assert f["held_out_scores"]["max-spanning"]["B:ansr"]["0.5"] == pytest.approx(1.0)
+        assert f["held_out_scores"]["min-spanning"]["B:ansr"]["0.5"] < 1.0
+    md = loo_markdown(cs, folds, select="B:ansr_content", compare=("min-spanning", "tome"), choice="max-spanning")
+    assert "**max-spanning** (3 of 3 folds)" in md and "| t1 | 4 | max-spanning |" in md
     json.dumps(folds)  # serialisable as written by the CLI
 
 
