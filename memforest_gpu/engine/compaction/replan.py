@@ -1,14 +1,13 @@
 """``compact``: keep every tenant within a budget as memories arrive, re-planning only the
 trees that received memories or must shrink (docs/compaction.md).
 
-    store ─over budget?─▶ the over-budget tenants' rows W
-      ├─ trees    each tenant's event trees
-      (:class:`~memforest_gpu.store.event_trees.EventTrees`): new rows placed into
-      │           its trees (:mod:`.placement`), or a full partition when it has none, was
-      built with
-      │           another config, or has doubled since (``repartition_growth``)
-      ├─ quotas   exactly n - floor(low_water * budget) per tenant, over the trees with the most
-      │           excess (:mod:`.quotas`)
+    store ─over its limit?─▶ the tenants' rows W that are over their limit
+      ├─ trees    each tenant's event trees (:mod:`.compacted_trees`): new rows placed into its
+      │           recorded trees (:mod:`memforest_gpu.engine.placement`), or a full partition
+      │           when it has none, was built with another config, or has doubled since
+      │           (``repartition_growth``)
+      ├─ quotas   exactly n - floor(low_water * max_nodes) per tenant, over the trees with the
+      │           most excess (:mod:`.replan_quotas`)
       ├─ compress those trees only: :func:`~memforest_gpu.engine.compression.compress` with the
       │           ready Partition and Quotas
       └─ splice   the result back in place of its members (each merged node takes its earliest
@@ -37,8 +36,8 @@ from ..output import CompressReport, MergeRecord, first_rows, first_sources, row
 from ..partition import Partition, check_rules
 from ..placement import tree_radius
 from ..quotas import Quotas
-from .quotas import compaction_quotas
-from .trees import Trees, event_trees_of
+from .compacted_trees import CompactedTrees, event_trees_of
+from .replan_quotas import compaction_quotas
 
 __all__ = ["compact", "CompactResult", "CompactReport", "check_keys_rule", "rule_differs", "keys_bound"]
 
@@ -178,7 +177,7 @@ def keys_bound(max_keys) -> int | str:
     return "all" if max_keys is None else max_keys
 
 
-def _rows(W, f: Trees, per_tree, remove, short, budget: CompactConfig) -> list[dict]:
+def _rows(W, f: CompactedTrees, per_tree, remove, short, budget: CompactConfig) -> list[dict]:
     """The plan per tenant (a dry run's report; the merging's outcome replaces nodes_out,
     removed and shortfall)."""
     names = W.tenant_table
@@ -193,7 +192,7 @@ def _rows(W, f: Trees, per_tree, remove, short, budget: CompactConfig) -> list[d
              "repartitioned": bool(f.repartitioned[j])} for j, t in enumerate(names)]
 
 
-def _replan(W, f: Trees, per_tree, cfg, merger, embedder, dev, progress, on_round, elements):
+def _replan(W, f: CompactedTrees, per_tree, cfg, merger, embedder, dev, progress, on_round, elements):
     """Compress the trees with a quota, as one sub-store with a ready partition and quotas."""
     S_rows, S, part, q = _replan_inputs(W, f, per_tree, dev)
     if S is None:
@@ -203,7 +202,7 @@ def _replan(W, f: Trees, per_tree, cfg, merger, embedder, dev, progress, on_roun
     return res, S_rows, S
 
 
-def _replan_inputs(W, f: Trees, per_tree, dev):
+def _replan_inputs(W, f: CompactedTrees, per_tree, dev):
     """The trees with a quota as one sub-store (its rows of ``W``), with its partition and
     quotas."""
     T = len(per_tree)
@@ -231,7 +230,7 @@ def _replan_inputs(W, f: Trees, per_tree, dev):
     return S_rows, S, part, q
 
 
-def _splice_back(store, rows, W, f: Trees, S_rows, S, res):
+def _splice_back(store, rows, W, f: CompactedTrees, S_rows, S, res):
     """The whole store: W's rows that were not re-planned and the re-planned trees' output,
     each at its place among the untouched rows, with the trees and centres recorded."""
     keep_w = np.ones(len(W), dtype=bool)
@@ -279,7 +278,7 @@ def _replanned_radius(out: MemoryStore, gtree: np.ndarray, centre_ids: list[str]
     return np.where(busy, fresh, rad)
 
 
-def _states(W: MemoryStore, f: Trees, ids: list[str], rad: np.ndarray) -> dict[str, TenantTrees]:
+def _states(W: MemoryStore, f: CompactedTrees, ids: list[str], rad: np.ndarray) -> dict[str, TenantTrees]:
     """Each compacted tenant's state: centres by original id, partition size, arrivals, radii."""
     n = np.bincount(W.tenant_codes_np, minlength=len(W.tenant_table))
     r32 = rad.astype(np.float32).tolist()

@@ -1,11 +1,11 @@
-"""The event trees of the tenants a compaction works on (:mod:`.compact`): every row of
-theirs in a tree, with centres and radii.
+"""The event trees of the tenants a compaction works on (:mod:`.replan`): every row of
+theirs in a tree, with centres and radii (:class:`CompactedTrees`).
 
 A tenant's recorded trees are read back (centres by original id, a lost centre replaced, a
-tree left empty dropped) and its new rows placed (:mod:`.placement`), or it is partitioned
-again in full when its state is missing, was built with another config, or it has grown
-``repartition_growth`` times since (:func:`event_trees_of`). Radii come from the state and are
-recomputed only for the trees that received rows.
+tree left empty dropped) and its new rows placed (:mod:`memforest_gpu.engine.placement`), or
+it is partitioned again in full when its state is missing, was built with another config, or
+it has grown ``repartition_growth`` times since (:func:`event_trees_of`). Radii come from the
+state and are recomputed only for the trees that received rows.
 """
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from ..output import partition_key, rows_of_originals
 from ..partition import partition_nodes
 from ..placement import place_new, repair_centres, tree_radius
 
-__all__ = ["Trees", "event_trees_of"]
+__all__ = ["CompactedTrees", "event_trees_of"]
 
 
 @dataclass
-class Trees:
+class CompactedTrees:
     """The event trees of W while it is compacted. Shape: tree (N_W,) local ids; tree_start
     (n_ten + 1,); centre (T,) W rows; size, originals, tree_tenant (T,); per tenant (n_ten,):
     new, placed, new_trees, repartitioned."""
@@ -47,7 +47,7 @@ class Trees:
     radius: np.ndarray  # (T,) float32 each tree's radius after placement
 
 
-def event_trees_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, elements: int) -> Trees:
+def event_trees_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, elements: int) -> CompactedTrees:
     """Every row of W in a tree: new rows placed, or the tenant partitioned in full."""
 
     names = W.tenant_table
@@ -76,9 +76,9 @@ def event_trees_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, e
     T = int(starts[-1])
     orig = pc.list_value_length(W.sources.arrow).to_numpy(zero_copy_only=False).astype(np.int64)
     touched = np.bincount(g[arrived], minlength=T) > 0
-    return Trees(tree_l, starts, centres, np.bincount(g, minlength=T), np.bincount(g, weights=orig, minlength=T)
-                  .astype(np.int64), np.repeat(np.arange(n_ten), k), new, p.placed, p.new_trees, full,
-                  states, touched, key, rad)
+    originals = np.bincount(g, weights=orig, minlength=T).astype(np.int64)
+    return CompactedTrees(tree_l, starts, centres, np.bincount(g, minlength=T), originals,
+                          np.repeat(np.arange(n_ten), k), new, p.placed, p.new_trees, full, states, touched, key, rad)
 
 
 def _known_trees(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, key: dict, elements: int):
