@@ -367,8 +367,6 @@ class CompactConfig:
         """The nodes ``tenant`` may hold (``None``: no limit)."""
         return self.max_nodes.get(tenant) if isinstance(self.max_nodes, dict) else self.max_nodes
 
-    budget = max_nodes_of  # the old name, still read by engine/compaction/replan.py
-
     def keep(self, tenant: str) -> int | None:
         """What a compacted tenant keeps: floor(low_water * max_nodes), at least 1."""
         t = self.target(tenant)

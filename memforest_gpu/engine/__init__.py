@@ -16,7 +16,7 @@ run up, runs its rounds (:func:`compress`) or plans the first round only (:func:
 :mod:`.memory` is how a run saves memory (:class:`MemoryPlan`, handed in by the caller);
 :mod:`.reference` is the plain-Python merge order the engine is tested against.
 :mod:`.placement` places new rows into recorded trees, and the subpackage
-:mod:`.compaction` keeps tenants within a budget with the same stages; tests/host_reads.py
+:mod:`.compaction` keeps tenants within their node limits with the same stages; tests/host_reads.py
 counts the device reads of a run.
 """
 from .compaction import CompactReport, CompactResult, compact

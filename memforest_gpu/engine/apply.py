@@ -152,15 +152,15 @@ def _knn_round(batch: BucketLayout, bk: Bucket, pairs: RoundPairs) -> list[_KnnR
     return parts
 
 
-def _groups(cost: np.ndarray, budget: int) -> list[tuple[int, int]]:
-    """Consecutive groups ``[lo, hi)`` of rows whose summed ``cost`` stays within ``budget``
+def _groups(cost: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """Consecutive groups ``[lo, hi)`` of rows whose summed ``cost`` stays within ``limit``
     (a row over it alone is a group). Shape: cost (R,) host"""
     R = len(cost)
-    if R == 0 or int(cost.sum()) <= budget:
+    if R == 0 or int(cost.sum()) <= limit:
         return [(0, R)] if R else []
     out, lo, acc = [], 0, 0
     for i, x in enumerate(cost.tolist()):
-        if i > lo and acc + x > budget:
+        if i > lo and acc + x > limit:
             out.append((lo, i))
             lo, acc = i, 0
         acc += x

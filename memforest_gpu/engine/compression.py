@@ -111,7 +111,7 @@ def setup_run(store: MemoryStore, config: CompressConfig | None = None, *, embed
     with timer.stage("partition"):
         if partition is None:
             with progress_bar(progress, len(store), "partition", unit="node") as bar:
-                partition = partition_nodes(emb, ts, codes, names, cfg.partition, budget=memory.tile_elements,
+                partition = partition_nodes(emb, ts, codes, names, cfg.partition, tile_elements=memory.tile_elements,
                                             progress=bar.update if bar else None, memory_budget=cfg.memory_budget)
         else:
             _check_partition(partition, len(store), len(names))

@@ -36,8 +36,8 @@ from .edges import Ends, edge_weight
 from .memory import MemoryPlan
 from .trees import KNN, Bucket, BucketLayout, knn_planned
 
-__all__ = ["Plan", "plan_round", "Candidates", "degree_adjusted", "dense_candidates", "EDGE_BUDGET", "knn_candidates",
-           "Vertices", "Edges", "BlockRows"]
+__all__ = ["Plan", "plan_round", "Candidates", "degree_adjusted", "dense_candidates", "DENSE_EDGE_BLOCK",
+           "knn_candidates", "Vertices", "Edges", "BlockRows"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,7 +244,7 @@ def degree_adjusted(w: torch.Tensor, deg_sum: torch.Tensor, eligible: torch.Tens
 #: (B', m, m) int64 / float temporaries (the bucket's cosines gathered, the weights, the merged
 #: lengths), so a bucket of big trees is scored in slices of trees (CPU: 8M elements, ~64 MB a
 #: float64 temporary; 32M held ~600 MB at once, the paper preset's peak at 1M nodes)
-EDGE_BUDGET = {"cpu": 1 << 23, "cuda": 1 << 25}
+DENSE_EDGE_BLOCK = {"cpu": 1 << 23, "cuda": 1 << 25}
 
 
 def dense_candidates(batch: BucketLayout, need: np.ndarray, cfg: CompressConfig, cap: int | None, rng,
@@ -301,12 +301,12 @@ class _ScoredForest(NamedTuple):
 
 
 def _scored_forest_sliced(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap: int | None, rng,
-                          budget: int | None = None) -> _ScoredForest:
-    """:func:`_scored_forest` over slices of at most ``budget // m**2`` trees, concatenated.
+                          tile_elements: int | None = None) -> _ScoredForest:
+    """:func:`_scored_forest` over slices of at most ``tile_elements // m**2`` trees, concatenated.
     Trees are independent (and the random ablation draws its (B', m, m) weights in row-major
     order), so the result is the same as one call; only the temporaries are bounded."""
-    budget = budget or for_device(EDGE_BUDGET, bk.slot.device)
-    step = max(1, budget // max(1, bk.m * bk.m))
+    tile_elements = tile_elements or for_device(DENSE_EDGE_BLOCK, bk.slot.device)
+    step = max(1, tile_elements // max(1, bk.m * bk.m))
     if r.shape[0] <= step:
         return _scored_forest(bk, r, cfg, cap, rng)
     parts = [_scored_forest(bk, r[i:i + step], cfg, cap, rng) for i in range(0, r.shape[0], step)]
@@ -524,7 +524,7 @@ def _vertices(blocks: list[_Block], dev) -> Vertices:
     return Vertices(**{k: torch.cat(x) for k, x in cols.items()}, ends=Ends.cat(ends))
 
 
-def _join_pieces(edges: Edges, rows: BlockRows, *, budget: int = 1 << 24) -> tuple[Edges, torch.Tensor]:
+def _join_pieces(edges: Edges, rows: BlockRows, *, tile_elements: int = 1 << 24) -> tuple[Edges, torch.Tensor]:
     """Under a strict cap, pairs over it are no edges, so the lists can leave a tree in pieces
     that some pair that fits would join. Borůvka over the pieces: every vertex of a knn
     bucket outside its tree's largest piece gets its best edge (exact weight) to another
@@ -545,7 +545,7 @@ def _join_pieces(edges: Edges, rows: BlockRows, *, budget: int = 1 << 24) -> tup
         if q.shape[0] == 0 or q.shape[0] == queried:
             return edges, owner
         queried = q.shape[0]
-        j = _best_outside(q, comp, live, rows, budget)  # (Q,) best other vertex or -1
+        j = _best_outside(q, comp, live, rows, tile_elements)  # (Q,) best other vertex or -1
         jc = j.clamp(min=0)
         c = rows.batch.vectors.dot_rows(vert.node[q], vert.node[jc])
         wq, _ = edge_weight(c, vert.ends.at(q), vert.ends.at(jc), rows.cfg.spanning, rows.cap)
@@ -554,7 +554,7 @@ def _join_pieces(edges: Edges, rows: BlockRows, *, budget: int = 1 << 24) -> tup
     return edges, edges.forest(n, size)
 
 
-def _best_outside(q, comp, live, rows: BlockRows, budget: int):
+def _best_outside(q, comp, live, rows: BlockRows, tile_elements: int):
     """For each query vertex, the vertex of its row in another piece with the best edge weight
     (float32 cosines; the caller recomputes the chosen edge exactly), -1 for none.
     Shape: q (Q,) -> (Q,) global vertex ids"""
@@ -562,7 +562,7 @@ def _best_outside(q, comp, live, rows: BlockRows, budget: int):
     M = int(vert.m.max())
     vec = rows.batch.vectors
     out = torch.full_like(q, -1)
-    step = max(1, budget // max(1, M * vec.dim))
+    step = max(1, tile_elements // max(1, M * vec.dim))
     col = torch.arange(M, device=q.device)
     for i in range(0, q.shape[0], step):
         qc = q[i:i + step]

@@ -106,8 +106,8 @@ def _cosines(vectors: NodeVectors, slots: torch.Tensor) -> torch.Tensor:
     vectors and products (CPU: ~64 MB a temporary). Half-precision vectors give float32 cosines."""
     B, m = slots.shape
     W = torch.empty(B, m, m, dtype=compute_dtype(vectors.dtype), device=slots.device)
-    budget = for_device(COSINE_BLOCK, slots.device)
-    step = max(1, budget // max(1, m * (m + vectors.dim)))  # the (step, m, D) gather counts too
+    tile_elements = for_device(COSINE_BLOCK, slots.device)
+    step = max(1, tile_elements // max(1, m * (m + vectors.dim)))  # the (step, m, D) gather counts too
     for b0 in range(0, B, step):
         Xd = vectors.gather(slots[b0:b0 + step]).double()  # (step, m, D), zeros in empty slots
         S = Xd @ Xd.transpose(1, 2)
@@ -117,7 +117,7 @@ def _cosines(vectors: NodeVectors, slots: torch.Tensor) -> torch.Tensor:
 
 def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Tensor, timestamps: torch.Tensor,
                 codes: torch.Tensor, tokens: torch.Tensor | None, *, dtype: torch.dtype | None = None,
-                config: SpanningConfig | None = None, cap: int | None = None, budget: int = 1 << 24,
+                config: SpanningConfig | None = None, cap: int | None = None, tile_elements: int = 1 << 24,
                 merges: int = 0, reuse: bool = False, save_codes: bool = False) -> BucketLayout:
     """Lay out every tree of ``tree`` (global tree id per node, as in a
     :class:`~.partition.Partition`) as padded buckets.
@@ -161,7 +161,7 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
         bk = Bucket(trees, ids, slots, timestamps[s0].to(torch.float64), tokens[s0] if tokens is not None else None,
                     lo, lo.clone())
         if bucket_graph(config, m) == KNN:
-            nbr, cs = build_knn_graph(bk, vectors, config, cap, budget=budget)
+            nbr, cs = build_knn_graph(bk, vectors, config, cap, tile_elements=tile_elements)
             bk = dataclasses.replace(bk, nbr=nbr, cs=cs)
         else:
             bk = dataclasses.replace(bk, W=_cosines(vectors, slots))
@@ -463,7 +463,8 @@ def next_live(slot: torch.Tensor) -> torch.Tensor:
     return torch.where(nxt < m, nxt, torch.full_like(nxt, -1))
 
 
-def build_knn_graph(bk, vectors: NodeVectors, spanning: SpanningConfig, cap: int | None, *, budget: int = 1 << 24):
+def build_knn_graph(bk, vectors: NodeVectors, spanning: SpanningConfig, cap: int | None, *,
+                    tile_elements: int = 1 << 24):
     """The knn graph of a bucket's trees (module docstring).
 
     Shape: bk.slot (B, m) -> nbr (B, m, k+1) int32 slot (-1 = none), cs (B, m, k+1) cosines
@@ -477,7 +478,7 @@ def build_knn_graph(bk, vectors: NodeVectors, spanning: SpanningConfig, cap: int
     cells = m > spanning.knn_cells_above
     # trees whose vectors are gathered at once: a cache-sized float64 copy where the exact
     # products are taken in blocks, a bounded one for the cells' search
-    step = max(1, budget // max(1, m * (D + 1))) if cells else max(1, stream_rows(dev, m * D * 8) // 4)
+    step = max(1, tile_elements // max(1, m * (D + 1))) if cells else max(1, stream_rows(dev, m * D * 8) // 4)
     for b0 in range(0, B, step):
         rows = slice(b0, b0 + step)
         slots = bk.slot[rows]
@@ -489,8 +490,9 @@ def build_knn_graph(bk, vectors: NodeVectors, spanning: SpanningConfig, cap: int
             nbr[rows, :, :k], cs[rows, :, :k], cs[rows, :, k] = _exact_lists(X, slots >= 0, e, nxt, c, k, spanning, cap,
                                                                              vectors.dtype)
             continue
-        cand = knn_cells(X, slots >= 0, c, scale=1.0 - spanning.time_weight, bias=_bias(e, spanning), budget=budget)
-        nbr[rows, :, :k], cs[rows, :, :k] = _rank(X, e, cand, k, spanning, cap, vectors.dtype, budget)
+        cand = knn_cells(X, slots >= 0, c, scale=1.0 - spanning.time_weight, bias=_bias(e, spanning),
+                         tile_elements=tile_elements)
+        nbr[rows, :, :k], cs[rows, :, :k] = _rank(X, e, cand, k, spanning, cap, vectors.dtype, tile_elements)
         cs[rows, :, k] = dot64(X, X.gather(1, nxt.clamp(min=0)[..., None].expand_as(X)), vectors.dtype)
     return nbr, cs
 
@@ -541,14 +543,15 @@ def _exact_lists(X: torch.Tensor, valid: torch.Tensor, e: Ends, nxt: torch.Tenso
     return nbr, cs, cs_next
 
 
-def _rank(X: torch.Tensor, e: Ends, cand: torch.Tensor, k: int, spanning: SpanningConfig, cap, dtype, budget: int):
+def _rank(X: torch.Tensor, e: Ends, cand: torch.Tensor, k: int, spanning: SpanningConfig, cap, dtype,
+          tile_elements: int):
     """The ``k`` best candidates of each slot by exact edge weight, with their cosines.
     Shape: X (B, m, D), cand (B, m, c) -> nbr (B, m, k), cs (B, m, k)"""
     B, m, c = cand.shape
     D = X.shape[2]
     nbr = torch.full((B, m, k), -1, dtype=torch.int64, device=X.device)
     cs = torch.zeros(B, m, k, dtype=compute_dtype(dtype), device=X.device)
-    rows = max(1, budget // max(1, B * c * D))
+    rows = max(1, tile_elements // max(1, B * c * D))
     bi = torch.arange(B, device=X.device)[:, None, None]
     Xd = X.double()  # gathered once in float64: the products below are accumulated in float64
     for r0 in range(0, m, rows):

@@ -1,4 +1,4 @@
-"""Compaction: keep every tenant within a budget as memories arrive (docs/compaction.md).
+"""Compaction: keep every tenant within its node limit as memories arrive (docs/compaction.md).
 
 :mod:`.replan` runs it (:func:`compact`): the tenant's recorded event trees read back and new
 rows placed into them (:mod:`.compacted_trees`, :mod:`memforest_gpu.engine.placement`), removal

@@ -47,13 +47,13 @@ class CompactedTrees:
     radius: np.ndarray  # (T,) float32 each tree's radius after placement
 
 
-def event_trees_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, elements: int) -> CompactedTrees:
+def event_trees_of(W: MemoryStore, cfg: CompressConfig, limits: CompactConfig, tile_elements: int) -> CompactedTrees:
     """Every row of W in a tree: new rows placed, or the tenant partitioned in full."""
 
     names = W.tenant_table
     n_ten = len(names)
     key = partition_key(cfg.partition)
-    tree, starts, centre, full, new, states = _known_trees(W, cfg, budget, key, elements)
+    tree, starts, centre, full, new, states = _known_trees(W, cfg, limits, key, tile_elements)
     arrived = tree < 0  # rows this compaction places (or partitioned in full)
     dev = W.device
     gtree = torch.as_tensor(np.where(tree >= 0, starts[W.tenant_codes_np] + tree, -1), dtype=torch.int64, device=dev)
@@ -61,7 +61,7 @@ def event_trees_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, e
     c = repair_centres(W.embeddings, gtree, c0)
     rad = _cached_radius(W, gtree, c, c0, states, full, starts)
     p = place_new(W.embeddings, W.timestamps, W.tenant_codes, names, tree, starts, c, cfg.partition, radius=rad,
-                  budget=elements)
+                  tile_elements=tile_elements)
     centres = _merge_centres(c.cpu().numpy(), starts, p.n_trees, p.new_centres)
     T0 = int(p.n_trees.sum())
     rad = torch.cat([rad, torch.full((T0 - rad.shape[0],), float("inf"), device=dev)])[
@@ -81,7 +81,7 @@ def event_trees_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, e
                           np.repeat(np.arange(n_ten), k), new, p.placed, p.new_trees, full, states, touched, key, rad)
 
 
-def _known_trees(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, key: dict, elements: int):
+def _known_trees(W: MemoryStore, cfg: CompressConfig, limits: CompactConfig, key: dict, tile_elements: int):
     """The trees W's rows are in before placement: a tenant's recorded ones (a row not placed
     yet: -1), or a new full partition. Returns (tree (N_W,) local ids or -1, tree_start,
     centre rows (T,), full (n_ten,) bool, new rows per tenant, states)."""
@@ -93,13 +93,13 @@ def _known_trees(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, key
     bad = (tree >= n_trees[W.tenant_codes_np]) | (tree < 0)
     tree[bad] = -1
     new = np.bincount(W.tenant_codes_np[bad], minlength=len(names))
-    full = np.array([budget.repartition or s is None or s.config != key or s.n_trees == 0
-                     or s.arrived + new[j] >= budget.repartition_growth * max(s.partitioned, 1)
+    full = np.array([limits.repartition or s is None or s.config != key or s.n_trees == 0
+                     or s.arrived + new[j] >= limits.repartition_growth * max(s.partitioned, 1)
                      for j, s in enumerate(states.values())], dtype=bool)
     tree[full[W.tenant_codes_np]] = -1
     n_trees[full] = 0
     centre = _centre_rows(W, [states[t] for t in names], ~full)
-    part_rows, part_centres, k_full = _partition_tenants(W, full, cfg, elements)
+    part_rows, part_centres, k_full = _partition_tenants(W, full, cfg, tile_elements)
     tree[part_rows] = part_centres[0]
     n_trees[full] = k_full[full]
     starts = np.r_[0, np.cumsum(n_trees)]
@@ -153,7 +153,7 @@ def _centre_rows(W: MemoryStore, states: list, keep: np.ndarray) -> list[np.ndar
     return out
 
 
-def _partition_tenants(W: MemoryStore, full: np.ndarray, cfg: CompressConfig, elements: int):
+def _partition_tenants(W: MemoryStore, full: np.ndarray, cfg: CompressConfig, tile_elements: int):
     """A full partition of the tenants ``full``: (their W rows, (local trees, centre rows in
     tree order)), trees per tenant (n_ten,)."""
     names = W.tenant_table
@@ -164,7 +164,7 @@ def _partition_tenants(W: MemoryStore, full: np.ndarray, cfg: CompressConfig, el
     ten, sub = np.unique(W.tenant_codes_np[rows], return_inverse=True)
     r = torch.as_tensor(rows, dtype=torch.int64, device=W.device)
     part = partition_nodes(W.embeddings[r], W.timestamps[r], torch.as_tensor(sub, device=W.device),
-                           [names[t] for t in ten.tolist()], cfg.partition, budget=elements)
+                           [names[t] for t in ten.tolist()], cfg.partition, tile_elements=tile_elements)
     gt, tt = part.tree.cpu().numpy(), part.tree_tenant.cpu().numpy()
     first = np.searchsorted(tt, np.arange(len(ten)), side="left")
     k[ten] = np.bincount(tt, minlength=len(ten))
