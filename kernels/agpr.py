@@ -15,11 +15,11 @@ def n_anchors(k: int, lam: float) -> int:
 
 
 def topk_search(Qe: torch.Tensor, X: torch.Tensor, c: int, *, valid: torch.Tensor | None = None,
-                budget: int = 1 << 26):
+                tile_elements: int = 1 << 26):
     """The ``c`` most similar rows of X per query, most similar first (ties: lower index).
 
     Linear in N per query (a partial top-c plus an exact tie rule, no full sort), and the
-    (Q, N) similarities are held for at most ``budget`` elements' worth of queries at a time.
+    (Q, N) similarities are held for at most ``tile_elements`` elements' worth of queries at a time.
     :func:`topk_search_sorted` is the full-sort reference.
 
     Shape: Qe (Q, D), X (N, D), valid (Q, N) -> sims (Q, c'), index (Q, c') with c' = min(c, N);
@@ -29,7 +29,7 @@ def topk_search(Qe: torch.Tensor, X: torch.Tensor, c: int, *, valid: torch.Tenso
     c = min(c, N)
     vals = torch.empty(Q, c, dtype=torch.float32, device=Qe.device)
     idx = torch.empty(Q, c, dtype=torch.int64, device=Qe.device)
-    step = max(1, budget // max(1, N))
+    step = max(1, tile_elements // max(1, N))
     Xt = X.float().T
     for q0 in range(0, Q, step):
         S = Qe[q0:q0 + step].float() @ Xt  # (Qc, N)

@@ -1,7 +1,7 @@
 """Tiled best-match search: for every point, the best of its own problem's centres.
 
 Never materialises the full (n, K) score matrix: rows are processed in tiles sized so a
-tile's (T, rows, K) scores stay under ``budget`` elements, keeping a running argmax.
+tile's (T, rows, K) scores stay under ``tile_elements`` elements, keeping a running argmax.
 """
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from .best_match_rule import MODES, TIE_EPS, check_best_match_args
 __all__ = ["best_match"]
 
 
-def _rows_per_tile(T: int, n: int, K: int, budget: int) -> int:
-    return max(1, min(n, budget // max(1, T * K)))
+def _rows_per_tile(T: int, n: int, K: int, tile_elements: int) -> int:
+    return max(1, min(n, tile_elements // max(1, T * K)))
 
 
 def best_match(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *, mode: str = "l2",
-               budget: int = 1 << 24, backend: str = "auto", runner: bool = False):
+               tile_elements: int = 1 << 24, backend: str = "auto", runner: bool = False):
     """Best centre per point, batched over independent problems.
 
     mode "l2": nearest centre in Euclidean distance (score = 2 x.c - |c|^2, higher is better);
@@ -61,7 +61,7 @@ def best_match(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *, mode:
     bias = bias.masked_fill(~c_valid, float("-inf"))
     scale = 2.0 if mode == "l2" else 1.0
     Ct = C.transpose(1, 2)  # (T, D, K)
-    rows = _rows_per_tile(T, n, K, budget)
+    rows = _rows_per_tile(T, n, K, tile_elements)
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
         s = torch.baddbmm(bias[:, None, :], X[:, r0:r1], Ct, beta=1.0, alpha=scale)  # (T, rows, K)

@@ -59,10 +59,10 @@ def _augment(X: torch.Tensor, valid: torch.Tensor, scale: float, bias: torch.Ten
 
 
 def knn_blockwise(X: torch.Tensor, valid: torch.Tensor, c: int, *, scale: float = 1.0,
-                  bias: torch.Tensor | None = None, budget: int = 1 << 24) -> torch.Tensor:
+                  bias: torch.Tensor | None = None, tile_elements: int = 1 << 24) -> torch.Tensor:
     """Top-``c`` other valid points of each point of its own set by ``scale * x_i.x_j + bias_j``.
 
-    Rows are scored in blocks whose size depends on m and ``budget`` only (never on B), so
+    Rows are scored in blocks whose size depends on m and ``tile_elements`` only (never on B), so
     a set's candidates do not depend on the other sets of the batch.
 
     Shape: X (B, m, D), valid (B, m), bias (B, m) or None -> (B, m, c) int64 column (-1 none)
@@ -73,7 +73,7 @@ def knn_blockwise(X: torch.Tensor, valid: torch.Tensor, c: int, *, scale: float 
         return out
     Q, K = _augment(X, valid, scale, bias)
     Kt = K.transpose(1, 2)  # (B, D+1, m)
-    rows = max(1, min(m, budget // m))
+    rows = max(1, min(m, tile_elements // m))
     cc = min(c + 1, m)  # one more: the point itself is among its own best
     for r0 in range(0, m, rows):
         r1 = min(m, r0 + rows)
@@ -133,7 +133,7 @@ def balanced_cells(X: torch.Tensor, valid: torch.Tensor, levels: int) -> torch.T
 
 def knn_cells(X: torch.Tensor, valid: torch.Tensor, c: int, *, scale: float = 1.0,
               bias: torch.Tensor | None = None, cell: int = 256, probe: int = 8,
-              budget: int = 1 << 24) -> torch.Tensor:
+              tile_elements: int = 1 << 24) -> torch.Tensor:
     """Approximate :func:`knn_blockwise`: cells of about ``cell`` points
     (:func:`balanced_cells`); each cell's points score the members of the ``probe`` cells
     nearest it (by centroid cosine, its own first).
@@ -156,7 +156,7 @@ def knn_cells(X: torch.Tensor, valid: torch.Tensor, c: int, *, scale: float = 1.
     cs.diagonal(dim1=1, dim2=2).fill_(float("inf"))
     near = torch.topk(cs, probe, dim=-1).indices  # (B, L, probe), its own cell first
     out = torch.full((B, m, c), -1, dtype=torch.int64, device=dev)
-    step = max(1, budget // max(1, B * s * probe * s))
+    step = max(1, tile_elements // max(1, B * s * probe * s))
     cc = min(c + 1, probe * s)
     for l0 in range(0, L, step):
         l1 = min(L, l0 + step)

@@ -86,20 +86,20 @@ class LocalReduce:
         return labels
 
 
-def lloyd_step(X, valid, centroids, c_valid, *, budget: int = 1 << 24):
+def lloyd_step(X, valid, centroids, c_valid, *, tile_elements: int = 1 << 24):
     """One assignment: each point to its nearest valid centroid (ties: lowest index).
 
     Shape: X (T, n, D), centroids (T, K, D), c_valid (T, K) -> labels (T, n) (-1 on padding),
            score (T, n)
     """
-    score, labels = best_match(X, centroids, c_valid, mode="l2", budget=budget)
+    score, labels = best_match(X, centroids, c_valid, mode="l2", tile_elements=tile_elements)
     labels = labels.masked_fill(~valid, -1)
     return labels, score
 
 
 def initial_centroids(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, seeding: str = "batched",
                       seed: int = 0, streams: torch.Tensor | None = None, uniforms: torch.Tensor | None = None,
-                      budget: int = 1 << 24, kmax: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      tile_elements: int = 1 << 24, kmax: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Seeds as centroids (``kmax``: the columns, default ``k.max()``; the batched seeding's
     steps follow it). Shape: -> C (T, Kmax, D) float32, c_valid (T, Kmax)"""
     if seeding not in SEEDINGS:
@@ -108,7 +108,7 @@ def initial_centroids(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, 
         raise ValueError(f"uniforms are the k-means++ seeding's random numbers: pass seeding='k-means++', "
                          f"got seeding={seeding!r}")
     if seeding == "batched":
-        seeds = batched_d2_seeds(X, valid, k, seed=seed, streams=streams, budget=budget, kmax=kmax)
+        seeds = batched_d2_seeds(X, valid, k, seed=seed, streams=streams, tile_elements=tile_elements, kmax=kmax)
     else:
         seeds = kmeans_plus_plus(X, valid, k, seed=seed, uniforms=uniforms)
         if kmax is not None and kmax > seeds.shape[1]:
@@ -119,8 +119,8 @@ def initial_centroids(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, 
 
 def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: int = 30, seed: int = 0,
            seeding: str = "batched", streams: torch.Tensor | None = None, uniforms: torch.Tensor | None = None,
-           init: tuple[torch.Tensor, torch.Tensor] | None = None, reduce=None, budget: int = 1 << 24, progress=None,
-           kmax: int | None = None, prune: bool = True):
+           init: tuple[torch.Tensor, torch.Tensor] | None = None, reduce=None, tile_elements: int = 1 << 24,
+           progress=None, kmax: int | None = None, prune: bool = True):
     """Batched k-means on padded problems.
 
     Each problem stops when none of its labels changes (later steps skip it, so a problem's
@@ -148,7 +148,7 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
     dev = X.device
     if init is None:
         C, c_valid = initial_centroids(X, valid, k, seeding=seeding, seed=seed, streams=streams,
-                                       uniforms=uniforms, budget=budget, kmax=kmax)
+                                       uniforms=uniforms, tile_elements=tile_elements, kmax=kmax)
     else:
         C, c_valid = init[0].float().clone(), init[1]
     Kmax = C.shape[1]
@@ -156,14 +156,14 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
     labels = torch.full((T, n), -1, dtype=torch.int64, device=dev)
     act = torch.arange(T, device=dev)  # problems still iterating: each stops when its own labels stop changing
     Xa, va = X, valid  # their points: X until some stop, then one copy of the active ones' (never two)
-    settle = SettledRows(X, valid, budget=budget) if prune and SettledRows.usable(X, Kmax) else None
+    settle = SettledRows(X, valid, tile_elements=tile_elements) if prune and SettledRows.usable(X, Kmax) else None
     moved, n_moved, means = None, 0, None
     it = 0
     for it in range(1, max_iter + 1):
         whole = act.shape[0] == T
         Cc, cv = (C, c_valid) if whole else (C[act], c_valid[act])
         la, sa = settle.step(Xa, va, Cc, cv, moved, n_moved) if settle is not None \
-            else lloyd_step(Xa, va, Cc, cv, budget=budget)
+            else lloyd_step(Xa, va, Cc, cv, tile_elements=tile_elements)
         changed = (la != labels[act]).any(1) if it > 1 else torch.ones(act.shape[0], dtype=torch.bool, device=dev)
         changed = red.any(changed)  # (Ta,) on every shard alike
         labels[act] = la
@@ -190,21 +190,21 @@ def kmeans(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, max_iter: i
             if settle is not None:
                 settle.keep(changed)
         if n_empty:
-            Ca = _reseed(Xa, va, sa, Ca, empty, n_empty, act, red, budget)
+            Ca = _reseed(Xa, va, sa, Ca, empty, n_empty, act, red, tile_elements)
         C[act] = Ca
     means, counts = means if means is not None else cluster_means(X, valid, labels, Kmax, reduce=red)
     c_valid = c_valid & (counts > 0)
     return red.gather(labels), means, c_valid, it
 
 
-def _reseed(Xa, va, sa, Ca, empty, m: int, act, red, budget: int) -> torch.Tensor:
+def _reseed(Xa, va, sa, Ca, empty, m: int, act, red, tile_elements: int) -> torch.Tensor:
     """Every empty cluster re-seeded with the point farthest from its centroid (distinct points for
     distinct empty clusters of one problem, farthest first; ``m`` the most empty clusters of one).
     Shape: Xa (Ta, n, D), sa (Ta, n) best scores, Ca (Ta, K, D), empty (Ta, K) -> Ca (Ta, K, D)"""
     Ta, n, D = Xa.shape
     # |x - c|^2 = |x|^2 - (2 x.c - |c|^2); |x|^2 a block at a time (see row_blocks)
     sq = torch.empty(Xa.shape[:2], dtype=torch.float32, device=Xa.device)  # (Ta, n)
-    for cs in row_blocks(n, budget // max(1, Ta * D)):
+    for cs in row_blocks(n, tile_elements // max(1, Ta * D)):
         sq[:, cs] = (Xa[:, cs].float() * Xa[:, cs].float()).sum(-1)
     dist = (sq - sa).masked_fill(~va, float("-inf"))
     far = red.farthest(act, dist, m)  # (Ta, m, D) farthest first
@@ -217,9 +217,9 @@ def _reseed(Xa, va, sa, Ca, empty, m: int, act, red, budget: int) -> torch.Tenso
 
 
 def cluster_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, means: torch.Tensor,
-                    c_valid: torch.Tensor, *, budget: int = 1 << 24) -> torch.Tensor:
+                    c_valid: torch.Tensor, *, tile_elements: int = 1 << 24) -> torch.Tensor:
     """The member closest to each cluster's mean (ties: lowest point index). Distances are
-    computed ``budget`` elements at a time (no (T, n, D) temporary).
+    computed ``tile_elements`` elements at a time (no (T, n, D) temporary).
 
     Shape: X (T, n, D), labels (T, n), means (T, K, D) -> centre (T, K) point index (-1 if empty)
     """
@@ -228,7 +228,7 @@ def cluster_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, 
     lab = labels.clamp(min=0)
     rows = torch.arange(T, device=X.device)[:, None]
     d = torch.empty(T, n, dtype=torch.promote_types(torch.float32, means.dtype), device=X.device)  # (T, n)
-    for cs in row_blocks(n, budget // max(1, T * D)):  # the same bits as all at once (see row_blocks)
+    for cs in row_blocks(n, tile_elements // max(1, T * D)):  # the same bits as all at once (see row_blocks)
         d[:, cs] = ((X[:, cs].float() - means[rows, lab[:, cs]]) ** 2).sum(-1)
     d = d.masked_fill(~valid, float("inf"))
     best = torch.full((T, K), float("inf"), device=X.device).scatter_reduce(1, lab, d, "amin")

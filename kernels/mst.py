@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["spanning_forest", "tree_degrees", "edge_key"]
+__all__ = ["spanning_forest", "spanning_degrees", "edge_key"]
 
 
 def edge_key(u: torch.Tensor, v: torch.Tensor, m: int) -> torch.Tensor:
@@ -89,8 +89,9 @@ def spanning_forest(W: torch.Tensor, active: torch.Tensor, *, maximum: bool = Tr
     return u, v, w, valid
 
 
-def tree_degrees(u: torch.Tensor, v: torch.Tensor, valid: torch.Tensor, m: int) -> torch.Tensor:
-    """Degree of every vertex in its tree. Shape: u, v, valid (B, E) -> deg (B, m) int64"""
+def spanning_degrees(u: torch.Tensor, v: torch.Tensor, valid: torch.Tensor, m: int) -> torch.Tensor:
+    """Degree of every vertex in its spanning tree (the forest :func:`spanning_forest` returns).
+    Shape: u, v, valid (B, E) -> deg (B, m) int64"""
     B = u.shape[0]
     deg = torch.zeros(B, m, dtype=torch.int64, device=u.device)
     one = valid.long()

@@ -17,7 +17,7 @@ TIE_TOL = 1e-6  # scores within this are ties; a point keeps its k-means label w
 
 def reassign_to_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, centre: torch.Tensor, *,
                         beta: float = 0.8, window: int = 5, use_semantic: bool = True,
-                        use_temporal: bool = True, budget: int = 1 << 24,
+                        use_temporal: bool = True, tile_elements: int = 1 << 24,
                         semantic: tuple[torch.Tensor, torch.Tensor] | None = None,
                         rows: torch.Tensor | None = None) -> torch.Tensor:
     """Move each non-centre point to the centre maximising
@@ -30,7 +30,7 @@ def reassign_to_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tens
     ``semantic``: a precomputed (cos, cluster) of each point's most similar centre, for
     callers that search centres approximately (two-level partitioning); default exact.
     ``rows`` (needs ``semantic``): point ``(t, j)`` is ``X[rows[t, j]]``, so no (T, n, D) copy
-    of the points is made; no (T, n, D) temporary either way (``budget`` elements at a time).
+    of the points is made; no (T, n, D) temporary either way (``tile_elements`` elements at a time).
 
     Shape: X (T, n, D), or X (N, D) with rows (T, n); valid (T, n), labels (T, n),
            centre (T, K) point index or -1 -> labels (T, n)
@@ -49,7 +49,8 @@ def reassign_to_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tens
 
     # (a) best centre by the semantic term alone (tiled running argmax)
     if sem_w > 0:
-        s1, j1 = semantic if semantic is not None else best_match(X, Cx, c_valid, mode="dot", budget=budget)
+        s1, j1 = semantic if semantic is not None else best_match(X, Cx, c_valid, mode="dot",
+                                                                  tile_elements=tile_elements)
         u1 = sem_w * s1  # (T, n)
     else:  # every centre scores 0: the lowest valid cluster id
         j1 = c_valid.float().argmax(1)[:, None].expand(T, n).clone()
@@ -64,7 +65,7 @@ def reassign_to_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tens
     j2 = torch.full((T, n), K, dtype=torch.int64, device=dev)
     own_u = torch.full((T, n), float("-inf"), device=dev)
     own_c = labels.clamp(min=0)
-    own_cos = _own_cosines(X, rows, Cx, own_c, budget)  # (T, n)
+    own_cos = _own_cosines(X, rows, Cx, own_c, tile_elements)  # (T, n)
     own_pos = centre[t_ar[:, None], own_c]  # (T, n)
     own_in = (own_pos - cols[None, :]).abs() <= window
     own_u = sem_w * own_cos + tmp_w * own_in.float()
@@ -97,14 +98,14 @@ def reassign_to_centres(X: torch.Tensor, valid: torch.Tensor, labels: torch.Tens
 
 
 def _own_cosines(X: torch.Tensor, rows: torch.Tensor | None, Cx: torch.Tensor, own_c: torch.Tensor,
-                 budget: int) -> torch.Tensor:
+                 tile_elements: int) -> torch.Tensor:
     """Each point's cosine to its own cluster's centre, a block of points at a time (no
     (T, n, D) temporary): the same elementwise products and one sum over D per point whatever
     the block (see :func:`~.blocks.row_blocks`). Shape: Cx (T, K, D), own_c (T, n) -> (T, n)"""
     T, n = own_c.shape
     t_ar = torch.arange(T, device=own_c.device)[:, None]
     out = torch.empty(T, n, dtype=Cx.dtype, device=own_c.device)
-    for cs in row_blocks(n, budget // max(1, T * Cx.shape[2])):
+    for cs in row_blocks(n, tile_elements // max(1, T * Cx.shape[2])):
         blk = X[:, cs] if rows is None else X[rows[:, cs].clamp(min=0)]  # (T, block, D)
         out[:, cs] = (blk * Cx[t_ar, own_c[:, cs]]).sum(-1)
     return out

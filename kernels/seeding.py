@@ -58,7 +58,7 @@ def seeding_steps(kmax: int, growth: float | None = None) -> list[int]:
 
 
 def batched_d2_seeds(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, seed: int = 0,
-                     streams: torch.Tensor | None = None, budget: int = 1 << 24,
+                     streams: torch.Tensor | None = None, tile_elements: int = 1 << 24,
                      kmax: int | None = None) -> torch.Tensor:
     """D^2 seeding in growing batches, with no device read.
 
@@ -104,7 +104,7 @@ def batched_d2_seeds(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, s
             1, col, torch.where(ok, top, torch.full_like(top, -1)))[:, :Kmax]
         chosen = chosen | torch.zeros_like(chosen).scatter(1, top, ok)
         count = count + take
-        score, _ = best_match(X, X[rows, top], ok, mode="l2", budget=budget)  # (T, n) 2 x.c - |c|^2
+        score, _ = best_match(X, X[rows, top], ok, mode="l2", tile_elements=tile_elements)  # (T, n) 2 x.c - |c|^2
         d2 = torch.minimum(d2, (sq - score).double().clamp(min=0)) if step else (sq - score).double().clamp(min=0)
         d2 = d2.masked_fill(chosen | ~valid, 0)
     return seeds

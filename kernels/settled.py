@@ -46,8 +46,8 @@ def _sorted_first(flags: torch.Tensor, m: int) -> torch.Tensor:
 class SettledRows:
     """The bounds of the last exact assignment of the active problems (see the module docstring)."""
 
-    def __init__(self, X: torch.Tensor, valid: torch.Tensor, *, budget: int):
-        self.budget = budget
+    def __init__(self, X: torch.Tensor, valid: torch.Tensor, *, tile_elements: int):
+        self.tile_elements = tile_elements
         sq = torch.empty(X.shape[:2], dtype=torch.float32, device=X.device)  # (T, n) |x|^2, a block at a time
         for cs in row_blocks(X.shape[1], stream_rows(X.device, X.shape[0] * X.shape[2] * 4, at_least=2)):
             sq[:, cs] = (X[:, cs] * X[:, cs]).sum(-1)
@@ -75,7 +75,7 @@ class SettledRows:
     def exact(self, X, valid, C, c_valid):
         """The full assignment (:func:`~.lloyd.lloyd_step`'s), recording the bounds."""
         E = self._bound(C, c_valid)
-        s, j, r = best_match(X, C, c_valid, mode="l2", budget=self.budget, backend="torch", runner=True)
+        s, j, r = best_match(X, C, c_valid, mode="l2", tile_elements=self.tile_elements, backend="torch", runner=True)
         self.labels, self.score = j.masked_fill(~valid, -1), s
         self.v, self.U = s.double(), r.double() + E
         self.pruned = False
@@ -90,7 +90,7 @@ class SettledRows:
         if moved is None:  # the first step: its bounds would serve a pruned second step only, which follows
             self.v = None  # seeds that moved little, hardly ever; no runner-up pass
             self.pruned = False
-            s, j = best_match(X, C, c_valid, mode="l2", budget=self.budget)  # lloyd_step's
+            s, j = best_match(X, C, c_valid, mode="l2", tile_elements=self.tile_elements)  # lloyd_step's
             return j.masked_fill(~valid, -1), s
         if self.v is None or n_moved > MOVED_SHARE * K:
             return self.exact(X, valid, C, c_valid)
@@ -100,13 +100,13 @@ class SettledRows:
             cols = _sorted_first(moved, n_moved)  # (T, Mv)
             ok = moved.gather(1, cols) & c_valid.gather(1, cols)
             Cm = C.gather(1, cols[:, :, None].expand(-1, -1, D))
-            mx = best_match(X, Cm, ok, mode="l2", budget=self.budget, backend="torch")[0]  # (T, n)
+            mx = best_match(X, Cm, ok, mode="l2", tile_elements=self.tile_elements, backend="torch")[0]  # (T, n)
             U = torch.maximum(U, mx.double() + E)
         own_moved = moved.gather(1, self.labels.clamp(min=0))
         others = U + 8.0 * E  # (T, n) every other centre's score, bounded with the margin, must stay
         settled = (self.labels >= 0) & ~own_moved & (others < self.v - TIE_EPS)  # under the tie rule's threshold
         cand = valid & ~settled
-        tile = _rows_per_tile(T, n, K, self.budget)  # the full assignment's tiles
+        tile = _rows_per_tile(T, n, K, self.tile_elements)  # the full assignment's tiles
         if tile < 2 * MIN_ROWS:
             return self.exact(X, valid, C, c_valid)
         tail = _tail(n, tile)  # a small last tile is recomputed as it is
@@ -127,7 +127,7 @@ class SettledRows:
         return self.labels, self.score
 
     def _write(self, rows, Xg, C, c_valid, E) -> None:
-        s, j, r = best_match(Xg, C, c_valid, mode="l2", budget=self.budget, backend="torch", runner=True)
+        s, j, r = best_match(Xg, C, c_valid, mode="l2", tile_elements=self.tile_elements, backend="torch", runner=True)
         self.labels = self.labels.scatter(1, rows, j)
         self.score = self.score.scatter(1, rows, s)
         self.v = self.v.scatter(1, rows, s.double())

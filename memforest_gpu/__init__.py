@@ -17,7 +17,8 @@ __version__ = "0.1.0"
 #: public name -> the module that defines it
 _PUBLIC = {
     **dict.fromkeys(["CompactConfig", "CompressConfig", "MergeConfig", "PartitionConfig", "RetrievalConfig",
-                     "TreeConfig"], "memforest_gpu.config"),
+                     "SpanningConfig"], "memforest_gpu.config"),
+    "TreeConfig": "memforest_gpu.config",  # the old name of SpanningConfig (deprecated, not in __all__)
     **dict.fromkeys(["CompactResult", "CompressReport", "CompressResult", "compact", "compress"],
                     "memforest_gpu.engine"),
     **dict.fromkeys(["ExtractiveMerger", "MemoryItem", "MergePair", "Merger"], "memforest_gpu.mergers"),
@@ -29,7 +30,7 @@ _PUBLIC = {
 
 __all__ = [
     "MemoryStore", "read_store", "write_store", "compress", "CompressResult", "CompressReport",
-    "compact", "CompactResult", "CompactConfig", "CompressConfig", "PartitionConfig", "TreeConfig", "MergeConfig",
+    "compact", "CompactResult", "CompactConfig", "CompressConfig", "PartitionConfig", "SpanningConfig", "MergeConfig",
     "RetrievalConfig",
     "SentenceTransformerEmbedder", "Merger", "MergePair", "MemoryItem", "ExtractiveMerger",
     "Retriever", "SearchResult", "search",

@@ -1,22 +1,26 @@
 """Frozen, keyword-only configuration dataclasses, one per stage (defaults: docs/method.md)."""
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
+import warnings
 from dataclasses import dataclass, field
 
 from .kernels.choices import SEEDINGS
+from .renamed import renamed_keyword
 
 __all__ = [
     "ConfigError",
     "PartitionConfig",
-    "TreeConfig",
+    "SpanningConfig",
     "MergeConfig",
     "RetrievalConfig",
     "CompressConfig",
     "CompactConfig",
     "SCHEDULES",
     "DEGREE_NORMS",
-    "TREE_KINDS",
+    "SPANNING_KINDS",
     "TIME_RULES",
     "GRAPHS",
     "KMEANS_METHODS",
@@ -28,11 +32,14 @@ __all__ = [
     "PRESETS",
     "DEFAULT_PRESET",
     "preset",
+    "STAGES",
+    "config_record",
+    "config_from_record",
 ]
 
 SCHEDULES = ("sequential", "matching")
 DEGREE_NORMS = ("none", "max")
-TREE_KINDS = ("max", "min", "random")
+SPANNING_KINDS = ("max", "min", "random")
 TIME_RULES = ("flat", "scaled", "gated")
 GRAPHS = ("knn", "dense")
 KMEANS_METHODS = ("exact", "two-level")
@@ -127,8 +134,10 @@ class PartitionConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TreeConfig:
-    """Spanning tree per EventTree and the degree-adjusted edge score (docs/method.md section 2)."""
+class SpanningConfig:
+    """The spanning tree of each event tree: the edge weight it is built on (the degree-adjusted
+    score, the time, size, drift and length terms), the candidate graph that holds the edges,
+    and its kind (docs/method.md section 2)."""
 
     eta: float = 0.99  # w' = eta * w - (1 - eta) * (deg_i + deg_j)
     degree_norm: str = "none"  # "max": divide deg_i + deg_j by its largest value in the tree
@@ -175,7 +184,7 @@ class TreeConfig:
         if self.length_last is not None:
             _check_int("length_last", self.length_last, 1)
         _check_choice("degree_norm", self.degree_norm, DEGREE_NORMS)
-        _check_choice("kind", self.kind, TREE_KINDS)
+        _check_choice("kind", self.kind, SPANNING_KINDS)
         _check_range("time_weight", self.time_weight, 0.0, 1.0)
         _check_int("time_window", self.time_window, 1)
         _check_choice("time_rule", self.time_rule, TIME_RULES)
@@ -195,7 +204,7 @@ class MergeConfig:
     ratio: float = 0.5  # fraction of each tenant's nodes to remove, in (0, 1)
     schedule: str = "matching"  # "matching" (disjoint pairs per round) | "sequential" (the paper: one pair)
     max_node_tokens: int | None = None  # None: the embedder's limit (no cap when it has none)
-    seed: int = 0  # drives only the "random" tree kind (ablation): its random edge weights
+    seed: int = 0  # drives only the "random" spanning kind (ablation): its random edge weights
     # over the cap: "condense" (extractive text keeps its most informative sentences up to the
     # cap; no pair is excluded for its length) | "strict" (pairs whose merge would pass the cap
     # are not merged: the ratio may fall short) | "keep" (no cap on the text: the embedder reads
@@ -271,7 +280,7 @@ class CompressConfig:
     """Everything `compress` needs, one frozen config per stage."""
 
     partition: PartitionConfig = field(default_factory=PartitionConfig)
-    tree: TreeConfig = field(default_factory=TreeConfig)
+    spanning: SpanningConfig = field(default_factory=SpanningConfig)
     merge: MergeConfig = field(default_factory=MergeConfig)
     # dtype of the vectors the trees read: "float32" | "float16" | "bfloat16" (a half copy of the
     # store's vectors and half-size merged vectors; similarities still accumulated in float64,
@@ -285,7 +294,7 @@ class CompressConfig:
         _check_choice("storage_dtype", self.storage_dtype, ("float32", "float16", "bfloat16"))
         if self.memory_budget is not None:
             _check_int("memory_budget", self.memory_budget, 1)
-        for name, cls in (("partition", PartitionConfig), ("tree", TreeConfig), ("merge", MergeConfig)):
+        for name, cls in STAGES.items():
             if not isinstance(getattr(self, name), cls):
                 raise ConfigError(name, f"must be a {cls.__name__}, got {getattr(self, name)!r}")
 
@@ -294,6 +303,39 @@ class CompressConfig:
         """The named preset (:data:`PRESETS`): ``"memforest"`` (the same as ``CompressConfig()``,
         every command's default) or ``"paper"`` (the method's values as the paper gives them)."""
         return preset(name)
+
+
+_fields_init = CompressConfig.__init__
+
+
+@functools.wraps(_fields_init)
+def _compress_config_init(self, **fields):
+    # ``tree=``, the old keyword of ``spanning=`` (when the stage's config was ``TreeConfig``), for one release
+    if "tree" in fields:
+        fields["spanning"] = renamed_keyword("CompressConfig", {"tree": fields.pop("tree")}, "tree", "spanning",
+                                             fields.get("spanning"))
+    _fields_init(self, **fields)
+
+
+CompressConfig.__init__ = _compress_config_init
+
+#: the stage configs of a :class:`CompressConfig`, by field
+STAGES = {"partition": PartitionConfig, "spanning": SpanningConfig, "merge": MergeConfig}
+
+
+def config_record(cfg: CompressConfig) -> dict:
+    """The stage configs of ``cfg`` as the evaluation's records save them:
+    ``{stage: {field: value}}``."""
+    return {k: dataclasses.asdict(getattr(cfg, k)) for k in STAGES}
+
+
+def config_from_record(record: dict) -> CompressConfig:
+    """The :class:`CompressConfig` of a :func:`config_record` (a record saved before the spanning
+    stage was renamed holds it as ``"tree"``; it reads the same)."""
+    stages = dict(record)
+    if "spanning" not in stages and "tree" in stages:
+        stages["spanning"] = stages.pop("tree")
+    return CompressConfig(**{k: cls(**stages[k]) for k, cls in STAGES.items()})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -325,8 +367,6 @@ class CompactConfig:
         """The nodes ``tenant`` may hold (``None``: no limit)."""
         return self.max_nodes.get(tenant) if isinstance(self.max_nodes, dict) else self.max_nodes
 
-    budget = max_nodes_of  # the old name, still read by engine/compaction/replan.py
-
     def keep(self, tenant: str) -> int | None:
         """What a compacted tenant keeps: floor(low_water * max_nodes), at least 1."""
         t = self.target(tenant)
@@ -348,7 +388,7 @@ PRESETS: dict[str, CompressConfig] = {
     "memforest": CompressConfig(),
     "paper": CompressConfig(
         partition=PartitionConfig(alpha=0.05),
-        tree=TreeConfig(time_weight=0.0, size_weight=0.0),
+        spanning=SpanningConfig(time_weight=0.0, size_weight=0.0),
         merge=MergeConfig(schedule="sequential", keys=0, text_weight=1.0, vectors="float32"),
     ),
 }
@@ -360,3 +400,12 @@ def preset(name: str) -> CompressConfig:
     if name not in PRESETS:
         raise ConfigError("preset", f"must be one of {list(PRESETS)}, got {name!r}")
     return PRESETS[name]
+
+
+def __getattr__(name: str):
+    """``TreeConfig``, the old name of :class:`SpanningConfig` (docs named it), for one release."""
+    if name == "TreeConfig":
+        warnings.warn("memforest_gpu.config.TreeConfig is renamed SpanningConfig; TreeConfig goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        return SpanningConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

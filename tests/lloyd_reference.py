@@ -9,13 +9,13 @@ from memforest_gpu.kernels.lloyd import LocalReduce, cluster_means, initial_cent
 
 
 def kmeans_before(X, valid, k, *, max_iter=30, seed=0, seeding="batched", streams=None, uniforms=None, init=None,
-                  budget=1 << 24, kmax=None):
+                  tile_elements=1 << 24, kmax=None):
     """kmeans() of 9efd270 (single process)."""
     T, n, D = X.shape
     dev = X.device
     if init is None:
         C, c_valid = initial_centroids(X, valid, k, seeding=seeding, seed=seed, streams=streams,
-                                       uniforms=uniforms, budget=budget, kmax=kmax)
+                                       uniforms=uniforms, tile_elements=tile_elements, kmax=kmax)
     else:
         C, c_valid = init[0].float().clone(), init[1]
     Kmax = C.shape[1]
@@ -28,7 +28,8 @@ def kmeans_before(X, valid, k, *, max_iter=30, seed=0, seeding="batched", stream
     it = 0
     for it in range(1, max_iter + 1):
         whole = act.shape[0] == T
-        la, sa = lloyd_step(Xa, va, C if whole else C[act], c_valid if whole else c_valid[act], budget=budget)
+        la, sa = lloyd_step(Xa, va, C if whole else C[act], c_valid if whole else c_valid[act],
+                            tile_elements=tile_elements)
         changed = (la != labels[act]).any(1) if it > 1 else torch.ones(act.shape[0], dtype=torch.bool, device=dev)
         labels[act], score[act] = la, sa.to(score.dtype)
         if it == max_iter or not bool(changed.any()):
@@ -40,7 +41,7 @@ def kmeans_before(X, valid, k, *, max_iter=30, seed=0, seeding="batched", stream
         empty = c_valid[act] & (counts == 0)
         if bool(empty.any()):
             sq = torch.empty(Xa.shape[:2], dtype=torch.float32, device=dev)
-            for cs in row_blocks(n, budget // max(1, Xa.shape[0] * D)):
+            for cs in row_blocks(n, tile_elements // max(1, Xa.shape[0] * D)):
                 sq[:, cs] = (Xa[:, cs].float() * Xa[:, cs].float()).sum(-1)
             dist = (sq - sa).masked_fill(~va, float("-inf"))
             far = red.farthest(act, dist, int(empty.sum(1).max()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, SpanningConfig
 
 PAPER = CompressConfig.preset("paper")
 
@@ -14,16 +14,16 @@ def paper_partition(**kw) -> PartitionConfig:
     return dataclasses.replace(PAPER.partition, **kw)
 
 
-def paper_tree(**kw) -> TreeConfig:
-    return dataclasses.replace(PAPER.tree, **kw)
+def paper_spanning(**kw) -> SpanningConfig:
+    return dataclasses.replace(PAPER.spanning, **kw)
 
 
 def paper_merge(**kw) -> MergeConfig:
     return dataclasses.replace(PAPER.merge, **kw)
 
 
-def paper_config(*, partition: PartitionConfig | None = None, tree: TreeConfig | None = None,
+def paper_config(*, partition: PartitionConfig | None = None, spanning: SpanningConfig | None = None,
                  merge: MergeConfig | None = None, **kw) -> CompressConfig:
     """The paper preset with the stage configs given replaced (``**kw``: CompressConfig's other fields)."""
-    return dataclasses.replace(PAPER, partition=partition or PAPER.partition, tree=tree or PAPER.tree,
+    return dataclasses.replace(PAPER, partition=partition or PAPER.partition, spanning=spanning or PAPER.spanning,
                                merge=merge or PAPER.merge, **kw)

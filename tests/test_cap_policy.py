@@ -12,7 +12,7 @@ from engine_helpers import check_invariants, run
 
 from memforest_gpu.cli.flags import add_config_arguments, config_from_args
 from memforest_gpu.cli.report_text import format_report
-from memforest_gpu.config import CompressConfig, MergeConfig, TreeConfig
+from memforest_gpu.config import CompressConfig, MergeConfig, SpanningConfig
 from memforest_gpu.engine.merge_call import merge_texts
 from memforest_gpu.evaluation.locomo import load_locomo
 from memforest_gpu.mergers.base import MemoryItem, MergePair
@@ -46,8 +46,8 @@ def long_store(seed=0, n=(30, 24), dim=16) -> MemoryStore:
     return MemoryStore.from_columns(ids=ids, texts=texts, timestamps=ts, embeddings=emb, tenants=ten)
 
 
-def cfg(policy, ratio=0.5, schedule="sequential", **tree):
-    return CompressConfig(tree=TreeConfig(**tree),
+def cfg(policy, ratio=0.5, schedule="sequential", **spanning):
+    return CompressConfig(spanning=SpanningConfig(**spanning),
                           merge=MergeConfig(ratio=ratio, schedule=schedule, max_node_tokens=CAP, cap_policy=policy))
 
 

@@ -133,14 +133,14 @@ def test_every_config_flag_reaches_its_field_in_every_compress_command():
     from memforest_gpu.cli.adapters_args import add_parser as add_adapter_parsers
     from memforest_gpu.cli.commands import build_parser
     from memforest_gpu.cli.flags import config_from_args
-    from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+    from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, SpanningConfig
     from memforest_gpu.distributed.__main__ import build_parser as build_distributed_parser
 
     flags = ["--ratio", "0.7", "--schedule", "matching", "--seed", "3", "--alpha", "0.01", "--beta", "0.6",
              "--window", "4", "--max-iter", "12", "--eta", "0.9", "--degree-norm", "max", "--time-weight", "0.5",
              "--time-window", "2", "--size-weight", "0.2", "--max-node-tokens", "100", "--keep-pattern", "^Name:",
              "--merge-within", "session", "--keys", "3", "--text-weight", "0.4", "--vectors", "float32"]
-    want_tree = TreeConfig(eta=0.9, degree_norm="max", time_weight=0.5, time_window=2, size_weight=0.2)
+    want_spanning = SpanningConfig(eta=0.9, degree_norm="max", time_weight=0.5, time_window=2, size_weight=0.2)
     want_merge = MergeConfig(ratio=0.7, schedule="matching", max_node_tokens=100, seed=3, keep_pattern="^Name:",
                              merge_within="session", keys=3, text_weight=0.4, vectors="float32")
     part = dict(alpha=0.01, beta=0.6, window=4, max_iter=12, seed=3)
@@ -155,7 +155,7 @@ def test_every_config_flag_reaches_its_field_in_every_compress_command():
     ]
     for a, kmeans in parsed:
         assert config_from_args(a) == CompressConfig(partition=PartitionConfig(**part, kmeans=kmeans),
-                                                     tree=want_tree, merge=want_merge)
+                                                     spanning=want_spanning, merge=want_merge)
     # no flags: the default preset ("memforest"), which is CompressConfig(); --preset paper: the paper's values
     assert config_from_args(build_parser().parse_args(["compress", "a", "b"])) == CompressConfig()
     assert CompressConfig() == CompressConfig.preset("memforest")

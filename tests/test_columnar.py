@@ -203,8 +203,8 @@ def test_half_storage_keeps_every_guarantee(dtype):
 def test_build_trees_half_storage_and_chunked_lists():
     """No padded copy of the vectors: the buckets read them by node row (the store's own
     tensor when it is in the storage dtype); half storage keeps float32 cosines; neighbour
-    lists do not depend on the gather budget."""
-    from memforest_gpu.config import TreeConfig
+    lists do not depend on the gather tile_elements."""
+    from memforest_gpu.config import SpanningConfig
 
     st = synthetic_store(300, tenants=1, dim=16, seed=3)
     tree = torch.arange(300) % 7
@@ -214,9 +214,9 @@ def test_build_trees_half_storage_and_chunked_lists():
     assert full.vectors.base is st.embeddings and half.vectors.base.dtype == torch.float16
     for a, h in zip(full.buckets, half.buckets):
         assert not hasattr(a, "X") and h.W.dtype == torch.float32 and (h.W - a.W).abs().max() < 2e-3
-    knn = TreeConfig(knn=5, knn_above=0, time_weight=0.5)  # lists for these ~43-node trees too
+    knn = SpanningConfig(knn=5, knn_above=0, time_weight=0.5)  # lists for these ~43-node trees too
     lists = build_trees(tree, size, st.embeddings, st.timestamps, st.tenant_codes, None, config=knn)
-    tiny = build_trees(tree, size, st.embeddings, st.timestamps, st.tenant_codes, None, config=knn, budget=64)
+    tiny = build_trees(tree, size, st.embeddings, st.timestamps, st.tenant_codes, None, config=knn, tile_elements=64)
     for a, b in zip(lists.buckets, tiny.buckets):
         assert a.graph == "knn" and a.W is None and a.nbr.shape == (a.slot.shape[0], a.m, 6)
         assert torch.equal(a.nbr, b.nbr) and torch.equal(a.cs, b.cs)

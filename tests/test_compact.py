@@ -13,7 +13,7 @@ from compact_helpers import arrivals, check_compaction, check_event_trees, origi
 from memforest_gpu import compress
 from memforest_gpu.config import CompactConfig, CompressConfig, PartitionConfig
 from memforest_gpu.engine.compaction import compact
-from memforest_gpu.engine.compaction.quotas import compaction_quotas
+from memforest_gpu.engine.compaction.replan_quotas import compaction_quotas
 from memforest_gpu.engine.placement import place_new, positions
 from memforest_gpu.store.splice import append
 

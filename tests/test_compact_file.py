@@ -266,6 +266,11 @@ def test_the_old_budget_keyword_names_the_limits(tmp_path):
     limits = CompactConfig(max_nodes=5)
     with pytest.warns(DeprecationWarning, match="limits"):
         cs = CompactingStore(tmp_path / "s.parquet", budget=limits)
-    assert cs.limits is limits and limits.max_nodes_of("a") == limits.budget("a") == 5
+    assert cs.limits is limits and limits.max_nodes_of("a") == 5 and not hasattr(limits, "budget")
+    from memforest_gpu.store.synthetic import synthetic_store
+
+    store = synthetic_store(40, tenants=2, dim=8, seed=0)
+    with pytest.warns(DeprecationWarning, match=r"compact\(budget=...\) is renamed compact\(limits=...\)"):
+        assert len(compact(store, budget=CompactConfig(max_nodes=1000)).store) == 40  # no tenant over its limit
     with pytest.raises(TypeError, match="missing its limits"):
         compact_file(tmp_path / "s.parquet")

@@ -5,7 +5,12 @@
   most 3 dates (YYYY-MM-DD) and no issue number ("issue 31", "issues 39"): a user page is not
   a diary;
 - every relative link of README.md and docs/**/*.md names a file of the repository, and a
-  link to a #heading names a heading (or an ``<a id>``) of that page.
+  link to a #heading names a heading (or an ``<a id>``) of that page;
+- every Python file those pages name in this repository exists: ``engine/trees.py`` (from the
+  root, from ``memforest_gpu/`` or from the page), and a bare ``name.py`` after a folder of its
+  line (``store/`` (``memory_store.py``, ...), or ``engine/output.py`` ... ``report.py``: that
+  folder, else ``memforest_gpu/``). A path whose first folder is not one of the repository's
+  (another project's code) and placeholders (``scripts/NAME.py``) are not checked.
 """
 from __future__ import annotations
 
@@ -26,6 +31,9 @@ ANCHOR_TAG = re.compile(r"<a\s+(?:id|name)=\"([^\"]+)\"")
 FENCE = re.compile(r"^\s*(```|~~~)")
 #: pages another change is writing now: a link to one is checked once the page exists
 PENDING = {"docs/studies/one-vector-per-node.md"}
+PY_FILE = re.compile(r"(?<![\w./~-])((?:[\w.-]+/)*)([\w-]+\.py)(?![\w])")  # a folder path (maybe none), a file
+FOLDER = re.compile(r"`((?:[\w.-]+/)+)`")  # a folder named alone: `store/`, `memforest_gpu/runs/`
+PLACEHOLDER = re.compile(r"^[A-Z][A-Z_]*$")  # NAME in scripts/NAME.py
 
 
 def prose(text: str) -> list[str]:
@@ -72,6 +80,34 @@ def rel(p: Path) -> str:
     return p.relative_to(ROOT).as_posix()
 
 
+def missing_files(page: Path, root: Path = ROOT) -> list[str]:
+    """The Python files of the repository that ``page`` names and that do not exist (module
+    docstring), as ``line N: path``."""
+    bad = []
+    for i, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+        context, named_folder = [], False  # the folders this line has named so far
+        named = [*FOLDER.finditer(line), *PY_FILE.finditer(line)]
+        for m in sorted(named, key=lambda m: m.start()):
+            bases = [root, root / "memforest_gpu", page.parent, *context]
+            if m.re is FOLDER:
+                context += [b / m.group(1) for b in bases if (b / m.group(1)).is_dir()]
+                named_folder = True
+                continue
+            folder, name = m.group(1), m.group(2)
+            parts = [p for p in folder.split("/") if p] + [name[:-3]]
+            if any(PLACEHOLDER.match(p) for p in parts) or (folder and not any((b / parts[0]).is_dir() for b in bases)):
+                continue  # a placeholder, or another project's path
+            if not folder and not context:
+                continue  # a bare name with no folder on its line says nothing of where it is
+            where = bases if folder else context + ([] if named_folder else [root / "memforest_gpu"])
+            found = [b / folder / name for b in where if (b / folder / name).is_file()]
+            if found:
+                context.append(found[0].parent)
+            else:
+                bad.append(f"line {i}: {folder}{name}")
+    return bad
+
+
 @pytest.mark.parametrize("page", USER_PAGES, ids=rel)
 def test_user_pages_are_not_diaries(page):
     text = page.read_text(encoding="utf-8")
@@ -95,6 +131,25 @@ def test_relative_links_lead_to_a_file_and_a_heading(page):
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             bad.append(f"line {line}: {target} (no heading #{anchor} in {rel(dest)})")
     assert not bad, f"{rel(page)}: " + "; ".join(bad)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_the_python_files_a_page_names_exist(page):
+    bad = missing_files(page)
+    assert not bad, f"{rel(page)} names files that do not exist: " + "; ".join(bad)
+
+
+def test_the_file_check_sees_a_missing_file(tmp_path):
+    (tmp_path / "memforest_gpu" / "store").mkdir(parents=True)
+    (tmp_path / "memforest_gpu" / "engine").mkdir()
+    for f in ("store/io.py", "engine/trees.py", "report.py"):
+        (tmp_path / "memforest_gpu" / f).write_text("")
+    page = tmp_path / "p.md"
+    page.write_text("`engine/trees.py` then `report.py`; `engine/quotas.py`\n"
+                    "| `store/` | (`io.py`, `checks.py`) |\n"
+                    "| `store/` | `report.py` |\n"
+                    "`StreamMeCo/streammeco.py`, `scripts/NAME.py`, `setup.py` alone\n")
+    assert missing_files(page, tmp_path) == ["line 1: engine/quotas.py", "line 2: checks.py", "line 3: report.py"]
 
 
 def test_the_checks_see_what_they_look_for(tmp_path):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from memforest_gpu.config import CompressConfig, MergeConfig, TreeConfig
+from memforest_gpu.config import CompressConfig, MergeConfig, SpanningConfig
 from memforest_gpu.engine import compress
 from memforest_gpu.engine.edges import merged_cosines
 from memforest_gpu.store.memory_store import MemoryStore
@@ -43,7 +43,7 @@ def _store():
 @pytest.mark.parametrize("graph", ["dense", "knn"])
 def test_the_bound_sends_a_drifting_pair_last(graph):
     def merged(bound):
-        cfg = CompressConfig(tree=TreeConfig(size_weight=0.2, drift_min_cos=bound, graph=graph, knn_above=0),
+        cfg = CompressConfig(spanning=SpanningConfig(size_weight=0.2, drift_min_cos=bound, graph=graph, knn_above=0),
                              merge=MergeConfig(ratio=0.34))
         out = compress(_store(), cfg).store
         return sorted(tuple(sorted(s)) for s in out.sources)
@@ -58,7 +58,7 @@ def test_every_pair_refused_changes_nothing_and_reaches_the_ratio():
             for i in range(40)]
     outs = []
     for bound in (None, 1.0):
-        cfg = CompressConfig(tree=TreeConfig(size_weight=0.2, time_weight=0.5, drift_min_cos=bound),
+        cfg = CompressConfig(spanning=SpanningConfig(size_weight=0.2, time_weight=0.5, drift_min_cos=bound),
                              merge=MergeConfig(ratio=0.5, schedule="matching"))
         res = compress(MemoryStore.from_records(recs), cfg)
         assert len(res.store) == 20
@@ -68,7 +68,7 @@ def test_every_pair_refused_changes_nothing_and_reaches_the_ratio():
 
 def test_length_last_merges_short_pairs_first_and_still_reaches_the_ratio():
     def merged(bound, ratio=0.34):
-        cfg = CompressConfig(tree=TreeConfig(length_last=bound), merge=MergeConfig(ratio=ratio))
+        cfg = CompressConfig(spanning=SpanningConfig(length_last=bound), merge=MergeConfig(ratio=ratio))
         return sorted(tuple(sorted(s)) for s in compress(_store(), cfg).store.sources)
     assert merged(None) == [("A", "B"), ("C",)]  # cosine 0.9 first
     assert merged(50) == [("A",), ("B", "C")]  # A + B would hold 105 words

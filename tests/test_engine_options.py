@@ -19,7 +19,7 @@ from engine_helpers import (  # noqa: F401 (pytest fixtures: used by name)
     small_store,
 )
 
-from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
+from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, SpanningConfig
 from memforest_gpu.engine.memory import MemoryPlan
 from memforest_gpu.mergers.extractive import ExtractiveMerger
 
@@ -177,8 +177,8 @@ def test_ratio_must_be_a_number(ratio):
     (lambda: PartitionConfig(window=-1), "window", -1),
     (lambda: PartitionConfig(max_iter=0), "max_iter", 0),
     (lambda: PartitionConfig(seed=-1), "seed", -1),
-    (lambda: TreeConfig(eta=2), "eta", 2),
-    (lambda: TreeConfig(eta=-0.5), "eta", -0.5),
+    (lambda: SpanningConfig(eta=2), "eta", 2),
+    (lambda: SpanningConfig(eta=-0.5), "eta", -0.5),
     (lambda: RetrievalConfig(gamma=1.5), "gamma", 1.5),
     (lambda: RetrievalConfig(k=0), "k", 0),
     (lambda: RetrievalConfig(L=0), "L", 0),
@@ -202,18 +202,44 @@ def test_unknown_schedule():
 
 def test_unknown_degree_norm_and_kind():
     with pytest.raises(ValueError) as e:
-        TreeConfig(degree_norm="sum")
+        SpanningConfig(degree_norm="sum")
     assert "'sum'" in str(e.value) and "none" in str(e.value) and "max" in str(e.value)
     with pytest.raises(ValueError) as e:
-        TreeConfig(kind="maximum")
+        SpanningConfig(kind="maximum")
     assert "'maximum'" in str(e.value) and "random" in str(e.value)
 
 
 def test_compress_config_checks_types():
     with pytest.raises(ValueError, match="merge"):
-        CompressConfig(merge=TreeConfig())
+        CompressConfig(merge=SpanningConfig())
     with pytest.raises(ValueError, match="partition"):
         CompressConfig(partition={"alpha": 0.1})
+
+
+def test_the_spanning_stage_keeps_its_old_names_for_one_release():
+    """``TreeConfig`` and ``CompressConfig(tree=...)`` (the names before the spanning stage was
+    renamed) still work, with a DeprecationWarning; a record saved with ``"tree"`` reads the same."""
+    import memforest_gpu
+    from memforest_gpu import config
+    from memforest_gpu.config import config_from_record, config_record
+
+    with pytest.warns(DeprecationWarning, match="TreeConfig is renamed SpanningConfig"):
+        assert config.TreeConfig is SpanningConfig
+    vars(memforest_gpu).pop("TreeConfig", None)  # the package keeps a name once it is used
+    with pytest.warns(DeprecationWarning, match="TreeConfig is renamed SpanningConfig"):
+        assert memforest_gpu.TreeConfig is SpanningConfig
+    with pytest.warns(DeprecationWarning, match=r"CompressConfig\(tree=...\) is renamed"):
+        old = CompressConfig(tree=SpanningConfig(kind="min"))
+    assert old == CompressConfig(spanning=SpanningConfig(kind="min"))
+    with pytest.raises(TypeError, match="both"):
+        CompressConfig(tree=SpanningConfig(), spanning=SpanningConfig())
+    with pytest.raises(TypeError, match="unexpected keyword argument 'trees'"):
+        CompressConfig(trees=SpanningConfig())
+    rec = config_record(old)
+    assert list(rec) == ["partition", "spanning", "merge"] and config_from_record(rec) == old
+    rec["tree"] = rec.pop("spanning")
+    assert config_from_record(rec) == old
+    assert "tree" not in dir(CompressConfig()) and "TreeConfig" not in memforest_gpu.__all__
 
 
 def test_configs_are_frozen():
@@ -224,10 +250,10 @@ def test_configs_are_frozen():
 
 # --------------------------------------------------------------------------- ablations
 ABLATIONS = {
-    "min-tree": CompressConfig(tree=TreeConfig(kind="min")),
-    "random-order": CompressConfig(tree=TreeConfig(kind="random")),
-    "degree-max": CompressConfig(tree=TreeConfig(degree_norm="max", eta=0.9)),
-    "no-degree": CompressConfig(tree=TreeConfig(eta=1.0)),
+    "min-spanning": CompressConfig(spanning=SpanningConfig(kind="min")),
+    "random-order": CompressConfig(spanning=SpanningConfig(kind="random")),
+    "degree-max": CompressConfig(spanning=SpanningConfig(degree_norm="max", eta=0.9)),
+    "no-degree": CompressConfig(spanning=SpanningConfig(eta=1.0)),
     "no-semantic": CompressConfig(partition=PartitionConfig(use_semantic=False)),
     "no-temporal": CompressConfig(partition=PartitionConfig(use_temporal=False)),
     "neither": CompressConfig(partition=PartitionConfig(use_semantic=False, use_temporal=False)),
@@ -240,7 +266,8 @@ ABLATIONS = {
 @pytest.mark.parametrize("name", list(ABLATIONS))
 def test_ablations_keep_invariants(small_store, name, schedule):
     base = ABLATIONS[name]
-    cfg = CompressConfig(partition=base.partition, tree=base.tree, merge=MergeConfig(ratio=0.6, schedule=schedule))
+    cfg = CompressConfig(partition=base.partition, spanning=base.spanning,
+                         merge=MergeConfig(ratio=0.6, schedule=schedule))
     res = run(small_store, cfg)
     check_invariants(small_store, res, 0.6)
     if name == "all-clusters":  # every node its own tree: nothing can merge
@@ -251,15 +278,15 @@ def test_ablations_keep_invariants(small_store, name, schedule):
 
 def test_ablations_change_the_result(small_store):
     ref = sorted(map(sorted, run(small_store, cfg_of(0.5)).store.sources))
-    for name in ("min-tree", "random-order", "no-temporal"):
+    for name in ("min-spanning", "random-order", "no-temporal"):
         base = ABLATIONS[name]
-        cfg = CompressConfig(partition=base.partition, tree=base.tree, merge=MergeConfig(ratio=0.5))
+        cfg = CompressConfig(partition=base.partition, spanning=base.spanning, merge=MergeConfig(ratio=0.5))
         assert sorted(map(sorted, run(small_store, cfg).store.sources)) != ref, name
 
 
 def test_random_order_is_seeded(small_store):
     def go(seed):
-        cfg = CompressConfig(tree=TreeConfig(kind="random"), merge=MergeConfig(ratio=0.5, seed=seed))
+        cfg = CompressConfig(spanning=SpanningConfig(kind="random"), merge=MergeConfig(ratio=0.5, seed=seed))
         return run(small_store, cfg).store
 
     a, b, c = go(0), go(0), go(7)
@@ -267,9 +294,9 @@ def test_random_order_is_seeded(small_store):
     assert sorted(map(sorted, a.sources)) != sorted(map(sorted, c.sources))
 
 
-def test_min_tree_merges_dissimilar_pairs(small_store):
+def test_min_spanning_merges_dissimilar_pairs(small_store):
     """The minimum spanning tree ablation merges far less similar pairs than the maximum one."""
     sim = lambda res: np.mean([m.similarity for m in res.merges])  # noqa: E731
     mx = run(small_store, cfg_of(0.3))
-    mn = run(small_store, CompressConfig(tree=TreeConfig(kind="min"), merge=MergeConfig(ratio=0.3)))
+    mn = run(small_store, CompressConfig(spanning=SpanningConfig(kind="min"), merge=MergeConfig(ratio=0.3)))
     assert sim(mn) < sim(mx)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from eval_fixtures import FACTS, BagOfWordsEmbedder, duplicate_facts_benchmark
 
-from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, SpanningConfig
 from memforest_gpu.engine.quotas import removal_target
 from memforest_gpu.evaluation.methods import (
     ABLATION_METHODS,
@@ -143,8 +143,10 @@ def test_tome_and_memforest_on_duplicate_facts():
 
 def test_method_specs():
     assert parse_method("memforest") == MethodSpec("memforest", "sequential")
-    assert parse_method("memforest-min-tree:matching") == MethodSpec("memforest-min-tree", "matching")
+    assert parse_method("memforest-min-spanning:matching") == MethodSpec("memforest-min-spanning", "matching")
     assert parse_method("tome").label == "tome"
+    with pytest.warns(DeprecationWarning, match="'memforest-min-tree' is renamed 'memforest-min-spanning'"):
+        assert parse_method("memforest-min-tree:matching") == MethodSpec("memforest-min-spanning", "matching")
     for bad, msg in (("nope", "method must be one of"), ("tome:matching", "only memforest"),
                      ("memforest:fast", "schedule of memforest must be one of")):
         with pytest.raises(ValueError, match=msg):
@@ -154,22 +156,22 @@ def test_method_specs():
     assert (c.partition.use_semantic, c.partition.use_temporal, c.partition.alpha, c.partition.seed) == \
         (False, True, 0.1, 2)
     assert (c.merge.ratio, c.merge.seed, c.merge.schedule) == (0.3, 2, "matching")
-    assert parse_method("memforest-no-degree").config(base, ratio=0.5, seed=0).tree.eta == 1.0
-    assert parse_method("memforest-min-tree").config(base, ratio=0.5, seed=0).tree.kind == "min"
-    assert parse_method("memforest-random-order").config(base, ratio=0.5, seed=0).tree.kind == "random"
-    d = parse_method("memforest-degree-max").config(base, ratio=0.5, seed=0).tree
+    assert parse_method("memforest-no-degree").config(base, ratio=0.5, seed=0).spanning.eta == 1.0
+    assert parse_method("memforest-min-spanning").config(base, ratio=0.5, seed=0).spanning.kind == "min"
+    assert parse_method("memforest-random-order").config(base, ratio=0.5, seed=0).spanning.kind == "random"
+    d = parse_method("memforest-degree-max").config(base, ratio=0.5, seed=0).spanning
     assert (d.degree_norm, d.eta) == ("max", 0.9)
     assert parse_method("memforest-no-time-edges").config(
-        CompressConfig(tree=TreeConfig(time_weight=0.3)), ratio=0.5, seed=0).tree.time_weight == 0.0
+        CompressConfig(spanning=SpanningConfig(time_weight=0.3)), ratio=0.5, seed=0).spanning.time_weight == 0.0
     assert parse_method("memforest-no-size-edges").config(
-        CompressConfig(tree=TreeConfig(size_weight=0.3, time_weight=0.5)), ratio=0.5, seed=0).tree == \
-        TreeConfig(time_weight=0.5, size_weight=0.0)
+        CompressConfig(spanning=SpanningConfig(size_weight=0.3, time_weight=0.5)), ratio=0.5, seed=0).spanning == \
+        SpanningConfig(time_weight=0.5, size_weight=0.0)
     p = parse_method("memforest-paper:matching").config(
-        CompressConfig(tree=TreeConfig(time_weight=0.3, size_weight=0.2), partition=PartitionConfig(alpha=0.2),
+        CompressConfig(spanning=SpanningConfig(time_weight=0.3, size_weight=0.2), partition=PartitionConfig(alpha=0.2),
                        merge=MergeConfig(max_node_tokens=99)), ratio=0.5, seed=4)
-    assert (p.tree, p.partition.alpha, p.partition.seed, p.merge.max_node_tokens, p.merge.schedule) == \
-        (CompressConfig.preset("paper").tree, 0.05, 4, None, "matching")
-    assert parse_method("memforest-dense-graph").config(base, ratio=0.5, seed=0).tree.graph == "dense"
+    assert (p.spanning, p.partition.alpha, p.partition.seed, p.merge.max_node_tokens, p.merge.schedule) == \
+        (CompressConfig.preset("paper").spanning, 0.05, 4, None, "matching")
+    assert parse_method("memforest-dense-graph").config(base, ratio=0.5, seed=0).spanning.graph == "dense"
     assert "memforest-dense-graph" not in ABLATION_METHODS  # the knn graph's reference, not an ablation
     assert len(ABLATIONS) == 10 and "memforest:matching" in DEFAULT_METHODS
     st = _clusters()

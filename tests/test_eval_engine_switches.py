@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 import torch
-from paper import paper_config, paper_merge, paper_partition, paper_tree
+from paper import paper_config, paper_merge, paper_partition, paper_spanning
 
-from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig
+from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, SpanningConfig
 from memforest_gpu.engine import compress
 from memforest_gpu.engine.quotas import removal_target
 from memforest_gpu.store.memory_store import MemoryStore
@@ -16,11 +16,12 @@ from memforest_gpu.store.synthetic import synthetic_store
 
 
 def test_time_weight_is_validated():
-    assert TreeConfig().time_weight == 0.5 and paper_tree().time_weight == 0.0 and TreeConfig().time_window == 1
+    assert SpanningConfig().time_weight == 0.5 and paper_spanning().time_weight == 0.0
+    assert SpanningConfig().time_window == 1
     with pytest.raises(ValueError, match=r"time_weight must be in \[0.0, 1.0\], got 1.5"):
-        paper_tree(time_weight=1.5)
+        paper_spanning(time_weight=1.5)
     with pytest.raises(ValueError, match="time_window must be an integer >= 1"):
-        paper_tree(time_window=0)
+        paper_spanning(time_window=0)
 
 
 def _two_topics(n=8, dim=8):
@@ -37,7 +38,7 @@ def _two_topics(n=8, dim=8):
 
 def _cfg(time_weight, ratio=0.5, schedule="sequential", time_rule="gated"):
     return paper_config(partition=paper_partition(alpha=0.01),
-                          tree=paper_tree(eta=1.0, time_weight=time_weight, time_window=1, time_rule=time_rule),
+                          spanning=paper_spanning(eta=1.0, time_weight=time_weight, time_window=1, time_rule=time_rule),
                           merge=paper_merge(ratio=ratio, schedule=schedule))
 
 
@@ -93,7 +94,7 @@ def test_cap_removes_edges_instead_of_blocking_the_tree():
 @pytest.mark.parametrize("schedule", ["sequential", "matching"])
 def test_time_weight_keeps_the_engine_invariants(schedule):
     st = synthetic_store(120, tenants=3, dim=16, seed=4)
-    cfg = paper_config(tree=paper_tree(time_weight=0.3, time_window=2),
+    cfg = paper_config(spanning=paper_spanning(time_weight=0.3, time_window=2),
                          merge=paper_merge(ratio=0.6, schedule=schedule))
     res = compress(st, cfg, device="cpu")
     n_in, n_out = Counter(st.tenants), Counter(res.store.tenants)
@@ -104,11 +105,11 @@ def test_time_weight_keeps_the_engine_invariants(schedule):
 
 # ---------------------------------------------------------------- size on the edges
 def test_size_weight_is_validated():
-    assert paper_tree().size_weight == 0.0
+    assert paper_spanning().size_weight == 0.0
     with pytest.raises(ValueError, match=r"size_weight must be in \[0.0, 1.0\], got -0.1"):
-        paper_tree(size_weight=-0.1)
+        paper_spanning(size_weight=-0.1)
     with pytest.raises(ValueError, match="size_weight must be a finite number"):
-        paper_tree(size_weight=float("nan"))
+        paper_spanning(size_weight=float("nan"))
 
 
 def _long_and_short():
@@ -128,7 +129,7 @@ def test_size_weight_merges_short_nodes_first(schedule):
     st = _long_and_short()
 
     def cfg(sw):
-        return paper_config(partition=paper_partition(alpha=0.01), tree=paper_tree(eta=1.0, size_weight=sw),
+        return paper_config(partition=paper_partition(alpha=0.01), spanning=paper_spanning(eta=1.0, size_weight=sw),
                               merge=paper_merge(ratio=0.25, schedule=schedule))
 
     plain = compress(st, cfg(0.0), device="cpu")
@@ -145,7 +146,7 @@ def test_size_weight_is_measured_in_size_unit_not_the_cap():
 
     def cfg(unit, cap):
         return paper_config(partition=paper_partition(alpha=0.01),
-                              tree=paper_tree(eta=1.0, size_weight=0.2, size_unit=unit),
+                              spanning=paper_spanning(eta=1.0, size_weight=0.2, size_unit=unit),
                               merge=paper_merge(ratio=0.25, max_node_tokens=cap))
 
     # 0.96 - 0.2 * 202/10000 > 0.89 - 0.2 * 4/10000: the long pair still wins under a large unit ...
@@ -164,9 +165,9 @@ def test_size_weight_zero_is_the_paper():
     from memforest_gpu.mergers.extractive import ExtractiveMerger
 
     st = synthetic_store(90, tenants=2, dim=16, seed=1)
-    compare(st, paper_config(tree=paper_tree(size_weight=0.0)), ExtractiveMerger)
-    on = compress(st, paper_config(tree=paper_tree(size_weight=0.5)), device="cpu")
-    off = compress(st, paper_config(tree=paper_tree(size_weight=0.0)), device="cpu")
+    compare(st, paper_config(spanning=paper_spanning(size_weight=0.0)), ExtractiveMerger)
+    on = compress(st, paper_config(spanning=paper_spanning(size_weight=0.5)), device="cpu")
+    off = compress(st, paper_config(spanning=paper_spanning(size_weight=0.0)), device="cpu")
     assert [(m.a, m.b) for m in on.merges] != [(m.a, m.b) for m in off.merges]
 
 
@@ -175,7 +176,7 @@ def test_size_weight_zero_is_the_paper():
 def test_size_weight_keeps_the_engine_invariants(schedule, cap):
     """Without a cap the lengths are tracked through merges all the same (progressive merging)."""
     st = synthetic_store(120, tenants=3, dim=16, seed=4)
-    cfg = paper_config(tree=paper_tree(time_weight=0.3, size_weight=0.4),
+    cfg = paper_config(spanning=paper_spanning(time_weight=0.3, size_weight=0.4),
                          merge=paper_merge(ratio=0.6, schedule=schedule, max_node_tokens=cap))
     res = compress(st, cfg, device="cpu")
     n_in, n_out = Counter(st.tenants), Counter(res.store.tenants)

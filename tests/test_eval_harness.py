@@ -14,7 +14,7 @@ from memforest_gpu.evaluation.benchmark import write_benchmark
 from memforest_gpu.evaluation.result_files import load_result, markdown
 
 FIELDS = {"benchmark", "method", "schedule", "ratio", "seed", "retriever", "cut", "metric", "category", "value"}
-METHODS = ["memforest", "memforest:matching", "memforest-min-tree", "tome", "random_prune"]
+METHODS = ["memforest", "memforest:matching", "memforest-min-spanning", "tome", "random_prune"]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_only_the_maximum_spanning_tree_keeps_every_answer(grid):
         # each fact's two copies are its evidence: one fits the budget uncompressed, both once merged
         assert _value(res, "none", "evr") == 0.5
         assert _value(res, "memforest", "evr", schedule="sequential", seed=seed) == 1.0
-        assert _value(res, "memforest-min-tree", "ansr_retention", seed=seed) < 0.9
+        assert _value(res, "memforest-min-spanning", "ansr_retention", seed=seed) < 0.9
         assert _value(res, "memforest", "ratio_reached", schedule="sequential", retriever="-", cut="-",
                       seed=seed) == 0.5
         assert _value(res, "memforest", "search_speedup", schedule="sequential", cut="-", seed=seed) > 0
@@ -92,14 +92,14 @@ def test_outputs_and_cached_rerun(grid):
         data = json.load(f)
     assert data["meta"]["merger"] == "extractive" and data["meta"]["questions"] == 8
     diffs = [r for r in data["records"] if r["metric"] == "ansr_retention_diff_vs_memforest:sequential"]
-    assert {(r["method"], r["schedule"]) for r in diffs} >= {("tome", "-"), ("memforest-min-tree", "sequential")}
+    assert {(r["method"], r["schedule"]) for r in diffs} >= {("tome", "-"), ("memforest-min-spanning", "sequential")}
     assert all(set(r) == FIELDS for r in data["records"])
     ev_b = [r for r in data["records"]
             if r["metric"] == "evr_retention_diff_vs_memforest:sequential" and r["cut"] == "B"]
     assert {(r["method"], r["schedule"]) for r in ev_b} == {(r["method"], r["schedule"]) for r in diffs}
     assert any(r["metric"] == "dates" and r["cut"] == "B" for r in data["records"])
     md = open(paths["md"]).read()
-    assert "ratio 0.5" in md and "memforest-min-tree" in md and "extractive" in md
+    assert "ratio 0.5" in md and "memforest-min-spanning" in md and "extractive" in md
     assert "| Δ EvR@B | call |" in md and "Dates@B" in md
     # AnsR-content beside AnsR@B, in the tables and the comparisons; calls from the cluster bootstrap
     assert "AnsR@B all | % | AnsR-c@B all | % |" in md and "AnsR@B % / AnsR-c@B % / EvR@2 %" in md
@@ -134,7 +134,7 @@ def test_cli_export_and_report_only(tmp_path, grid):
     assert main(["--benchmark", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2
 
 
-def test_cli_maps_config_flags():
+def test_cli_maps_config_flags(capsys):
     import argparse
 
     from memforest_gpu.cli.commands import build_parser
@@ -148,8 +148,8 @@ def test_cli_maps_config_flags():
     c = _config(p.parse_args(["--benchmark", "b", "--size-weight", "0.3", "--time-weight", "0.5",
                               "--max-node-tokens", "128", "--time-rule", "gated", "--time-min-cos", "0.4",
                               "--cap-policy", "strict"]))
-    assert (c.tree.size_weight, c.tree.time_weight, c.merge.max_node_tokens) == (0.3, 0.5, 128)
-    assert (c.tree.time_rule, c.tree.time_min_cos, c.merge.cap_policy) == ("gated", 0.4, "strict")
+    assert (c.spanning.size_weight, c.spanning.time_weight, c.merge.max_node_tokens) == (0.3, 0.5, 128)
+    assert (c.spanning.time_rule, c.spanning.time_min_cos, c.merge.cap_policy) == ("gated", 0.4, "strict")
     # no flag: the same config as `memforest compress` without flags (the default preset)
     d = _config(p.parse_args(["--benchmark", "b"]))
     assert d == preset("memforest") == CompressConfig() == config_from_args(
@@ -159,5 +159,7 @@ def test_cli_maps_config_flags():
     assert _methods("memforest,tome,memforest-no-size-edges", "matching") == [
         "memforest:matching", "tome", "memforest-no-size-edges:matching"]
     assert _methods("memforest:sequential", "matching") == ["memforest:sequential"]
+    assert _methods("memforest-min-tree", "matching") == ["memforest-min-spanning:matching"]  # the old name
+    assert "memforest-min-tree is renamed memforest-min-spanning" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"--time-rule must be one of \['flat', 'scaled', 'gated'\], got 'x'"):
         _config(p.parse_args(["--benchmark", "b", "--time-rule", "x"]))

@@ -57,26 +57,26 @@ def test_preset_choice_tie_goes_to_the_better_held_out_mean():
 def test_candidate_grid_names_and_fields():
     c = candidate_grid(["matching"], [0.001], [0.5], [0.0, 0.2])
     assert [x.name for x in c] == ["matching a=0.001 tw=0.5 sw=0", "matching a=0.001 tw=0.5 sw=0.2"]
-    assert c[1].config.partition.alpha == 0.001 and c[1].config.tree.size_weight == 0.2
+    assert c[1].config.partition.alpha == 0.001 and c[1].config.spanning.size_weight == 0.2
     assert c[1].config.merge.schedule == "matching" and c[1].label == "memforest:matching"
 
 
-def test_end_to_end_picks_the_tree_that_keeps_every_answer():
+def test_end_to_end_picks_the_spanning_kind_that_keeps_every_answer():
     bench = duplicate_facts_benchmark(("t0", "t1", "t2"))
     base = CompressConfig()
-    good = Candidate("max-tree", base)
-    bad = Candidate("min-tree", dataclasses.replace(base, tree=dataclasses.replace(base.tree, kind="min")))
+    good = Candidate("max-spanning", base)
+    bad = Candidate("min-spanning", dataclasses.replace(base, spanning=dataclasses.replace(base.spanning, kind="min")))
     cs = score_candidates(bench, [bad, good, Candidate("tome", base, method="tome")], [0.5], [0, 1],
                           embedder=BagOfWordsEmbedder(), eval_config=EvalConfig(k=2, max_tokens=fact_budget(),
                                                                                 search_repeats=1))
-    folds = leave_one_out(cs, pool=["min-tree", "max-tree"], compare=("min-tree", "tome"))
+    folds = leave_one_out(cs, pool=["min-spanning", "max-spanning"], compare=("min-spanning", "tome"))
     assert [f["held_out"] for f in folds] == ["t0", "t1", "t2"]
-    assert all(f["chosen"] == "max-tree" for f in folds)
+    assert all(f["chosen"] == "max-spanning" for f in folds)
     for f in folds:
-        assert f["held_out_scores"]["max-tree"]["B:ansr"]["0.5"] == pytest.approx(1.0)
-        assert f["held_out_scores"]["min-tree"]["B:ansr"]["0.5"] < 1.0
-    md = loo_markdown(cs, folds, select="B:ansr_content", compare=("min-tree", "tome"), choice="max-tree")
-    assert "**max-tree** (3 of 3 folds)" in md and "| t1 | 4 | max-tree |" in md
+        assert f["held_out_scores"]["max-spanning"]["B:ansr"]["0.5"] == pytest.approx(1.0)
+        assert f["held_out_scores"]["min-spanning"]["B:ansr"]["0.5"] < 1.0
+    md = loo_markdown(cs, folds, select="B:ansr_content", compare=("min-spanning", "tome"), choice="max-spanning")
+    assert "**max-spanning** (3 of 3 folds)" in md and "| t1 | 4 | max-spanning |" in md
     json.dumps(folds)  # serialisable as written by the CLI
 
 
@@ -98,7 +98,7 @@ def test_cli_leave_one_out_writes_its_report(tmp_path, monkeypatch, capsys):
     assert set(data["candidates"]) == {"sequential a=0.05 tw=0 sw=0", "sequential a=0.05 tw=0 sw=0.2", "tome", before}
     assert data["choice"] in data["candidates"] and data["choice"] != before
     assert data["compare"] == ["sequential a=0.05 tw=0 sw=0", "tome", before]
-    assert data["candidates"][before]["config"]["tree"]["time_rule"] == "flat"
+    assert data["candidates"][before]["config"]["spanning"]["time_rule"] == "flat"
     assert "Preset rule" in (out / "loo.md").read_text()
     assert "preset rule picks" in capsys.readouterr().out
     assert main(argv[:-1] + ["--loo-select", "B:nope"]) == 2
@@ -118,11 +118,11 @@ def test_candidate_grid_time_rules_in_names_and_once_without_time():
     c = candidate_grid(["matching"], [0.001], [0.0, 0.5], [0.2], time_rules=("scaled", "gated:0.4", "flat"))
     assert [x.name for x in c] == ["matching a=0.001 tw=0 sw=0.2", "matching a=0.001 tw=0.5/scaled sw=0.2",
                                    "matching a=0.001 tw=0.5/gated:0.4 sw=0.2", "matching a=0.001 tw=0.5/flat sw=0.2"]
-    assert (c[2].config.tree.time_rule, c[2].config.tree.time_min_cos) == ("gated", 0.4)
-    assert c[3].config.tree.time_rule == "flat" and c[1].config.tree.time_rule == "scaled"
+    assert (c[2].config.spanning.time_rule, c[2].config.spanning.time_min_cos) == ("gated", 0.4)
+    assert c[3].config.spanning.time_rule == "flat" and c[1].config.spanning.time_rule == "scaled"
     # time weight 0: the rule does not matter, the base's is kept (so the paper defaults are recognised)
-    base = CompressConfig().tree
-    assert (c[0].config.tree.time_rule, c[0].config.tree.time_min_cos) == (base.time_rule, base.time_min_cos)
+    base = CompressConfig().spanning
+    assert (c[0].config.spanning.time_rule, c[0].config.spanning.time_min_cos) == (base.time_rule, base.time_min_cos)
 
 
 def _shaped_scores() -> CandidateScores:

@@ -65,8 +65,8 @@ def test_best_match_exact_ties_and_tiling(device, shape, mode):
     Xt, Ct, cvt = T(X, device, torch.float32), T(C, device, torch.float32), T(cv, device)
     # one tile, one row per tile (small problems), a few rows per tile
     budgets = (1 << 24, Tn * K * 8) + ((1,) if n <= 7 else ())
-    for budget in budgets:
-        s, i = best_match(Xt, Ct, cvt, mode=mode, budget=budget)
+    for tile_elements in budgets:
+        s, i = best_match(Xt, Ct, cvt, mode=mode, tile_elements=tile_elements)
         assert i.dtype == torch.int64 and s.shape == i.shape == (Tn, n)
         np.testing.assert_array_equal(N(i), i_ref)
         np.testing.assert_array_equal(N(s).astype(np.float64), s_ref)
@@ -88,8 +88,8 @@ def test_best_match_continuous(device, mode):
         val = X @ C.transpose(0, 2, 1)
     val[~np.broadcast_to(cv[:, None, :], val.shape)] = -np.inf
     best = val.max(-1)
-    for budget in (1 << 24, Tn * K * 30):  # one tile, four tiles
-        s, i = best_match(Xt, Ct, T(cv, device), mode=mode, budget=budget)
+    for tile_elements in (1 << 24, Tn * K * 30):  # one tile, four tiles
+        s, i = best_match(Xt, Ct, T(cv, device), mode=mode, tile_elements=tile_elements)
         i = N(i)
         assert cv[np.arange(Tn)[:, None], i].all()
         got = np.take_along_axis(val, i[:, :, None], -1)[..., 0]
@@ -100,14 +100,14 @@ def test_best_match_duplicate_centres_continuous(device):
     g = torch.Generator().manual_seed(0)
     for D, K, n in [(384, 2, 1), (384, 5, 7), (100, 5, 7), (100, 17, 7)]:
         for mode in ("dot", "l2"):
-            for budget in (1 << 24, 1):
+            for tile_elements in (1 << 24, 1):
                 C = torch.nn.functional.normalize(torch.randn(2, K, D, generator=g), dim=-1)
                 C[:, K - 1] = C[:, 0]  # centre K-1 duplicates centre 0
                 X = torch.nn.functional.normalize(torch.randn(2, n, D, generator=g), dim=-1)
                 X[:, 0] = C[:, 0]
                 _, i = best_match(X.to(device), C.to(device), torch.ones(2, K, dtype=torch.bool, device=device),
-                                  mode=mode, budget=budget)
-                assert not bool((i == K - 1).any()), (D, K, n, mode, budget)  # 0 ties with K-1 and comes first
+                                  mode=mode, tile_elements=tile_elements)
+                assert not bool((i == K - 1).any()), (D, K, n, mode, tile_elements)  # 0 ties with K-1 and comes first
 
 
 def test_best_match_rejects_bad_input(device):
@@ -146,9 +146,9 @@ def test_lloyd_step_exact(device, n):
     cv[1, [0, 2]] = False
     _, ref = best_match_ref(X, C, cv, "l2")
     ref[~valid] = -1
-    for budget in (1 << 24, 3 * K * 8) + ((1,) if n <= 7 else ()):
+    for tile_elements in (1 << 24, 3 * K * 8) + ((1,) if n <= 7 else ()):
         lab, score = lloyd_step(T(X, device, torch.float32), T(valid, device), T(C, device, torch.float32),
-                                T(cv, device), budget=budget)
+                                T(cv, device), tile_elements=tile_elements)
         np.testing.assert_array_equal(N(lab), ref)
 
 
@@ -232,7 +232,8 @@ def test_kmeans_batched_vs_numpy_lloyd(device):
     Kmax = max(ks)
     U = rng.random((Kmax, 3))
     Xt, vt, kt, Ut = T(X, device, torch.float32), T(valid, device), T(ks, device), T(U, device)
-    labels, means, c_valid, it = kmeans(Xt, vt, kt, seeding="k-means++", uniforms=Ut, budget=3 * Kmax * 16)  # 7 tiles
+    labels, means, c_valid, it = kmeans(Xt, vt, kt, seeding="k-means++", uniforms=Ut,
+                                        tile_elements=3 * Kmax * 16)  # 7 tiles
     assert 1 <= it <= 30
     lab, cv, mu = N(labels), N(c_valid), N(means).astype(np.float64)
     seeds = N(kmeans_plus_plus(Xt, vt, kt, uniforms=Ut))
@@ -251,7 +252,7 @@ def test_kmeans_batched_vs_numpy_lloyd(device):
         _, ref_obj = lloyd_ref(Xf[t, :s], seeds[t, :k])
         assert abs(obj - ref_obj) <= 0.10 * ref_obj + 1e-6, (t, obj, ref_obj)
     # deterministic: same uniforms, same seed -> same result
-    l2, m2, c2, _ = kmeans(Xt, vt, kt, seeding="k-means++", uniforms=Ut, budget=1 << 24)
+    l2, m2, c2, _ = kmeans(Xt, vt, kt, seeding="k-means++", uniforms=Ut, tile_elements=1 << 24)
     assert torch.equal(labels, l2) and torch.equal(c_valid, c2)
     a = kmeans(Xt, vt, kt, seed=4)
     b = kmeans(Xt, vt, kt, seed=4)
@@ -432,9 +433,10 @@ def test_reassign_exact(device, n, case):
     sizes = [n] + [int(rng.integers(1, n + 1)) for _ in range(3)]
     X, valid, labels, centre = reassign_problem(rng, sizes, min(n, 7) + 2, _Quarter(rng))
     ref = reassign_ref(X, valid, labels, centre, beta, window, sem, tmp)
-    for budget in (1 << 24, len(sizes) * centre.shape[1] * 8)[: 1 if n < 8 else 2]:  # one tile, 8 rows/tile
+    for tile_elements in (1 << 24, len(sizes) * centre.shape[1] * 8)[: 1 if n < 8 else 2]:  # one tile, 8 rows/tile
         got = reassign_to_centres(T(X, device), T(valid, device), T(labels, device), T(centre, device),
-                                  beta=beta, window=window, use_semantic=sem, use_temporal=tmp, budget=budget)
+                                  beta=beta, window=window, use_semantic=sem, use_temporal=tmp,
+                                  tile_elements=tile_elements)
         np.testing.assert_array_equal(N(got), ref)
     if not sem and not tmp:  # nothing scores: everyone keeps the k-means label
         np.testing.assert_array_equal(ref, labels)

@@ -160,7 +160,7 @@ def test_knn_blockwise_returns_the_best_scores(device, m):
     bias = np.round(rng.uniform(-1, 1, (B, m)) * 4) / 4
     for scale, bb in ((1.0, None), (0.5, bias)):
         got = N(knn_blockwise(T(X, device), T(val, device), c, scale=scale,
-                              bias=None if bb is None else T(bb, device, torch.float32), budget=64))
+                              bias=None if bb is None else T(bb, device, torch.float32), tile_elements=64))
         assert got.shape == (B, m, c)
         for b in range(B):
             bvec = np.zeros(m) if bb is None else bb[b]

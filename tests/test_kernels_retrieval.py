@@ -155,9 +155,10 @@ def test_topk_search(device, case):
     Qe = rng.integers(-2, 3, (Q, D)).astype(np.float64)
     valid = rng.random((Q, Nn)) < 0.7
     valid[0] = False
-    for vmask, budget in [(None, 1 << 26), (valid, 1 << 26), (None, 1), (valid, 2 * Nn)]:  # 1 or 2 queries a chunk
+    for vmask, tiles in [(None, 1 << 26), (valid, 1 << 26), (None, 1), (valid, 2 * Nn)]:  # 1 or 2 queries a chunk
         vt = None if vmask is None else T(vmask, device)
-        sims, idx = topk_search(T(Qe, device, torch.float32), T(X, device, torch.float32), c, valid=vt, budget=budget)
+        sims, idx = topk_search(T(Qe, device, torch.float32), T(X, device, torch.float32), c, valid=vt,
+                                tile_elements=tiles)
         r_sims, r_idx = topk_search_sorted(T(Qe, device, torch.float32), T(X, device, torch.float32), c, valid=vt)
         assert torch.equal(idx, r_idx) and torch.equal(sims, r_sims)
         cc = min(c, Nn)

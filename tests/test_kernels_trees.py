@@ -14,11 +14,11 @@ import torch
 from kernel_helpers import SIZES, N, T, _one_cpu_thread, kruskal_ref  # noqa: F401 (autouse fixture)
 
 from memforest_gpu.kernels.matching import best_edge_per_tree, greedy_matching
-from memforest_gpu.kernels.mst import spanning_forest, tree_degrees
+from memforest_gpu.kernels.mst import spanning_degrees, spanning_forest
 from memforest_gpu.kernels.padding import pack_segments, size_buckets, unpack_segments
 
 # ----------------------------------------------------------------------------------------------
-# 1-2. spanning_forest / tree_degrees
+# 1-2. spanning_forest / spanning_degrees
 # ----------------------------------------------------------------------------------------------
 
 def networkx_ref(W: np.ndarray, active: np.ndarray, maximum: bool = True) -> set:
@@ -130,13 +130,13 @@ def test_spanning_forest_empty_and_single(device):
 
 
 @pytest.mark.parametrize("m", SIZES)
-def test_tree_degrees_counts(device, m):
+def test_spanning_degrees_counts(device, m):
     rng = np.random.default_rng(m)
     B = 4
     W = tied_weights(rng, B, m, "quarters")
     act = active_masks(rng, B, m)
     u, v, w, ok = spanning_forest(T(W, device), T(act, device))
-    deg = tree_degrees(u, v, ok, m)
+    deg = spanning_degrees(u, v, ok, m)
     assert deg.shape == (B, m) and deg.dtype == torch.int64
     for b in range(B):
         c = Counter()
@@ -149,7 +149,7 @@ def test_tree_degrees_counts(device, m):
     uu = T([[0, 2, 1, 0]], device)
     vv = T([[1, 3, 2, 3]], device)
     okk = T([[True, True, False, False]], device)
-    assert N(tree_degrees(uu, vv, okk, 5)).tolist() == [[1, 1, 1, 1, 0]]
+    assert N(spanning_degrees(uu, vv, okk, 5)).tolist() == [[1, 1, 1, 1, 0]]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -228,7 +228,7 @@ def test_greedy_matching_on_spanning_forest_scores(device):
     W = tied_weights(rng, B, m, "quarters")
     act = active_masks(rng, B, m)
     u, v, w, ok = spanning_forest(T(W, device), T(act, device))
-    deg = tree_degrees(u, v, ok, m)
+    deg = spanning_degrees(u, v, ok, m)
     score = 0.99 * w - 0.01 * (deg.gather(1, u) + deg.gather(1, v)).to(w.dtype)
     key = torch.minimum(u, v) * m + torch.maximum(u, v)
     cap = T(rng.integers(0, 8, B), device)

@@ -1,4 +1,4 @@
-"""The knn graph (``TreeConfig.graph = "knn"``): trees without a dense matrix.
+"""The knn graph (``SpanningConfig.graph = "knn"``): trees without a dense matrix.
 
 - Exact mode: with ``knn`` at least the largest tree's size - 1 every tree keeps every pair
   and its cosines come from the dense graph's own functions, so the run equals the dense
@@ -22,7 +22,7 @@ from engine_helpers import _one_thread, build_store, check_invariants  # noqa: F
 from paper import paper_config, paper_merge
 
 from memforest_gpu import compress
-from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, TreeConfig, preset
+from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, SpanningConfig, preset
 from memforest_gpu.engine.compression import setup_run
 from memforest_gpu.engine.memory import MemoryPlan
 from memforest_gpu.engine.partition import partition_nodes
@@ -46,8 +46,8 @@ def one_tree_store(sizes, *, dim=32, seed=0) -> MemoryStore:
         tenants=[f"t{j}" for j, p in enumerate(parts) for _ in range(len(p))])
 
 
-def with_tree(cfg: CompressConfig, **tree) -> CompressConfig:
-    return dataclasses.replace(cfg, tree=dataclasses.replace(cfg.tree, **tree))
+def with_spanning(cfg: CompressConfig, **spanning) -> CompressConfig:
+    return dataclasses.replace(cfg, spanning=dataclasses.replace(cfg.spanning, **spanning))
 
 
 def records(res):
@@ -69,9 +69,10 @@ EXACT_CASES = {
     "paper-terms-1500": ([1500], CompressConfig(partition=PartitionConfig(alpha=0.0),
                                                 merge=MergeConfig(ratio=0.7, schedule="matching"))),
     "degree-max-strict-cap-1200": ([1200], CompressConfig(
-        partition=PartitionConfig(alpha=0.0), tree=TreeConfig(degree_norm="max", eta=0.9, size_weight=0.3),
+        partition=PartitionConfig(alpha=0.0), spanning=SpanningConfig(degree_norm="max", eta=0.9, size_weight=0.3),
         merge=MergeConfig(ratio=0.5, schedule="matching", max_node_tokens=40, cap_policy="strict"))),
-    "sequential-1000": ([1000], CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(time_weight=0.3),
+    "sequential-1000": ([1000], CompressConfig(partition=PartitionConfig(alpha=0.0),
+                                               spanning=SpanningConfig(time_weight=0.3),
                                                merge=MergeConfig(ratio=0.03, schedule="sequential"))),
 }
 
@@ -80,8 +81,8 @@ EXACT_CASES = {
 def test_exact_mode_equals_the_dense_graph(case):
     sizes, cfg = EXACT_CASES[case]
     store = one_tree_store(sizes, seed=len(case))
-    dense = compress(store, with_tree(cfg, graph="dense"), device="cpu")
-    exact = compress(store, with_tree(cfg, graph="knn", knn=EXACT, knn_above=0), device="cpu")
+    dense = compress(store, with_spanning(cfg, graph="dense"), device="cpu")
+    exact = compress(store, with_spanning(cfg, graph="knn", knn=EXACT, knn_above=0), device="cpu")
     assert dense.report.trees == len(sizes) and dense.merges
     assert_same_run(dense, exact)
 
@@ -95,8 +96,9 @@ def test_trees_of_at_most_knn_plus_one_nodes_are_exact(schedule):
     sizes = np.bincount(partition_nodes(
         store.embeddings, store.timestamps, store.tenant_index()[1], store.tenant_names(), cfg.partition).tree)
     assert len(sizes) > 10 and sizes.max() > 17
-    exact = with_tree(cfg, knn=int(sizes.max()) - 1, knn_above=0)
-    assert_same_run(compress(store, with_tree(cfg, graph="dense"), device="cpu"), compress(store, exact, device="cpu"))
+    exact = with_spanning(cfg, knn=int(sizes.max()) - 1, knn_above=0)
+    assert_same_run(compress(store, with_spanning(cfg, graph="dense"), device="cpu"),
+                    compress(store, exact, device="cpu"))
 
 
 # --------------------------------------------------------------------------- the knn graph
@@ -129,7 +131,7 @@ def check_knn_graph(batch):
 def test_the_knn_graph_stays_consistent_round_after_round(monkeypatch, schedule):
     store = one_tree_store([300, 120], dim=16, seed=5)
     cfg = CompressConfig(partition=PartitionConfig(alpha=0.0),
-                         tree=TreeConfig(knn_above=0, knn=4, time_weight=0.3, size_weight=0.2),
+                         spanning=SpanningConfig(knn_above=0, knn=4, time_weight=0.3, size_weight=0.2),
                          merge=MergeConfig(ratio=0.6 if schedule == "matching" else 0.2, schedule=schedule))
     seen = []
     real = round_module.apply_round
@@ -153,7 +155,7 @@ def test_a_round_split_into_groups_of_trees_is_the_same_run(monkeypatch, schedul
     apply_module = importlib.import_module("memforest_gpu.engine.apply")
     store = build_store([400, 260, 90], dim=16, seed=11)
     cfg = CompressConfig(partition=PartitionConfig(alpha=0.02),
-                         tree=TreeConfig(knn_above=0, knn=4, time_weight=0.3, size_weight=0.2),
+                         spanning=SpanningConfig(knn_above=0, knn=4, time_weight=0.3, size_weight=0.2),
                          merge=MergeConfig(ratio=0.5, schedule=schedule))
     whole = compress(store, cfg, device="cpu")
     assert whole.report.trees > 3
@@ -182,7 +184,7 @@ def test_the_apply_reads_merged_vectors_a_group_of_trees_at_a_time(monkeypatch):
     vectors_module = importlib.import_module("memforest_gpu.engine.trees")
     store = build_store([400, 260, 90], dim=16, seed=11)
     cfg = CompressConfig(partition=PartitionConfig(alpha=0.02),
-                         tree=TreeConfig(knn_above=0, knn=4, time_weight=0.3, size_weight=0.2),
+                         spanning=SpanningConfig(knn_above=0, knn=4, time_weight=0.3, size_weight=0.2),
                          merge=MergeConfig(ratio=0.5, schedule="matching", keys=0))
     whole = compress(build_store([400, 260, 90], dim=16, seed=11), cfg, device="cpu",
                      memory=MemoryPlan(overwrite_input=True))
@@ -228,7 +230,7 @@ def test_the_apply_reads_merged_vectors_a_group_of_trees_at_a_time(monkeypatch):
 def test_invariants_with_the_knn_graph(schedule, ratio):
     store = build_store([400, 260, 90, 3, 1], dim=16, seed=7)
     cfg = CompressConfig(partition=PartitionConfig(alpha=0.01),
-                         tree=TreeConfig(knn_above=0, knn=3, time_weight=0.5, size_weight=0.2),
+                         spanning=SpanningConfig(knn_above=0, knn=3, time_weight=0.5, size_weight=0.2),
                          merge=MergeConfig(ratio=ratio, schedule=schedule), storage_dtype="float16")
     a = compress(store, cfg, device="cpu")
     check_invariants(store, a, ratio)
@@ -238,7 +240,7 @@ def test_invariants_with_the_knn_graph(schedule, ratio):
 
 def test_strict_cap_with_the_knn_graph():
     store = build_store([500, 300], dim=16, seed=8)
-    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn_above=0, knn=4),
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), spanning=SpanningConfig(knn_above=0, knn=4),
                          merge=MergeConfig(ratio=0.5, schedule="matching", max_node_tokens=60, cap_policy="strict"))
     res = compress(store, cfg, device="cpu")
     check_invariants(store, res, 0.5, capped=True)
@@ -246,7 +248,8 @@ def test_strict_cap_with_the_knn_graph():
 
 def test_tenant_independence_with_the_knn_graph():
     st = build_store([400, 300, 260, 3], dim=16, seed=2)
-    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn_above=0, knn=5, time_weight=0.5),
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0),
+                         spanning=SpanningConfig(knn_above=0, knn=5, time_weight=0.5),
                          merge=MergeConfig(ratio=0.5, schedule="matching"))
     full = compress(st, cfg, device="cpu")
     for t in st.tenant_names():
@@ -267,20 +270,20 @@ def test_alpha_zero_is_one_tree_per_tenant():
                       ({"knn_cells_above": 1}, "knn_cells_above must be an integer >= 2"),
                       ({"knn_above": -1}, "knn_above must be an integer >= 0")):
         with pytest.raises(ValueError, match=rule):
-            TreeConfig(**bad)
+            SpanningConfig(**bad)
 
 
 def test_small_trees_keep_the_dense_graph_and_big_ones_the_knn_graph():
     """Under graph "knn" a bucket padded to at most knn_above slots keeps its matrix (cheaper
     there, and exact); bigger ones keep the knn graph; the paper preset's small trees run as "dense"."""
     store = build_store([300, 40, 20], dim=16, seed=5)
-    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn=8, knn_above=64))
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), spanning=SpanningConfig(knn=8, knn_above=64))
     s = setup_run(store, cfg, device="cpu")
     by_size = {int(bk.slot.shape[1]): bk.graph for bk in s.batch.buckets}
     assert by_size == {300: "knn", 40: "dense", 20: "dense"}, by_size
     paper = preset("paper")
     assert compress(store, paper, device="cpu").store.ids == compress(
-        store, with_tree(paper, graph="dense"), device="cpu").store.ids
+        store, with_spanning(paper, graph="dense"), device="cpu").store.ids
 
 
 @pytest.mark.parametrize("knn", [1, 2, 4])
@@ -290,11 +293,12 @@ def test_strict_cap_forest_has_the_dense_pieces(knn):
     many edges as the dense graph's (live nodes - pieces of the pairs that fit)."""
 
     store = build_store([400, 150], dim=16, seed=11)
-    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn_above=0, knn=knn, size_weight=0.3),
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0),
+                         spanning=SpanningConfig(knn_above=0, knn=knn, size_weight=0.3),
                          merge=MergeConfig(ratio=0.5, schedule="matching", max_node_tokens=24, cap_policy="strict"))
     counts = {}
     for graph in ("knn", "dense"):
-        c = with_tree(cfg, graph=graph)
+        c = with_spanning(cfg, graph=graph)
         s = setup_run(store, c, device="cpu")
         need = np.ones(len(s.quotas.per_tree), dtype=bool)
         if graph == "knn":
@@ -314,8 +318,9 @@ def test_mixed_buckets_plan_as_the_knn_planner(schedule):
     the merges are those of the knn planner everywhere (knn_above 0), merge for merge (the
     small trees hold at most knn + 1 nodes, so every pair is a candidate either way)."""
     store = build_store([300, 150, 9, 6, 3], dim=16, seed=8)
-    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=TreeConfig(knn=8, time_weight=0.3, size_weight=0.2),
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0),
+                         spanning=SpanningConfig(knn=8, time_weight=0.3, size_weight=0.2),
                          merge=MergeConfig(ratio=0.6, schedule=schedule))
     s = setup_run(store, cfg, device="cpu")
     assert {bk.graph for bk in s.batch.buckets} == {"knn", "dense"}  # both planners in every round
-    assert_same_run(compress(store, with_tree(cfg, knn_above=0), device="cpu"), compress(store, cfg, device="cpu"))
+    assert_same_run(compress(store, with_spanning(cfg, knn_above=0), device="cpu"), compress(store, cfg, device="cpu"))

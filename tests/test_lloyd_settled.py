@@ -67,9 +67,9 @@ def test_small_tiles_and_a_small_last_tile_same_as_before(rows, pruned_steps):
     """Budgets that cut the assignment in tiles with a small last one (n % tile < MIN_ROWS), and
     (130) the recomputed rows in several gathered chunks."""
     X, valid, k = _padded(2, 1100, 32, 40, seed=5)
-    budget = 2 * 40 * rows  # tiles of 520 rows for T = 2: the last one has 60; of 130: the last one 60
-    ref = kmeans_before(X, valid, k, streams=torch.tensor([3, 4]), budget=budget)
-    assert _same(kmeans(X, valid, k, streams=torch.tensor([3, 4]), budget=budget), ref)
+    tile_elements = 2 * 40 * rows  # tiles of 520 rows for T = 2: the last one has 60; of 130: the last one 60
+    ref = kmeans_before(X, valid, k, streams=torch.tensor([3, 4]), tile_elements=tile_elements)
+    assert _same(kmeans(X, valid, k, streams=torch.tensor([3, 4]), tile_elements=tile_elements), ref)
     assert any(pruned_steps), pruned_steps
 
 
@@ -90,7 +90,7 @@ def test_best_match_runner_up():
     X, C = torch.randn(2, 300, 16, generator=g), torch.randn(2, 9, 16, generator=g)
     cv = torch.ones(2, 9, dtype=torch.bool)
     cv[1, 4:] = False
-    s, j, r = best_match(X, C, cv, runner=True, budget=2 * 9 * 50)
+    s, j, r = best_match(X, C, cv, runner=True, tile_elements=2 * 9 * 50)
     s0, j0 = best_match(X, C, cv)
     assert torch.equal(s, s0) and torch.equal(j, j0)
     full = torch.baddbmm(-(C * C).sum(-1)[:, None, :], X, C.transpose(1, 2), alpha=2.0).masked_fill(~cv[:, None], -1e30)

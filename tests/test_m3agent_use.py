@@ -124,7 +124,7 @@ def test_m3_agent_rules_hold_for_every_preset_and_ratio(m3, tmp_path, preset):
     g = m3.build.build_video(12, seed=3)
     for ratio in (0.3, 0.7):
         cfg = CompressConfig.preset(preset)
-        cfg = CompressConfig(partition=cfg.partition, tree=cfg.tree, merge=MergeConfig(
+        cfg = CompressConfig(partition=cfg.partition, spanning=cfg.spanning, merge=MergeConfig(
             ratio=ratio, schedule=cfg.merge.schedule))
         out, res = _compress(m3, g, tmp_path, cfg)
         rep = m3.check.check(g, out, queries=[g.nodes[g.text_nodes[7]].metadata["contents"][0]], before_clips=[5])
@@ -230,7 +230,8 @@ def test_compressed_graph_holds_no_more_vectors_than_its_input(m3, tmp_path, rat
     g = m3.build.build_video(24)
     cfg = KEYED
     assert cfg.merge.keys != 0
-    cfg = CompressConfig(partition=cfg.partition, tree=cfg.tree, merge=dataclasses.replace(cfg.merge, ratio=ratio))
+    cfg = CompressConfig(partition=cfg.partition, spanning=cfg.spanning,
+                         merge=dataclasses.replace(cfg.merge, ratio=ratio))
     out, res = _compress(m3, g, tmp_path, cfg)
     n_in, n_out = len(_text_nodes(g)), len(_text_nodes(out))
     assert _vectors(g) == n_in > 300

@@ -15,7 +15,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 import torch
-from paper import paper_config, paper_merge, paper_partition, paper_tree
+from paper import paper_config, paper_merge, paper_partition, paper_spanning
 
 from memforest_gpu import compress
 from memforest_gpu.engine.reference import largest_remainder, reference_compress
@@ -133,7 +133,7 @@ def config(*, ratio, schedule, degree_norm="none", eta=0.99, alpha=0.05, cap=Non
     # flat edge-list path; tests/test_knn_graph.py holds it against graph="dense" too)
     # the paper's configuration (float32 vectors, no keys), as the reference states it
     return paper_config(partition=paper_partition(alpha=alpha),
-                        tree=paper_tree(eta=eta, degree_norm=degree_norm, time_weight=time_weight,
+                        spanning=paper_spanning(eta=eta, degree_norm=degree_norm, time_weight=time_weight,
                                         time_rule=time_rule, time_min_cos=time_min_cos, size_weight=size_weight,
                                         knn=1 << 20, knn_above=0),
                         # the reference models the "strict" cap policy: a pair over the cap is no edge

@@ -1,4 +1,4 @@
-"""Scoring a bucket of big trees in slices (engine.plan.EDGE_BUDGET) bounds the temporaries
+"""Scoring a bucket of big trees in slices (engine.plan.DENSE_EDGE_BLOCK) bounds the temporaries
 without changing a single plan."""
 import pytest
 import torch
@@ -14,7 +14,7 @@ def test_sliced_scoring_gives_the_same_merges(monkeypatch, name):
     store = synthetic_store(1500, tenants=4, dim=16, seed=5)
     cfg = preset(name)
     whole = compress(store, cfg)
-    monkeypatch.setattr(plan_dense, "EDGE_BUDGET", {"cpu": 64, "cuda": 64})  # one tree per slice
+    monkeypatch.setattr(plan_dense, "DENSE_EDGE_BLOCK", {"cpu": 64, "cuda": 64})  # one tree per slice
     sliced = compress(store, cfg)
     assert list(sliced.store.ids) == list(whole.store.ids)
     assert torch.equal(sliced.store.embeddings, whole.store.embeddings)

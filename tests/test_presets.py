@@ -20,19 +20,19 @@ def test_the_dataclass_defaults_are_the_shipped_preset_and_paper_is_spec():
     assert preset("memforest") == CompressConfig() == CompressConfig.preset("memforest")
     p = CompressConfig.preset("paper")
     assert p.partition.alpha == 0.05 and p.merge.schedule == "sequential" and p != CompressConfig()
-    assert (p.tree.time_weight, p.tree.size_weight, p.merge.keys, p.merge.vectors) == (0.0, 0.0, 0, "float32")
+    assert (p.spanning.time_weight, p.spanning.size_weight, p.merge.keys, p.merge.vectors) == (0.0, 0.0, 0, "float32")
     assert DEFAULT_PRESET == "memforest" and set(PRESETS) == {"memforest", "paper"}
 
 
 def test_memforest_preset_values():
     c = CompressConfig.preset("memforest")
-    assert (c.partition.alpha, c.tree.time_weight, c.tree.size_weight, c.merge.schedule) == (0.001, 0.5, 0.2,
+    assert (c.partition.alpha, c.spanning.time_weight, c.spanning.size_weight, c.merge.schedule) == (0.001, 0.5, 0.2,
                                                                                            "matching")
-    assert (c.tree.time_rule, c.tree.time_min_cos) == ("gated", 0.3)  # related neighbours only (issue 22)
+    assert (c.spanning.time_rule, c.spanning.time_min_cos) == ("gated", 0.3)  # related neighbours only (issue 22)
     assert (c.merge.keys, c.merge.text_weight) == (1, 0.8)  # one vector per node: 0.8 text + 0.2 sources' centre
     # everything else is the method's
     p = preset("paper")
-    assert dataclasses.replace(c, partition=p.partition, tree=p.tree, merge=p.merge) == p
+    assert dataclasses.replace(c, partition=p.partition, spanning=p.spanning, merge=p.merge) == p
     assert c.partition == dataclasses.replace(p.partition, alpha=0.001)
 
 
@@ -54,7 +54,8 @@ def test_cli_default_is_the_memforest_preset_and_flags_override_one_field():
     m = preset("memforest")
     assert _parse("--schedule", "sequential") == dataclasses.replace(
         m, merge=dataclasses.replace(m.merge, schedule="sequential"))
-    assert _parse("--time-weight", "0") == dataclasses.replace(m, tree=dataclasses.replace(m.tree, time_weight=0.0))
+    assert _parse("--time-weight", "0") == dataclasses.replace(
+        m, spanning=dataclasses.replace(m.spanning, time_weight=0.0))
     with pytest.raises(ValueError, match=r"--alpha must be in \[0.0, 1.0\], got 2.0"):
         _parse("--preset", "paper", "--alpha", "2")
 
@@ -70,7 +71,7 @@ def test_every_compress_command_has_the_preset_option_and_help_shows_its_values(
                          (["compress", "a", "b"], build_distributed_parser())):
         a = parser.parse_args(argv + ["--preset", "paper", "--size-weight", "0.2"])
         p = preset("paper")
-        want = dataclasses.replace(p, tree=dataclasses.replace(p.tree, size_weight=0.2))
+        want = dataclasses.replace(p, spanning=dataclasses.replace(p.spanning, size_weight=0.2))
         assert config_from_args(a) == want, argv
     text = " ".join(build_parser()._subparsers._group_actions[0].choices["compress"].format_help().split())
     assert "memforest: 0.001, paper: 0.05" in text  # --alpha

@@ -2,6 +2,7 @@
 after a SIGKILL of a real CLI process that merges through the `openai` merger."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -94,6 +95,32 @@ def test_journal_refuses_without_resume_and_with_another_fingerprint(tmp_path):
         JournaledMerger(Counting(), path, fingerprint={"fingerprint": "f1", "parts": {}})
     with pytest.raises(ValueError, match="another run \\(its config differ"):
         JournaledMerger(Counting(), path, fingerprint={"fingerprint": "f2", "parts": {"config": 2, "merger": 1}},
+                        resume=True)
+
+
+def test_a_journal_from_before_the_spanning_rename_resumes(store_file, tmp_path):
+    """A journal whose config names the spanning stage ``"tree"`` (written before the rename)
+    belongs to the same run; another config under the old name is still refused."""
+    import hashlib
+
+    def old_header(fp):
+        parts = json.loads(json.dumps(fp["parts"]))
+        parts["config"] = {("tree" if k == "spanning" else k): v for k, v in parts["config"].items()}
+        digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+        return {"fingerprint": digest, "parts": parts}
+
+    fp = run_fingerprint(store_file, CFG, ExtractiveMerger(), None)
+    path = tmp_path / "j.jsonl"
+    jm = JournaledMerger(Counting(), path, fingerprint=old_header(fp))
+    out = jm.merge(_pairs(3))
+    jm.close()
+    inner = Counting()
+    again = JournaledMerger(inner, path, fingerprint=fp, resume=True)
+    assert again.merge(_pairs(3)) == out and inner.sent == [] and again.stats["replayed"] == 3
+    again.close()
+    other = dataclasses.replace(CFG, merge=dataclasses.replace(CFG.merge, ratio=0.3))
+    with pytest.raises(ValueError, match="another run"):
+        JournaledMerger(Counting(), path, fingerprint=run_fingerprint(store_file, other, ExtractiveMerger(), None),
                         resume=True)
 
 

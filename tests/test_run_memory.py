@@ -31,20 +31,20 @@ def test_row_blocks_cover_the_rows_without_a_lone_last_row():
             assert n == 1 or all(b.stop - b.start >= 2 for b in blocks)
 
 
-@pytest.mark.parametrize("budget", [1 << 24, 999, 40])
-def test_cluster_centres_in_blocks_equal_all_at_once(budget):
+@pytest.mark.parametrize("tile_elements", [1 << 24, 999, 40])
+def test_cluster_centres_in_blocks_equal_all_at_once(tile_elements):
     X = _unit(3 * 301, 16).view(3, 301, 16)
     valid = torch.ones(3, 301, dtype=torch.bool)
     valid[2, 250:] = False
     labels = torch.randint(0, 7, (3, 301), generator=torch.Generator().manual_seed(1)).masked_fill(~valid, -1)
     means = _unit(21, 16, seed=2).view(3, 7, 16)
     c_valid = torch.ones(3, 7, dtype=torch.bool)
-    want = cluster_centres(X, valid, labels, means, c_valid, budget=1 << 30)
-    assert torch.equal(cluster_centres(X, valid, labels, means, c_valid, budget=budget), want)
+    want = cluster_centres(X, valid, labels, means, c_valid, tile_elements=1 << 30)
+    assert torch.equal(cluster_centres(X, valid, labels, means, c_valid, tile_elements=tile_elements), want)
 
 
-@pytest.mark.parametrize("budget", [1 << 24, 5000, 30])
-def test_reassignment_from_rows_in_blocks_equals_the_gathered_points(budget):
+@pytest.mark.parametrize("tile_elements", [1 << 24, 5000, 30])
+def test_reassignment_from_rows_in_blocks_equals_the_gathered_points(tile_elements):
     """Point (t, j) as embeddings[rows[t, j]], a block at a time, against the (T, n, D) copy."""
     emb = _unit(500, 24, seed=3)
     g = torch.Generator().manual_seed(4)
@@ -55,19 +55,19 @@ def test_reassignment_from_rows_in_blocks_equals_the_gathered_points(budget):
     labels[torch.arange(2)[:, None], centre] = torch.arange(9)
     sem = (torch.rand(2, 201, generator=g), torch.randint(0, 9, (2, 201), generator=g))
     X = emb[rows]  # (T, n, D)
-    want = reassign_to_centres(X, valid, labels, centre, semantic=sem, budget=1 << 30)
-    got = reassign_to_centres(emb, valid, labels, centre, semantic=sem, rows=rows, budget=budget)
+    want = reassign_to_centres(X, valid, labels, centre, semantic=sem, tile_elements=1 << 30)
+    got = reassign_to_centres(emb, valid, labels, centre, semantic=sem, rows=rows, tile_elements=tile_elements)
     assert torch.equal(got, want)
     with pytest.raises(ValueError, match="semantic must be given with rows"):
         reassign_to_centres(emb, valid, labels, centre, rows=rows)
 
 
-@pytest.mark.parametrize("budget", [1 << 24, 20000])
-def test_two_level_from_rows_equals_the_gathered_points(budget):
+@pytest.mark.parametrize("tile_elements", [1 << 24, 20000])
+def test_two_level_from_rows_equals_the_gathered_points(tile_elements):
     emb = _unit(3000, 16, seed=5)
     rows = torch.randperm(3000, generator=torch.Generator().manual_seed(6))[:2500]
-    want = two_level_clusters(emb[rows], 100, name="t", seed=0, max_iter=10, budget=budget)
-    got = two_level_clusters(emb, 100, name="t", seed=0, max_iter=10, budget=budget, rows=rows)
+    want = two_level_clusters(emb[rows], 100, name="t", seed=0, max_iter=10, tile_elements=tile_elements)
+    got = two_level_clusters(emb, 100, name="t", seed=0, max_iter=10, tile_elements=tile_elements, rows=rows)
     for w, g in zip(want[:5], got[:5]):
         assert torch.equal(w, g)
     assert torch.equal(want[5][0], got[5][0]) and torch.equal(want[5][1], got[5][1]) and want[6] == got[6]

@@ -9,23 +9,23 @@ import numpy as np
 import pytest
 import torch
 
-from memforest_gpu.config import TreeConfig, preset
+from memforest_gpu.config import SpanningConfig, preset
 from memforest_gpu.engine import compress
 from memforest_gpu.engine.edges import time_weighted
 from memforest_gpu.store.memory_store import MemoryStore
 
 
-def _tree(**kw) -> TreeConfig:
-    return TreeConfig(time_weight=0.5, **kw)
+def _spanning(**kw) -> SpanningConfig:
+    return SpanningConfig(time_weight=0.5, **kw)
 
 
 def test_flat_is_the_old_formula_and_weight_zero_is_the_cosine():
     cos = torch.tensor([[-0.2, 0.0, 0.3], [0.9, 0.1, 0.5]], dtype=torch.float64)  # any shape
     gap = torch.tensor([[1, 2, 0], [1, 1, 5]])
     old = 0.5 * cos + 0.5 * (gap <= 1).to(cos.dtype)
-    torch.testing.assert_close(time_weighted(cos, gap, _tree(time_rule="flat")), old, rtol=0, atol=0)
+    torch.testing.assert_close(time_weighted(cos, gap, _spanning(time_rule="flat")), old, rtol=0, atol=0)
     for rule in ("flat", "scaled", "gated"):
-        assert time_weighted(cos, gap, TreeConfig(time_weight=0.0, time_rule=rule)) is cos
+        assert time_weighted(cos, gap, SpanningConfig(time_weight=0.0, time_rule=rule)) is cos
 
 
 @pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 4, 4)])
@@ -35,11 +35,11 @@ def test_rules_elementwise_on_any_shape(shape):
     gap = torch.randint(0, 4, shape, generator=g)
     near = gap <= 2
     tw = 0.4
-    scaled = time_weighted(cos, gap, TreeConfig(time_weight=tw, time_window=2, time_rule="scaled"))
+    scaled = time_weighted(cos, gap, SpanningConfig(time_weight=tw, time_window=2, time_rule="scaled"))
     torch.testing.assert_close(scaled, torch.where(near, (1 - tw) * cos + tw * cos.clamp(min=0), (1 - tw) * cos))
-    gated = time_weighted(cos, gap, TreeConfig(time_weight=tw, time_window=2, time_rule="gated", time_min_cos=0.25))
+    gated = time_weighted(cos, gap, SpanningConfig(time_weight=tw, time_window=2, time_rule="gated", time_min_cos=0.25))
     torch.testing.assert_close(gated, (1 - tw) * cos + tw * (near & (cos >= 0.25)).to(cos.dtype))
-    flat = time_weighted(cos, gap, TreeConfig(time_weight=tw, time_window=2, time_rule="flat"))
+    flat = time_weighted(cos, gap, SpanningConfig(time_weight=tw, time_window=2, time_rule="flat"))
     assert scaled.shape == gated.shape == shape and scaled.dtype == cos.dtype
     assert (scaled <= flat).all() and (gated <= flat).all()  # never more than the flat bonus
     assert torch.equal(scaled[~near], flat[~near]) and torch.equal(gated[~near], flat[~near])  # others untouched
@@ -48,18 +48,18 @@ def test_rules_elementwise_on_any_shape(shape):
 def test_an_unrelated_neighbour_gets_no_bonus():
     cos = torch.tensor([0.02, 0.6])  # an unrelated neighbour; a related memory farther away
     gap = torch.tensor([1, 9])
-    flat = time_weighted(cos, gap, _tree(time_rule="flat"))
+    flat = time_weighted(cos, gap, _spanning(time_rule="flat"))
     assert flat[0] > flat[1]  # the 0/1 bonus: the unrelated neighbour merges first
-    for tree in (_tree(time_rule="scaled"), _tree(time_rule="gated", time_min_cos=0.3)):
-        w = time_weighted(cos, gap, tree)
+    for spanning in (_spanning(time_rule="scaled"), _spanning(time_rule="gated", time_min_cos=0.3)):
+        w = time_weighted(cos, gap, spanning)
         assert w[1] > w[0]
 
 
 def test_config_checks_the_rule():
     with pytest.raises(ValueError, match=r"time_rule must be one of \['flat', 'scaled', 'gated'\], got 'soft'"):
-        TreeConfig(time_rule="soft")
+        SpanningConfig(time_rule="soft")
     with pytest.raises(ValueError, match=r"time_min_cos must be in \[-1.0, 1.0\], got 2.0"):
-        TreeConfig(time_min_cos=2.0)
+        SpanningConfig(time_min_cos=2.0)
 
 
 # --------------------------------------------------------------------------- a store of interleaved topics
@@ -100,5 +100,5 @@ def test_default_preset_merges_one_topic_when_neighbours_in_time_are_unrelated(r
 def test_the_flat_bonus_merges_unrelated_neighbours():
     # the rule before issue 22, on the same store: the 0/1 bonus decides nearly every merge
     p = preset("memforest")
-    flat = dataclasses.replace(p, tree=dataclasses.replace(p.tree, time_rule="flat"))
+    flat = dataclasses.replace(p, spanning=dataclasses.replace(p.spanning, time_rule="flat"))
     assert single_topic_share(flat, 0.5) < 0.2

@@ -6,7 +6,7 @@ import os
 import textwrap
 from importlib import resources
 
-from ..config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, TreeConfig
+from ..config import CompressConfig, MergeConfig, PartitionConfig, RetrievalConfig, SpanningConfig
 from ..engine import compress
 from ..mergers.embedders import SentenceTransformerEmbedder
 from ..retrieval.context import dated_sentences
@@ -36,7 +36,8 @@ def demo_config(ratio: float = 0.5) -> CompressConfig:
     the matching schedule keep merged nodes small (2-3 memories of one event), so the trip's
     node ranks first.
     """
-    return CompressConfig(partition=PartitionConfig(alpha=0.001), tree=TreeConfig(time_weight=0.5, size_weight=0.2),
+    return CompressConfig(partition=PartitionConfig(alpha=0.001),
+                          spanning=SpanningConfig(time_weight=0.5, size_weight=0.2),
                           merge=MergeConfig(ratio=ratio, schedule="matching"))
 
 

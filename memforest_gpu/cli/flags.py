@@ -23,12 +23,12 @@ FIELDS = {
     "ratio": ("merge", "ratio"), "schedule": ("merge", "schedule"), "max_node_tokens": ("merge", "max_node_tokens"),
     "alpha": ("partition", "alpha"), "beta": ("partition", "beta"), "window": ("partition", "window"),
     "max_iter": ("partition", "max_iter"), "kmeans": ("partition", "kmeans"),
-    "eta": ("tree", "eta"), "degree_norm": ("tree", "degree_norm"), "time_weight": ("tree", "time_weight"),
-    "time_window": ("tree", "time_window"), "time_rule": ("tree", "time_rule"),
-    "time_min_cos": ("tree", "time_min_cos"), "size_weight": ("tree", "size_weight"),
+    "eta": ("spanning", "eta"), "degree_norm": ("spanning", "degree_norm"), "time_weight": ("spanning", "time_weight"),
+    "time_window": ("spanning", "time_window"), "time_rule": ("spanning", "time_rule"),
+    "time_min_cos": ("spanning", "time_min_cos"), "size_weight": ("spanning", "size_weight"),
     "cap_policy": ("merge", "cap_policy"), "keep_pattern": ("merge", "keep_pattern"),
-    "merge_within": ("merge", "merge_within"), "graph": ("tree", "graph"), "knn": ("tree", "knn"),
-    "knn_cells_above": ("tree", "knn_cells_above"), "knn_above": ("tree", "knn_above"),
+    "merge_within": ("merge", "merge_within"), "graph": ("spanning", "graph"), "knn": ("spanning", "knn"),
+    "knn_cells_above": ("spanning", "knn_cells_above"), "knn_above": ("spanning", "knn_above"),
     "keys": ("merge", "keys"), "text_weight": ("merge", "text_weight"), "vectors": ("merge", "vectors"),
 }
 
@@ -153,7 +153,7 @@ def config_from_args(a: argparse.Namespace):
 
     try:
         base = preset(getattr(a, "preset", None) or DEFAULT_PRESET)
-        changes: dict[str, dict] = {"partition": {"seed": a.seed}, "tree": {}, "merge": {"seed": a.seed}}
+        changes: dict[str, dict] = {"partition": {"seed": a.seed}, "spanning": {}, "merge": {"seed": a.seed}}
         for dest, (stage, name) in FIELDS.items():
             value = getattr(a, dest, None)
             if value is not None:

@@ -88,7 +88,7 @@ class ShardReduce:
 
 
 def sharded_kmeans(X: torch.Tensor, k: int, *, stream: torch.Tensor, seed: int = 0, seeding: str = "batched",
-                   uniforms: torch.Tensor | None = None, max_iter: int = 30, budget: int = 1 << 24, group=None):
+                   uniforms: torch.Tensor | None = None, max_iter: int = 30, tile_elements: int = 1 << 24, group=None):
     """k-means of one problem with Lloyd steps sharded over the ranks of ``group``: the one
     :func:`memforest_gpu.kernels.lloyd.kmeans`, with the seeding replicated (every rank draws the
     same seeds from ``stream``) and :class:`ShardReduce` as its reduction. Every rank
@@ -102,15 +102,16 @@ def sharded_kmeans(X: torch.Tensor, k: int, *, stream: torch.Tensor, seed: int =
     kk = torch.tensor([k], dtype=torch.int64, device=dev)
     init = initial_centroids(X[None], torch.ones(1, n, dtype=torch.bool, device=dev), kk, seeding=seeding,
                              seed=seed, streams=stream, uniforms=None if uniforms is None else uniforms.reshape(-1, 1),
-                             budget=budget)
+                             tile_elements=tile_elements)
     lo, hi = shard_range(n, rank, world)
     labels, _, c_valid, it = kmeans(X[lo:hi][None], torch.ones(1, hi - lo, dtype=torch.bool, device=dev), kk,
-                                    max_iter=max_iter, init=init, reduce=ShardReduce(X, lo, group), budget=budget)
+                                    max_iter=max_iter, init=init, reduce=ShardReduce(X, lo, group),
+                                    tile_elements=tile_elements)
     return labels[0], c_valid[0], it
 
 
 def partition_tenant(embeddings: torch.Tensor, timestamps: torch.Tensor, name: str, cfg: PartitionConfig, *,
-                     budget: int = 1 << 24, group=None) -> tuple[torch.Tensor, int, int]:
+                     tile_elements: int = 1 << 24, group=None) -> tuple[torch.Tensor, int, int]:
     """The EventTrees of one tenant, computed by all ranks of ``group`` together; every
     rank gets the same answer. Trees are numbered by cluster id (the engine's tree order
     inside a tenant).
@@ -125,14 +126,15 @@ def partition_tenant(embeddings: torch.Tensor, timestamps: torch.Tensor, name: s
     k = n_clusters(n, cfg.alpha)
     u = tenant_uniforms([name], [k], cfg.seed, dev)[:, 0] if cfg.seeding == "k-means++" else None  # (k,)
     labels, c_valid, it = sharded_kmeans(X, k, stream=tenant_streams([name], dev), seed=cfg.seed,
-                                         seeding=cfg.seeding, uniforms=u, max_iter=cfg.max_iter, budget=budget,
-                                         group=group)
+                                         seeding=cfg.seeding, uniforms=u, max_iter=cfg.max_iter,
+                                         tile_elements=tile_elements, group=group)
     valid = torch.ones(1, n, dtype=torch.bool, device=dev)
     means, counts = cluster_means(X[None], valid, labels[None], k)
     c_valid = c_valid[None] & (counts > 0)  # (1, k)
     centre = cluster_centres(X[None], valid, labels[None], means, c_valid)  # (1, k)
     new = reassign_to_centres(X[None], valid, labels[None], centre, beta=cfg.beta, window=cfg.window,
-                              use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal, budget=budget)[0]
+                              use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal,
+                              tile_elements=tile_elements)[0]
     tree = torch.empty(n, dtype=torch.int64, device=dev)
     tree[order] = new
     return tree, it, int((new != labels).sum())

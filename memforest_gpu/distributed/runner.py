@@ -89,7 +89,7 @@ def _splittable(cfg: CompressConfig, n: int) -> bool:
     p = cfg.partition
     two_level = getattr(p, "kmeans", "exact") == "two-level" and n >= getattr(p, "two_level_min_nodes", n + 1)
     ruled = cfg.merge.keep_pattern is not None or cfg.merge.merge_within is not None
-    return not two_level and cfg.tree.kind != "random" and not ruled
+    return not two_level and cfg.spanning.kind != "random" and not ruled
 
 
 def compress_distributed(store: MemoryStore, config: CompressConfig | None = None, *,

@@ -1,7 +1,7 @@
 """One compression, one module per stage of the method: read :mod:`.compression` top to bottom.
 
     store ─setup_run()─▶ RunSetup: partition_nodes() ─▶ Partition, removal_quotas() ─▶ Quotas,
-                                   build_trees() ─▶ TreeBatch
+                                   build_trees() ─▶ BucketLayout
     per round (merge_round()):  plan_round() ─▶ Plan ─▶ merge_texts() ─▶ embedder / pair_means
                                 ─▶ apply_round()
     at the end: assemble() ─▶ MemoryStore
@@ -16,7 +16,7 @@ run up, runs its rounds (:func:`compress`) or plans the first round only (:func:
 :mod:`.memory` is how a run saves memory (:class:`MemoryPlan`, handed in by the caller);
 :mod:`.reference` is the plain-Python merge order the engine is tested against.
 :mod:`.placement` places new rows into recorded trees, and the subpackage
-:mod:`.compaction` keeps tenants within a budget with the same stages; tests/host_reads.py
+:mod:`.compaction` keeps tenants within their node limits with the same stages; tests/host_reads.py
 counts the device reads of a run.
 """
 from .compaction import CompactReport, CompactResult, compact
@@ -28,8 +28,8 @@ from .output import CompressReport, CompressResult, DryRunResult, MergeRecord
 from .partition import Partition, partition_nodes
 from .plan import Plan, plan_round
 from .quotas import Quotas, removal_quotas
-from .trees import TreeBatch, build_trees
+from .trees import BucketLayout, build_trees
 
 __all__ = ["compress", "compact", "CompactResult", "CompactReport", "dry_run", "CompressResult", "CompressReport",
            "DryRunResult", "MergeRecord", "merged_id", "DATE_TAG_TOKENS", "Partition", "partition_nodes", "Quotas",
-           "removal_quotas", "TreeBatch", "build_trees", "Plan", "plan_round", "MemoryPlan"]
+           "removal_quotas", "BucketLayout", "build_trees", "Plan", "plan_round", "MemoryPlan"]

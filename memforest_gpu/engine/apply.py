@@ -21,9 +21,9 @@ from .plan import Plan
 from .trees import (
     KNN,
     Bucket,
+    BucketLayout,
     RoundPairs,
     SlotMoves,
-    TreeBatch,
     compute_dtype,
     merged_lists,
     row_sims,
@@ -34,7 +34,7 @@ from .trees import (
 __all__ = ["apply_round", "pair_means"]
 
 
-def pair_means(batch: TreeBatch, plan: Plan, *, put: tuple[np.ndarray, np.ndarray] | None = None
+def pair_means(batch: BucketLayout, plan: Plan, *, put: tuple[np.ndarray, np.ndarray] | None = None
                ) -> torch.Tensor | None:
     """Normalised mean of each planned pair's two vectors (when there is no embedder). Where
     the run's vectors are stored in their compute dtype, the means are written straight into
@@ -64,7 +64,7 @@ def pair_means(batch: TreeBatch, plan: Plan, *, put: tuple[np.ndarray, np.ndarra
     return out
 
 
-def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor | None, new_rows: np.ndarray,
+def apply_round(batch: BucketLayout, plan: Plan, vectors: torch.Tensor | None, new_rows: np.ndarray,
                 tokens: torch.Tensor | None = None, at: np.ndarray | None = None) -> None:
     """Update ``batch`` in place with the round's merges.
 
@@ -117,7 +117,7 @@ def apply_round(batch: TreeBatch, plan: Plan, vectors: torch.Tensor | None, new_
 ROUND_BLOCK_BYTES = {"cpu": 64 << 20, "cuda": 2 << 30}
 
 
-def _knn_round(batch: TreeBatch, bk: Bucket, pairs: RoundPairs) -> list[_KnnRound]:
+def _knn_round(batch: BucketLayout, bk: Bucket, pairs: RoundPairs) -> list[_KnnRound]:
     """A knn bucket's merged lists, and its stale entries for :func:`_refresh`.
 
     The touched trees are taken in groups whose merged nodes' products with their trees
@@ -126,7 +126,7 @@ def _knn_round(batch: TreeBatch, bk: Bucket, pairs: RoundPairs) -> list[_KnnRoun
     Every tree's result is the same whatever the grouping.
     """
     dev = bk.slot.device
-    m, c = bk.m, batch.tree.knn + 1
+    m, c = bk.m, batch.spanning.knn + 1
     products = tree_products_pay(pairs.row_np, m, 2 * c)  # decided once for the bucket's round
     rows, touched = np.unique(pairs.row_np, return_inverse=True)  # touched rows; each pair's among them
     touched = touched.reshape(-1)
@@ -144,7 +144,7 @@ def _knn_round(batch: TreeBatch, bk: Bucket, pairs: RoundPairs) -> list[_KnnRoun
             sel = order[start[g0]:start[g1 - 1] + counts[g1 - 1]]
             group = pairs.take(sel, touched[sel] - g0)
         moves = SlotMoves.of(torch.as_tensor(rows[g0:g1], device=dev), group, m)
-        sims = merged_lists(bk, batch.vectors, group, moves, batch.tree, batch.cap, products=products, most=most)
+        sims = merged_lists(bk, batch.vectors, group, moves, batch.spanning, batch.cap, products=products, most=most)
         stale = stale_entries(bk, moves)
         if sims is not None:
             stale = _fill_from_products(bk, moves.rows, stale, sims, group)
@@ -152,15 +152,15 @@ def _knn_round(batch: TreeBatch, bk: Bucket, pairs: RoundPairs) -> list[_KnnRoun
     return parts
 
 
-def _groups(cost: np.ndarray, budget: int) -> list[tuple[int, int]]:
-    """Consecutive groups ``[lo, hi)`` of rows whose summed ``cost`` stays within ``budget``
+def _groups(cost: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """Consecutive groups ``[lo, hi)`` of rows whose summed ``cost`` stays within ``limit``
     (a row over it alone is a group). Shape: cost (R,) host"""
     R = len(cost)
-    if R == 0 or int(cost.sum()) <= budget:
+    if R == 0 or int(cost.sum()) <= limit:
         return [(0, R)] if R else []
     out, lo, acc = [], 0, 0
     for i, x in enumerate(cost.tolist()):
-        if i > lo and acc + x > budget:
+        if i > lo and acc + x > limit:
             out.append((lo, i))
             lo, acc = i, 0
         acc += x
@@ -199,7 +199,7 @@ class _KnnRound(NamedTuple):
     stale: torch.Tensor
 
 
-def _refresh(batch: TreeBatch, parts: list[_KnnRound]) -> None:
+def _refresh(batch: BucketLayout, parts: list[_KnnRound]) -> None:
     """New cosines for the stale entries of every knn bucket that no merged node's products
     covered, computed from their vectors after one host read (how many there are in each
     group). The node rows of an entry's two ends are looked up for the stale entries only:

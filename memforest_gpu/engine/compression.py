@@ -1,7 +1,7 @@
 """MemForest compression (docs/method.md sections 1-3): the stages wired together.
 
     store ─setup_run()─▶ RunSetup (partition_nodes ─▶ Partition, removal_quotas ─▶ Quotas,
-                                   build_trees ─▶ TreeBatch)
+                                   build_trees ─▶ BucketLayout)
     per round:  merge_round(): plan_round ─▶ Plan ─▶ merge_texts (one merger call)
                 ─▶ embedder / pair_means ─▶ apply_round (device)  +  NodeTable (host)
     at the end: assemble() ─▶ MemoryStore, run_report() ─▶ CompressReport
@@ -51,7 +51,7 @@ from .output import (
 from .partition import Partition, check_rules, constrain, partition_nodes
 from .plan import Plan, plan_round
 from .quotas import Quotas, redistribute, removal_quotas
-from .trees import TreeBatch, build_trees
+from .trees import BucketLayout, build_trees
 
 __all__ = ["RunSetup", "setup_run", "STAGES", "progress_bar", "Owed", "Round", "merge_round", "older_first",
            "round_merges", "compress", "dry_run", "run_report", "Tally"]
@@ -76,7 +76,7 @@ class RunSetup:
     names: list[str]
     part: Partition
     quotas: Quotas
-    batch: TreeBatch | None
+    batch: BucketLayout | None
     table: NodeTable
     emb: torch.Tensor
     cap: int | None
@@ -111,7 +111,7 @@ def setup_run(store: MemoryStore, config: CompressConfig | None = None, *, embed
     with timer.stage("partition"):
         if partition is None:
             with progress_bar(progress, len(store), "partition", unit="node") as bar:
-                partition = partition_nodes(emb, ts, codes, names, cfg.partition, budget=memory.tile_elements,
+                partition = partition_nodes(emb, ts, codes, names, cfg.partition, tile_elements=memory.tile_elements,
                                             progress=bar.update if bar else None, memory_budget=cfg.memory_budget)
         else:
             _check_partition(partition, len(store), len(names))
@@ -126,12 +126,12 @@ def setup_run(store: MemoryStore, config: CompressConfig | None = None, *, embed
             raise ValueError(f"quotas must be for the partition's {n_trees} trees of sizes "
                              f"{tree_size.tolist()[:8]}..., got {len(quotas.per_tree)} trees")
         # the size term and the bounds of engine/edges.py need lengths too
-        t = cfg.tree
+        t = cfg.spanning
         counted = t.size_weight > 0 or t.length_last is not None or t.drift_min_cos is not None
         cap, counter = cap_and_counter(cfg.merge.max_node_tokens, embedder, count=counted)
         tokens = torch.as_tensor(count_column(counter, store.texts)).to(dev) if counter is not None else None
         batch = build_trees(partition.tree, tree_size, emb, ts, codes, tokens, dtype=getattr(torch, cfg.storage_dtype),
-                            config=cfg.tree, cap=cap if cfg.merge.cap_policy == "strict" else None,
+                            config=cfg.spanning, cap=cap if cfg.merge.cap_policy == "strict" else None,
                             merges=int(quotas.per_tree.sum()), reuse=memory.reuses_rows(cfg, emb, store),
                             save_codes=cfg.merge.keys != 0)
     table = NodeTable(store, map_texts=memory.maps_texts(store.texts.arrow.nbytes))
@@ -327,7 +327,7 @@ def compress(store: MemoryStore, config: CompressConfig | None = None, *, merger
     centre = _centres(s, store) if reuse and partition is None else None
     merger, fallback = with_fallback(merger)
     owed = Owed.start(s.quotas)
-    rng = np.random.default_rng(s.cfg.merge.seed)  # only the "random" tree kind draws from it
+    rng = np.random.default_rng(s.cfg.merge.seed)  # only the "random" spanning kind draws from it
     logs: list[MergeLog] = []  # each round's merges
     # merged nodes' vectors for the output: the trees' own table when it holds them as they
     # are (float32 storage), else one (P, D) block per round

@@ -1,7 +1,7 @@
-"""The weight of a tree edge: one elementwise function for every pair the planner scores.
+"""The weight of a spanning-tree edge: one elementwise function for every pair the planner scores.
 
 ``w = cos`` (docs/method.md section 2), or with the optional terms of
-:class:`~memforest_gpu.config.TreeConfig`:
+:class:`~memforest_gpu.config.SpanningConfig`:
 ``(1 - time_weight) * cos + time_weight * [gap <= time_window] * g(cos)`` (gap: positions
 between the two nodes' spans; ``g`` by ``time_rule``: :func:`time_weighted`), minus
 ``size_weight * est / size_unit`` (est: the merged node's estimated length,
@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..config import TreeConfig
+from ..config import SpanningConfig
 
 __all__ = ["Ends", "ends_of", "edge_weight", "time_weighted", "DATE_TAG_TOKENS", "DAY_SECONDS", "utc_day",
            "merged_length", "REFUSED", "merged_cosines", "drift_refused", "sent_last"]
@@ -62,32 +62,32 @@ def ends_of(lo: torch.Tensor, hi: torch.Tensor, tok: torch.Tensor | None, ts: to
     return Ends(lo, hi, tok, utc_day(ts) if tok is not None else None)
 
 
-def edge_weight(cos: torch.Tensor, a: Ends, b: Ends, tree: TreeConfig, cap: int | None = None):
+def edge_weight(cos: torch.Tensor, a: Ends, b: Ends, spanning: SpanningConfig, cap: int | None = None):
     """The weight the spanning tree is built on, and the estimated merged length (or None).
-    ``tree`` is the tree stage's config (:class:`~memforest_gpu.config.TreeConfig`).
+    ``spanning`` is the spanning stage's config (:class:`~memforest_gpu.config.SpanningConfig`).
 
-    ``tree.kind == "min"`` adds the size term instead (an ablation: the minimum spanning
+    ``spanning.kind == "min"`` adds the size term instead (an ablation: the minimum spanning
     tree), with +inf for a pair over the cap; ``"random"`` callers pass random weights as
     ``cos`` (no time or size term, the cap still applies).
 
     Shape: cos (...), a and b broadcastable to it -> weight (...) in cos's dtype, est (...)
            int64 or None
     """
-    kind = tree.kind
+    kind = spanning.kind
     wt = cos
-    tw = tree.time_weight
+    tw = spanning.time_weight
     if tw > 0 and kind != "random":  # local time on the edges: neighbouring spans of positions get the bonus
         gap = torch.maximum(a.lo, b.lo) - torch.minimum(a.hi, b.hi)
-        wt = time_weighted(cos, gap, tree)
+        wt = time_weighted(cos, gap, spanning)
     est = None
-    sized = tree.size_weight > 0 and kind != "random"
-    if a.tok is not None and (sized or cap is not None or tree.length_last is not None):
+    sized = spanning.size_weight > 0 and kind != "random"
+    if a.tok is not None and (sized or cap is not None or spanning.length_last is not None):
         est = merged_length(a.tok, b.tok, a.day, b.day)
     if sized and est is not None:  # the merged node's estimated length, in units of size_unit tokens
-        pen = tree.size_weight * est.to(cos.dtype) / float(tree.size_unit)
+        pen = spanning.size_weight * est.to(cos.dtype) / float(spanning.size_unit)
         wt = wt + pen if kind == "min" else wt - pen
     if kind != "random":  # pairs sent last (engine/edges.py): drifting from an input, or too long for the context
-        wt = sent_last(wt, cos, a.tok, b.tok, est, tree)
+        wt = sent_last(wt, cos, a.tok, b.tok, est, spanning)
     if cap is not None and est is not None:
         # a pair whose merge would pass the cap is no edge: the tree spans the pairs that fit,
         # so a full node drops out of its tree instead of blocking it (docs/method.md: "the next best edge")
@@ -142,24 +142,24 @@ def merged_length(tok_a: torch.Tensor, tok_b: torch.Tensor, day_a: torch.Tensor,
 # more than the flat rule does, so a nearest-neighbour search on ``(1 - time_weight) * cos`` plus
 # the time neighbours still finds every pair the weight can rank first. ``time_weight`` 0 is
 # the paper (cosine only) under every rule.
-def time_weighted(cos: torch.Tensor, gap: torch.Tensor, tree: TreeConfig) -> torch.Tensor:
-    """Edge weights with the local-time term of ``tree`` (the comment above); ``cos`` itself when
-    ``tree.time_weight`` is 0.
+def time_weighted(cos: torch.Tensor, gap: torch.Tensor, spanning: SpanningConfig) -> torch.Tensor:
+    """Edge weights with the local-time term of ``spanning`` (the comment above); ``cos``
+    itself when ``spanning.time_weight`` is 0.
 
     Shape: cos (...) float, gap (...) integer positions, broadcastable -> (...) in cos's dtype
 
     >>> time_weighted(torch.tensor([0.0, 0.6]), torch.tensor([1, 1]),
-    ...     TreeConfig(time_weight=0.5, time_rule="scaled"))
+    ...     SpanningConfig(time_weight=0.5, time_rule="scaled"))
     tensor([0.0000, 0.6000])
     """
-    tw = tree.time_weight
+    tw = spanning.time_weight
     if tw == 0:
         return cos
-    near = gap <= tree.time_window
-    if tree.time_rule == "scaled":
+    near = gap <= spanning.time_window
+    if spanning.time_rule == "scaled":
         bonus = near.to(cos.dtype) * cos.clamp(min=0)
-    elif tree.time_rule == "gated":
-        bonus = (near & (cos >= tree.time_min_cos)).to(cos.dtype)
+    elif spanning.time_rule == "gated":
+        bonus = (near & (cos >= spanning.time_min_cos)).to(cos.dtype)
     else:  # "flat"
         bonus = near.to(cos.dtype)
     return (1 - tw) * cos + tw * bonus
@@ -182,12 +182,12 @@ def time_weighted(cos: torch.Tensor, gap: torch.Tensor, tree: TreeConfig) -> tor
 #     |m| = sqrt(t_a^2 + t_b^2 + 2 t_a t_b c)
 #
 # (equal weights without token counts). A pair whose smaller of the two is below
-# ``TreeConfig.drift_min_cos`` is **refused**: its edge weight loses :data:`REFUSED` (more than any
+# ``SpanningConfig.drift_min_cos`` is **refused**: its edge weight loses :data:`REFUSED` (more than any
 # edge weight can differ), so it is merged only when a tree has no other pair left for its quota and
 # the asked ratio is still reached. Equal lengths pass at ``c >= 2 bound^2 - 1``; a short memory next
 # to a much longer one needs ``c`` close to the bound itself. ``None`` (the default): no bound.
 #
-# The same way, ``TreeConfig.length_last`` (tokens) sends last the pairs whose estimated merged length
+# The same way, ``SpanningConfig.length_last`` (tokens) sends last the pairs whose estimated merged length
 # (:func:`~.edges.merged_length`) passes it: a node does not grow past what a context budget can
 # show while any other pair is left, and the ratio is still reached (unlike the ``strict`` cap policy,
 # which takes such pairs out of the tree).
@@ -217,13 +217,13 @@ def drift_refused(wt: torch.Tensor, cos: torch.Tensor, tok_a, tok_b, bound: floa
     return wt + REFUSED * over.to(wt.dtype) if kind == "min" else wt - REFUSED * over.to(wt.dtype)
 
 
-def sent_last(wt: torch.Tensor, cos: torch.Tensor, tok_a, tok_b, est, tree) -> torch.Tensor:
-    """``wt`` with the pairs over ``tree.drift_min_cos`` or ``tree.length_last`` sent last (each
-    bound when set; ``est`` the estimated merged lengths, needed by the length bound).
+def sent_last(wt: torch.Tensor, cos: torch.Tensor, tok_a, tok_b, est, spanning) -> torch.Tensor:
+    """``wt`` with the pairs over ``spanning.drift_min_cos`` or ``spanning.length_last`` sent
+    last (each bound when set; ``est`` the estimated merged lengths, needed by the length bound).
     Shape: wt, cos, est (...) -> (...)"""
-    if tree.drift_min_cos is not None:
-        wt = drift_refused(wt, cos, tok_a, tok_b, tree.drift_min_cos, tree.kind)
-    if tree.length_last is not None and est is not None:
-        over = (est > tree.length_last).to(wt.dtype)
-        wt = wt + REFUSED * over if tree.kind == "min" else wt - REFUSED * over
+    if spanning.drift_min_cos is not None:
+        wt = drift_refused(wt, cos, tok_a, tok_b, spanning.drift_min_cos, spanning.kind)
+    if spanning.length_last is not None and est is not None:
+        over = (est > spanning.length_last).to(wt.dtype)
+        wt = wt + REFUSED * over if spanning.kind == "min" else wt - REFUSED * over
     return wt

@@ -155,7 +155,7 @@ class _Labels:
 
 
 def partition_nodes(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: torch.Tensor, names: list[str],
-                    cfg: PartitionConfig, *, budget: int = 1 << 24, progress=None,
+                    cfg: PartitionConfig, *, tile_elements: int = 1 << 24, progress=None,
                     memory_budget: int | None = None) -> Partition:
     """Split every tenant's nodes into EventTrees.
 
@@ -183,10 +183,10 @@ def partition_nodes(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: t
     if cfg.kmeans == "two-level":
         two_level = (sizes >= cfg.two_level_min_nodes) & (k_all >= 4)
     limit = gather_bytes(dev, memory_budget)  # bytes of one gathered block of problems
-    _two_level_tenants(embeddings, order, sizes, k_all, np.flatnonzero(two_level), names, cfg, (budget, limit), lab,
-                       progress)
+    _two_level_tenants(embeddings, order, sizes, k_all, np.flatnonzero(two_level), names, cfg, (tile_elements, limit),
+                       lab, progress)
     exact = (sizes > 0) & ~two_level & (k_all >= 2)
-    _exact_tenants(embeddings, order, sizes_t, sizes, k_all, exact, names, cfg, (budget, limit), lab, progress)
+    _exact_tenants(embeddings, order, sizes_t, sizes, k_all, exact, names, cfg, (tile_elements, limit), lab, progress)
     one = (sizes > 0) & ~two_level & ~exact  # K = 1: one tree, closed-form centre (no k-means)
     if one.any():
         cn = closed_form_centres(embeddings, order, codes, torch.as_tensor(one, device=dev), n_ten)  # (n_ten,)
@@ -198,23 +198,23 @@ def partition_nodes(embeddings: torch.Tensor, timestamps: torch.Tensor, codes: t
     return _global_trees(codes, lab, n_ten)
 
 
-def _two_level_tenants(embeddings, order, sizes, k_all, tenants, names, cfg, budgets: tuple[int, int], lab: _Labels,
+def _two_level_tenants(embeddings, order, sizes, k_all, tenants, names, cfg, bounds: tuple[int, int], lab: _Labels,
                        progress) -> None:
-    """Two-level k-means and the reassignment, one (large) tenant at a time. ``budgets``:
+    """Two-level k-means and the reassignment, one (large) tenant at a time. ``bounds``:
     elements of a temporary, bytes of a gathered block."""
     dev = embeddings.device
-    budget, limit = budgets
+    tile_elements, limit = bounds
     starts = np.cumsum(sizes) - sizes
     for t in tenants.tolist():
         n_t = int(sizes[t])
         idx = order[starts[t]:starts[t] + n_t]  # (n_t,) node ids in time order; their vectors are never copied whole
         labels, centre, _, _, _, sem, it2 = two_level_clusters(
-            embeddings, int(k_all[t]), name=names[t], seed=cfg.seed, max_iter=cfg.max_iter, budget=budget,
+            embeddings, int(k_all[t]), name=names[t], seed=cfg.seed, max_iter=cfg.max_iter, tile_elements=tile_elements,
             seeding=cfg.seeding, rows=idx, block_bytes=limit)
         val = torch.ones(1, n_t, dtype=torch.bool, device=dev)
         new = reassign_to_centres(embeddings, val, labels[None], centre[None], beta=cfg.beta, window=cfg.window,
-                                  use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal, budget=budget,
-                                  semantic=(sem[0][None], sem[1][None]), rows=idx[None])[0]
+                                  use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal,
+                                  tile_elements=tile_elements, semantic=(sem[0][None], sem[1][None]), rows=idx[None])[0]
         lab.moved += (new != labels).sum()
         lab.tree_local[idx] = new
         lab.km_local[idx] = labels
@@ -225,12 +225,12 @@ def _two_level_tenants(embeddings, order, sizes, k_all, tenants, names, cfg, bud
             progress(n_t)
 
 
-def _exact_tenants(embeddings, order, sizes_t, sizes, k_all, exact, names, cfg, budgets: tuple[int, int],
+def _exact_tenants(embeddings, order, sizes_t, sizes, k_all, exact, names, cfg, bounds: tuple[int, int],
                    lab: _Labels, progress) -> None:
     """Batched k-means and the reassignment of the ``exact`` tenants, in buckets of similar size.
-    ``budgets``: elements of a temporary, bytes of a gathered block."""
+    ``bounds``: elements of a temporary, bytes of a gathered block."""
     dev = embeddings.device
-    budget, limit = budgets
+    tile_elements, limit = bounds
     starts_t = torch.as_tensor(np.cumsum(sizes) - sizes, dtype=torch.int64, device=dev)
     if exact.any():
         keys = torch.zeros(len(sizes), dtype=torch.int64, device=dev)
@@ -242,14 +242,14 @@ def _exact_tenants(embeddings, order, sizes_t, sizes, k_all, exact, names, cfg, 
         row = n_b * embeddings.shape[1] * embeddings.element_size()
         for blk in problem_blocks(len(bucket), row, limit if cfg.seeding == "batched" else 1 << 62):
             it = _exact_block(embeddings, order, starts_t, sizes_t, k_all, bucket[blk], (n_b, k_b), keys, names, cfg,
-                              budget, lab)
+                              tile_elements, lab)
             lab.iters[f"n<={n_b}"] = max(it, lab.iters.get(f"n<={n_b}", 0))
             if progress is not None:
                 progress(int(sizes[bucket[blk].numpy()].sum()))
 
 
 def _exact_block(embeddings, order, starts_t, sizes_t, k_all, bucket, pad: tuple[int, int], keys, names, cfg,
-                 budget, lab: _Labels) -> int:
+                 tile_elements, lab: _Labels) -> int:
     """Batched k-means and the reassignment of the tenants ``bucket`` (host codes), padded to
     ``pad = (n_b, k_b)`` nodes and clusters (their bucket's); writes ``lab``. Returns the Lloyd
     iterations run."""
@@ -265,10 +265,10 @@ def _exact_block(embeddings, order, starts_t, sizes_t, k_all, bucket, pad: tuple
     u = tenant_uniforms([names[t] for t in b_np.tolist()], ks.tolist(), cfg.seed, dev) \
         if cfg.seeding == "k-means++" else None
     labels, means, c_valid, it = kmeans(X, val, k, max_iter=cfg.max_iter, seed=cfg.seed, seeding=cfg.seeding,
-                                        streams=keys[bucket], uniforms=u, budget=budget, kmax=k_b)
+                                        streams=keys[bucket], uniforms=u, tile_elements=tile_elements, kmax=k_b)
     centre = cluster_centres(X, val, labels, means, c_valid)  # (Tb, K) column index
     new = reassign_to_centres(X, val, labels, centre, beta=cfg.beta, window=cfg.window,
-                              use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal, budget=budget)
+                              use_semantic=cfg.use_semantic, use_temporal=cfg.use_temporal, tile_elements=tile_elements)
     lab.moved += ((new != labels) & val).sum()
     lab.tree_local[idx[val]] = new[val]
     lab.km_local[idx[val]] = labels[val]
@@ -316,7 +316,7 @@ def _streams(name: str, salts, dev) -> torch.Tensor:
 
 
 def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_iter: int,
-                       sample_per_cell: int = 256, budget: int = 1 << 24, seeding: str = "batched",
+                       sample_per_cell: int = 256, tile_elements: int = 1 << 24, seeding: str = "batched",
                        rows: torch.Tensor | None = None, block_bytes: int | None = None):
     """k-means of one tenant through coarse cells.
 
@@ -344,9 +344,10 @@ def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_ite
     u = torch.from_numpy(_uniforms(seed, name, 0, K1)[:, None]).to(dev) if seeding == "k-means++" else None
     _, cmeans, cvalid, it_coarse = kmeans(at(sample)[None], torch.ones(1, len(sample), dtype=torch.bool, device=dev),
                                           torch.tensor([K1], device=dev), max_iter=max_iter, seed=seed,
-                                          seeding=seeding, streams=_streams(name, [0], dev), uniforms=u, budget=budget)
+                                          seeding=seeding, streams=_streams(name, [0], dev), uniforms=u,
+                                          tile_elements=tile_elements)
     it_cells = 0
-    cell = _coarse_cells(X, rows, cmeans, cvalid, budget)  # (n,)
+    cell = _coarse_cells(X, rows, cmeans, cvalid, tile_elements)  # (n,)
     _, cell = torch.unique(cell, return_inverse=True)  # consecutive ids over non-empty cells
     n_cells = int(cell.max()) + 1
     sizes = torch.bincount(cell, minlength=n_cells)
@@ -367,7 +368,8 @@ def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_ite
         # a block of the bucket's cells at a time, padded to the bucket's points and clusters: the bucket's results
         for blk in problem_blocks(len(bucket), nb * D * X.element_size(), limit if seeding == "batched" else 1 << 62):
             it_cells = max(it_cells, _cell_kmeans(at, index, valid, bucket[blk], (nb, kb), kc, cells, name=name,
-                                                  seed=seed, max_iter=max_iter, seeding=seeding, budget=budget))
+                                                  seed=seed, max_iter=max_iter, seeding=seeding,
+                                                  tile_elements=tile_elements))
     gid = torch.cat(keep)  # global cluster ids that have a centre
     order = torch.argsort(gid)
     gid, centre = gid[order], torch.cat(centres)[order]
@@ -388,7 +390,7 @@ class _CellRuns:
 
 
 def _cell_kmeans(at, index, valid, bucket, pad: tuple[int, int], kc: np.ndarray, out: _CellRuns, *, name: str,
-                 seed: int, max_iter: int, seeding: str, budget: int) -> int:
+                 seed: int, max_iter: int, seeding: str, tile_elements: int) -> int:
     """k-means of the cells ``bucket`` (their points gathered padded to ``pad = (nb, kb)``
     points and clusters, the whole bucket's), with each point's best centre inside its cell;
     writes ``out``. Returns the iterations run. Shape: index, valid (C, nc), bucket (Cb,) -> int"""
@@ -405,13 +407,13 @@ def _cell_kmeans(at, index, valid, bucket, pad: tuple[int, int], kc: np.ndarray,
         ub = torch.from_numpy(ub).to(dev)
     lab, means, c_valid, it_b = kmeans(Xc, val, kk, max_iter=max_iter, seed=seed, seeding=seeding,
                                        streams=_streams(name, (bucket + 1).tolist(), dev), uniforms=ub,
-                                       budget=budget, kmax=kb)
+                                       tile_elements=tile_elements, kmax=kb)
     cen = cluster_centres(Xc, val, lab, means, c_valid)  # (Cb, Kb) column
     off = torch.as_tensor(out.offsets[bucket.cpu().numpy()], dtype=torch.int64, device=dev)
     out.labels[idx[val]] = (lab + off[:, None])[val]
     # the reassignment's semantic search, restricted to the point's own cell
     Cx = Xc[torch.arange(len(bucket), device=dev)[:, None], cen.clamp(min=0)]  # (Cb, Kb, D)
-    s1, j1 = best_match(Xc, Cx, cen >= 0, mode="dot", budget=budget)
+    s1, j1 = best_match(Xc, Cx, cen >= 0, mode="dot", tile_elements=tile_elements)
     out.best_cos[idx[val]] = s1[val]
     out.best_lab[idx[val]] = (j1 + off[:, None])[val]
     t_i, k_i = (cen >= 0).nonzero(as_tuple=True)
@@ -423,17 +425,18 @@ def _cell_kmeans(at, index, valid, bucket, pad: tuple[int, int], kc: np.ndarray,
 
 
 def _coarse_cells(X: torch.Tensor, rows: torch.Tensor | None, cmeans: torch.Tensor, cvalid: torch.Tensor,
-                  budget: int) -> torch.Tensor:
+                  tile_elements: int) -> torch.Tensor:
     """Each point's nearest coarse centroid. With ``rows``, the points are gathered a whole
     number of :func:`best_match` tiles at a time, so every tile (and so every score) is the one
     the search over all points at once makes. Shape: -> (n,) int64"""
     if rows is None:
-        return best_match(X[None], cmeans, cvalid, mode="l2", budget=budget)[1][0]
+        return best_match(X[None], cmeans, cvalid, mode="l2", tile_elements=tile_elements)[1][0]
     n = rows.shape[0]
-    tile = max(1, min(n, budget // max(1, cmeans.shape[1])))  # best_match's rows per tile (T = 1)
+    tile = max(1, min(n, tile_elements // max(1, cmeans.shape[1])))  # best_match's rows per tile (T = 1)
     cell = torch.empty(n, dtype=torch.int64, device=X.device)
     for r0 in range(0, n, tile):
-        cell[r0:r0 + tile] = best_match(X[rows[r0:r0 + tile]][None], cmeans, cvalid, mode="l2", budget=budget)[1][0]
+        cell[r0:r0 + tile] = best_match(X[rows[r0:r0 + tile]][None], cmeans, cvalid, mode="l2",
+                                        tile_elements=tile_elements)[1][0]
     return cell
 
 

@@ -99,7 +99,7 @@ def repair_centres(emb: torch.Tensor, gtree: torch.Tensor, centre: torch.Tensor)
     return torch.where(lost & (first < big), first, centre)
 
 
-def _best_trees(X, pos_x, C, pos_c, rad, c_valid, cfg: PartitionConfig, budget: int):
+def _best_trees(X, pos_x, C, pos_c, rad, c_valid, cfg: PartitionConfig, tile_elements: int):
     """Fit and best tree of each new node of a bucket of tenants, tiled over nodes.
     Shape: X (B, m, D), pos_x (B, m), C (B, K, D), pos_c, rad, c_valid (B, K) -> fit (B, m), j
            (B, m)"""
@@ -109,7 +109,7 @@ def _best_trees(X, pos_x, C, pos_c, rad, c_valid, cfg: PartitionConfig, budget: 
     tmp_w = (1.0 - cfg.beta) if cfg.use_temporal else 0.0
     fit = torch.zeros(B, m, dtype=torch.bool, device=X.device)
     best = torch.zeros(B, m, dtype=torch.int64, device=X.device)
-    step = max(1, min(m, budget // max(1, B * K)))
+    step = max(1, min(m, tile_elements // max(1, B * K)))
     Ct = C.float().transpose(1, 2)  # (B, D, K)
     for r0 in range(0, m, step):
         s = torch.bmm(X[:, r0:r0 + step].float(), Ct)  # (B, r, K)
@@ -124,7 +124,7 @@ def _best_trees(X, pos_x, C, pos_c, rad, c_valid, cfg: PartitionConfig, budget: 
 
 def place_new(emb: torch.Tensor, ts: torch.Tensor, codes: torch.Tensor, names: list[str], tree: np.ndarray,
               tree_start: np.ndarray, centre: torch.Tensor, cfg: PartitionConfig, *, radius: torch.Tensor | None = None,
-              budget: int = 1 << 24) -> Placement:
+              tile_elements: int = 1 << 24) -> Placement:
     """Place the nodes with ``tree == -1`` (see the module docstring). ``radius``: the trees'
     radii when known (a compaction keeps them with the trees), else computed here.
 
@@ -157,17 +157,17 @@ def place_new(emb: torch.Tensor, ts: torch.Tensor, codes: torch.Tensor, names: l
         ci, cv = c_idx[bucket], c_ok[bucket] & (centre[c_idx[bucket].clamp(min=0)] >= 0)
         crow = centre[ci.clamp(min=0)].clamp(min=0)  # (B, K)
         fit, j = _best_trees(emb[rows] * nv[..., None], pos[rows], emb[crow], pos[crow], rad[ci.clamp(min=0)], cv,
-                             cfg, budget)
+                             cfg, tile_elements)
         sel = (nv & fit).cpu().numpy()
         at = ni.cpu().numpy()[sel]
         fits[at] = True
         tree[new[at]] = j.cpu().numpy()[sel]
     np.add.at(placed, codes_np[new[fits]], 1)
-    tree, new_trees, new_centres = _new_trees(emb, ts, codes_np, names, tree, new[~fits], n_trees, cfg, budget)
+    tree, new_trees, new_centres = _new_trees(emb, ts, codes_np, names, tree, new[~fits], n_trees, cfg, tile_elements)
     return Placement(tree, n_trees + new_trees, new_trees, placed, new_centres)
 
 
-def _new_trees(emb, ts, codes_np, names, tree, rows: np.ndarray, n_trees, cfg, budget):
+def _new_trees(emb, ts, codes_np, names, tree, rows: np.ndarray, n_trees, cfg, tile_elements):
     """The nodes that fit no tree, partitioned among themselves per tenant into new trees,
     numbered after each tenant's own."""
     n_ten = len(names)
@@ -178,7 +178,7 @@ def _new_trees(emb, ts, codes_np, names, tree, rows: np.ndarray, n_trees, cfg, b
     r = torch.as_tensor(rows, dtype=torch.int64, device=dev)
     ten, sub_codes = np.unique(codes_np[rows], return_inverse=True)  # tenants with misfits, in code order
     part = partition_nodes(emb[r], ts[r], torch.as_tensor(sub_codes, dtype=torch.int64, device=dev),
-                           [names[t] for t in ten.tolist()], cfg, budget=budget)
+                           [names[t] for t in ten.tolist()], cfg, tile_elements=tile_elements)
     gt = part.tree.cpu().numpy()  # (M,) global over the misfits' trees, tenant-major
     tt = part.tree_tenant.cpu().numpy()
     first = np.searchsorted(tt, np.arange(len(ten)), side="left")

@@ -27,17 +27,17 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..config import CompressConfig, TreeConfig
+from ..config import CompressConfig, SpanningConfig
 from ..kernels.blocks import for_device
 from ..kernels.edge_mst import edge_forest
 from ..kernels.matching import best_edge_per_tree, greedy_matching
-from ..kernels.mst import edge_key, spanning_forest, tree_degrees
+from ..kernels.mst import edge_key, spanning_degrees, spanning_forest
 from .edges import Ends, edge_weight
 from .memory import MemoryPlan
-from .trees import KNN, Bucket, TreeBatch, knn_planned
+from .trees import KNN, Bucket, BucketLayout, knn_planned
 
-__all__ = ["Plan", "plan_round", "Candidates", "degree_adjusted", "dense_candidates", "EDGE_BUDGET", "knn_candidates",
-           "Vertices", "Edges", "BlockRows"]
+__all__ = ["Plan", "plan_round", "Candidates", "degree_adjusted", "dense_candidates", "DENSE_EDGE_BLOCK",
+           "knn_candidates", "Vertices", "Edges", "BlockRows"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +77,7 @@ class Plan:
 _HOST_COLUMNS = ("bucket", "row", "tree", "node_a", "node_b", "similarity")
 
 
-def plan_round(batch: TreeBatch, need: np.ndarray, remaining: np.ndarray, cfg: CompressConfig,
+def plan_round(batch: BucketLayout, need: np.ndarray, remaining: np.ndarray, cfg: CompressConfig,
                cap: int | None = None, rng: np.random.Generator | None = None, *,
                memory: MemoryPlan | None = None) -> Plan:
     """The pairs every tree in ``need`` merges this round.
@@ -116,7 +116,7 @@ def plan_round(batch: TreeBatch, need: np.ndarray, remaining: np.ndarray, cfg: C
                 similarity=host["similarity"].view(np.float64), offsets=np.concatenate([[0], np.cumsum(counts)]))
 
 
-def _candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap: int | None, rng,
+def _candidates(batch: BucketLayout, need: np.ndarray, cfg: CompressConfig, cap: int | None, rng,
                 matching: bool, memory: MemoryPlan | None) -> tuple[Candidates | None, int]:
     """The round's candidates of every tree in ``need``, the knn planner's first, and the
     number of matching vertices. A tree's candidates depend on its own edges only and both
@@ -124,7 +124,7 @@ def _candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap: in
     changes no merge."""
     by_knn = np.zeros(len(need), dtype=bool)  # (T,) trees the knn planner plans
     for bk in batch.buckets:
-        by_knn[bk.trees_np] = knn_planned(bk.graph, cfg.tree)
+        by_knn[bk.trees_np] = knn_planned(bk.graph, cfg.spanning)
     parts, n = [], 0
     if (need & by_knn).any():
         c, n = knn_candidates(batch, need & by_knn, cfg, cap, matching, memory)
@@ -212,7 +212,7 @@ class Candidates:
 
 
 def degree_adjusted(w: torch.Tensor, deg_sum: torch.Tensor, eligible: torch.Tensor, tree_of: torch.Tensor,
-                    n_trees: int, tree: TreeConfig) -> torch.Tensor:
+                    n_trees: int, spanning: SpanningConfig) -> torch.Tensor:
     """The score of each forest edge: ``w' = eta * w - (1 - eta) * (deg_i + deg_j)``, with
     ``degree_norm="max"`` dividing ``deg_i + deg_j`` by its largest value over the eligible
     edges of the edge's tree (at least 1).
@@ -221,11 +221,11 @@ def degree_adjusted(w: torch.Tensor, deg_sum: torch.Tensor, eligible: torch.Tens
            (E,) in w's dtype
     """
     dsum = deg_sum.to(w.dtype)
-    if tree.degree_norm == "max":
+    if spanning.degree_norm == "max":
         top = torch.zeros(n_trees, dtype=dsum.dtype, device=dsum.device)
         top = top.scatter_reduce(0, tree_of, torch.where(eligible, dsum, torch.zeros_like(dsum)), "amax")
         dsum = dsum / top[tree_of].clamp(min=1)
-    eta = tree.eta
+    eta = spanning.eta
     return eta * w - (1 - eta) * dsum
 
 
@@ -244,10 +244,10 @@ def degree_adjusted(w: torch.Tensor, deg_sum: torch.Tensor, eligible: torch.Tens
 #: (B', m, m) int64 / float temporaries (the bucket's cosines gathered, the weights, the merged
 #: lengths), so a bucket of big trees is scored in slices of trees (CPU: 8M elements, ~64 MB a
 #: float64 temporary; 32M held ~600 MB at once, the paper preset's peak at 1M nodes)
-EDGE_BUDGET = {"cpu": 1 << 23, "cuda": 1 << 25}
+DENSE_EDGE_BLOCK = {"cpu": 1 << 23, "cuda": 1 << 25}
 
 
-def dense_candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap: int | None, rng,
+def dense_candidates(batch: BucketLayout, need: np.ndarray, cfg: CompressConfig, cap: int | None, rng,
                      matching: bool) -> tuple[Candidates | None, int]:
     """The candidate pairs of every tree in ``need`` (all in dense buckets), bucket by bucket,
     and the number of matching vertices they use (``None``, 0 when no tree plans).
@@ -301,12 +301,12 @@ class _ScoredForest(NamedTuple):
 
 
 def _scored_forest_sliced(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap: int | None, rng,
-                          budget: int | None = None) -> _ScoredForest:
-    """:func:`_scored_forest` over slices of at most ``budget // m**2`` trees, concatenated.
+                          tile_elements: int | None = None) -> _ScoredForest:
+    """:func:`_scored_forest` over slices of at most ``tile_elements // m**2`` trees, concatenated.
     Trees are independent (and the random ablation draws its (B', m, m) weights in row-major
     order), so the result is the same as one call; only the temporaries are bounded."""
-    budget = budget or for_device(EDGE_BUDGET, bk.slot.device)
-    step = max(1, budget // max(1, bk.m * bk.m))
+    tile_elements = tile_elements or for_device(DENSE_EDGE_BLOCK, bk.slot.device)
+    step = max(1, tile_elements // max(1, bk.m * bk.m))
     if r.shape[0] <= step:
         return _scored_forest(bk, r, cfg, cap, rng)
     parts = [_scored_forest(bk, r[i:i + step], cfg, cap, rng) for i in range(0, r.shape[0], step)]
@@ -317,12 +317,12 @@ def _scored_forest(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap: int | 
     """The spanning forest of the rows ``r`` with its edges' degree-adjusted scores."""
     Wt, W, est = _edge_weights(bk, r, cfg, cap, rng)  # edge weights, cosines (Bucket.W), est. merged lengths
     B, m, _ = W.shape
-    u, v, w, ok = spanning_forest(Wt, bk.slot[r] >= 0, maximum=(cfg.tree.kind != "min"))
-    deg = tree_degrees(u, v, ok, m)  # (B', m)
+    u, v, w, ok = spanning_forest(Wt, bk.slot[r] >= 0, maximum=(cfg.spanning.kind != "min"))
+    deg = spanning_degrees(u, v, ok, m)  # (B', m)
     E = u.shape[1]  # edges per tree (padded)
     tree_of = torch.arange(B, device=W.device)[:, None].expand(B, E)
     score = degree_adjusted(w.reshape(-1), (deg.gather(1, u) + deg.gather(1, v)).reshape(-1), ok.reshape(-1),
-                            tree_of.reshape(-1), B, cfg.tree).view(B, E)
+                            tree_of.reshape(-1), B, cfg.spanning).view(B, E)
     brow = torch.arange(B, device=W.device)[:, None]
     eligible = ok if est is None or cap is None else ok & (est[brow, u, v] <= cap)
     similarity = W[brow, u, v] if Wt is not W else w  # the similarity reported is always the cosine
@@ -335,11 +335,11 @@ def _edge_weights(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap: int | N
     W = bk.W[r]  # (B', m, m)
     B, m, _ = W.shape
     cos = W
-    if cfg.tree.kind == "random":  # ablation: a random spanning tree, random merge order
+    if cfg.spanning.kind == "random":  # ablation: a random spanning tree, random merge order
         Rw = torch.from_numpy(rng.random((B, m, m))).to(W.device, W.dtype)
         cos = torch.triu(Rw, 1) + torch.triu(Rw, 1).transpose(1, 2)
     e = bk.ends(r)  # (B', m)
-    Wt, est = edge_weight(cos, e.at(np.s_[:, :, None]), e.at(np.s_[:, None, :]), cfg.tree, cap)
+    Wt, est = edge_weight(cos, e.at(np.s_[:, :, None]), e.at(np.s_[:, None, :]), cfg.spanning, cap)
     return Wt, W, est
 
 
@@ -405,7 +405,7 @@ class BlockRows(NamedTuple):
 
     vert: Vertices
     size: int
-    batch: TreeBatch
+    batch: BucketLayout
     cfg: CompressConfig
     cap: int
 
@@ -424,7 +424,7 @@ class _Block(NamedTuple):
 EDGE_BLOCK = {"cpu": 1 << 20, "cuda": 1 << 24}
 
 
-def knn_candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap: int | None,
+def knn_candidates(batch: BucketLayout, need: np.ndarray, cfg: CompressConfig, cap: int | None,
                    matching: bool, memory: MemoryPlan | None = None) -> tuple[Candidates | None, int]:
     """The candidate pairs of every tree in ``need`` (module docstring), and the number of
     global vertices (``None``, 0 when no tree plans). Trees are planned a block of rows at a
@@ -449,7 +449,7 @@ def knn_candidates(batch: TreeBatch, need: np.ndarray, cfg: CompressConfig, cap:
     return Candidates.cat(parts), n
 
 
-def _block_candidates(blk: _Block, batch: TreeBatch, cfg: CompressConfig, cap: int | None,
+def _block_candidates(blk: _Block, batch: BucketLayout, cfg: CompressConfig, cap: int | None,
                       matching: bool) -> Candidates:
     """The candidates of one block's trees, with vertex ids offset by ``blk.first``."""
     dev = batch.vectors.device
@@ -471,7 +471,7 @@ def _block_candidates(blk: _Block, batch: TreeBatch, cfg: CompressConfig, cap: i
     one = ok.long()
     deg = torch.zeros(n, dtype=torch.int64, device=dev).scatter_add_(0, a, one).scatter_add_(0, bb, one)
     row_of = a // m  # each edge's tree, as its row of the block
-    score = degree_adjusted(w[e], deg[a] + deg[bb], ok, row_of, B, cfg.tree)  # (n,)
+    score = degree_adjusted(w[e], deg[a] + deg[bb], ok, row_of, B, cfg.spanning)  # (n,)
     sa, sb = vert.slot[a], vert.slot[bb]
     c = Candidates(bucket=vert.bucket[a], row=vert.row[a], tree=vert.tree[a], slot_a=sa, slot_b=sb,
                    node_a=vert.node[a], node_b=vert.node[bb], score=score, similarity=cos[e], eligible=ok,
@@ -493,13 +493,13 @@ def _bucket_edges(bk: Bucket, r: torch.Tensor, cfg: CompressConfig, cap: int | N
         c = v.shape[2]
         u = torch.arange(m, device=dev)[None, :, None].expand(B, m, c)
         cos = bk.cs[r]
-        w, _ = edge_weight(cos, e.at(np.s_[:, :, None]), e.in_rows(v), cfg.tree, cap)
+        w, _ = edge_weight(cos, e.at(np.s_[:, :, None]), e.in_rows(v), cfg.spanning, cap)
         ok = (v >= 0) & live[:, :, None] & live.gather(1, v.clamp(min=0).reshape(B, -1)).view(B, m, c)
         u, v, w, cos, ok = (x.reshape(B, -1) for x in (u, v, w, cos, ok))
     else:
         iu, ju = torch.triu_indices(m, m, 1, device=dev)
         W = bk.W[r]  # (B', m, m)
-        w, _ = edge_weight(W, e.at(np.s_[:, :, None]), e.at(np.s_[:, None, :]), cfg.tree, cap)
+        w, _ = edge_weight(W, e.at(np.s_[:, :, None]), e.at(np.s_[:, None, :]), cfg.spanning, cap)
         u, v = iu.expand(B, -1), ju.expand(B, -1)
         w, cos = w[:, iu, ju], W[:, iu, ju]
         ok = live[:, iu] & live[:, ju]
@@ -524,7 +524,7 @@ def _vertices(blocks: list[_Block], dev) -> Vertices:
     return Vertices(**{k: torch.cat(x) for k, x in cols.items()}, ends=Ends.cat(ends))
 
 
-def _join_pieces(edges: Edges, rows: BlockRows, *, budget: int = 1 << 24) -> tuple[Edges, torch.Tensor]:
+def _join_pieces(edges: Edges, rows: BlockRows, *, tile_elements: int = 1 << 24) -> tuple[Edges, torch.Tensor]:
     """Under a strict cap, pairs over it are no edges, so the lists can leave a tree in pieces
     that some pair that fits would join. Borůvka over the pieces: every vertex of a knn
     bucket outside its tree's largest piece gets its best edge (exact weight) to another
@@ -545,16 +545,16 @@ def _join_pieces(edges: Edges, rows: BlockRows, *, budget: int = 1 << 24) -> tup
         if q.shape[0] == 0 or q.shape[0] == queried:
             return edges, owner
         queried = q.shape[0]
-        j = _best_outside(q, comp, live, rows, budget)  # (Q,) best other vertex or -1
+        j = _best_outside(q, comp, live, rows, tile_elements)  # (Q,) best other vertex or -1
         jc = j.clamp(min=0)
         c = rows.batch.vectors.dot_rows(vert.node[q], vert.node[jc])
-        wq, _ = edge_weight(c, vert.ends.at(q), vert.ends.at(jc), rows.cfg.tree, rows.cap)
+        wq, _ = edge_weight(c, vert.ends.at(q), vert.ends.at(jc), rows.cfg.spanning, rows.cap)
         wq = torch.where(j >= 0, wq, torch.full_like(wq, float("-inf")))
         edges = edges.cat(Edges(q, jc, wq, c))
     return edges, edges.forest(n, size)
 
 
-def _best_outside(q, comp, live, rows: BlockRows, budget: int):
+def _best_outside(q, comp, live, rows: BlockRows, tile_elements: int):
     """For each query vertex, the vertex of its row in another piece with the best edge weight
     (float32 cosines; the caller recomputes the chosen edge exactly), -1 for none.
     Shape: q (Q,) -> (Q,) global vertex ids"""
@@ -562,7 +562,7 @@ def _best_outside(q, comp, live, rows: BlockRows, budget: int):
     M = int(vert.m.max())
     vec = rows.batch.vectors
     out = torch.full_like(q, -1)
-    step = max(1, budget // max(1, M * vec.dim))
+    step = max(1, tile_elements // max(1, M * vec.dim))
     col = torch.arange(M, device=q.device)
     for i in range(0, q.shape[0], step):
         qc = q[i:i + step]
@@ -571,7 +571,7 @@ def _best_outside(q, comp, live, rows: BlockRows, budget: int):
         ids = torch.where(inrow, ids, qc[:, None])
         X = vec.gather(vert.node[ids]).float()  # (Qc, M, D)
         s = torch.bmm(X, vec.gather(vert.node[qc]).float()[:, :, None])[..., 0]  # (Qc, M)
-        wt, _ = edge_weight(s, vert.ends.at(qc[:, None]), vert.ends.at(ids), rows.cfg.tree, rows.cap)
+        wt, _ = edge_weight(s, vert.ends.at(qc[:, None]), vert.ends.at(ids), rows.cfg.spanning, rows.cap)
         bad = ~inrow | ~live[ids] | (comp[ids] == comp[qc][:, None])
         wt = wt.masked_fill(bad, float("-inf"))
         best, arg = wt.max(1)

@@ -8,7 +8,7 @@ merge for merge with :func:`memforest_gpu.compress`; ``bench/versus_reference.py
 Input: a store, a :class:`~memforest_gpu.CompressConfig`, a merger, and the partition
 (``tree`` id per node, trees numbered tenant by tenant); by default the engine's own
 :func:`~.partition.partition_nodes` is called as the engine calls it (k-means is out of
-scope here). Only ``TreeConfig(kind="max")`` is covered (the "min" and "random"
+scope here). Only ``SpanningConfig(kind="max")`` is covered (the "min" and "random"
 ablations raise ``ValueError``). No embedder: merged vectors are the normalised mean of
 the two inputs.
 
@@ -35,7 +35,7 @@ Rules, in the order they apply:
    (gated), where a node's span is the first and last position (rank in its tenant by
    ``(timestamp, row)``) of its originals and ``gap = max(lo_i, lo_j) - min(hi_i, hi_j)``;
    with ``size_weight = sw > 0``, ``w = w - f32(sw) * f32(est_ij) / f32(scale)``, ``scale``
-   = ``TreeConfig.size_unit`` (256 tokens by default, whatever the cap).
+   = ``SpanningConfig.size_unit`` (256 tokens by default, whatever the cap).
 5. **Spanning tree** (every round, for every tree that still has quota, is not stuck and
    has >= 2 live nodes): Kruskal over the tree's edges sorted by ``(w desc, min slot asc,
    max slot asc)``, union-find skipping cycles: a maximum spanning forest when the cap
@@ -250,16 +250,16 @@ def reference_compress(store, config, merger, *, tree: list[int] | None = None) 
     ``tree``: tree id per node (ids ``0..T-1``, every tree inside one tenant, numbered in
     the order quotas break ties); ``None`` calls the engine's partition.
     """
-    tc, mc = config.tree, config.merge
-    if tc.kind != "max":
-        raise ValueError(f"tree kind must be 'max' here, got {tc.kind!r}")
+    sp, mc = config.spanning, config.merge
+    if sp.kind != "max":
+        raise ValueError(f"spanning kind must be 'max' here, got {sp.kind!r}")
     names = store.tenant_names()
     code = {t: j for j, t in enumerate(names)}
     tree, tree_tenant = _default_partition(store, config) if tree is None else _given_partition(store, tree, code)
     n_trees = len(tree_tenant)
     cap = mc.max_node_tokens
-    nodes = _Nodes(store, count_words(store.texts) if cap is not None or tc.size_weight > 0 else None)
-    weight = _edge_weight(tc, cap, nodes)
+    nodes = _Nodes(store, count_words(store.texts) if cap is not None or sp.size_weight > 0 else None)
+    weight = _edge_weight(sp, cap, nodes)
 
     # slots: a tree's nodes in (timestamp, row) order
     slots: list[list[int | None]] = [[] for _ in range(n_trees)]
@@ -280,8 +280,8 @@ def reference_compress(store, config, merger, *, tree: list[int] | None = None) 
     stuck = [False] * n_trees
     moved = replans = 0
 
-    eta = _f32(tc.eta)
-    one_minus_eta = _f32(1 - tc.eta)
+    eta = _f32(sp.eta)
+    one_minus_eta = _f32(1 - sp.eta)
     records: list[dict] = []
     rounds = 0
     while True:
@@ -289,7 +289,7 @@ def reference_compress(store, config, merger, *, tree: list[int] | None = None) 
         for k in range(n_trees):
             if quota[k] <= 0 or stuck[k] or count[k] < 2:
                 continue
-            pairs = _plan_tree(slots[k], nodes, cap, weight, eta, one_minus_eta, tc.degree_norm, mc.schedule,
+            pairs = _plan_tree(slots[k], nodes, cap, weight, eta, one_minus_eta, sp.degree_norm, mc.schedule,
                                quota[k])
             if not pairs:
                 stuck[k] = True
@@ -320,20 +320,20 @@ def reference_compress(store, config, merger, *, tree: list[int] | None = None) 
         replans=replans)
 
 
-def _edge_weight(tc, cap, nodes: _Nodes):
+def _edge_weight(sp, cap, nodes: _Nodes):
     """The spanning tree's edge weight of two rows (rule 4), as a float32 value."""
-    tw, sw = tc.time_weight, tc.size_weight
-    scale = _f32(tc.size_unit)
+    tw, sw = sp.time_weight, sp.size_weight
+    scale = _f32(sp.size_unit)
 
     def weight(a: int, b: int):
         w = _f32(nodes.cos(a, b))
         if tw > 0:
             gap = max(nodes.lo[a], nodes.lo[b]) - min(nodes.hi[a], nodes.hi[b])
-            near = gap <= tc.time_window
-            if tc.time_rule == "scaled":
+            near = gap <= sp.time_window
+            if sp.time_rule == "scaled":
                 bonus = _f32(near) * max(w, _f32(0))
-            elif tc.time_rule == "gated":
-                bonus = _f32(near and w >= _f32(tc.time_min_cos))
+            elif sp.time_rule == "gated":
+                bonus = _f32(near and w >= _f32(sp.time_min_cos))
             else:  # flat
                 bonus = _f32(near)
             w = _f32(1 - tw) * w + _f32(tw) * bonus

@@ -9,7 +9,7 @@ time, (B, m, knn + 1)). Slots are in time order inside a tree, so a slot index i
 tie key. :func:`~memforest_gpu.engine.apply.apply_round` updates these tensors in place
 after each round; nothing here reads a value back to the host.
 
-Read top to bottom: the buckets (:class:`Bucket`, :class:`TreeBatch`, :func:`build_trees`);
+Read top to bottom: the buckets (:class:`Bucket`, :class:`BucketLayout`, :func:`build_trees`);
 the vectors every bucket reads by node row (:class:`NodeVectors`: no padded (B, m, D) copy);
 the knn graph (:func:`build_knn_graph`, and after a round :func:`merged_lists` and
 :func:`stale_entries`).
@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..config import TreeConfig
+from ..config import SpanningConfig
 from ..kernels.blocks import for_device, stream_rows
 from ..kernels.knn import knn_cells, top_by_key
 from ..kernels.padding import size_buckets
@@ -31,7 +31,7 @@ from ..store.codes import int8_codes_on
 from .edges import Ends, edge_weight, ends_of
 from .partition import time_order
 
-__all__ = ["Bucket", "TreeBatch", "build_trees", "DENSE", "KNN", "bucket_graph", "knn_planned", "NodeVectors",
+__all__ = ["Bucket", "BucketLayout", "build_trees", "DENSE", "KNN", "bucket_graph", "knn_planned", "NodeVectors",
            "compute_dtype", "dot64", "dot64_many", "row_sims", "build_knn_graph", "next_live", "merged_lists",
            "stale_entries", "tree_products_pay", "SLOT_DTYPE", "RoundPairs", "SlotMoves"]
 
@@ -78,18 +78,19 @@ class Bucket:
 
 
 @dataclass(frozen=True)
-class TreeBatch:
-    """Every tree of a run with at least two nodes, in buckets by size (largest first).
+class BucketLayout:
+    """The layout of a run's trees: every tree with at least two nodes, laid out once in
+    padded buckets by size (largest first).
     ``bucket_of`` / ``row_of`` (T,) locate tree ``t`` (-1 for one-node trees); ``vectors``
-    holds every node's vector by node row; ``tree`` (a :class:`~memforest_gpu.config.TreeConfig`,
-    not a tree id) and ``cap`` are the settings the knn graph is ranked by (kept for its
-    updates)."""
+    holds every node's vector by node row; ``spanning`` (a
+    :class:`~memforest_gpu.config.SpanningConfig`) and ``cap`` are the settings the knn graph is
+    ranked by (kept for its updates)."""
 
     buckets: tuple[Bucket, ...]
     bucket_of: np.ndarray
     row_of: np.ndarray
     vectors: NodeVectors
-    tree: TreeConfig | None = None
+    spanning: SpanningConfig | None = None
     cap: int | None = None
 
 
@@ -105,8 +106,8 @@ def _cosines(vectors: NodeVectors, slots: torch.Tensor) -> torch.Tensor:
     vectors and products (CPU: ~64 MB a temporary). Half-precision vectors give float32 cosines."""
     B, m = slots.shape
     W = torch.empty(B, m, m, dtype=compute_dtype(vectors.dtype), device=slots.device)
-    budget = for_device(COSINE_BLOCK, slots.device)
-    step = max(1, budget // max(1, m * (m + vectors.dim)))  # the (step, m, D) gather counts too
+    tile_elements = for_device(COSINE_BLOCK, slots.device)
+    step = max(1, tile_elements // max(1, m * (m + vectors.dim)))  # the (step, m, D) gather counts too
     for b0 in range(0, B, step):
         Xd = vectors.gather(slots[b0:b0 + step]).double()  # (step, m, D), zeros in empty slots
         S = Xd @ Xd.transpose(1, 2)
@@ -116,22 +117,21 @@ def _cosines(vectors: NodeVectors, slots: torch.Tensor) -> torch.Tensor:
 
 def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Tensor, timestamps: torch.Tensor,
                 codes: torch.Tensor, tokens: torch.Tensor | None, *, dtype: torch.dtype | None = None,
-                config: TreeConfig | None = None, cap: int | None = None, budget: int = 1 << 24,
-                merges: int = 0, reuse: bool = False, save_codes: bool = False) -> TreeBatch:
-    """Lay out every tree of ``tree`` (global tree id per node: here ``tree`` is ids, as in a
-    :class:`~.partition.Partition`; a :class:`TreeBatch`'s ``tree`` is its config) as padded
-    buckets.
+                config: SpanningConfig | None = None, cap: int | None = None, tile_elements: int = 1 << 24,
+                merges: int = 0, reuse: bool = False, save_codes: bool = False) -> BucketLayout:
+    """Lay out every tree of ``tree`` (global tree id per node, as in a
+    :class:`~.partition.Partition`) as padded buckets.
 
     ``dtype``: storage dtype of the vectors (default the embeddings'; float16 / bfloat16
-    halve them, similarities are still accumulated in float64). ``config``: the tree stage's
+    halve them, similarities are still accumulated in float64). ``config``: the spanning stage's
     settings (its ``graph`` / ``knn`` choose each bucket's candidate graph, its edge terms
     and ``cap`` (the planner's) rank the knn graph's neighbours; default the dense graph).
-    No padded copy of the vectors is kept: buckets hold node rows (``TreeBatch.vectors``, with
+    No padded copy of the vectors is kept: buckets hold node rows (``BucketLayout.vectors``, with
     room for ``merges`` merged vectors; ``reuse``: none, merged vectors take dead rows of
     ``embeddings`` itself, see :meth:`~.trees.NodeVectors.put`).
 
     Shape: tree (N,), tree_size (T,) host, embeddings (N, D), timestamps (N,), codes (N,),
-           tokens (N,) or None -> TreeBatch
+           tokens (N,) or None -> BucketLayout
     """
     vectors = NodeVectors(embeddings, dtype or embeddings.dtype, capacity=merges, reuse=reuse, save_codes=save_codes)
     dev = embeddings.device
@@ -161,19 +161,19 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
         bk = Bucket(trees, ids, slots, timestamps[s0].to(torch.float64), tokens[s0] if tokens is not None else None,
                     lo, lo.clone())
         if bucket_graph(config, m) == KNN:
-            nbr, cs = build_knn_graph(bk, vectors, config, cap, budget=budget)
+            nbr, cs = build_knn_graph(bk, vectors, config, cap, tile_elements=tile_elements)
             bk = dataclasses.replace(bk, nbr=nbr, cs=cs)
         else:
             bk = dataclasses.replace(bk, W=_cosines(vectors, slots))
         buckets.append(bk)
         bucket_of[ids] = b
         row_of[ids] = np.arange(len(ids))
-    return TreeBatch(tuple(buckets), bucket_of, row_of, vectors, config, cap)
+    return BucketLayout(tuple(buckets), bucket_of, row_of, vectors, config, cap)
 
 
 # Which candidate graph a bucket of trees keeps, and which planner plans its trees.
 #
-# The spanning tree of a tree is built on one of two graphs (``TreeConfig.graph``):
+# The spanning tree of an event tree is built on one of two graphs (``SpanningConfig.graph``):
 #
 # - ``"dense"``: every pair, the padded (m, m) cosine matrix of each tree (``Bucket.W``);
 # - ``"knn"``: per node its ``knn`` best neighbours by edge weight and its next node in time
@@ -192,17 +192,18 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
 DENSE, KNN = "dense", "knn"
 
 
-def bucket_graph(tree: TreeConfig | None, m: int) -> str:
+def bucket_graph(spanning: SpanningConfig | None, m: int) -> str:
     """The graph a bucket of trees padded to ``m`` slots keeps: ``"knn"`` or ``"dense"``
-    (``tree=None``: dense)."""
-    if tree is not None and tree.graph == KNN and tree.kind == "max" and m - 1 > tree.knn and m > tree.knn_above:
+    (``spanning=None``: dense)."""
+    s = spanning
+    if s is not None and s.graph == KNN and s.kind == "max" and m - 1 > s.knn and m > s.knn_above:
         return KNN
     return DENSE
 
 
-def knn_planned(graph: str, tree: TreeConfig) -> bool:
+def knn_planned(graph: str, spanning: SpanningConfig) -> bool:
     """Whether the trees of a bucket keeping ``graph`` are planned by the knn planner."""
-    return graph == KNN or (tree.graph == KNN and tree.kind == "max" and tree.knn_above == 0)
+    return graph == KNN or (spanning.graph == KNN and spanning.kind == "max" and spanning.knn_above == 0)
 
 
 # ------------------------------------------------------------------------------
@@ -462,21 +463,22 @@ def next_live(slot: torch.Tensor) -> torch.Tensor:
     return torch.where(nxt < m, nxt, torch.full_like(nxt, -1))
 
 
-def build_knn_graph(bk, vectors: NodeVectors, tree: TreeConfig, cap: int | None, *, budget: int = 1 << 24):
+def build_knn_graph(bk, vectors: NodeVectors, spanning: SpanningConfig, cap: int | None, *,
+                    tile_elements: int = 1 << 24):
     """The knn graph of a bucket's trees (module docstring).
 
     Shape: bk.slot (B, m) -> nbr (B, m, k+1) int32 slot (-1 = none), cs (B, m, k+1) cosines
     """
     B, m = bk.slot.shape
-    k, D = tree.knn, vectors.dim
+    k, D = spanning.knn, vectors.dim
     dev = bk.slot.device
     nbr = torch.full((B, m, k + 1), -1, dtype=SLOT_DTYPE, device=dev)
     cs = torch.zeros(B, m, k + 1, dtype=compute_dtype(vectors.dtype), device=dev)
     c = min(m - 1, k + k // 2)  # candidates re-ranked by exact weight
-    cells = m > tree.knn_cells_above
+    cells = m > spanning.knn_cells_above
     # trees whose vectors are gathered at once: a cache-sized float64 copy where the exact
     # products are taken in blocks, a bounded one for the cells' search
-    step = max(1, budget // max(1, m * (D + 1))) if cells else max(1, stream_rows(dev, m * D * 8) // 4)
+    step = max(1, tile_elements // max(1, m * (D + 1))) if cells else max(1, stream_rows(dev, m * D * 8) // 4)
     for b0 in range(0, B, step):
         rows = slice(b0, b0 + step)
         slots = bk.slot[rows]
@@ -485,25 +487,26 @@ def build_knn_graph(bk, vectors: NodeVectors, tree: TreeConfig, cap: int | None,
         nxt = next_live(slots)  # (Bc, m)
         nbr[rows, :, k] = nxt
         if not cells:
-            nbr[rows, :, :k], cs[rows, :, :k], cs[rows, :, k] = _exact_lists(X, slots >= 0, e, nxt, c, k, tree, cap,
+            nbr[rows, :, :k], cs[rows, :, :k], cs[rows, :, k] = _exact_lists(X, slots >= 0, e, nxt, c, k, spanning, cap,
                                                                              vectors.dtype)
             continue
-        cand = knn_cells(X, slots >= 0, c, scale=1.0 - tree.time_weight, bias=_bias(e, tree), budget=budget)
-        nbr[rows, :, :k], cs[rows, :, :k] = _rank(X, e, cand, k, tree, cap, vectors.dtype, budget)
+        cand = knn_cells(X, slots >= 0, c, scale=1.0 - spanning.time_weight, bias=_bias(e, spanning),
+                         tile_elements=tile_elements)
+        nbr[rows, :, :k], cs[rows, :, :k] = _rank(X, e, cand, k, spanning, cap, vectors.dtype, tile_elements)
         cs[rows, :, k] = dot64(X, X.gather(1, nxt.clamp(min=0)[..., None].expand_as(X)), vectors.dtype)
     return nbr, cs
 
 
-def _bias(e: Ends, tree: TreeConfig) -> torch.Tensor | None:
+def _bias(e: Ends, spanning: SpanningConfig) -> torch.Tensor | None:
     """The size term's part of a pair's weight that depends on the neighbour only:
     ``-size_weight * tok_j / size_unit`` (None without the size term). Shape: -> (B, m) float32"""
-    if tree.size_weight > 0 and e.tok is not None:
-        return -tree.size_weight * e.tok.float() / float(tree.size_unit)
+    if spanning.size_weight > 0 and e.tok is not None:
+        return -spanning.size_weight * e.tok.float() / float(spanning.size_unit)
     return None
 
 
-def _exact_lists(X: torch.Tensor, valid: torch.Tensor, e: Ends, nxt: torch.Tensor, c: int, k: int, tree: TreeConfig,
-                 cap, dtype):
+def _exact_lists(X: torch.Tensor, valid: torch.Tensor, e: Ends, nxt: torch.Tensor, c: int, k: int,
+                 spanning: SpanningConfig, cap, dtype):
     """Every slot's ``k`` best neighbours by exact edge weight, from one float64 product of
     each row block against its whole tree: the ``c`` best by the part of the weight the
     product carries (``(1 - time_weight) * cos + bias_j``) are re-ranked by the exact weight
@@ -519,8 +522,8 @@ def _exact_lists(X: torch.Tensor, valid: torch.Tensor, e: Ends, nxt: torch.Tenso
     cs_next = torch.zeros(B, m, dtype=cs.dtype, device=dev)
     Xd = X.double()  # (B, m, D)
     Xt = Xd.transpose(1, 2)
-    bias = _bias(e, tree)
-    scale = 1.0 - tree.time_weight
+    bias = _bias(e, spanning)
+    scale = 1.0 - spanning.time_weight
     col = torch.arange(m, device=dev)
     rows = max(2, stream_rows(dev, B * m * 8 * 3) if dev.type != "cuda" else stream_rows(dev, B * m * 8))
     for r0 in range(0, m, rows):
@@ -531,7 +534,7 @@ def _exact_lists(X: torch.Tensor, valid: torch.Tensor, e: Ends, nxt: torch.Tenso
         pv, cand = torch.topk(proxy.masked_fill(bad, float("-inf")), c, dim=-1)  # (B, r, c) a superset
         cand = torch.where(torch.isneginf(pv), torch.full_like(cand, -1), cand)
         cc = cos.gather(-1, cand.clamp(min=0))
-        w, _ = edge_weight(cc, e.at(np.s_[:, r0:r1, None]), e.in_rows(cand), tree, cap)
+        w, _ = edge_weight(cc, e.at(np.s_[:, r0:r1, None]), e.in_rows(cand), spanning, cap)
         top, _, j = top_by_key(w.masked_fill(cand < 0, float("-inf")), cand, k)
         live = valid[:, r0:r1, None]
         nbr[:, r0:r1] = torch.where(live, top, torch.full_like(top, -1))
@@ -540,21 +543,22 @@ def _exact_lists(X: torch.Tensor, valid: torch.Tensor, e: Ends, nxt: torch.Tenso
     return nbr, cs, cs_next
 
 
-def _rank(X: torch.Tensor, e: Ends, cand: torch.Tensor, k: int, tree: TreeConfig, cap, dtype, budget: int):
+def _rank(X: torch.Tensor, e: Ends, cand: torch.Tensor, k: int, spanning: SpanningConfig, cap, dtype,
+          tile_elements: int):
     """The ``k`` best candidates of each slot by exact edge weight, with their cosines.
     Shape: X (B, m, D), cand (B, m, c) -> nbr (B, m, k), cs (B, m, k)"""
     B, m, c = cand.shape
     D = X.shape[2]
     nbr = torch.full((B, m, k), -1, dtype=torch.int64, device=X.device)
     cs = torch.zeros(B, m, k, dtype=compute_dtype(dtype), device=X.device)
-    rows = max(1, budget // max(1, B * c * D))
+    rows = max(1, tile_elements // max(1, B * c * D))
     bi = torch.arange(B, device=X.device)[:, None, None]
     Xd = X.double()  # gathered once in float64: the products below are accumulated in float64
     for r0 in range(0, m, rows):
         cd = cand[:, r0:r0 + rows]  # (B, r, c)
         cos = dot64_many(Xd[:, r0:r0 + rows], Xd[bi, cd.clamp(min=0)], dtype)  # (B, r, c)
         me = e.at(np.s_[:, r0:r0 + rows, None])  # (B, r, 1)
-        w, _ = edge_weight(cos, me, e.in_rows(cd), tree, cap)
+        w, _ = edge_weight(cos, me, e.in_rows(cd), spanning, cap)
         w = w.masked_fill(cd < 0, float("-inf"))
         top, _, j = top_by_key(w, cd, k)
         nbr[:, r0:r0 + rows] = top
@@ -614,7 +618,7 @@ class SlotMoves(NamedTuple):
         return cls(rows, after, merged, kept)
 
 
-def merged_lists(bk, vectors: NodeVectors, pairs: RoundPairs, moves: SlotMoves, tree: TreeConfig,
+def merged_lists(bk, vectors: NodeVectors, pairs: RoundPairs, moves: SlotMoves, spanning: SpanningConfig,
                  cap: int | None, *, products: bool, most: int | None = None) -> torch.Tensor | None:
     """Re-rank each merged slot's list from its two parents' lists; clear the dropped slot's.
     Call after the round's slot, span, time and token writes and after ``vectors.append``.
@@ -631,7 +635,7 @@ def merged_lists(bk, vectors: NodeVectors, pairs: RoundPairs, moves: SlotMoves, 
            tree in the round (default: counted in ``pairs.row_np``) -> (P, m) cosines or None
     """
     r, keep, drop, nodes = pairs.row, pairs.keep, pairs.drop, pairs.nodes
-    k = tree.knn
+    k = spanning.knn
     P = r.shape[0]
     cand = torch.cat([bk.nbr[r, keep], bk.nbr[r, drop]], 1).long()  # (P, 2k+2)
     cand = torch.where(cand >= 0, moves.after[pairs.touched[:, None], cand.clamp(min=0)], cand)
@@ -652,7 +656,7 @@ def merged_lists(bk, vectors: NodeVectors, pairs: RoundPairs, moves: SlotMoves, 
             cd = cand[sl]
             Y = vectors.gather(torch.where(cd >= 0, bk.slot[r[sl, None], cd.clamp(min=0)], -1))  # (Pc, c, D)
             cos[sl] = dot64_many(vectors.gather(nodes[sl]), Y, vectors.dtype)  # (Pc, c)
-    w, _ = edge_weight(cos, me, _ends_at(bk, r[:, None], cand.clamp(min=0)), tree, cap)
+    w, _ = edge_weight(cos, me, _ends_at(bk, r[:, None], cand.clamp(min=0)), spanning, cap)
     top, _, j = top_by_key(w.masked_fill(cand < 0, float("-inf")), cand, k)
     bk.nbr[r, keep, :k] = top.to(bk.nbr.dtype)
     bk.cs[r, keep, :k] = cos.gather(1, j)

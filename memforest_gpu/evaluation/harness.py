@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..config import CompressConfig, ConfigError, RetrievalConfig
+from ..config import CompressConfig, ConfigError, RetrievalConfig, config_record
 from ..device import resolve_device
 from ..engine.partition import n_clusters
 from ..kernels.agpr import n_anchors
@@ -263,7 +263,7 @@ def _run_facts(cfg: EvalConfig, base: CompressConfig, dev, q: _Questions, qa, em
     """The run's settings for ``meta``: cuts, configs, device, question kinds, the LLM protocol."""
     return {"eval": {"k": cfg.k, "budget": cfg.max_tokens, "L": cfg.L, "lam": cfg.lam, "gamma": cfg.gamma,
                      "fill": cfg.fill},
-            "config": _config_dict(base), "device": str(dev),
+            "config": config_record(base), "device": str(dev),
             "cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},
             "categories_apart": q.apart, "multiple_choice": sum(bool(x.options) for x in q.questions),
             **({"qa": qa.summary()} if qa is not None else {})}
@@ -352,11 +352,11 @@ class _Records:
 
 def _seed_free(spec: MethodSpec, cfg: CompressConfig, tenant_sizes: list[int]) -> bool:
     """True when the method's output cannot depend on the seed: ToMe (no randomness), and
-    MemForest when every tenant is one k-means cluster and the tree is not random."""
+    MemForest when every tenant is one k-means cluster and the spanning kind is not random."""
     if spec.name == "tome":
         return True
     if spec.is_memforest:
-        return cfg.tree.kind != "random" and all(n_clusters(n, cfg.partition.alpha) == 1 for n in tenant_sizes)
+        return cfg.spanning.kind != "random" and all(n_clusters(n, cfg.partition.alpha) == 1 for n in tenant_sizes)
     return False
 
 
@@ -365,5 +365,3 @@ def _without_seeds(c: CompressConfig) -> CompressConfig:
                                merge=dataclasses.replace(c.merge, seed=0))
 
 
-def _config_dict(c: CompressConfig) -> dict:
-    return {k: dataclasses.asdict(getattr(c, k)) for k in ("partition", "tree", "merge")}

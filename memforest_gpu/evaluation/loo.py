@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import PRESETS, CompressConfig, ConfigError, MergeConfig, PartitionConfig, TreeConfig
+from ..config import PRESETS, CompressConfig, ConfigError, config_from_record, config_record
 from ..store.atomic import atomic_open
 from .harness import EvalConfig, cell_key, run_grid
 
@@ -73,8 +73,9 @@ def candidate_grid(schedules=("sequential", "matching"), alphas=(0.05, 0.01, 0.0
     out, seen = [], set()
     for s, a, tw, rule, sw, kr in itertools.product(schedules, alphas, time_weights, time_rules or (None,),
                                                     size_weights, keys_rules or (None,)):
-        tree = dataclasses.replace(base.tree, time_weight=tw, size_weight=sw, **rule_fields(rule if tw > 0 else None))
-        cfg = dataclasses.replace(base, partition=dataclasses.replace(base.partition, alpha=a), tree=tree,
+        spanning = dataclasses.replace(base.spanning, time_weight=tw, size_weight=sw,
+                                       **rule_fields(rule if tw > 0 else None))
+        cfg = dataclasses.replace(base, partition=dataclasses.replace(base.partition, alpha=a), spanning=spanning,
                                   merge=dataclasses.replace(base.merge, schedule=s, **keys_fields(kr)))
         name = f"{s} a={a:g} tw={tw:g}{f'/{rule}' if rule and tw > 0 else ''} sw={sw:g}" \
             + (f" keys={kr}" if kr and kr != "text" else "")
@@ -315,8 +316,7 @@ def save_scores(cs: CandidateScores, path: str) -> None:
     arrays.update({f"b|{m}": v for m, v in cs.base.items()})
     meta = {"ratios": cs.ratios, "seeds": cs.seeds,
             "candidates": [{"name": c.name, "method": c.method, "compare_only": c.compare_only,
-                            "config": {k: dataclasses.asdict(getattr(c.config, k)) for k in ("partition", "tree",
-                                                                                              "merge")}}
+                            "config": config_record(c.config)}
                            for c in cs.candidates]}
     if cs.shapes is not None:
         arrays["shapes"] = cs.shapes
@@ -332,10 +332,7 @@ def load_scores(paths: list[str]) -> CandidateScores:
     for p in paths:
         with np.load(p) as z:
             meta = json.loads(str(z["meta"]))
-            cands = [Candidate(c["name"], CompressConfig(partition=PartitionConfig(**c["config"]["partition"]),
-                                                         tree=TreeConfig(**c["config"]["tree"]),
-                                                         merge=MergeConfig(**c["config"]["merge"])), c["method"],
-                               c.get("compare_only", False))
+            cands = [Candidate(c["name"], config_from_record(c["config"]), c["method"], c.get("compare_only", False))
                      for c in meta["candidates"]]
             scores: dict[str, dict] = {}
             for k in z.files:

@@ -6,9 +6,10 @@ A method spec is ``NAME[:SCHEDULE]``:
   ``random_merge``, ``tome``; ``streammeco`` (pruning by entity links, for benchmarks whose
   nodes name their entities, ``metadata["entities"]``: :mod:`memforest_gpu.adapters.streammeco`);
 - ``memforest`` and its ablations ``memforest-<ablation>`` (:data:`ABLATIONS`), each with
-  an optional schedule: ``memforest:matching``, ``memforest-min-tree:sequential``;
-  ``memforest-paper`` runs the method's partition, tree and node-cap defaults whatever the base
-  config.
+  an optional schedule: ``memforest:matching``, ``memforest-min-spanning:sequential``;
+  ``memforest-paper`` runs the method's partition, spanning and node-cap defaults whatever the
+  base config. ``memforest-min-tree``, the old name of ``memforest-min-spanning``, is still read
+  for one release (:data:`RENAMED_METHODS`).
 
 :func:`compress_with` runs one on a store with a :class:`~memforest_gpu.config.CompressConfig`
 (its ``merge.ratio`` and ``merge.seed`` drive every method; MemForest also reads the rest; the
@@ -24,12 +25,13 @@ from dataclasses import dataclass
 from ..adapters.streammeco import streammeco
 from ..config import PRESETS, SCHEDULES, CompressConfig, ConfigError
 from ..engine import CompressResult, compress
+from ..renamed import renamed_name
 from ..store.memory_store import MemoryStore
 from ..store.merged_keys import derive_keys, fold_keys
 from .baselines import BASELINES, _report
 
 __all__ = ["MethodSpec", "parse_method", "compress_with", "ABLATIONS", "DEFAULT_METHODS", "ABLATION_METHODS",
-           "METHOD_NAMES", "GRAPH_BASELINES"]
+           "METHOD_NAMES", "GRAPH_BASELINES", "RENAMED_METHODS"]
 
 
 def _replace(cfg: CompressConfig, stage: str, **kw) -> CompressConfig:
@@ -40,18 +42,18 @@ def _replace(cfg: CompressConfig, stage: str, **kw) -> CompressConfig:
 ABLATIONS: dict[str, Callable[[CompressConfig], CompressConfig]] = {
     "no-semantic": lambda c: _replace(c, "partition", use_semantic=False),  # reassignment by time only
     "no-temporal": lambda c: _replace(c, "partition", use_temporal=False),  # reassignment by meaning only
-    "random-order": lambda c: _replace(c, "tree", kind="random"),  # random merge order, not the spanning tree
-    "min-tree": lambda c: _replace(c, "tree", kind="min"),  # minimum instead of maximum spanning tree
-    "no-degree": lambda c: _replace(c, "tree", eta=1.0),  # w' = w: no degree term
-    "degree-max": lambda c: _replace(c, "tree", degree_norm="max", eta=0.9),  # the authors' code (their Mem0 eta)
-    "no-time-edges": lambda c: _replace(c, "tree", time_weight=0.0),  # cosine-only edges (the paper's tree)
-    "no-size-edges": lambda c: _replace(c, "tree", size_weight=0.0),  # no size term on the edges (the paper's)
-    "dense-graph": lambda c: _replace(c, "tree", graph="dense"),  # every pair of a tree, not nearest neighbours
+    "random-order": lambda c: _replace(c, "spanning", kind="random"),  # random merge order, not the spanning tree
+    "min-spanning": lambda c: _replace(c, "spanning", kind="min"),  # minimum instead of maximum spanning tree
+    "no-degree": lambda c: _replace(c, "spanning", eta=1.0),  # w' = w: no degree term
+    "degree-max": lambda c: _replace(c, "spanning", degree_norm="max", eta=0.9),  # the authors' code (their Mem0 eta)
+    "no-time-edges": lambda c: _replace(c, "spanning", time_weight=0.0),  # cosine-only edges (the paper's tree)
+    "no-size-edges": lambda c: _replace(c, "spanning", size_weight=0.0),  # no size term on the edges (the paper's)
+    "dense-graph": lambda c: _replace(c, "spanning", graph="dense"),  # every pair of a tree, not nearest neighbours
     # not ablations: the dense graph above (the reference of the knn graph), and the method's defaults for
-    # partition, tree and node cap, whatever the base config says
+    # partition, spanning tree and node cap, whatever the base config says
     "paper": lambda c: dataclasses.replace(c, partition=dataclasses.replace(PRESETS["paper"].partition,
                                                                             seed=c.partition.seed),
-                                           tree=PRESETS["paper"].tree,
+                                           spanning=PRESETS["paper"].spanning,
                                            merge=dataclasses.replace(c.merge, max_node_tokens=None)),
 }
 METHOD_NAMES = ("none", *BASELINES, "streammeco", "memforest", *(f"memforest-{a}" for a in ABLATIONS))
@@ -59,6 +61,8 @@ DEFAULT_METHODS = ("random_prune", "kmeans_prune", "dart", "random_merge", "tome
                    "memforest:matching")
 ABLATION_METHODS = tuple(f"memforest-{a}" for a in ABLATIONS if a not in ("paper", "dense-graph"))
 GRAPH_BASELINES = ("streammeco",)  # added to the default methods where a benchmark has entity links
+#: old method names, read for one release (a saved result or a script may name them): old -> new
+RENAMED_METHODS = {"memforest-min-tree": "memforest-min-spanning"}
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,7 @@ def parse_method(spec: str) -> MethodSpec:
     """``"memforest:matching"`` -> MethodSpec("memforest", "matching"); unknown names list the
     valid ones."""
     name, _, schedule = spec.strip().partition(":")
+    name = renamed_name("method", name, RENAMED_METHODS)
     if name not in METHOD_NAMES:
         raise ConfigError("method", f"must be one of {list(METHOD_NAMES)} (memforest variants take ':SCHEDULE'), "
                          f"got {spec!r}")

@@ -108,9 +108,23 @@ def run_fingerprint(input_path, config, merger, embedder: str | None, **more) ->
     ``split_above``, which decide what each rank's journal holds)."""
     parts = {"input_sha256": _file_digest(input_path), "config": dataclasses.asdict(config),
              "merger": merger_identity(merger), "embedder": embedder, **more}
-    blob = json.dumps(parts, sort_keys=True, default=str)
-    return {"fingerprint": hashlib.sha256(blob.encode("utf-8")).hexdigest(),
-            "parts": json.loads(json.dumps(parts, default=str))}
+    return {"fingerprint": _digest(parts), "parts": json.loads(json.dumps(parts, default=str))}
+
+
+def _digest(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+def _renamed_stage_matches(header: dict, fingerprint: str) -> bool:
+    """Whether a journal written before the spanning stage was renamed (its config holds the
+    stage as ``"tree"``) belongs to the run of ``fingerprint``: the same parts under the new
+    name."""
+    parts = header.get("parts")
+    config = parts.get("config") if isinstance(parts, dict) else None
+    if not isinstance(config, dict) or "tree" not in config or "spanning" in config:
+        return False
+    renamed = {**parts, "config": {("spanning" if k == "tree" else k): v for k, v in config.items()}}
+    return _digest(renamed) == fingerprint
 
 
 def pair_key(pair: MergePair) -> str:
@@ -186,7 +200,8 @@ class JournaledMerger:
                 return
             raise ValueError(f"{self.path}: line 1 must be a memforest merge journal's header, got {lines[0][:80]!r}; "
                              f"{_REMEDY}")
-        if header.get("fingerprint") != self.header["fingerprint"]:
+        if header.get("fingerprint") != self.header["fingerprint"] and \
+                not _renamed_stage_matches(header, self.header["fingerprint"]):
             old, new = header.get("parts", {}), self.header["parts"]
             diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)] or ["fingerprint"]
             raise ValueError(

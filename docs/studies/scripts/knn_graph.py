@@ -60,13 +60,13 @@ def main(argv=None):
     if a.one_tenant:
         base = dataclasses.replace(base, partition=dataclasses.replace(base.partition, alpha=0.0))
     terms = {k: v for k, v in (("time_weight", a.time_weight), ("size_weight", a.size_weight)) if v is not None}
-    base = dataclasses.replace(base, tree=dataclasses.replace(base.tree, **terms))
+    base = dataclasses.replace(base, spanning=dataclasses.replace(base.spanning, **terms))
     rows = []
     for ratio in [float(x) for x in a.ratios.split(",")]:
         runs = {}
         for graph, knn in [("dense", 0)] + [("knn", int(k)) for k in a.knn.split(",")]:
-            tree = dataclasses.replace(base.tree, graph=graph, **({"knn": knn} if knn else {}))
-            cfg = dataclasses.replace(base, tree=tree, merge=dataclasses.replace(base.merge, ratio=ratio))
+            spanning = dataclasses.replace(base.spanning, graph=graph, **({"knn": knn} if knn else {}))
+            cfg = dataclasses.replace(base, spanning=spanning, merge=dataclasses.replace(base.merge, ratio=ratio))
             t0 = time.perf_counter()
             res = compress(store, cfg, merger=ExtractiveMerger(), embedder=emb, device="cpu")
             wall = time.perf_counter() - t0
@@ -76,7 +76,7 @@ def main(argv=None):
             same = len(merges(res) & merges(ref)) / max(1, len(merges(ref)))
             same1 = len(first_round(res) & first_round(ref)) / max(1, len(first_round(ref)))
             row = {"layout": "one tenant" if a.one_tenant else "tenant per conversation", "nodes": len(store),
-                   "time_weight": base.tree.time_weight, "size_weight": base.tree.size_weight,
+                   "time_weight": base.spanning.time_weight, "size_weight": base.spanning.size_weight,
                    "trees": res.report.trees, "ratio": ratio, "graph": graph, "knn": knn or None,
                    "merges": len(res.merges), "rounds": res.report.rounds, "same_merges": round(same, 4),
                    "same_first_round": round(same1, 4), "tree_stage_s": round(res.report.seconds["trees"], 2),

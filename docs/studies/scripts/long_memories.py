@@ -50,6 +50,7 @@ def variant_config(spec: str, preset_name: str):
     for s in parts[1:]:
         key, _, value = s.partition("=")
         stage, _, field = key.partition(".")
+        stage = {"tree": "spanning"}.get(stage, stage)  # the spanning stage's name before it was renamed
         old = getattr(getattr(cfg, stage), field)
         typed = value if isinstance(old, str) else (None if value == "None" else type(old)(float(value))
                                                     if old is not None else _number(value))

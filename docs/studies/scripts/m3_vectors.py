@@ -120,7 +120,7 @@ def run(tmp: str, a, ks: list[int]) -> list[dict]:
     records.append({"ratio": 0.0, "bound": "input", "text_nodes": n_in, "vectors_in": v_in, "vectors_out": v_in,
                     **ref})
     for ratio in [float(x) for x in a.ratios.split(",")]:
-        cfg = CompressConfig(partition=base.partition, tree=base.tree,
+        cfg = CompressConfig(partition=base.partition, spanning=base.spanning,
                              merge=MergeConfig(**{**base.merge.__dict__, "ratio": ratio}))
         for b in a.bounds.split(","):
             bound = b if b in ("auto", "all") else int(b)

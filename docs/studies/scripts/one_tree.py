@@ -31,8 +31,8 @@ def one(n: int, graph: str, ratio: float, knn: int | None, threads: int) -> dict
     torch.set_num_threads(threads)
     store = synthetic_store(n, tenants=1, dim=384, seed=n)
     m = preset("memforest")
-    tree = dataclasses.replace(m.tree, graph=graph, **({"knn": knn} if knn else {}))
-    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), tree=tree,
+    spanning = dataclasses.replace(m.spanning, graph=graph, **({"knn": knn} if knn else {}))
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), spanning=spanning,
                          merge=MergeConfig(ratio=ratio, schedule=m.merge.schedule))
     before = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
@@ -41,7 +41,7 @@ def one(n: int, graph: str, ratio: float, knn: int | None, threads: int) -> dict
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     peak = after.ru_maxrss
-    return {"nodes": n, "graph": graph, "knn": tree.knn if graph == "knn" else None, "ratio": ratio,
+    return {"nodes": n, "graph": graph, "knn": spanning.knn if graph == "knn" else None, "ratio": ratio,
             "trees": res.report.trees, "rounds": res.report.rounds, "merges": res.report.merges,
             "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "seconds": {k: round(v, 1) for k,
                                                                           v in res.report.seconds.items()},

@@ -52,7 +52,7 @@ def main(argv=None):
     seeds = [int(x) for x in a.seeds.split(",")]
     base = preset("memforest")
     if a.graph:
-        base = dataclasses.replace(base, tree=dataclasses.replace(base.tree, graph=a.graph))
+        base = dataclasses.replace(base, spanning=dataclasses.replace(base.spanning, graph=a.graph))
     recs = []
     for alpha in [float(x) for x in a.alphas.split(",")]:
         cfg = dataclasses.replace(base, partition=dataclasses.replace(base.partition, alpha=alpha))
@@ -61,7 +61,7 @@ def main(argv=None):
                        eval_config=EvalConfig(search_repeats=1))
         emb.flush()
         for r in ratios:
-            row = {"alpha": alpha, "K": n_clusters(len(bench.nodes), alpha), "graph": base.tree.graph, "ratio": r,
+            row = {"alpha": alpha, "K": n_clusters(len(bench.nodes), alpha), "graph": base.spanning.graph, "ratio": r,
                    "seeds": seeds,
                    "seconds": time.perf_counter() - t0}
             for cut, metric in (("B", "ansr"), ("B", "ansr_content"), ("k", "evr"), ("B", "evr")):

@@ -18,7 +18,7 @@ with plain top-k and print, against the uncompressed store:
 - **dates**: distinct dates in the @B context, inline date tags per merged node.
 
     python docs/studies/scripts/quality_points.py --benchmark ../shared/data/locomo_dev5.json --nodes facts \
-        --ratio 0.7 --methods memforest:matching,tome [--set tree.time_rule=flat] [--cache DIR] [--out points.json]
+        --ratio 0.7 --methods memforest:matching,tome [--set spanning.time_rule=flat] [--cache DIR] [--out points.json]
 """
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ def _config(preset_name: str, sets: list[str]):
     for s in sets:
         key, _, value = s.partition("=")
         stage, _, name = key.partition(".")
+        stage = {"tree": "spanning"}.get(stage, stage)  # the spanning stage's name before it was renamed
         old = getattr(getattr(cfg, stage), name)
         typed = value if isinstance(old, str) else type(old)(float(value)) if old is not None else int(value)
         cfg = dataclasses.replace(cfg, **{stage: dataclasses.replace(getattr(cfg, stage), **{name: typed})})

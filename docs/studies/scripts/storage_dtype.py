@@ -41,7 +41,7 @@ def main(argv=None) -> int:
         CompressConfig,
         MergeConfig,
         PartitionConfig,
-        TreeConfig,
+        SpanningConfig,
     )
     from memforest_gpu.evaluation.benchmark import load_benchmark
     from memforest_gpu.evaluation.cache import CachedEmbedder
@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     bench = load_benchmark(a.benchmark)
     emb = CachedEmbedder(SentenceTransformerEmbedder(), a.cache)
     ratios = [float(x) for x in a.ratios.split(",")]
-    tuned = CompressConfig(partition=PartitionConfig(alpha=0.001), tree=TreeConfig(time_weight=0.5, size_weight=0.2),
+    tuned = CompressConfig(partition=PartitionConfig(alpha=0.001),
+                           spanning=SpanningConfig(time_weight=0.5, size_weight=0.2),
                            merge=MergeConfig(schedule="matching"))
     out = []
     print(f"{'dtype':>9} {'ratio':>5} {'retriever':>9} {'AnsR@B':>7} {'EvR@10':>7}")

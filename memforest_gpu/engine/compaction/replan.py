@@ -1,20 +1,19 @@
-"""``compact``: keep every tenant within a budget as memories arrive, re-planning only the
-trees that received memories or must shrink (docs/compaction.md).
+"""``compact``: keep every tenant within its node limit as memories arrive, re-planning only
+the trees that received memories or must shrink (docs/compaction.md).
 
-    store ─over budget?─▶ the over-budget tenants' rows W
-      ├─ trees    each tenant's event trees
-      (:class:`~memforest_gpu.store.event_trees.EventTrees`): new rows placed into
-      │           its trees (:mod:`.placement`), or a full partition when it has none, was
-      built with
-      │           another config, or has doubled since (``repartition_growth``)
-      ├─ quotas   exactly n - floor(low_water * budget) per tenant, over the trees with the most
-      │           excess (:mod:`.quotas`)
+    store ─over its limit?─▶ the tenants' rows W that are over their limit
+      ├─ trees    each tenant's event trees (:mod:`.compacted_trees`): new rows placed into its
+      │           recorded trees (:mod:`memforest_gpu.engine.placement`), or a full partition
+      │           when it has none, was built with another config, or has doubled since
+      │           (``repartition_growth``)
+      ├─ quotas   exactly n - floor(low_water * max_nodes) per tenant, over the trees with the
+      │           most excess (:mod:`.replan_quotas`)
       ├─ compress those trees only: :func:`~memforest_gpu.engine.compression.compress` with the
       │           ready Partition and Quotas
       └─ splice   the result back in place of its members (each merged node takes its earliest
                   member's row), trees and centres recorded
 
-Tenants within budget are not touched: only their counts are read. Every original stays in
+Tenants within their limit are not touched: only their counts are read. Every original stays in
 exactly one node's ``sources``; the same store, config and merger give the same result.
 """
 from __future__ import annotations
@@ -26,6 +25,7 @@ import torch
 
 from ...config import CompactConfig, CompressConfig
 from ...device import resolve_device
+from ...renamed import renamed_keyword
 from ...store.event_trees import EventTrees, TenantTrees
 from ...store.memory_store import MemoryStore
 from ...store.splice import splice
@@ -37,8 +37,8 @@ from ..output import CompressReport, MergeRecord, first_rows, first_sources, row
 from ..partition import Partition, check_rules
 from ..placement import tree_radius
 from ..quotas import Quotas
-from .quotas import compaction_quotas
-from .trees import Trees, event_trees_of
+from .compacted_trees import CompactedTrees, event_trees_of
+from .replan_quotas import compaction_quotas
 
 __all__ = ["compact", "CompactResult", "CompactReport", "check_keys_rule", "rule_differs", "keys_bound"]
 
@@ -46,8 +46,8 @@ __all__ = ["compact", "CompactResult", "CompactReport", "check_keys_rule", "rule
 @dataclass
 class CompactReport:
     """What a compaction did: one dict per compacted tenant (``tenant``, ``nodes_in``,
-    ``budget``, ``keep``, ``nodes_out``, ``removed``, ``shortfall``, ``new``, ``placed``,
-    ``new_trees``, ``trees``, ``trees_replanned``, ``repartitioned``)."""
+    ``budget`` (its ``max_nodes``), ``keep``, ``nodes_out``, ``removed``, ``shortfall``,
+    ``new``, ``placed``, ``new_trees``, ``trees``, ``trees_replanned``, ``repartitioned``)."""
 
     tenants: list[dict]
     nodes_in: int
@@ -72,10 +72,10 @@ class CompactReport:
 
 @dataclass
 class CompactResult:
-    """``store``: the whole store afterwards (``store`` itself when nothing was over budget);
+    """``store``: the whole store afterwards (``store`` itself when no tenant was over its limit);
     ``keys`` (len(store),): the input row each output row stands at (a merged node: its
-    earliest member's); ``work``: the over-budget tenants' rows before the compaction (what
-    ``merges`` and ``planned`` name; ``None`` when no tenant was over budget); ``planned``: a dry
+    earliest member's); ``work``: the rows of the tenants over their limit before the compaction
+    (what ``merges`` and ``planned`` name; ``None`` when no tenant was over); ``planned``: a dry
     run's first-round pairs (``into=None``), when asked for with ``plan=True``."""
 
     store: MemoryStore
@@ -86,29 +86,32 @@ class CompactResult:
     planned: list[MergeRecord] = field(default_factory=list)
 
 
-def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | None = None, *, merger=None,
-            embedder=None, device=None, progress: bool = False, on_round=None, dry_run: bool = False,
-            elements: int = 1 << 24, plan: bool = False) -> CompactResult:
-    """Compact every tenant of ``store`` that holds more than its budget down to
-    ``floor(low_water * budget)`` nodes (or report the shortfall); see the module docstring.
+def compact(store: MemoryStore, limits: CompactConfig | None = None, config: CompressConfig | None = None, *,
+            merger=None, embedder=None, device=None, progress: bool = False, on_round=None, dry_run: bool = False,
+            tile_elements: int = 1 << 24, plan: bool = False, **renamed) -> CompactResult:
+    """Compact every tenant of ``store`` that holds more than its limit (``limits``: the nodes
+    each tenant may hold; ``budget=``: its old name) down to ``floor(low_water * max_nodes)``
+    nodes (or report the shortfall); see the module docstring.
 
     ``config``: the compression (default ``CompressConfig()``); its partition fields are
     recorded with the trees. ``merger``, ``embedder``, ``device``, ``progress``, ``on_round``:
     as in :func:`~memforest_gpu.engine.compression.compress`. ``dry_run``: place and plan, merge
     nothing (the report says what would be removed where); with ``plan``, also the first round's
     pairs of the re-planned trees (``result.planned``, as
-    :func:`~memforest_gpu.engine.compression.dry_run` finds them).
+    :func:`~memforest_gpu.engine.compression.dry_run` finds them). ``tile_elements``: elements of
+    one temporary tensor of the placement and the partition (as :class:`~..memory.MemoryPlan`'s).
     """
+    limits = renamed_keyword("compact", renamed, "budget", "limits", limits)
     cfg = config or CompressConfig()
     if not isinstance(store, MemoryStore):
         raise ValueError(f"store must be a MemoryStore, got {type(store).__name__}")
-    if not isinstance(budget, CompactConfig):
-        raise ValueError(f"budget must be a CompactConfig, got {type(budget).__name__}")
+    if not isinstance(limits, CompactConfig):
+        raise ValueError(f"limits must be a CompactConfig, got {type(limits).__name__}")
     check_keys_rule(store, cfg.merge)
     timer = StageTimer()
     names = store.tenant_names()
     counts = np.bincount(store.tenant_codes_np, minlength=len(names))
-    limit = np.array([budget.budget(t) or 0 for t in names], dtype=np.int64)
+    limit = np.array([limits.max_nodes_of(t) or 0 for t in names], dtype=np.int64)
     over = (limit > 0) & (counts > limit)
     rows = np.flatnonzero(over[store.tenant_codes_np])
     report = CompactReport([], len(store), len(store), len(names), dry_run=dry_run)
@@ -117,14 +120,14 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
         return CompactResult(store, report, [], np.arange(len(store)))
     check_rules(store, cfg.merge.keep_pattern, cfg.merge.merge_within)  # a rule must select some of the nodes
     dev = resolve_device(device)
-    W = store.take(rows).to(dev) if len(rows) < len(store) else store.to(dev)  # the over-budget tenants, in order
+    W = store.take(rows).to(dev) if len(rows) < len(store) else store.to(dev)  # the tenants over their limit, in order
     timer.lap("select")
-    f = event_trees_of(W, cfg, budget, elements)
+    f = event_trees_of(W, cfg, limits, tile_elements)
     timer.lap("place")
     per_tree, remove, short = compaction_quotas(f.size, f.originals, f.tree_tenant,
-                                                np.array([budget.keep(t) for t in W.tenant_table]), f.touched,
-                                                budget.slack)
-    report.tenants = _rows(W, f, per_tree, remove, short, budget)
+                                                np.array([limits.keep(t) for t in W.tenant_table]), f.touched,
+                                                limits.slack)
+    report.tenants = _rows(W, f, per_tree, remove, short, limits)
     if dry_run:
         planned = []
         if plan:
@@ -132,11 +135,11 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
                 S_rows, S, part, q = _replan_inputs(W, f, per_tree, dev)
                 if S is not None:
                     planned = first_round(S, cfg, embedder=embedder, device=dev, partition=part, quotas=q,
-                                          memory=MemoryPlan.from_environment(tile_elements=elements)).merges
+                                          memory=MemoryPlan.from_environment(tile_elements=tile_elements)).merges
         report.seconds = timer.finish()
         return CompactResult(store, report, [], np.arange(len(store)), W, planned)
     with timer.stage("compress"):
-        res, S_rows, S = _replan(W, f, per_tree, cfg, merger, embedder, dev, progress, on_round, elements)
+        res, S_rows, S = _replan(W, f, per_tree, cfg, merger, embedder, dev, progress, on_round, tile_elements)
     with timer.stage("splice"):
         out, keys = _splice_back(store, rows, W, f, S_rows, S, res)
     out.vector_codes = store.vector_codes  # the file keeps its vectors' codes (store/codes.py)
@@ -148,7 +151,7 @@ def compact(store: MemoryStore, budget: CompactConfig, config: CompressConfig | 
     for r in report.tenants:  # what the merging reached (a node cap may stop it short)
         r["nodes_out"] = left[r["tenant"]]
         r["removed"] = r["nodes_in"] - r["nodes_out"]
-        r["shortfall"] = max(0, r["nodes_out"] - budget.target(r["tenant"]))  # the target may be below keep
+        r["shortfall"] = max(0, r["nodes_out"] - limits.target(r["tenant"]))  # the target may be below keep
     return CompactResult(out, report, res.merges if res is not None else [], keys, W)
 
 
@@ -178,32 +181,32 @@ def keys_bound(max_keys) -> int | str:
     return "all" if max_keys is None else max_keys
 
 
-def _rows(W, f: Trees, per_tree, remove, short, budget: CompactConfig) -> list[dict]:
+def _rows(W, f: CompactedTrees, per_tree, remove, short, limits: CompactConfig) -> list[dict]:
     """The plan per tenant (a dry run's report; the merging's outcome replaces nodes_out,
     removed and shortfall)."""
     names = W.tenant_table
     n = np.bincount(W.tenant_codes_np, minlength=len(names))
     trees = np.diff(f.tree_start)
     replanned = np.bincount(f.tree_tenant, weights=per_tree > 0, minlength=len(names)).astype(np.int64)
-    return [{"tenant": t, "nodes_in": int(n[j]), "budget": budget.budget(t), "keep": budget.keep(t),
+    return [{"tenant": t, "nodes_in": int(n[j]), "budget": limits.max_nodes_of(t), "keep": limits.keep(t),
              "nodes_out": int(n[j] - remove[j] + short[j]), "removed": int(remove[j] - short[j]),
-             "shortfall": int(short[j]) + budget.keep(t) - budget.target(t), "new": int(f.new[j]),
+             "shortfall": int(short[j]) + limits.keep(t) - limits.target(t), "new": int(f.new[j]),
              "placed": int(f.placed[j]),
              "new_trees": int(f.new_trees[j]), "trees": int(trees[j]), "trees_replanned": int(replanned[j]),
              "repartitioned": bool(f.repartitioned[j])} for j, t in enumerate(names)]
 
 
-def _replan(W, f: Trees, per_tree, cfg, merger, embedder, dev, progress, on_round, elements):
+def _replan(W, f: CompactedTrees, per_tree, cfg, merger, embedder, dev, progress, on_round, tile_elements):
     """Compress the trees with a quota, as one sub-store with a ready partition and quotas."""
     S_rows, S, part, q = _replan_inputs(W, f, per_tree, dev)
     if S is None:
         return None, S_rows, None
     res = compress(S, cfg, merger=merger, embedder=embedder, device=dev, progress=progress, on_round=on_round,
-                   partition=part, quotas=q, memory=MemoryPlan.from_environment(tile_elements=elements))
+                   partition=part, quotas=q, memory=MemoryPlan.from_environment(tile_elements=tile_elements))
     return res, S_rows, S
 
 
-def _replan_inputs(W, f: Trees, per_tree, dev):
+def _replan_inputs(W, f: CompactedTrees, per_tree, dev):
     """The trees with a quota as one sub-store (its rows of ``W``), with its partition and
     quotas."""
     T = len(per_tree)
@@ -231,7 +234,7 @@ def _replan_inputs(W, f: Trees, per_tree, dev):
     return S_rows, S, part, q
 
 
-def _splice_back(store, rows, W, f: Trees, S_rows, S, res):
+def _splice_back(store, rows, W, f: CompactedTrees, S_rows, S, res):
     """The whole store: W's rows that were not re-planned and the re-planned trees' output,
     each at its place among the untouched rows, with the trees and centres recorded."""
     keep_w = np.ones(len(W), dtype=bool)
@@ -279,7 +282,7 @@ def _replanned_radius(out: MemoryStore, gtree: np.ndarray, centre_ids: list[str]
     return np.where(busy, fresh, rad)
 
 
-def _states(W: MemoryStore, f: Trees, ids: list[str], rad: np.ndarray) -> dict[str, TenantTrees]:
+def _states(W: MemoryStore, f: CompactedTrees, ids: list[str], rad: np.ndarray) -> dict[str, TenantTrees]:
     """Each compacted tenant's state: centres by original id, partition size, arrivals, radii."""
     n = np.bincount(W.tenant_codes_np, minlength=len(W.tenant_table))
     r32 = rad.astype(np.float32).tolist()

@@ -1,11 +1,11 @@
-"""The event trees of the tenants a compaction works on (:mod:`.compact`): every row of
-theirs in a tree, with centres and radii.
+"""The event trees of the tenants a compaction works on (:mod:`.replan`): every row of
+theirs in a tree, with centres and radii (:class:`CompactedTrees`).
 
 A tenant's recorded trees are read back (centres by original id, a lost centre replaced, a
-tree left empty dropped) and its new rows placed (:mod:`.placement`), or it is partitioned
-again in full when its state is missing, was built with another config, or it has grown
-``repartition_growth`` times since (:func:`event_trees_of`). Radii come from the state and are
-recomputed only for the trees that received rows.
+tree left empty dropped) and its new rows placed (:mod:`memforest_gpu.engine.placement`), or
+it is partitioned again in full when its state is missing, was built with another config, or
+it has grown ``repartition_growth`` times since (:func:`event_trees_of`). Radii come from the
+state and are recomputed only for the trees that received rows.
 """
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from ..output import partition_key, rows_of_originals
 from ..partition import partition_nodes
 from ..placement import place_new, repair_centres, tree_radius
 
-__all__ = ["Trees", "event_trees_of"]
+__all__ = ["CompactedTrees", "event_trees_of"]
 
 
 @dataclass
-class Trees:
+class CompactedTrees:
     """The event trees of W while it is compacted. Shape: tree (N_W,) local ids; tree_start
     (n_ten + 1,); centre (T,) W rows; size, originals, tree_tenant (T,); per tenant (n_ten,):
     new, placed, new_trees, repartitioned."""
@@ -47,13 +47,13 @@ class Trees:
     radius: np.ndarray  # (T,) float32 each tree's radius after placement
 
 
-def event_trees_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, elements: int) -> Trees:
+def event_trees_of(W: MemoryStore, cfg: CompressConfig, limits: CompactConfig, tile_elements: int) -> CompactedTrees:
     """Every row of W in a tree: new rows placed, or the tenant partitioned in full."""
 
     names = W.tenant_table
     n_ten = len(names)
     key = partition_key(cfg.partition)
-    tree, starts, centre, full, new, states = _known_trees(W, cfg, budget, key, elements)
+    tree, starts, centre, full, new, states = _known_trees(W, cfg, limits, key, tile_elements)
     arrived = tree < 0  # rows this compaction places (or partitioned in full)
     dev = W.device
     gtree = torch.as_tensor(np.where(tree >= 0, starts[W.tenant_codes_np] + tree, -1), dtype=torch.int64, device=dev)
@@ -61,7 +61,7 @@ def event_trees_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, e
     c = repair_centres(W.embeddings, gtree, c0)
     rad = _cached_radius(W, gtree, c, c0, states, full, starts)
     p = place_new(W.embeddings, W.timestamps, W.tenant_codes, names, tree, starts, c, cfg.partition, radius=rad,
-                  budget=elements)
+                  tile_elements=tile_elements)
     centres = _merge_centres(c.cpu().numpy(), starts, p.n_trees, p.new_centres)
     T0 = int(p.n_trees.sum())
     rad = torch.cat([rad, torch.full((T0 - rad.shape[0],), float("inf"), device=dev)])[
@@ -76,12 +76,12 @@ def event_trees_of(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, e
     T = int(starts[-1])
     orig = pc.list_value_length(W.sources.arrow).to_numpy(zero_copy_only=False).astype(np.int64)
     touched = np.bincount(g[arrived], minlength=T) > 0
-    return Trees(tree_l, starts, centres, np.bincount(g, minlength=T), np.bincount(g, weights=orig, minlength=T)
-                  .astype(np.int64), np.repeat(np.arange(n_ten), k), new, p.placed, p.new_trees, full,
-                  states, touched, key, rad)
+    originals = np.bincount(g, weights=orig, minlength=T).astype(np.int64)
+    return CompactedTrees(tree_l, starts, centres, np.bincount(g, minlength=T), originals,
+                          np.repeat(np.arange(n_ten), k), new, p.placed, p.new_trees, full, states, touched, key, rad)
 
 
-def _known_trees(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, key: dict, elements: int):
+def _known_trees(W: MemoryStore, cfg: CompressConfig, limits: CompactConfig, key: dict, tile_elements: int):
     """The trees W's rows are in before placement: a tenant's recorded ones (a row not placed
     yet: -1), or a new full partition. Returns (tree (N_W,) local ids or -1, tree_start,
     centre rows (T,), full (n_ten,) bool, new rows per tenant, states)."""
@@ -93,13 +93,13 @@ def _known_trees(W: MemoryStore, cfg: CompressConfig, budget: CompactConfig, key
     bad = (tree >= n_trees[W.tenant_codes_np]) | (tree < 0)
     tree[bad] = -1
     new = np.bincount(W.tenant_codes_np[bad], minlength=len(names))
-    full = np.array([budget.repartition or s is None or s.config != key or s.n_trees == 0
-                     or s.arrived + new[j] >= budget.repartition_growth * max(s.partitioned, 1)
+    full = np.array([limits.repartition or s is None or s.config != key or s.n_trees == 0
+                     or s.arrived + new[j] >= limits.repartition_growth * max(s.partitioned, 1)
                      for j, s in enumerate(states.values())], dtype=bool)
     tree[full[W.tenant_codes_np]] = -1
     n_trees[full] = 0
     centre = _centre_rows(W, [states[t] for t in names], ~full)
-    part_rows, part_centres, k_full = _partition_tenants(W, full, cfg, elements)
+    part_rows, part_centres, k_full = _partition_tenants(W, full, cfg, tile_elements)
     tree[part_rows] = part_centres[0]
     n_trees[full] = k_full[full]
     starts = np.r_[0, np.cumsum(n_trees)]
@@ -153,7 +153,7 @@ def _centre_rows(W: MemoryStore, states: list, keep: np.ndarray) -> list[np.ndar
     return out
 
 
-def _partition_tenants(W: MemoryStore, full: np.ndarray, cfg: CompressConfig, elements: int):
+def _partition_tenants(W: MemoryStore, full: np.ndarray, cfg: CompressConfig, tile_elements: int):
     """A full partition of the tenants ``full``: (their W rows, (local trees, centre rows in
     tree order)), trees per tenant (n_ten,)."""
     names = W.tenant_table
@@ -164,7 +164,7 @@ def _partition_tenants(W: MemoryStore, full: np.ndarray, cfg: CompressConfig, el
     ten, sub = np.unique(W.tenant_codes_np[rows], return_inverse=True)
     r = torch.as_tensor(rows, dtype=torch.int64, device=W.device)
     part = partition_nodes(W.embeddings[r], W.timestamps[r], torch.as_tensor(sub, device=W.device),
-                           [names[t] for t in ten.tolist()], cfg.partition, budget=elements)
+                           [names[t] for t in ten.tolist()], cfg.partition, tile_elements=tile_elements)
     gt, tt = part.tree.cpu().numpy(), part.tree_tenant.cpu().numpy()
     first = np.searchsorted(tt, np.arange(len(ten)), side="left")
     k[ten] = np.bincount(tt, minlength=len(ten))

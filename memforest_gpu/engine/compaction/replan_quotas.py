@@ -1,6 +1,6 @@
 """How many nodes each tree of a compacted tenant loses, and so which trees are re-planned.
 
-A tenant over its budget keeps ``G`` nodes and loses ``R = n - G``. The offline one-shot
+A tenant over its node limit keeps ``G`` nodes and loses ``R = n - G``. The offline one-shot
 compress would leave each tree a **fair share** of ``G`` proportional to the originals it
 holds; a tree's **excess** is ``size - originals * G / O`` (``O``: the tenant's originals).
 
