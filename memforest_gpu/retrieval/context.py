@@ -110,8 +110,7 @@ def check_fill(fill: str, max_tokens, store, embedder) -> None:
 def dated(text: str, timestamp: float) -> str:
     """A whole node as shown: ``"[date] text"``, or its text as it is when it begins with a date tag
     (a merged text tags every date itself, the newest first: a second tag would repeat it)."""
-    m = DATE_TAG.match(text)
-    return text if m is not None and m.start() == 0 else f"[{format_date(timestamp)}] {text}"
+    return text if DATE_TAG.match(text) else f"[{format_date(timestamp)}] {text}"
 
 
 def dated_sentences(text: str, timestamp: float) -> list[tuple[str, str]]:

@@ -261,13 +261,14 @@ def _summed_keys(inp, u_origin, u_w, unit_rows, key_of_unit, order, alone, M: in
     while lo < M:
         start = int(ends[lo - 1]) if lo else 0
         hi = max(lo + 1, min(M, lo + _CODE_ROWS, int(np.searchsorted(ends, start + _CODE_ROWS, side="right"))))
+        end = int(ends[hi - 1])  # the block's units are order[start:end], by key, in unit order
         acc = torch.zeros(hi - lo, inp.dim, dtype=torch.float32, device=dev)
-        for a in range(start, int(ends[hi - 1]), _CODE_ROWS):
-            u = order[a:min(a + _CODE_ROWS, int(ends[hi - 1]))]  # units of keys lo..hi, by key, in unit order
+        for a in range(start, end, _CODE_ROWS):
+            u = order[a:min(a + _CODE_ROWS, end)]
             w = torch.as_tensor(u_w[unit_rows[u]], dtype=torch.float32, device=dev)
             acc.index_add_(0, t(key_of_unit[u] - lo), _unit_vectors(inp, u_origin[unit_rows[u]]) * w[:, None])
         acc.div_(acc.norm(dim=1, keepdim=True).clamp_min(1e-12))  # in place: F.normalize's values
-        s = order[start:int(ends[hi - 1])]
+        s = order[start:end]
         s = s[alone[s]]
         if len(s):  # a unit alone: kept exactly
             acc[t(key_of_unit[s] - lo)] = _unit_vectors(inp, u_origin[unit_rows[s]])
