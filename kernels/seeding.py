@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from .assign import best_match
+from .assign import best_score
 from .rand import counter_uniform
 
 __all__ = ["batched_d2_seeds", "kmeans_plus_plus", "kmeans_plus_plus_dense", "seeding_steps", "SEED_GROWTH"]
@@ -91,12 +91,15 @@ def batched_d2_seeds(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, s
     chosen = torch.zeros(T, n, dtype=torch.bool, device=dev)
     count = torch.zeros(T, dtype=torch.int64, device=dev)
     neg_inf = torch.tensor(float("-inf"), dtype=torch.float64, device=dev)
+    zero_mass = -1e6 - torch.arange(n, dtype=torch.float64, device=dev)[None, :]  # (1, n)
     for step, b in enumerate(seeding_steps(Kmax)):
         b = min(b, n)
         g = -torch.log(-torch.log(counter_uniform(seed, streams, step, n)))  # (T, n) Gumbel
-        key = torch.where(d2 > 0, torch.log(d2.clamp(min=1e-300)) + g, torch.full_like(g, -1e30))
+        # keys are distinct, so the top b are the same points in any order of search: a point
+        # with mass scores log d^2 + Gumbel > -800; one without, -1e6 - its index (lower first)
+        key = torch.where(d2 > 0, torch.log(d2.clamp(min=1e-300)) + g, zero_mass)
         key = torch.where(valid & ~chosen, key, neg_inf)
-        top = torch.sort(key, dim=1, descending=True, stable=True).indices[:, :b]  # (T, b), ties: lower index
+        top = torch.topk(key, b, dim=1).indices  # (T, b), by key descending
         take = torch.minimum(k - count, (valid & ~chosen).sum(1)).clamp(min=0, max=b)  # (T,)
         ok = torch.arange(b, device=dev)[None, :] < take[:, None]  # (T, b)
         col = torch.where(ok, count[:, None] + torch.arange(b, device=dev)[None, :], torch.full_like(top, Kmax))
@@ -104,7 +107,7 @@ def batched_d2_seeds(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, s
             1, col, torch.where(ok, top, torch.full_like(top, -1)))[:, :Kmax]
         chosen = chosen | torch.zeros_like(chosen).scatter(1, top, ok)
         count = count + take
-        score, _ = best_match(X, X[rows, top], ok, mode="l2", tile_elements=tile_elements)  # (T, n) 2 x.c - |c|^2
+        score = best_score(X, X[rows, top], ok, mode="l2", tile_elements=tile_elements)  # (T, n) 2 x.c - |c|^2
         d2 = torch.minimum(d2, (sq - score).double().clamp(min=0)) if step else (sq - score).double().clamp(min=0)
         d2 = d2.masked_fill(chosen | ~valid, 0)
     return seeds

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from .assign import _rows_per_tile, best_match
+from .assign import _rows_per_tile, best_match, best_score
 from .best_match_rule import TIE_EPS
 from .blocks import row_blocks, stream_rows
 
@@ -100,7 +100,7 @@ class SettledRows:
             cols = _sorted_first(moved, n_moved)  # (T, Mv)
             ok = moved.gather(1, cols) & c_valid.gather(1, cols)
             Cm = C.gather(1, cols[:, :, None].expand(-1, -1, D))
-            mx = best_match(X, Cm, ok, mode="l2", tile_elements=self.tile_elements, backend="torch")[0]  # (T, n)
+            mx = best_score(X, Cm, ok, mode="l2", tile_elements=self.tile_elements, backend="torch")  # (T, n)
             U = torch.maximum(U, mx.double() + E)
         own_moved = moved.gather(1, self.labels.clamp(min=0))
         others = U + 8.0 * E  # (T, n) every other centre's score, bounded with the margin, must stay

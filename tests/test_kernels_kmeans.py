@@ -10,7 +10,7 @@ import pytest
 import torch
 from kernel_helpers import SIZES, N, T, _one_cpu_thread  # noqa: F401 (autouse fixture)
 
-from memforest_gpu.kernels.assign import best_match
+from memforest_gpu.kernels.assign import best_match, best_score
 from memforest_gpu.kernels.lloyd import cluster_centres, kmeans, lloyd_step
 from memforest_gpu.kernels.reassign import reassign_to_centres
 from memforest_gpu.kernels.seeding import kmeans_plus_plus
@@ -108,6 +108,30 @@ def test_best_match_duplicate_centres_continuous(device):
                 _, i = best_match(X.to(device), C.to(device), torch.ones(2, K, dtype=torch.bool, device=device),
                                   mode=mode, tile_elements=tile_elements)
                 assert not bool((i == K - 1).any()), (D, K, n, mode, tile_elements)  # 0 ties with K-1 and comes first
+
+
+@pytest.mark.parametrize("mode", ["l2", "dot"])
+def test_best_score_is_best_matchs_score_bit_for_bit(device, mode):
+    """The score alone (the seeding and the settled rows' bound use it) is the score that
+    best_match gives, the same bits, in one tile or many, with invalid centres, a problem
+    without any and no centre at all."""
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(3, 57, 24, generator=g).to(device)
+    C = torch.randn(3, 9, 24, generator=g).to(device)
+    C[:, 8] = C[:, 0]
+    cv = (torch.rand(3, 9, generator=g) < 0.6).to(device)
+    cv[0] = True
+    cv[2] = False
+    for tile_elements in (1 << 24, 3 * 9 * 5, 1):
+        for backend in ("torch", "auto"):
+            s = best_score(X, C, cv, mode=mode, tile_elements=tile_elements, backend=backend)
+            assert torch.equal(s, best_match(X, C, cv, mode=mode, tile_elements=tile_elements, backend=backend)[0])
+        assert bool(torch.isinf(s[2]).all())
+    assert bool(torch.isinf(best_score(X, C[:, :0], cv[:, :0], mode=mode)).all())
+    with pytest.raises(ValueError, match="backend"):
+        best_score(X, C, cv, backend="cuda")
+    with pytest.raises(ValueError, match="mode"):
+        best_score(X, C, cv, mode="cos")
 
 
 def test_best_match_rejects_bad_input(device):
