@@ -324,3 +324,29 @@ def test_mixed_buckets_plan_as_the_knn_planner(schedule):
     s = setup_run(store, cfg, device="cpu")
     assert {bk.graph for bk in s.batch.buckets} == {"knn", "dense"}  # both planners in every round
     assert_same_run(compress(store, with_spanning(cfg, knn_above=0), device="cpu"), compress(store, cfg, device="cpu"))
+
+
+def test_knn_graph_of_trees_in_order_of_size_cut_to_each_chunk_is_the_padded_one(monkeypatch):
+    """build_knn_graph takes a bucket's trees in order of size, each chunk cut to its largest
+    tree's slots: the graph is the one of the whole padded bucket, bit for bit, here with trees
+    of 70 to 128 nodes in one bucket, chunks of one to three trees, and duplicated vectors (exact
+    ties among the candidates)."""
+    from memforest_gpu.engine import trees as trees_mod
+
+    sizes = [128, 70, 90, 71, 100, 127, 65]
+    store = one_tree_store(sizes, dim=16, seed=3)
+    emb = store.embeddings.clone()
+    emb[10:30] = emb[5]  # duplicates in the first tree
+    store = MemoryStore.from_columns(ids=store.ids, texts=store.texts, timestamps=store.timestamps.tolist(),
+                                     embeddings=emb, tenants=store.tenants)
+    cfg = CompressConfig(partition=PartitionConfig(alpha=0.0), spanning=SpanningConfig(knn=8, knn_above=64))
+    s = setup_run(store, cfg, device="cpu")
+    (bk,) = [b for b in s.batch.buckets if b.graph == "knn"]
+    assert bk.slot.shape == (len(sizes), 128)
+    tree_sizes = (bk.slot >= 0).sum(1).numpy()
+    for rows in (1, 2, 3):
+        monkeypatch.setattr(trees_mod, "stream_rows", lambda dev, nbytes, rows=rows: 4 * rows)
+        padded = trees_mod.build_knn_graph(bk, s.batch.vectors, cfg.spanning, s.batch.cap)
+        cut = trees_mod.build_knn_graph(bk, s.batch.vectors, cfg.spanning, s.batch.cap, sizes=tree_sizes)
+        assert torch.equal(padded[0], cut[0]) and torch.equal(padded[1], cut[1])
+        assert torch.equal(padded[0], bk.nbr) and torch.equal(padded[1], bk.cs)

@@ -17,6 +17,7 @@ the knn graph (:func:`build_knn_graph`, and after a round :func:`merged_lists` a
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -161,7 +162,7 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
         bk = Bucket(trees, ids, slots, timestamps[s0].to(torch.float64), tokens[s0] if tokens is not None else None,
                     lo, lo.clone())
         if bucket_graph(config, m) == KNN:
-            nbr, cs = build_knn_graph(bk, vectors, config, cap, tile_elements=tile_elements)
+            nbr, cs = build_knn_graph(bk, vectors, config, cap, tile_elements=tile_elements, sizes=tree_size[ids])
             bk = dataclasses.replace(bk, nbr=nbr, cs=cs)
         else:
             bk = dataclasses.replace(bk, W=_cosines(vectors, slots))
@@ -464,10 +465,15 @@ def next_live(slot: torch.Tensor) -> torch.Tensor:
 
 
 def build_knn_graph(bk, vectors: NodeVectors, spanning: SpanningConfig, cap: int | None, *,
-                    tile_elements: int = 1 << 24):
+                    tile_elements: int = 1 << 24, sizes: np.ndarray | None = None):
     """The knn graph of a bucket's trees (module docstring).
 
-    Shape: bk.slot (B, m) -> nbr (B, m, k+1) int32 slot (-1 = none), cs (B, m, k+1) cosines
+    ``sizes``: each tree's number of nodes (host; its live slots are a prefix of its row). With
+    them, the exact lists take trees in order of size, a chunk at a time, each chunk cut to its
+    largest tree's slots: a bucket pads trees to a power of two, so without the cut about half
+    of the products would be of padding. The lists are the same (a padded slot has none).
+
+    Shape: bk.slot (B, m), sizes (B,) -> nbr (B, m, k+1) int32 slot (-1 = none), cs (B, m, k+1) cosines
     """
     B, m = bk.slot.shape
     k, D = spanning.knn, vectors.dim
@@ -476,23 +482,28 @@ def build_knn_graph(bk, vectors: NodeVectors, spanning: SpanningConfig, cap: int
     cs = torch.zeros(B, m, k + 1, dtype=compute_dtype(vectors.dtype), device=dev)
     c = min(m - 1, k + k // 2)  # candidates re-ranked by exact weight
     cells = m > spanning.knn_cells_above
+    nbr[:, :, k] = next_live(bk.slot)
     # trees whose vectors are gathered at once: a cache-sized float64 copy where the exact
     # products are taken in blocks, a bounded one for the cells' search
     step = max(1, tile_elements // max(1, m * (D + 1))) if cells else max(1, stream_rows(dev, m * D * 8) // 4)
+    order = np.argsort(sizes, kind="stable") if sizes is not None and not cells else np.arange(B)
     for b0 in range(0, B, step):
-        rows = slice(b0, b0 + step)
-        slots = bk.slot[rows]
-        X = vectors.gather(slots)  # (Bc, m, D)
-        e = bk.ends(rows)
-        nxt = next_live(slots)  # (Bc, m)
-        nbr[rows, :, k] = nxt
+        ids = order[b0:b0 + step]
+        rows = torch.as_tensor(ids, dtype=torch.int64, device=dev)
+        # the chunk's slots: up to its largest tree (at least c + 1, so every list has its c candidates)
+        mc = m if sizes is None or cells else min(m, max(int(sizes[ids].max()), c + 1))
+        slots = bk.slot[rows, :mc]
+        X = vectors.gather(slots)  # (Bc, mc, D)
+        e = bk.ends(rows).map(lambda x: x[:, :mc])
+        nxt = nbr[rows, :mc, k].long()  # (Bc, mc)
         if not cells:
-            nbr[rows, :, :k], cs[rows, :, :k], cs[rows, :, k] = _exact_lists(X, slots >= 0, e, nxt, c, k, spanning, cap,
-                                                                             vectors.dtype)
+            a, b_, n_ = _exact_lists(X, slots >= 0, e, nxt, c, k, spanning, cap, vectors.dtype)
+            nbr[rows, :mc, :k], cs[rows, :mc, :k], cs[rows, :mc, k] = a.to(SLOT_DTYPE), b_, n_
             continue
         cand = knn_cells(X, slots >= 0, c, scale=1.0 - spanning.time_weight, bias=_bias(e, spanning),
                          tile_elements=tile_elements)
-        nbr[rows, :, :k], cs[rows, :, :k] = _rank(X, e, cand, k, spanning, cap, vectors.dtype, tile_elements)
+        a, b_ = _rank(X, e, cand, k, spanning, cap, vectors.dtype, tile_elements)
+        nbr[rows, :, :k], cs[rows, :, :k] = a.to(SLOT_DTYPE), b_
         cs[rows, :, k] = dot64(X, X.gather(1, nxt.clamp(min=0)[..., None].expand_as(X)), vectors.dtype)
     return nbr, cs
 
@@ -530,14 +541,16 @@ def _exact_lists(X: torch.Tensor, valid: torch.Tensor, e: Ends, nxt: torch.Tenso
     Xt = Xd.transpose(1, 2)
     bias = _bias(e, spanning)
     scale = 1.0 - spanning.time_weight
-    col = torch.arange(m, device=dev)
+    # what the proxy adds per column: the bias, -inf where no slot is (a slot's own column too, below)
+    add = (bias if bias is not None else torch.zeros(B, m, dtype=cs.dtype, device=dev)).masked_fill(~valid, -math.inf)
     rows = max(2, _EXACT_BLOCK_BYTES // (B * m * 8 * 3) if dev.type != "cuda" else stream_rows(dev, B * m * 8))
     for r0 in range(0, m, rows):
         r1 = min(m, r0 + rows)
         cos = torch.bmm(Xd[:, r0:r1], Xt).to(cs.dtype)  # (B, r, m): float64 products, rounded once
-        proxy = cos * scale if bias is None else cos * scale + bias[:, None, :]
-        bad = ~valid[:, None, :] | (col[None, None, :] == col[r0:r1, None])  # (B, r, m) no pair
-        pv, cand = torch.topk(proxy.masked_fill(bad, float("-inf")), c, dim=-1)  # (B, r, c) a superset
+        proxy = cos * scale
+        proxy += add[:, None, :]
+        proxy.diagonal(offset=r0, dim1=1, dim2=2).fill_(-math.inf)  # no pair with itself
+        pv, cand = torch.topk(proxy, c, dim=-1)  # (B, r, c) a superset
         cand = torch.where(torch.isneginf(pv), torch.full_like(cand, -1), cand)
         cc = cos.gather(-1, cand.clamp(min=0))
         w, _ = edge_weight(cc, e.at(np.s_[:, r0:r1, None]), e.in_rows(cand), spanning, cap)
