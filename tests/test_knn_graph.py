@@ -329,8 +329,8 @@ def test_mixed_buckets_plan_as_the_knn_planner(schedule):
 def test_knn_graph_of_trees_in_order_of_size_cut_to_each_chunk_is_the_padded_one(monkeypatch):
     """build_knn_graph takes a bucket's trees in order of size, each chunk cut to its largest
     tree's slots: the graph is the one of the whole padded bucket, bit for bit, here with trees
-    of 70 to 128 nodes in one bucket, chunks of one to three trees, and duplicated vectors (exact
-    ties among the candidates)."""
+    of 65 to 128 nodes in one bucket, chunks of one to three trees, and duplicated vectors (exact
+    ties among the candidates). So are a round's products (row_sims)."""
     from memforest_gpu.engine import trees as trees_mod
 
     sizes = [128, 70, 90, 71, 100, 127, 65]
@@ -344,9 +344,16 @@ def test_knn_graph_of_trees_in_order_of_size_cut_to_each_chunk_is_the_padded_one
     (bk,) = [b for b in s.batch.buckets if b.graph == "knn"]
     assert bk.slot.shape == (len(sizes), 128)
     tree_sizes = (bk.slot >= 0).sum(1).numpy()
+    assert (bk.sizes == tree_sizes).all()
     for rows in (1, 2, 3):
         monkeypatch.setattr(trees_mod, "stream_rows", lambda dev, nbytes, rows=rows: 4 * rows)
         padded = trees_mod.build_knn_graph(bk, s.batch.vectors, cfg.spanning, s.batch.cap)
         cut = trees_mod.build_knn_graph(bk, s.batch.vectors, cfg.spanning, s.batch.cap, sizes=tree_sizes)
         assert torch.equal(padded[0], cut[0]) and torch.equal(padded[1], cut[1])
         assert torch.equal(padded[0], bk.nbr) and torch.equal(padded[1], bk.cs)
+        # a round's products of merged vectors with their trees stop at each block's largest tree too
+        r = np.array([0, 0, 1, 3, 3, 3, 6, 2])
+        E = torch.nn.functional.normalize(torch.randn(len(r), 16, generator=torch.Generator().manual_seed(1)), dim=-1)
+        whole = trees_mod.row_sims(s.batch.vectors, bk.slot, r, E)
+        assert torch.equal(whole, trees_mod.row_sims(s.batch.vectors, bk.slot, r, E, sizes=bk.sizes))
+        assert bool((whole[:, 70:][torch.as_tensor(tree_sizes[r] <= 70)] == 0).all())

@@ -104,7 +104,7 @@ def apply_round(batch: BucketLayout, plan: Plan, vectors: torch.Tensor | None, n
             stale.extend(_knn_round(batch, bk, RoundPairs(r, np.asarray(plan.row_np[p0:p1], dtype=np.int64),
                                                           keep, drop, nodes)))
         else:
-            sims = row_sims(batch.vectors, bk.slot, plan.row_np[p0:p1], nodes)  # (P_b, m), after all writes
+            sims = row_sims(batch.vectors, bk.slot, plan.row_np[p0:p1], nodes, sizes=bk.sizes)  # (P_b, m), after writes
             bk.W[r, keep, :] = sims
             bk.W[r, :, keep] = sims
     if stale:

@@ -49,7 +49,8 @@ class Bucket:
 
     Shape: trees (B,), slot (B, m) node row (-1 = empty), ts (B, m) float64, tok (B, m) int64
            or None, lo / hi (B, m) int64 first and last position of each slot's originals,
-           W (B, m, m) or None, nbr (B, m, k+1) int32 (-1 = none) or None, cs (B, m, k+1) or None
+           W (B, m, m) or None, nbr (B, m, k+1) int32 (-1 = none) or None, cs (B, m, k+1) or None,
+           sizes (B,) host: each tree's nodes at the layout (its live slots stay in that prefix)
     """
 
     trees: torch.Tensor
@@ -62,6 +63,7 @@ class Bucket:
     W: torch.Tensor | None = None
     nbr: torch.Tensor | None = None
     cs: torch.Tensor | None = None
+    sizes: np.ndarray | None = None
 
     @property
     def m(self) -> int:
@@ -160,9 +162,9 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
         s0 = slots.clamp(min=0)
         lo = pos[s0]
         bk = Bucket(trees, ids, slots, timestamps[s0].to(torch.float64), tokens[s0] if tokens is not None else None,
-                    lo, lo.clone())
+                    lo, lo.clone(), sizes=np.asarray(tree_size[ids], dtype=np.int64))
         if bucket_graph(config, m) == KNN:
-            nbr, cs = build_knn_graph(bk, vectors, config, cap, tile_elements=tile_elements, sizes=tree_size[ids])
+            nbr, cs = build_knn_graph(bk, vectors, config, cap, tile_elements=tile_elements, sizes=bk.sizes)
             bk = dataclasses.replace(bk, nbr=nbr, cs=cs)
         else:
             bk = dataclasses.replace(bk, W=_cosines(vectors, slots))
@@ -376,7 +378,7 @@ class NodeVectors:
 
 
 def row_sims(vectors: NodeVectors, slot: torch.Tensor, r: np.ndarray, E: torch.Tensor, *,
-             pmax: int | None = None) -> torch.Tensor:
+             pmax: int | None = None, sizes: np.ndarray | None = None) -> torch.Tensor:
     """Similarity of each new vector to every slot of its tree, accumulated in float64.
 
     Pairs of one tree share one gather of that tree (the matching schedule puts up to m/2
@@ -389,7 +391,9 @@ def row_sims(vectors: NodeVectors, slot: torch.Tensor, r: np.ndarray, E: torch.T
            node rows of new vectors already in ``vectors`` (read a chunk at a time) -> (P, m) in
            vectors' dtype (float32 for half precision); pmax: the width of each tree's block of
            new vectors (at least the most pairs of a tree in ``r``; a caller splitting a round
-           passes the round's, so the products have the same shapes whatever the split)
+           passes the round's, so the products have the same shapes whatever the split); sizes
+           (B,) host: each tree's slots that can be live (:attr:`Bucket.sizes`): the products of
+           a block of trees stop at its largest, the slots past it read 0 as padding does
     """
     P, D = E.shape[0], vectors.dim
     m = slot.shape[1]
@@ -403,7 +407,8 @@ def row_sims(vectors: NodeVectors, slot: torch.Tensor, r: np.ndarray, E: torch.T
     col = np.empty(P, dtype=np.int64)
     col[order] = np.arange(P) - start[inv[order]]
     pmax = max(int(counts.max()) if P else 0, pmax or 0)
-    out = torch.empty(P, m, dtype=compute_dtype(vectors.dtype), device=dev)
+    # with sizes, the columns past a block's largest tree stay 0: what a product with a padded slot gives
+    out = (torch.empty if sizes is None else torch.zeros)(P, m, dtype=compute_dtype(vectors.dtype), device=dev)
     step = max(1, stream_rows(dev, (m + pmax) * D * 8 + m * pmax * 8))  # trees at a time
     for c0 in range(0, R, step):
         c1 = min(R, c0 + step)
@@ -413,9 +418,11 @@ def row_sims(vectors: NodeVectors, slot: torch.Tensor, r: np.ndarray, E: torch.T
         cc = torch.as_tensor(col[sel], dtype=torch.int64, device=dev)
         Ep = torch.zeros(c1 - c0, pmax, D, dtype=torch.float64, device=dev)
         Ep[ci, cc] = (vectors.gather(E[st]) if E.dim() == 1 else E[st]).double()  # (Rc, pmax, D) new vectors
-        X = vectors.gather(slot[torch.as_tensor(rows[c0:c1], dtype=torch.int64, device=dev)]).double()  # (Rc, m, D)
-        S = torch.bmm(X, Ep.transpose(1, 2))  # (Rc, m, pmax)
-        out[st] = S[ci, :, cc].to(out.dtype)
+        mc = m if sizes is None else int(np.asarray(sizes)[rows[c0:c1]].max())
+        trees = torch.as_tensor(rows[c0:c1], dtype=torch.int64, device=dev)
+        X = vectors.gather(slot[trees, :mc]).double()  # (Rc, mc, D)
+        S = torch.bmm(X, Ep.transpose(1, 2))  # (Rc, mc, pmax)
+        out[st, :mc] = S[ci, :, cc].to(out.dtype)
     return out
 
 
@@ -665,7 +672,7 @@ def merged_lists(bk, vectors: NodeVectors, pairs: RoundPairs, moves: SlotMoves, 
     me = _ends_at(bk, r[:, None], keep[:, None])  # (P, 1)
     sims = None
     if products:
-        sims = row_sims(vectors, bk.slot, pairs.row_np, nodes, pmax=most)  # (P, m)
+        sims = row_sims(vectors, bk.slot, pairs.row_np, nodes, pmax=most, sizes=bk.sizes)  # (P, m)
         cos = sims.gather(1, cand.clamp(min=0))
     else:
         cos = torch.zeros(cand.shape, dtype=bk.cs.dtype, device=cand.device)  # (P, c)
