@@ -480,7 +480,8 @@ def build_knn_graph(bk, vectors: NodeVectors, spanning: SpanningConfig, cap: int
     largest tree's slots: a bucket pads trees to a power of two, so without the cut about half
     of the products would be of padding. The lists are the same (a padded slot has none).
 
-    Shape: bk.slot (B, m), sizes (B,) -> nbr (B, m, k+1) int32 slot (-1 = none), cs (B, m, k+1) cosines
+    Shape: bk.slot (B, m), sizes (B,) -> nbr (B, m, k+1) int32 slot (-1 = none),
+           cs (B, m, k+1) cosines
     """
     B, m = bk.slot.shape
     k, D = spanning.knn, vectors.dim
