@@ -4,5 +4,6 @@ from __future__ import annotations
 
 __all__ = ["SEEDINGS"]
 
-#: ``"batched"``: D^2 sampling in growing batches; ``"k-means++"``: one centre per step (:mod:`.seeding`)
-SEEDINGS = ("batched", "k-means++")
+#: ``"batched"``: D^2 sampling in growing batches; ``"k-means||"``: oversampling rounds, then the seeds
+#: drawn from the candidates; ``"k-means++"``: one centre per step (:mod:`.seeding`)
+SEEDINGS = ("batched", "k-means||", "k-means++")

@@ -28,7 +28,7 @@ import torch
 from .assign import best_match
 from .blocks import row_blocks, stream_rows
 from .choices import SEEDINGS
-from .seeding import batched_d2_seeds, kmeans_plus_plus
+from .seeding import batched_d2_seeds, kmeans_plus_plus, parallel_seeds
 from .settled import SettledRows
 
 __all__ = ["kmeans", "lloyd_step", "initial_centroids", "cluster_means", "cluster_centres", "LocalReduce", "SEEDINGS"]
@@ -109,6 +109,8 @@ def initial_centroids(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, 
                          f"got seeding={seeding!r}")
     if seeding == "batched":
         seeds = batched_d2_seeds(X, valid, k, seed=seed, streams=streams, tile_elements=tile_elements, kmax=kmax)
+    elif seeding == "k-means||":
+        seeds = parallel_seeds(X, valid, k, seed=seed, streams=streams, tile_elements=tile_elements, kmax=kmax)
     else:
         seeds = kmeans_plus_plus(X, valid, k, seed=seed, uniforms=uniforms)
         if kmax is not None and kmax > seeds.shape[1]:

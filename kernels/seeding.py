@@ -5,6 +5,9 @@
   replacement, in proportion to the squared distance to the centres so far), so K centres
   take O(log K) steps (28 for K = 1,000, about 50 for K = 50,000) with no device read,
   instead of K sequential steps;
+- :func:`parallel_seeds` (``seeding="k-means||"``): k-means|| (Bahmani et al., 2012), a few
+  oversampling rounds that each read every point once, then the seeds drawn from the
+  candidates alone, weighted by the points nearest each;
 - :func:`kmeans_plus_plus` (``seeding="k-means++"``): the classic one-centre-per-step
   k-means++, exact to the method's wording, K steps each reading the device a few times.
 """
@@ -14,10 +17,11 @@ import math
 
 import torch
 
-from .assign import best_score
+from .assign import best_match, best_score
 from .rand import counter_uniform
 
-__all__ = ["batched_d2_seeds", "kmeans_plus_plus", "kmeans_plus_plus_dense", "seeding_steps", "SEED_GROWTH"]
+__all__ = ["batched_d2_seeds", "parallel_seeds", "PARALLEL_ROUNDS", "PARALLEL_OVERSAMPLE", "kmeans_plus_plus",
+           "kmeans_plus_plus_dense", "seeding_steps", "SEED_GROWTH"]
 
 
 def _uniforms(seed: int, steps: int, T: int, device) -> torch.Tensor:
@@ -59,7 +63,7 @@ def seeding_steps(kmax: int, growth: float | None = None) -> list[int]:
 
 def batched_d2_seeds(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, seed: int = 0,
                      streams: torch.Tensor | None = None, tile_elements: int = 1 << 24,
-                     kmax: int | None = None) -> torch.Tensor:
+                     kmax: int | None = None, weights: torch.Tensor | None = None) -> torch.Tensor:
     """D^2 seeding in growing batches, with no device read.
 
     Step s draws b_s new centres per problem (:func:`seeding_steps`: 1, then a quarter of
@@ -68,7 +72,9 @@ def batched_d2_seeds(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, s
     (Gumbel top-b over ``log d^2``; the first centre is uniform), then updates the distances
     against the new centres in one tiled search. O(log K) steps and about one Lloyd step of
     arithmetic in all. Points that coincide with a centre (d^2 = 0) are taken only when
-    nothing else is left, lowest index first.
+    nothing else is left, lowest index first. ``weights`` (T, n): each point counts that many
+    times (probability proportional to ``w d^2``, the first draw to ``w``; k-means||'s
+    reduction, :func:`parallel_seeds`).
 
     Random numbers come from :func:`counter_uniform` keyed by ``streams`` (T,) (default: the
     row index), so a problem's seeds depend only on its own points and key, on any device, and
@@ -78,39 +84,124 @@ def batched_d2_seeds(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, s
     Shape: X (T, n, D), valid (T, n), k (T,) -> seeds (T, Kmax) int64 point indices (-1 = unused)
     """
     T, n, D = X.shape
-    dev = X.device
     Kmax = (int(k.max()) if T else 0) if kmax is None else int(kmax)
-    seeds = torch.full((T, Kmax), -1, dtype=torch.int64, device=dev)
     if Kmax == 0 or n == 0:
-        return seeds
-    if streams is None:
-        streams = torch.arange(T, dtype=torch.int64, device=dev)
-    rows = torch.arange(T, device=dev)[:, None]
-    sq = (X.float() * X.float()).sum(-1)  # (T, n)
-    d2 = valid.to(torch.float64)  # (T, n): uniform first draw
-    chosen = torch.zeros(T, n, dtype=torch.bool, device=dev)
-    count = torch.zeros(T, dtype=torch.int64, device=dev)
-    neg_inf = torch.tensor(float("-inf"), dtype=torch.float64, device=dev)
-    zero_mass = -1e6 - torch.arange(n, dtype=torch.float64, device=dev)[None, :]  # (1, n)
-    for step, b in enumerate(seeding_steps(Kmax)):
-        b = min(b, n)
-        g = -torch.log(-torch.log(counter_uniform(seed, streams, step, n)))  # (T, n) Gumbel
+        return torch.full((T, Kmax), -1, dtype=torch.int64, device=X.device)
+    draw = _D2Draws(X, valid, seed, streams, tile_elements, Kmax, weights)
+    for b in seeding_steps(Kmax):
+        draw.step(min(b, n), k - draw.count)
+    return draw.seeds
+
+
+class _D2Draws:
+    """The state of a D^2 sampling over a batch of problems (:func:`batched_d2_seeds`,
+    :func:`parallel_seeds`): the points drawn so far, in draw order, and every point's squared
+    distance to the nearest of them (and, with ``nearest``, which one that is).
+    Shape: seeds (T, cols) point indices (-1 = unused), d2 (T, n) float64,
+           near (T, n) seed column"""
+
+    def __init__(self, X, valid, seed: int, streams, tile_elements: int, cols: int, weights=None,
+                 nearest: bool = False):
+        T, n, _ = X.shape
+        dev = X.device
+        self.X, self.valid, self.seed, self.tile_elements, self.cols = X, valid, int(seed), tile_elements, cols
+        self.streams = torch.arange(T, dtype=torch.int64, device=dev) if streams is None else streams
+        self.rows = torch.arange(T, device=dev)[:, None]
+        self.sq = (X.float() * X.float()).sum(-1)  # (T, n)
+        self.logw = None if weights is None else torch.log(weights.double().clamp(min=1e-300))
+        self.d2 = valid.to(torch.float64) if weights is None else (weights > 0).double() * valid  # uniform (by w) first
+        self.chosen = torch.zeros(T, n, dtype=torch.bool, device=dev)
+        self.count = torch.zeros(T, dtype=torch.int64, device=dev)
+        self.seeds = torch.full((T, cols), -1, dtype=torch.int64, device=dev)
+        self.near = torch.full((T, n), -1, dtype=torch.int64, device=dev) if nearest else None
+        self.neg_inf = torch.tensor(float("-inf"), dtype=torch.float64, device=dev)
         # keys are distinct, so the top b are the same points in any order of search: a point
         # with mass scores log d^2 + Gumbel > -800; one without, -1e6 - its index (lower first)
-        key = torch.where(d2 > 0, torch.log(d2.clamp(min=1e-300)) + g, zero_mass)
-        key = torch.where(valid & ~chosen, key, neg_inf)
+        self.zero_mass = -1e6 - torch.arange(n, dtype=torch.float64, device=dev)[None, :]  # (1, n)
+        self.steps = 0
+
+    def step(self, b: int, want: torch.Tensor) -> None:
+        """Draw up to ``b`` new points per problem (``want`` (T,): at most that many), then
+        update the distances against them."""
+        T, n = self.d2.shape
+        dev = self.d2.device
+        g = -torch.log(-torch.log(counter_uniform(self.seed, self.streams, self.steps, n)))  # (T, n) Gumbel
+        mass = self.d2 > 0
+        key = torch.log(self.d2.clamp(min=1e-300)) + g
+        if self.logw is not None:
+            key = key + self.logw
+        key = torch.where(mass, key, self.zero_mass)
+        key = torch.where(self.valid & ~self.chosen, key, self.neg_inf)
         top = torch.topk(key, b, dim=1).indices  # (T, b), by key descending
-        take = torch.minimum(k - count, (valid & ~chosen).sum(1)).clamp(min=0, max=b)  # (T,)
+        take = torch.minimum(want, (self.valid & ~self.chosen).sum(1)).clamp(min=0, max=b)  # (T,)
         ok = torch.arange(b, device=dev)[None, :] < take[:, None]  # (T, b)
-        col = torch.where(ok, count[:, None] + torch.arange(b, device=dev)[None, :], torch.full_like(top, Kmax))
-        seeds = torch.cat([seeds, torch.full((T, 1), -1, dtype=torch.int64, device=dev)], 1).scatter(
-            1, col, torch.where(ok, top, torch.full_like(top, -1)))[:, :Kmax]
-        chosen = chosen | torch.zeros_like(chosen).scatter(1, top, ok)
-        count = count + take
-        score = best_score(X, X[rows, top], ok, mode="l2", tile_elements=tile_elements)  # (T, n) 2 x.c - |c|^2
-        d2 = torch.minimum(d2, (sq - score).double().clamp(min=0)) if step else (sq - score).double().clamp(min=0)
-        d2 = d2.masked_fill(chosen | ~valid, 0)
-    return seeds
+        cols = self.count[:, None] + torch.arange(b, device=dev)[None, :]
+        col = torch.where(ok, cols, torch.full_like(top, self.cols))
+        self.seeds = torch.cat([self.seeds, torch.full((T, 1), -1, dtype=torch.int64, device=dev)], 1).scatter(
+            1, col, torch.where(ok, top, torch.full_like(top, -1)))[:, :self.cols]
+        self.chosen = self.chosen | torch.zeros_like(self.chosen).scatter(1, top, ok)
+        C = self.X[self.rows, top]
+        if self.near is None:
+            score = best_score(self.X, C, ok, mode="l2", tile_elements=self.tile_elements)  # (T, n) 2 x.c - |c|^2
+        else:
+            score, j = best_match(self.X, C, ok, mode="l2", tile_elements=self.tile_elements)
+        nd = (self.sq - score).double().clamp(min=0)
+        if self.near is not None:
+            closer = (nd < self.d2) | (self.near < 0)
+            self.near = torch.where(closer & (j >= 0), cols.gather(1, j.clamp(min=0)), self.near)
+        self.d2 = torch.minimum(self.d2, nd) if self.steps else nd
+        self.d2 = self.d2.masked_fill(self.chosen | ~self.valid, 0)
+        self.count = self.count + take
+        self.steps += 1
+
+
+#: k-means|| (:func:`parallel_seeds`): oversampling rounds, and candidates drawn in all per centre
+PARALLEL_ROUNDS = 5
+PARALLEL_OVERSAMPLE = 2.0
+
+
+def parallel_seeds(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, seed: int = 0,
+                   streams: torch.Tensor | None = None, tile_elements: int = 1 << 24, kmax: int | None = None,
+                   rounds: int = PARALLEL_ROUNDS, oversample: float = PARALLEL_OVERSAMPLE) -> torch.Tensor:
+    """k-means|| seeding (Bahmani et al., 2012), every problem of the batch at once.
+
+    One point uniform, then ``rounds`` rounds that each draw ``ceil(oversample * k / rounds)``
+    candidates per problem by D^2 sampling (as :func:`batched_d2_seeds` draws, without
+    replacement), each round one tiled search of every point against the new candidates; each
+    point counts for the candidate nearest it. The k seeds are then drawn from the candidates
+    alone by weighted batched D^2 sampling (:func:`batched_d2_seeds` with those counts as
+    weights). So every point is read ``rounds + 1`` times, in products as wide as the round's
+    candidates, whatever k; the reduction reads only the candidates. With
+    ``ceil(oversample * k)`` at least the problem's points, the seeds are its D^2 seeds.
+
+    Random numbers as :func:`batched_d2_seeds` (``streams``, ``kmax``), the reduction on
+    streams of its own. Shape: X (T, n, D), valid (T, n), k (T,) -> seeds (T, Kmax) int64 point
+    indices (-1 = unused)
+    """
+    if rounds < 1 or not oversample > 0:
+        raise ValueError(f"k-means|| needs rounds >= 1 and oversample > 0, got rounds={rounds!r}, "
+                         f"oversample={oversample!r}")
+    T, n, D = X.shape
+    dev = X.device
+    Kmax = (int(k.max()) if T else 0) if kmax is None else int(kmax)
+    if Kmax == 0 or n == 0:
+        return torch.full((T, Kmax), -1, dtype=torch.int64, device=dev)
+    per = math.ceil(oversample * Kmax / rounds)  # candidates a round draws (the widest problem's)
+    if 1 + rounds * per >= n:  # as many candidates as points: the reduction is the seeding itself
+        return batched_d2_seeds(X, valid, k, seed=seed, streams=streams, tile_elements=tile_elements, kmax=Kmax)
+    want = torch.ceil(oversample * k.double() / rounds).long()  # (T,) a round's candidates per problem
+    draw = _D2Draws(X, valid, seed, streams, tile_elements, 1 + rounds * per, nearest=True)
+    draw.step(1, torch.ones_like(k))
+    for _ in range(rounds):
+        draw.step(per, want)
+    cand = draw.seeds  # (T, C) point indices, -1 = unused
+    C = cand.shape[1]
+    w = torch.zeros(T, C + 1, dtype=torch.float64, device=dev)
+    w.scatter_add_(1, torch.where(valid & (draw.near >= 0), draw.near, C), valid.double())
+    Xc = X[draw.rows, cand.clamp(min=0)] * (cand >= 0)[..., None]  # (T, C, D)
+    pick = batched_d2_seeds(Xc, cand >= 0, k, seed=seed, streams=draw.streams + 0x5EED,
+                            tile_elements=tile_elements, kmax=Kmax, weights=w[:, :C])  # (T, Kmax) candidate columns
+    return torch.where(pick >= 0, cand.gather(1, pick.clamp(min=0)), pick)
 
 
 def kmeans_plus_plus(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, seed: int = 0,

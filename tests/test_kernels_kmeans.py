@@ -567,3 +567,57 @@ def test_batched_seeding_spreads_over_separated_clusters():
                              torch.full((T_,), 8), streams=torch.arange(T_))
     hit = [len(set((s // 40).tolist())) for s in seeds]
     assert min(hit) >= 7 and sum(h == 8 for h in hit) >= 8, hit
+
+
+def test_parallel_seeds_are_distinct_valid_batch_independent_and_spread(device):
+    """k-means|| (seeding="k-means||"): k distinct valid points per problem, the same seeds for a
+    problem alone as in its batch (its stream key), and, like D^2 sampling, every one of 8
+    separated blobs found by 8 seeds in most streams (the reduction weighs each candidate by
+    the points nearest it, so a blob drawn twice in the rounds still gets one seed)."""
+    from memforest_gpu.kernels.rand import stream_keys
+    from memforest_gpu.kernels.seeding import parallel_seeds
+
+    rng = np.random.default_rng(11)
+    sizes, ks = [300, 120, 200], [20, 7, 1]
+    X = np.zeros((3, 300, 8), dtype=np.float32)
+    valid = np.zeros((3, 300), dtype=bool)
+    for t, n in enumerate(sizes):
+        X[t, :n] = rng.standard_normal((n, 8))
+        valid[t, :n] = True
+    Xt, vt, kt = T(X, device, torch.float32), T(valid, device), T(ks, device)
+    streams = stream_keys([1, 2, 3], device=Xt.device)
+    seeds = N(parallel_seeds(Xt, vt, kt, seed=4, streams=streams))
+    assert seeds.shape == (3, 20)
+    for t, (n, k) in enumerate(zip(sizes, ks)):
+        s = seeds[t, :k]
+        assert (s >= 0).all() and (s < n).all() and len(set(s.tolist())) == k
+        assert (seeds[t, k:] == -1).all()
+        alone = N(parallel_seeds(Xt[t:t + 1, :n], vt[t:t + 1, :n], kt[t:t + 1], seed=4, streams=streams[t:t + 1],
+                                 kmax=20))
+        assert (alone[0] == seeds[t]).all()
+    centres = rng.standard_normal((8, 16)) * 20
+    B = np.concatenate([c + rng.standard_normal((60, 16)) * 0.1 for c in centres]).astype(np.float32)
+    T_ = 20
+    Bt = T(np.broadcast_to(B, (T_,) + B.shape).copy(), device, torch.float32)
+    ones = torch.ones(T_, 480, dtype=torch.bool, device=Bt.device)
+    s = parallel_seeds(Bt, ones, torch.full((T_,), 8, device=Bt.device), streams=torch.arange(T_, device=Bt.device))
+    hit = [len(set((r // 60).tolist())) for r in N(s)]
+    assert min(hit) >= 7 and sum(h == 8 for h in hit) >= 15, hit
+    with pytest.raises(ValueError, match="rounds"):
+        parallel_seeds(Bt, ones, torch.full((T_,), 8, device=Bt.device), rounds=0)
+
+
+def test_weighted_d2_seeds_draw_only_points_with_weight():
+    """batched_d2_seeds with weights (k-means||'s reduction): a point of weight 0 is drawn only
+    when no point with weight is left, and a heavy point is drawn first far more often."""
+    from memforest_gpu.kernels.seeding import batched_d2_seeds
+
+    g = torch.Generator().manual_seed(2)
+    X = torch.randn(1, 40, 6, generator=g).expand(200, -1, -1)
+    w = torch.zeros(200, 40, dtype=torch.float64)
+    w[:, :10] = 1.0
+    w[:, 3] = 50.0
+    s = batched_d2_seeds(X, torch.ones(200, 40, dtype=torch.bool), torch.full((200,), 4), streams=torch.arange(200),
+                         weights=w)
+    assert bool((s < 10).all())
+    assert int((s[:, 0] == 3).sum()) > 120  # 50 / 59 of the first draws, in expectation

@@ -100,7 +100,7 @@ def test_closed_form_centre_is_the_kmeans_centre(grid):
         assert int(((d == d.min(1, keepdim=True).values) & val).sum(1).gt(1).sum()) > 10
 
 
-@pytest.mark.parametrize("seeding", ["batched", "k-means++"])
+@pytest.mark.parametrize("seeding", ["batched", "k-means||", "k-means++"])
 def test_partition_closed_form_equals_kmeans_path(seeding):
     """K = 1 tenants (alpha = 0.001): the partition's trees and centres equal a partition
     where the same tenants go through k-means (forced here by running them with K = 1 one at

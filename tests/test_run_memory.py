@@ -121,7 +121,7 @@ def test_problem_blocks_cover_the_problems():
             assert all((b.stop - b.start) * 10 <= max(limit, 10) for b in blocks)
 
 
-@pytest.mark.parametrize("seeding", ["batched", "k-means++"])
+@pytest.mark.parametrize("seeding", ["batched", "k-means||", "k-means++"])
 def test_two_level_in_blocks_of_cells_equals_the_whole_bucket(seeding):
     """The cells of a bucket run a block at a time (down to one cell a block): the same labels,
     centres, means, semantic search and iterations as the whole bucket at once."""

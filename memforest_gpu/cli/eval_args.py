@@ -55,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--beta", type=float, default=None, help="semantic weight in the reassignment")
     g.add_argument("--window", type=int, default=None, help="temporal window, in positions")
     g.add_argument("--max-iter", type=int, default=None, help="at most this many Lloyd steps")
+    g.add_argument("--seeding", default=None, help="k-means seeding: batched | k-means|| | k-means++")
     g.add_argument("--eta", type=float, default=None, help="similarity weight in the degree-adjusted score")
     g.add_argument("--degree-norm", default=None, help="none | max")
     g.add_argument("--time-weight", type=float, default=None,

@@ -22,7 +22,7 @@ __all__ = ["add_config_arguments", "config_from_args", "as_flag_error", "check_e
 FIELDS = {
     "ratio": ("merge", "ratio"), "schedule": ("merge", "schedule"), "max_node_tokens": ("merge", "max_node_tokens"),
     "alpha": ("partition", "alpha"), "beta": ("partition", "beta"), "window": ("partition", "window"),
-    "max_iter": ("partition", "max_iter"), "kmeans": ("partition", "kmeans"),
+    "max_iter": ("partition", "max_iter"), "kmeans": ("partition", "kmeans"), "seeding": ("partition", "seeding"),
     "eta": ("spanning", "eta"), "degree_norm": ("spanning", "degree_norm"), "time_weight": ("spanning", "time_weight"),
     "time_window": ("spanning", "time_window"), "time_rule": ("spanning", "time_rule"),
     "time_min_cos": ("spanning", "time_min_cos"), "size_weight": ("spanning", "size_weight"),
@@ -94,6 +94,10 @@ def add_config_arguments(p: argparse.ArgumentParser, *, two_level: bool = True) 
     g.add_argument("--beta", type=float, default=None, help=h("semantic weight in the reassignment", "beta"))
     g.add_argument("--window", type=int, default=None, help=h("temporal window, in positions", "window"))
     g.add_argument("--max-iter", type=int, default=None, help=h("at most this many Lloyd steps", "max_iter"))
+    g.add_argument("--seeding", default=None,
+                   help=h("k-means seeding: batched (D^2 sampling in growing batches) | k-means|| (a few "
+                          "oversampling rounds, then the seeds drawn from the candidates) | k-means++ (one "
+                          "centre a step)", "seeding"))
     if two_level:
         g.add_argument("--kmeans", default=None,
                        help=h("exact | two-level (sub-quadratic: coarse cells, then k-means inside each; "

@@ -240,7 +240,7 @@ def _exact_tenants(embeddings, order, sizes_t, sizes, k_all, exact, names, cfg, 
         # a block of the bucket's tenants at a time, padded to the bucket's nodes and clusters: the bucket's results
         # (k-means++ seeding picks its dense or sparse step by the whole batch: its buckets run whole)
         row = n_b * embeddings.shape[1] * embeddings.element_size()
-        for blk in problem_blocks(len(bucket), row, limit if cfg.seeding == "batched" else 1 << 62):
+        for blk in problem_blocks(len(bucket), row, limit if cfg.seeding != "k-means++" else 1 << 62):
             it = _exact_block(embeddings, order, starts_t, sizes_t, k_all, bucket[blk], (n_b, k_b), keys, names, cfg,
                               tile_elements, lab)
             lab.iters[f"n<={n_b}"] = max(it, lab.iters.get(f"n<={n_b}", 0))
@@ -366,7 +366,7 @@ def two_level_clusters(X: torch.Tensor, k: int, *, name: str, seed: int, max_ite
     for bucket in size_buckets(sizes):
         nb, kb = int(sizes[bucket].max()), int(kc[bucket.cpu().numpy()].max())
         # a block of the bucket's cells at a time, padded to the bucket's points and clusters: the bucket's results
-        for blk in problem_blocks(len(bucket), nb * D * X.element_size(), limit if seeding == "batched" else 1 << 62):
+        for blk in problem_blocks(len(bucket), nb * D * X.element_size(), limit if seeding != "k-means++" else 1 << 62):
             it_cells = max(it_cells, _cell_kmeans(at, index, valid, bucket[blk], (nb, kb), kc, cells, name=name,
                                                   seed=seed, max_iter=max_iter, seeding=seeding,
                                                   tile_elements=tile_elements))
