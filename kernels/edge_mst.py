@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["edge_forest", "sort_edges"]
+__all__ = ["edge_forest", "sort_edges", "float_order_key"]
 
 
 def sort_edges(u: torch.Tensor, v: torch.Tensor, w: torch.Tensor, n: int, *, maximum: bool = True):
@@ -30,8 +30,22 @@ def sort_edges(u: torch.Tensor, v: torch.Tensor, w: torch.Tensor, n: int, *, max
     ok = (w != bad) & ~torch.isnan(w) & (lo != hi)
     order = torch.argsort(lo * n + hi, stable=True)
     wk = torch.where(ok, w, torch.full_like(w, bad))[order]  # no-edges sort last, among themselves by pair
-    order = order[torch.argsort(wk, descending=maximum, stable=True)]
+    order = order[torch.argsort(float_order_key(wk, descending=maximum), stable=True)]
     return order, ok[order]
+
+
+def float_order_key(w: torch.Tensor, *, descending: bool = False) -> torch.Tensor:
+    """Integers in the order of the floats ``w`` (no NaN), equal where the floats are equal
+    (-0.0 and 0.0 too), descending or not: a stable sort of them is the stable sort of ``w``,
+    and an integer sort is several times faster than a float one on a CPU (radix).
+    Shape: w (E,) float32 | float64 -> (E,) int32 | int64"""
+    if w.dtype not in (torch.float32, torch.float64):
+        w = w.double()
+    itype = torch.int32 if w.dtype == torch.float32 else torch.int64
+    bits = (w + 0.0).view(itype)  # -0.0 + 0.0 is 0.0
+    mag = torch.iinfo(itype).max
+    key = torch.where(bits < 0, bits ^ mag, bits)  # negative floats: their magnitude's order reversed
+    return ~key if descending else key
 
 
 def edge_forest(u: torch.Tensor, v: torch.Tensor, w: torch.Tensor, n: int, *, maximum: bool = True,

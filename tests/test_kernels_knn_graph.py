@@ -215,3 +215,23 @@ def test_knn_cells(device):
     found = np.take_along_axis(S, np.maximum(approx, 0), 1) >= kth[:, None] - 1e-6
     assert (approx >= 0).all() and found.mean() > 0.8, found.mean()
     assert (exact >= 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float_order_key_sorts_as_the_floats(dtype):
+    """sort_edges sorts weights by an integer key (a radix sort on a CPU): its stable sort is the
+    floats' stable sort, ascending and descending, with ties (-0.0 and 0.0 among them), infinities,
+    subnormals and repeated values."""
+    from memforest_gpu.kernels.edge_mst import float_order_key
+
+    g = torch.Generator().manual_seed(9)
+    w = torch.randn(5000, generator=g, dtype=torch.float64).to(dtype)
+    w[:200] = w[200:400]  # repeats
+    tiny = torch.finfo(dtype).tiny
+    w[400:410] = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), tiny / 4, -tiny / 4, tiny, -tiny, 1.0, -1.0],
+                              dtype=dtype)
+    w[410:420] = -0.0
+    w = w[torch.randperm(5000, generator=g)]
+    for desc in (False, True):
+        want = torch.argsort(w, descending=desc, stable=True)
+        assert torch.equal(torch.argsort(float_order_key(w, descending=desc), stable=True), want)
