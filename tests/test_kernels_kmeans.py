@@ -527,17 +527,22 @@ def test_counter_uniform_is_a_pure_function_of_its_keys():
     assert abs(float(u.mean()) - 0.5) < 0.02
 
 
+def padded_problems(rng, sizes: list[int], dim: int):
+    """Gaussian points of len(sizes) problems padded to the largest. Shape: -> X (T, n, dim), valid (T, n)"""
+    X = np.zeros((len(sizes), max(sizes), dim), dtype=np.float32)
+    valid = np.zeros((len(sizes), max(sizes)), dtype=bool)
+    for t, n in enumerate(sizes):
+        X[t, :n] = rng.standard_normal((n, dim))
+        valid[t, :n] = True
+    return X, valid
+
+
 def test_batched_seeds_are_distinct_valid_and_batch_independent(device):
     from memforest_gpu.kernels.rand import stream_keys
     from memforest_gpu.kernels.seeding import batched_d2_seeds, seeding_steps
 
-    rng = np.random.default_rng(4)
     sizes, ks = [50, 9, 33], [12, 9, 1]
-    X = np.zeros((3, 50, 6), dtype=np.float32)
-    valid = np.zeros((3, 50), dtype=bool)
-    for t, n in enumerate(sizes):
-        X[t, :n] = rng.standard_normal((n, 6))
-        valid[t, :n] = True
+    X, valid = padded_problems(np.random.default_rng(4), sizes, 6)
     X[1, :9] = X[1, 0]  # every point of problem 1 the same: d^2 = 0 after the first draw
     Xt, vt, kt = T(X, device, torch.float32), T(valid, device), T(ks, device)
     streams = stream_keys([10, 20, 30], device=Xt.device)
@@ -579,11 +584,7 @@ def test_parallel_seeds_are_distinct_valid_batch_independent_and_spread(device):
 
     rng = np.random.default_rng(11)
     sizes, ks = [300, 120, 200], [20, 7, 1]
-    X = np.zeros((3, 300, 8), dtype=np.float32)
-    valid = np.zeros((3, 300), dtype=bool)
-    for t, n in enumerate(sizes):
-        X[t, :n] = rng.standard_normal((n, 8))
-        valid[t, :n] = True
+    X, valid = padded_problems(rng, sizes, 8)
     Xt, vt, kt = T(X, device, torch.float32), T(valid, device), T(ks, device)
     streams = stream_keys([1, 2, 3], device=Xt.device)
     seeds = N(parallel_seeds(Xt, vt, kt, seed=4, streams=streams))
