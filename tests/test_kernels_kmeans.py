@@ -537,6 +537,19 @@ def padded_problems(rng, sizes: list[int], dim: int):
     return X, valid
 
 
+def check_seeds(seeding, Xt, vt, kt, streams, sizes) -> np.ndarray:
+    """``seeding(X, valid, k, streams)`` gives each problem k distinct valid points, -1 after them,
+    and the same seeds to a problem alone (nothing depends on its batch-mates). Returns the seeds."""
+    seeds = N(seeding(Xt, vt, kt, streams))
+    for t, (n, k) in enumerate(zip(sizes, kt.tolist())):
+        s = seeds[t, :k]
+        assert (s >= 0).all() and (s < n).all() and len(set(s.tolist())) == k
+        assert (seeds[t, k:] == -1).all()
+        alone = N(seeding(Xt[t:t + 1, :n], vt[t:t + 1, :n], kt[t:t + 1], streams[t:t + 1]))
+        assert (alone[0, :k] == s).all()
+    return seeds
+
+
 def test_batched_seeds_are_distinct_valid_and_batch_independent(device):
     from memforest_gpu.kernels.rand import stream_keys
     from memforest_gpu.kernels.seeding import batched_d2_seeds, seeding_steps
@@ -546,14 +559,8 @@ def test_batched_seeds_are_distinct_valid_and_batch_independent(device):
     X[1, :9] = X[1, 0]  # every point of problem 1 the same: d^2 = 0 after the first draw
     Xt, vt, kt = T(X, device, torch.float32), T(valid, device), T(ks, device)
     streams = stream_keys([10, 20, 30], device=Xt.device)
-    seeds = N(batched_d2_seeds(Xt, vt, kt, seed=1, streams=streams))
+    seeds = check_seeds(lambda X, v, k, st: batched_d2_seeds(X, v, k, seed=1, streams=st), Xt, vt, kt, streams, sizes)
     assert seeds.shape == (3, 12)
-    for t, (n, k) in enumerate(zip(sizes, ks)):
-        s = seeds[t, :k]
-        assert (s >= 0).all() and (s < n).all() and len(set(s.tolist())) == k  # k distinct valid points
-        assert (seeds[t, k:] == -1).all()
-        alone = N(batched_d2_seeds(Xt[t:t + 1, :n], vt[t:t + 1, :n], kt[t:t + 1], seed=1, streams=streams[t:t + 1]))
-        assert (alone[0, :k] == s).all()  # nothing depends on the batch-mates
     assert seeds[1, :9].tolist()[1:] == sorted(seeds[1, 1:9].tolist())  # duplicates: lowest index first
     assert sum(seeding_steps(1000)) == 1000 and len(seeding_steps(1000)) < 40
 
@@ -587,15 +594,9 @@ def test_parallel_seeds_are_distinct_valid_batch_independent_and_spread(device):
     X, valid = padded_problems(rng, sizes, 8)
     Xt, vt, kt = T(X, device, torch.float32), T(valid, device), T(ks, device)
     streams = stream_keys([1, 2, 3], device=Xt.device)
-    seeds = N(parallel_seeds(Xt, vt, kt, seed=4, streams=streams))
+    seeds = check_seeds(lambda X, v, k, st: parallel_seeds(X, v, k, seed=4, streams=st, kmax=20), Xt, vt, kt,
+                        streams, sizes)
     assert seeds.shape == (3, 20)
-    for t, (n, k) in enumerate(zip(sizes, ks)):
-        s = seeds[t, :k]
-        assert (s >= 0).all() and (s < n).all() and len(set(s.tolist())) == k
-        assert (seeds[t, k:] == -1).all()
-        alone = N(parallel_seeds(Xt[t:t + 1, :n], vt[t:t + 1, :n], kt[t:t + 1], seed=4, streams=streams[t:t + 1],
-                                 kmax=20))
-        assert (alone[0] == seeds[t]).all()
     centres = rng.standard_normal((8, 16)) * 20
     B = np.concatenate([c + rng.standard_normal((60, 16)) * 0.1 for c in centres]).astype(np.float32)
     T_ = 20
