@@ -72,7 +72,6 @@ def best_match(X: torch.Tensor, C: torch.Tensor, c_valid: torch.Tensor, *, mode:
     return (score, index, second) if runner else (score, index)
 
 
-
 def _bias(C: torch.Tensor, c_valid: torch.Tensor, mode: str) -> tuple[torch.Tensor, float]:
     """What a score adds to ``scale * x.c``: -|c|^2 for "l2" (scale 2), 0 for "dot" (scale 1),
     -inf for an invalid centre. Shape: C (T, K, D), c_valid (T, K) -> bias (T, K), scale"""

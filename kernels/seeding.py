@@ -171,8 +171,9 @@ def parallel_seeds(X: torch.Tensor, valid: torch.Tensor, k: torch.Tensor, *, see
     point counts for the candidate nearest it. The k seeds are then drawn from the candidates
     alone by weighted batched D^2 sampling (:func:`batched_d2_seeds` with those counts as
     weights). So every point is read ``rounds + 1`` times, in products as wide as the round's
-    candidates, whatever k; the reduction reads only the candidates. With
-    ``ceil(oversample * k)`` at least the problem's points, the seeds are its D^2 seeds.
+    candidates, whatever k; the reduction reads only the candidates. Where the candidates would
+    be as many as the points (``1 + rounds * ceil(oversample * kmax / rounds) >= n``), the seeds
+    are the batched D^2 seeds (:func:`batched_d2_seeds`).
 
     Random numbers as :func:`batched_d2_seeds` (``streams``, ``kmax``), the reduction on
     streams of its own. Shape: X (T, n, D), valid (T, n), k (T,) -> seeds (T, Kmax) int64 point

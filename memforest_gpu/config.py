@@ -115,6 +115,7 @@ class PartitionConfig:
     max_iter: int = 30  # at most this many Lloyd steps
     seed: int = 0  # the k-means seeding's random stream (each tenant draws from (seed, its name))
     # "batched": D^2 sampling in growing batches (O(log K) steps, no device read);
+    # "k-means||": 5 oversampling rounds, then the seeds drawn from the candidates (6 passes over the points);
     # "k-means++": one centre per step (K steps), the method's wording, slower on large K
     seeding: str = "batched"
     use_semantic: bool = True  # ablation: False drops the cos term from the reassignment

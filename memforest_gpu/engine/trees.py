@@ -164,7 +164,7 @@ def build_trees(tree: torch.Tensor, tree_size: np.ndarray, embeddings: torch.Ten
         bk = Bucket(trees, ids, slots, timestamps[s0].to(torch.float64), tokens[s0] if tokens is not None else None,
                     lo, lo.clone(), sizes=np.asarray(tree_size[ids], dtype=np.int64))
         if bucket_graph(config, m) == KNN:
-            nbr, cs = build_knn_graph(bk, vectors, config, cap, tile_elements=tile_elements, sizes=bk.sizes)
+            nbr, cs = build_knn_graph(bk, vectors, config, cap, tile_elements=tile_elements)
             bk = dataclasses.replace(bk, nbr=nbr, cs=cs)
         else:
             bk = dataclasses.replace(bk, W=_cosines(vectors, slots))
@@ -407,6 +407,7 @@ def row_sims(vectors: NodeVectors, slot: torch.Tensor, r: np.ndarray, E: torch.T
     col = np.empty(P, dtype=np.int64)
     col[order] = np.arange(P) - start[inv[order]]
     pmax = max(int(counts.max()) if P else 0, pmax or 0)
+    sizes = None if sizes is None else np.asarray(sizes)
     # with sizes, the columns past a block's largest tree stay 0: what a product with a padded slot gives
     out = (torch.empty if sizes is None else torch.zeros)(P, m, dtype=compute_dtype(vectors.dtype), device=dev)
     step = max(1, stream_rows(dev, (m + pmax) * D * 8 + m * pmax * 8))  # trees at a time
@@ -418,7 +419,7 @@ def row_sims(vectors: NodeVectors, slot: torch.Tensor, r: np.ndarray, E: torch.T
         cc = torch.as_tensor(col[sel], dtype=torch.int64, device=dev)
         Ep = torch.zeros(c1 - c0, pmax, D, dtype=torch.float64, device=dev)
         Ep[ci, cc] = (vectors.gather(E[st]) if E.dim() == 1 else E[st]).double()  # (Rc, pmax, D) new vectors
-        mc = m if sizes is None else int(np.asarray(sizes)[rows[c0:c1]].max())
+        mc = m if sizes is None else int(sizes[rows[c0:c1]].max())
         trees = torch.as_tensor(rows[c0:c1], dtype=torch.int64, device=dev)
         X = vectors.gather(slot[trees, :mc]).double()  # (Rc, mc, D)
         S = torch.bmm(X, Ep.transpose(1, 2))  # (Rc, mc, pmax)
@@ -472,16 +473,15 @@ def next_live(slot: torch.Tensor) -> torch.Tensor:
 
 
 def build_knn_graph(bk, vectors: NodeVectors, spanning: SpanningConfig, cap: int | None, *,
-                    tile_elements: int = 1 << 24, sizes: np.ndarray | None = None):
+                    tile_elements: int = 1 << 24):
     """The knn graph of a bucket's trees (module docstring).
 
-    ``sizes``: each tree's number of nodes (host; its live slots are a prefix of its row). With
-    them, the exact lists take trees in order of size, a chunk at a time, each chunk cut to its
-    largest tree's slots: a bucket pads trees to a power of two, so without the cut about half
-    of the products would be of padding. The lists are the same (a padded slot has none).
+    With the trees' sizes (``bk.sizes``: each tree's live slots are a prefix of its row), the
+    exact lists take trees in order of size, a chunk at a time, each chunk cut to its largest
+    tree's slots: a bucket pads trees to a power of two, so without the cut about half of the
+    products would be of padding. The lists are the same (a padded slot has none).
 
-    Shape: bk.slot (B, m), sizes (B,) -> nbr (B, m, k+1) int32 slot (-1 = none),
-           cs (B, m, k+1) cosines
+    Shape: bk.slot (B, m) -> nbr (B, m, k+1) int32 slot (-1 = none), cs (B, m, k+1) cosines
     """
     B, m = bk.slot.shape
     k, D = spanning.knn, vectors.dim
@@ -494,24 +494,25 @@ def build_knn_graph(bk, vectors: NodeVectors, spanning: SpanningConfig, cap: int
     # trees whose vectors are gathered at once: a cache-sized float64 copy where the exact
     # products are taken in blocks, a bounded one for the cells' search
     step = max(1, tile_elements // max(1, m * (D + 1))) if cells else max(1, stream_rows(dev, m * D * 8) // 4)
-    order = np.argsort(sizes, kind="stable") if sizes is not None and not cells else np.arange(B)
+    sizes = None if cells else bk.sizes  # the cells' search takes its trees whole
+    order = np.arange(B) if sizes is None else np.argsort(sizes, kind="stable")
     for b0 in range(0, B, step):
         ids = order[b0:b0 + step]
         rows = torch.as_tensor(ids, dtype=torch.int64, device=dev)
         # the chunk's slots: up to its largest tree (at least c + 1, so every list has its c candidates)
-        mc = m if sizes is None or cells else min(m, max(int(sizes[ids].max()), c + 1))
+        mc = m if sizes is None else min(m, max(int(sizes[ids].max()), c + 1))
         slots = bk.slot[rows, :mc]
         X = vectors.gather(slots)  # (Bc, mc, D)
         e = bk.ends(rows).map(lambda x: x[:, :mc])
         nxt = nbr[rows, :mc, k].long()  # (Bc, mc)
         if not cells:
-            a, b_, n_ = _exact_lists(X, slots >= 0, e, nxt, c, k, spanning, cap, vectors.dtype)
-            nbr[rows, :mc, :k], cs[rows, :mc, :k], cs[rows, :mc, k] = a.to(SLOT_DTYPE), b_, n_
+            near, near_cs, next_cs = _exact_lists(X, slots >= 0, e, nxt, c, k, spanning, cap, vectors.dtype)
+            nbr[rows, :mc, :k], cs[rows, :mc, :k], cs[rows, :mc, k] = near.to(SLOT_DTYPE), near_cs, next_cs
             continue
         cand = knn_cells(X, slots >= 0, c, scale=1.0 - spanning.time_weight, bias=_bias(e, spanning),
                          tile_elements=tile_elements)
-        a, b_ = _rank(X, e, cand, k, spanning, cap, vectors.dtype, tile_elements)
-        nbr[rows, :, :k], cs[rows, :, :k] = a.to(SLOT_DTYPE), b_
+        near, near_cs = _rank(X, e, cand, k, spanning, cap, vectors.dtype, tile_elements)
+        nbr[rows, :, :k], cs[rows, :, :k] = near.to(SLOT_DTYPE), near_cs
         cs[rows, :, k] = dot64(X, X.gather(1, nxt.clamp(min=0)[..., None].expand_as(X)), vectors.dtype)
     return nbr, cs
 
