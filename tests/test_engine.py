@@ -385,8 +385,8 @@ def test_tenant_independence_with_duplicate_embeddings():
 
 
 def test_row_sims_matches_per_pair_einsum_with_repeated_rows_and_chunks(monkeypatch):
-    import memforest_gpu.engine.trees as trees_mod
-    from memforest_gpu.engine.trees import NodeVectors, row_sims
+    import memforest_gpu.engine.node_vectors as vectors_mod
+    from memforest_gpu.engine.node_vectors import NodeVectors, row_sims
 
     g = torch.Generator().manual_seed(3)
     vec = NodeVectors(torch.randn(60, 5, generator=g))
@@ -399,7 +399,7 @@ def test_row_sims_matches_per_pair_einsum_with_repeated_rows_and_chunks(monkeypa
     table = NodeVectors(torch.cat([vec.gather(torch.arange(60)), E]))  # the new vectors as rows 60..66
     nodes = torch.arange(60, 67)
     for step in (1, 2, 1 << 20):  # one tree per chunk, a few, all at once
-        monkeypatch.setattr(trees_mod, "stream_rows", lambda *a, _s=step, **k: _s)
+        monkeypatch.setattr(vectors_mod, "stream_rows", lambda *a, _s=step, **k: _s)
         assert torch.equal(row_sims(vec, slot, r.numpy(), E), want)
         assert torch.equal(row_sims(table, slot, r.numpy(), nodes), want)  # read from the table by row
 
@@ -433,7 +433,8 @@ def test_dense_cosines_do_not_depend_on_the_trees_computed_together():
     """The dense graph's cosines of a bucket are computed a block of trees at a time (the
     block bounded by the trees' gathered vectors); each tree's matrix is the same bits as when
     computed alone, also across a block boundary (here 62 trees a block on the CPU, 250 trees)."""
-    from memforest_gpu.engine.trees import NodeVectors, _cosines
+    from memforest_gpu.engine.node_vectors import NodeVectors
+    from memforest_gpu.engine.trees import _cosines
 
     g = torch.Generator().manual_seed(0)
     vectors = NodeVectors(torch.nn.functional.normalize(torch.randn(500, 2048, generator=g), dim=1))
@@ -452,7 +453,7 @@ def test_pair_means_written_in_place_into_the_vector_table():
     from types import SimpleNamespace
 
     from memforest_gpu.engine.apply import pair_means
-    from memforest_gpu.engine.trees import NodeVectors
+    from memforest_gpu.engine.node_vectors import NodeVectors
 
     g = torch.Generator().manual_seed(5)
     base = torch.nn.functional.normalize(torch.randn(10, 6, generator=g), dim=1)

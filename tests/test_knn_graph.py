@@ -24,10 +24,11 @@ from paper import paper_config, paper_merge
 from memforest_gpu import compress
 from memforest_gpu.config import CompressConfig, MergeConfig, PartitionConfig, SpanningConfig, preset
 from memforest_gpu.engine.compression import setup_run
+from memforest_gpu.engine.knn_graph import next_live
 from memforest_gpu.engine.memory import MemoryPlan
+from memforest_gpu.engine.node_vectors import dot64
 from memforest_gpu.engine.partition import partition_nodes
 from memforest_gpu.engine.plan import dense_candidates, knn_candidates
-from memforest_gpu.engine.trees import dot64, next_live
 from memforest_gpu.store import MemoryStore
 from memforest_gpu.store.synthetic import synthetic_store
 
@@ -181,7 +182,7 @@ def test_the_apply_reads_merged_vectors_a_group_of_trees_at_a_time(monkeypatch):
     was 300 MB over the round's peak); the run is the same as with the default budget,
     also where the merged vectors go into the input's dead rows (``MemoryPlan(overwrite_input=True)``)."""
     apply_module = importlib.import_module("memforest_gpu.engine.apply")
-    vectors_module = importlib.import_module("memforest_gpu.engine.trees")
+    vectors_module = importlib.import_module("memforest_gpu.engine.node_vectors")
     store = build_store([400, 260, 90], dim=16, seed=11)
     cfg = CompressConfig(partition=PartitionConfig(alpha=0.02),
                          spanning=SpanningConfig(knn_above=0, knn=4, time_weight=0.3, size_weight=0.2),
@@ -331,7 +332,8 @@ def test_knn_graph_of_trees_in_order_of_size_cut_to_each_chunk_is_the_padded_one
     tree's slots: the graph is the one of the whole padded bucket, bit for bit, here with trees
     of 65 to 128 nodes in one bucket, chunks of one to three trees, and duplicated vectors (exact
     ties among the candidates). So are a round's products (row_sims)."""
-    from memforest_gpu.engine import trees as trees_mod
+    from memforest_gpu.engine import knn_graph as graph_mod
+    from memforest_gpu.engine import node_vectors as vectors_mod
 
     sizes = [128, 70, 90, 71, 100, 127, 65]
     store = one_tree_store(sizes, dim=16, seed=3)
@@ -346,15 +348,16 @@ def test_knn_graph_of_trees_in_order_of_size_cut_to_each_chunk_is_the_padded_one
     tree_sizes = (bk.slot >= 0).sum(1).numpy()
     assert (bk.sizes == tree_sizes).all()
     for rows in (1, 2, 3):
-        monkeypatch.setattr(trees_mod, "stream_rows", lambda dev, nbytes, rows=rows: 4 * rows)
-        padded = trees_mod.build_knn_graph(dataclasses.replace(bk, sizes=None), s.batch.vectors, cfg.spanning,
+        for mod in (graph_mod, vectors_mod):
+            monkeypatch.setattr(mod, "stream_rows", lambda dev, nbytes, rows=rows: 4 * rows)
+        padded = graph_mod.build_knn_graph(dataclasses.replace(bk, sizes=None), s.batch.vectors, cfg.spanning,
                                            s.batch.cap)
-        cut = trees_mod.build_knn_graph(bk, s.batch.vectors, cfg.spanning, s.batch.cap)
+        cut = graph_mod.build_knn_graph(bk, s.batch.vectors, cfg.spanning, s.batch.cap)
         assert torch.equal(padded[0], cut[0]) and torch.equal(padded[1], cut[1])
         assert torch.equal(padded[0], bk.nbr) and torch.equal(padded[1], bk.cs)
         # a round's products of merged vectors with their trees stop at each block's largest tree too
         r = np.array([0, 0, 1, 3, 3, 3, 6, 2])
         E = torch.nn.functional.normalize(torch.randn(len(r), 16, generator=torch.Generator().manual_seed(1)), dim=-1)
-        whole = trees_mod.row_sims(s.batch.vectors, bk.slot, r, E)
-        assert torch.equal(whole, trees_mod.row_sims(s.batch.vectors, bk.slot, r, E, sizes=bk.sizes))
+        whole = vectors_mod.row_sims(s.batch.vectors, bk.slot, r, E)
+        assert torch.equal(whole, vectors_mod.row_sims(s.batch.vectors, bk.slot, r, E, sizes=bk.sizes))
         assert bool((whole[:, 70:][torch.as_tensor(tree_sizes[r] <= 70)] == 0).all())

@@ -2,7 +2,7 @@
 some bucket keeps the knn graph).
 
 The merged node takes the lower slot of its pair and the other slot empties; its vector is
-appended to the run's :class:`~.trees.NodeVectors`, and its timestamp (the max), token
+appended to the run's :class:`~.node_vectors.NodeVectors`, and its timestamp (the max), token
 count and span of positions are written. Its row of the candidate graph is recomputed: in a
 dense bucket, its row/column of the cosine matrix against its tree; in a knn bucket, its
 list from its parents' lists and the entries that pointed at either parent
@@ -17,19 +17,10 @@ import numpy as np
 import torch
 
 from ..kernels.blocks import for_device, row_blocks, stream_rows
+from .knn_graph import RoundPairs, SlotMoves, merged_lists, stale_entries, tree_products_pay
+from .node_vectors import compute_dtype, row_sims
 from .plan import Plan
-from .trees import (
-    KNN,
-    Bucket,
-    BucketLayout,
-    RoundPairs,
-    SlotMoves,
-    compute_dtype,
-    merged_lists,
-    row_sims,
-    stale_entries,
-    tree_products_pay,
-)
+from .trees import KNN, Bucket, BucketLayout
 
 __all__ = ["apply_round", "pair_means"]
 
@@ -38,9 +29,9 @@ def pair_means(batch: BucketLayout, plan: Plan, *, put: tuple[np.ndarray, np.nda
                ) -> torch.Tensor | None:
     """Normalised mean of each planned pair's two vectors (when there is no embedder). Where
     the run's vectors are stored in their compute dtype, the means are written straight into
-    the vector table's next rows (:meth:`~.trees.NodeVectors.next_rows`), which
+    the vector table's next rows (:meth:`~.node_vectors.NodeVectors.next_rows`), which
     :func:`apply_round` then takes without a copy: no (P, D) block of the round besides. A table
-    that reuses its rows (:meth:`~.trees.NodeVectors.put`) takes each block as it is made
+    that reuses its rows (:meth:`~.node_vectors.NodeVectors.put`) takes each block as it is made
     (``put``: the merged nodes' rows and their storage rows) and ``None`` is returned.
 
     Shape: -> (P, D) or None

@@ -377,7 +377,7 @@ def _output(s: RunSetup, store: MemoryStore, consumed: list[np.ndarray], vectors
             record: bool, centre: np.ndarray | None = None, saved=None) -> MemoryStore:
     """The live rows as the output store. The merged vectors' blocks are released as they are
     read (``None``: every live row's vector is in ``s.emb`` at its earliest original's row, the
-    rows a run reusing them wrote, :meth:`~.trees.NodeVectors.put`); the output's vectors
+    rows a run reusing them wrote, :meth:`~.node_vectors.NodeVectors.put`); the output's vectors
     overwrite the run's own (``s.emb``) unless they are the caller's store's and the memory
     plan does not let the run overwrite them.
     ``record``: the run made its own full partition, recorded as the output's event trees so

@@ -4,7 +4,7 @@ The method's stages read as the method; where a run can hold less, they ask this
 
 - ``overwrite_input``: the run may write into the input store's vector table. Each merged
   vector then takes a dead row of the input (its earliest original's,
-  :meth:`~.trees.NodeVectors.put`) where the output's keys allow it (:meth:`reuses_rows`),
+  :meth:`~.node_vectors.NodeVectors.put`) where the output's keys allow it (:meth:`reuses_rows`),
   and the output's vectors are a view of the input's first rows: no second (N, D) table.
   For callers that drop the input after the run, as every file run does (``runs/``).
 - ``mapped_texts``: the bytes of texts from which the output's texts are written a block at

@@ -203,7 +203,7 @@ def assemble(table: NodeTable, live: np.ndarray, embeddings: torch.Tensor,
     merged vectors are written after every original has moved.
 
     ``merged=None``: every live row's vector is already in ``embeddings``, at the row of its
-    earliest original (a run that reused the dead rows, :meth:`~.trees.NodeVectors.put`); the
+    earliest original (a run that reused the dead rows, :meth:`~.node_vectors.NodeVectors.put`); the
     same forward pass moves them all (output position <= that row).
 
     Shape: live (N + M,) bool host, embeddings (N, D), merged (M, D) or [(P_r, D)] or None ->
@@ -281,7 +281,8 @@ class OutputKeys:
 def output_keys(store: MemoryStore, table, live: np.ndarray, merge: MergeConfig, saved=None) -> OutputKeys:
     """The keys of the live rows of a run's node table (in output order), or none when
     ``merge.keys`` is 0. ``table``: the run's :class:`~.node_table.NodeTable`. ``saved``: the
-    int8 codes of input rows whose vectors the run overwrote (:meth:`~.trees.NodeVectors.put`)."""
+    int8 codes of input rows whose vectors the run overwrote
+    (:meth:`~.node_vectors.NodeVectors.put`)."""
     if merge.keys == 0:
         return OutputKeys(None, merge.vectors)
     out_sources = table.sources_arrow(table.output_order(np.flatnonzero(live)))
